@@ -1,0 +1,221 @@
+"""Loading and saving ONNX models, with one-sentence errors for every way a file can be bad."""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+from google.protobuf.message import DecodeError
+
+from .errors import InvalidModelError, ModelLoadError
+from .graph import Graph
+
+__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "KNOWN_DOMAINS"]
+
+logger = logging.getLogger(__name__)
+
+KNOWN_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training", "com.microsoft"}
+_TWO_GB = 2**31 - 1
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("==>"):
+            return line.rstrip(".")
+    return type(e).__name__
+
+
+def load_model(path: str | os.PathLike) -> Graph:
+    """Load an ONNX file into a Graph, validated, with missing shapes inferred.
+
+    Raises ModelLoadError / InvalidModelError with one sentence naming the file and the problem.
+    External data is read lazily, and only from files inside the model's folder.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"{p}: no such file.")
+    if p.is_dir():
+        raise ModelLoadError(f"{p} is a folder, not an ONNX model file.")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ModelLoadError(f"{p} cannot be read: {e.strerror or e}.") from None
+    return load_model_bytes(data, p)
+
+
+def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
+    """Like `load_model`, from bytes already read; `path` names the file and anchors external data."""
+    p = Path(path)
+    if not data:
+        raise ModelLoadError(f"{p} is empty, not an ONNX model.")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
+    except Exception as e:  # noqa: BLE001 - the protobuf runtime raises odd types on hostile input
+        raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
+    if not proto.HasField("graph") or not proto.opset_import:
+        raise ModelLoadError(f"{p} is not an ONNX model: it has no {'graph' if not proto.HasField('graph') else 'opset imports'}.")
+    _check_external_data(proto, p)
+    try:
+        # onnx_ir logs its own warning for dangling inputs; validate_graph explains them better
+        ir_logger = logging.getLogger("onnx_ir")
+        level = ir_logger.level
+        ir_logger.setLevel(logging.ERROR)
+        try:
+            model = ir.serde.deserialize_model(proto)
+        finally:
+            ir_logger.setLevel(level)
+    except Exception as e:  # noqa: BLE001
+        raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
+    ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
+    graph = Graph(model, p)
+    graph.value_info_names = {vi.name for vi in proto.graph.value_info}
+    validate_graph(graph, p)
+    graph.infer_shapes()
+    return graph
+
+
+def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse external-data locations outside the model's folder (path traversal) or missing files."""
+    base = path.parent.resolve()
+
+    def tensors():
+        from onnx.external_data_helper import _get_all_tensors
+
+        yield from _get_all_tensors(proto)
+
+    for t in tensors():
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        if not loc:
+            raise InvalidModelError(f"{path}: tensor '{t.name}' stores its data externally but names no file.")
+        target = (base / loc).resolve()
+        if os.path.isabs(loc) or not target.is_relative_to(base):
+            raise InvalidModelError(
+                f"{path}: tensor '{t.name}' points its external data at '{loc}', outside the model's folder; refusing to read it."
+            )
+        if not target.is_file():
+            raise InvalidModelError(f"{path}: tensor '{t.name}' needs the external data file '{loc}', which is missing.")
+
+
+def validate_graph(graph: Graph, path: str | os.PathLike | None = None) -> None:
+    """Structural checks with readable messages: undeclared domains, dangling inputs, cycles,
+    duplicate outputs; then onnx.checker for the rest (op schemas, attribute types)."""
+    where = f"{path}: " if path is not None else ""
+    g = graph.model.graph
+    declared = set(graph.model.opset_imports)
+    functions = {(f.domain, f.name) for f in graph.model.functions.values()}
+    function_domains = {d for d, _ in functions}
+    for n in g:
+        dom = n.domain or ""
+        if dom not in declared and not (dom == "ai.onnx" and "" in declared) and dom not in function_domains:
+            raise InvalidModelError(
+                f"{where}node '{n.name or n.op_type}' ({n.op_type}) uses the domain '{dom}', which the model does not import."
+            )
+    available = {v.name for v in g.inputs} | set(g.initializers.keys())
+    producer_of: dict[str, ir.Node] = {}
+    for n in g:
+        for v in n.outputs:
+            if v.name:
+                if v.name in producer_of or v.name in available:
+                    raise InvalidModelError(f"{where}tensor '{v.name}' is produced more than once (again by node '{n.name or n.op_type}').")
+                producer_of[v.name] = n
+    position = {id(n): i for i, n in enumerate(g)}
+    for i, n in enumerate(g):
+        for v in n.inputs:
+            if v is None or not v.name:
+                continue
+            if v.name in available:
+                continue
+            prod = producer_of.get(v.name)
+            if prod is None:
+                raise InvalidModelError(
+                    f"{where}node '{n.name or n.op_type}' ({n.op_type}) reads tensor '{v.name}', which no node, input or initializer provides."
+                )
+            if position[id(prod)] >= i:
+                cycle = _find_cycle(graph)
+                if cycle:
+                    names = " -> ".join(f"'{x}'" for x in cycle)
+                    raise InvalidModelError(f"{where}the graph has a cycle: {names}.")
+                raise InvalidModelError(
+                    f"{where}node '{n.name or n.op_type}' ({n.op_type}) reads tensor '{v.name}' before node "
+                    f"'{prod.name or prod.op_type}' produces it (nodes are not in topological order)."
+                )
+    for v in g.outputs:
+        if v.name not in available and v.name not in producer_of:
+            raise InvalidModelError(f"{where}graph output '{v.name}' is not produced by any node.")
+    try:
+        proto = _without_external_data(graph.to_proto())
+        if proto.ByteSize() < _TWO_GB:
+            onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        raise InvalidModelError(f"{where}the model fails ONNX validation: {_first_line(e)}.") from None
+    except Exception as e:  # noqa: BLE001
+        raise InvalidModelError(f"{where}the model cannot be checked: {_first_line(e)}.") from None
+
+
+def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The checker would look for external files relative to the working directory; their
+    location was vetted at load, so check the structure with empty stand-ins instead."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    for t in _get_all_tensors(proto):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.dims[:]
+            t.dims.append(0)
+    return proto
+
+
+def _find_cycle(graph: Graph) -> list[str]:
+    import networkx as nx
+
+    G = nx.DiGraph()
+    g = graph.model.graph
+    producer_of = {v.name: n for n in g for v in n.outputs if v.name}
+    label = {}
+    for n in g:
+        label[id(n)] = n.name or n.op_type
+        G.add_node(id(n))
+        for v in n.inputs:
+            if v is not None and v.name in producer_of:
+                G.add_edge(id(producer_of[v.name]), id(n))
+    try:
+        cyc = nx.find_cycle(G)
+    except nx.NetworkXNoCycle:
+        return []
+    names = [label[a] for a, _ in cyc]
+    return names + names[:1]
+
+
+def save_model(graph: Graph, path: str | os.PathLike) -> None:
+    """Write the graph as an ONNX file, atomically (temporary file, then rename).
+
+    Models over 2 GB go to `<file>.data` as external data beside the model.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    proto = graph.to_proto()
+    if proto.ByteSize() >= _TWO_GB:
+        ir.save(graph.model, str(p), external_data=p.name + ".data")
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(proto.SerializeToString(deterministic=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

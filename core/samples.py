@@ -1,0 +1,175 @@
+"""Small models with real (seeded random) weights, for the bundled samples, tests and benchmarks.
+
+`scripts/make_samples.py` writes them to resources/models/. Each is small (well under 2 MB) but
+has the structure the rewrites and the compiler care about:
+
+* `small_cnn`: conv + batchnorm + relu blocks, a residual add, pooling and a linear head;
+* `mlp`: the MLC course's running example, linear + relu layers (MatMul, Add, Relu) with a
+  symbolic batch dimension;
+* `tiny_transformer`: one encoder block as exporters write it: decomposed layer norms
+  (ReduceMean/Sub/Pow/Sqrt/Div), single-head attention with a Transpose feeding a MatMul, an
+  Erf-based GELU, MatMul + Add linears and residual adds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["small_cnn", "mlp", "tiny_transformer", "SAMPLES"]
+
+OPSET = 17
+
+
+class _Builder:
+    def __init__(self, name: str, seed: int):
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._n = 0
+
+    def weight(self, name: str, shape, scale: float | None = None, positive: bool = False) -> str:
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else int(shape[0])
+        s = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+        a = self.rng.standard_normal(shape).astype(np.float32) * s
+        if positive:
+            a = np.abs(a) + 0.5
+        self.inits.append(numpy_helper.from_array(a.astype(np.float32), name))
+        return name
+
+    def const(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], name: str, n_out: int = 1, **attrs) -> str | list[str]:
+        outs = [f"{name}_out" if n_out == 1 else f"{name}_out{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def model(self, inputs, outputs, doc: str) -> onnx.ModelProto:
+        g = helper.make_graph(self.nodes, self.name, inputs, outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="mlc-workbench samples")
+        m.ir_version = 8
+        m.doc_string = doc
+        helper.set_model_props(m, {"source": "core/samples.py", "weights": "seeded random"})
+        onnx.checker.check_model(m, full_check=True)
+        return m
+
+
+def small_cnn(seed: int = 0) -> onnx.ModelProto:
+    """CNN on 1x3x32x32: three conv-bn-relu blocks, one residual add, max/avg pooling, linear head."""
+    b = _Builder("small_cnn", seed)
+
+    def conv_bn(x: str, cin: int, cout: int, name: str, relu: bool = True, stride: int = 1) -> str:
+        w = b.weight(f"{name}.weight", (cout, cin, 3, 3))
+        y = b.op("Conv", [x, w], f"{name}.conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[stride, stride])
+        scale = b.weight(f"{name}.bn.scale", (cout,), positive=True)
+        bias = b.weight(f"{name}.bn.bias", (cout,), scale=0.1)
+        mean = b.weight(f"{name}.bn.mean", (cout,), scale=0.1)
+        var = b.weight(f"{name}.bn.var", (cout,), positive=True)
+        y = b.op("BatchNormalization", [y, scale, bias, mean, var], f"{name}.bn", epsilon=1e-5)
+        return b.op("Relu", [y], f"{name}.relu") if relu else y
+
+    x = conv_bn("input", 3, 16, "stem")
+    x = b.op("MaxPool", [x], "pool1", kernel_shape=[2, 2], strides=[2, 2])
+    y = conv_bn(x, 16, 16, "block1.a")
+    y = conv_bn(y, 16, 16, "block1.b", relu=False)
+    x = b.op("Add", [x, y], "block1.add")
+    x = b.op("Relu", [x], "block1.relu")
+    x = conv_bn(x, 16, 32, "block2", stride=2)
+    x = b.op("GlobalAveragePool", [x], "gap")
+    x = b.op("Flatten", [x], "flatten", axis=1)
+    w = b.weight("fc.weight", (10, 32))
+    bias = b.weight("fc.bias", (10,), scale=0.1)
+    b.op("Gemm", [x, w, bias], "fc", transB=1)
+    b.nodes[-1].output[0] = "logits"
+    return b.model(
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])],
+        "Small CNN with conv+batchnorm+relu blocks and a residual add (seeded random weights).",
+    )
+
+
+def mlp(seed: int = 1, sizes: tuple[int, ...] = (784, 128, 64, 10)) -> onnx.ModelProto:
+    """The MLC course's MLP: linear (MatMul + Add) + relu layers, batch dimension symbolic."""
+    b = _Builder("mlp", seed)
+    x = "input"
+    for i, (cin, cout) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = b.weight(f"linear{i}.weight", (cin, cout))
+        bias = b.weight(f"linear{i}.bias", (cout,), scale=0.1)
+        x = b.op("MatMul", [x, w], f"linear{i}.matmul")
+        x = b.op("Add", [x, bias], f"linear{i}.add")
+        if i < len(sizes) - 2:
+            x = b.op("Relu", [x], f"relu{i}")
+    b.nodes[-1].output[0] = "logits"
+    return b.model(
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", sizes[-1]])],
+        "MLP with linear+relu layers and a symbolic batch dimension (seeded random weights).",
+    )
+
+
+def tiny_transformer(seed: int = 2, seq: int = 16, dim: int = 32, hidden: int = 64) -> onnx.ModelProto:
+    """One encoder block on [batch, seq, dim], written out op by op as exporters do."""
+    b = _Builder("tiny_transformer", seed)
+    axes = b.const("axes_last", np.array([-1], dtype=np.int64)) if OPSET >= 18 else ""
+    two = b.const("two", np.array(2.0, dtype=np.float32))
+    eps = b.const("eps", np.array(1e-5, dtype=np.float32))
+
+    def layernorm(x: str, name: str) -> str:
+        mean = b.op("ReduceMean", [x, axes], f"{name}.mean", keepdims=1) if OPSET >= 18 else b.op(
+            "ReduceMean", [x], f"{name}.mean", axes=[-1], keepdims=1
+        )
+        d = b.op("Sub", [x, mean], f"{name}.sub")
+        sq = b.op("Pow", [d, two], f"{name}.pow")
+        var = b.op("ReduceMean", [sq], f"{name}.var", axes=[-1], keepdims=1)
+        ve = b.op("Add", [var, eps], f"{name}.add_eps")
+        sd = b.op("Sqrt", [ve], f"{name}.sqrt")
+        n = b.op("Div", [d, sd], f"{name}.div")
+        g = b.weight(f"{name}.gamma", (dim,), positive=True)
+        beta = b.weight(f"{name}.beta", (dim,), scale=0.1)
+        n = b.op("Mul", [n, g], f"{name}.scale")
+        return b.op("Add", [n, beta], f"{name}.shift")
+
+    def linear(x: str, cin: int, cout: int, name: str) -> str:
+        w = b.weight(f"{name}.weight", (cin, cout))
+        bias = b.weight(f"{name}.bias", (cout,), scale=0.1)
+        y = b.op("MatMul", [x, w], f"{name}.matmul")
+        return b.op("Add", [y, bias], f"{name}.add")
+
+    x = "input"
+    h = layernorm(x, "ln1")
+    q = linear(h, dim, dim, "attn.q")
+    k = linear(h, dim, dim, "attn.k")
+    v = linear(h, dim, dim, "attn.v")
+    kt = b.op("Transpose", [k], "attn.k_t", perm=[0, 2, 1])
+    scores = b.op("MatMul", [q, kt], "attn.scores")
+    scale = b.const("attn.scale", np.array(1.0 / np.sqrt(dim), dtype=np.float32))
+    scores = b.op("Mul", [scores, scale], "attn.scaled")
+    probs = b.op("Softmax", [scores], "attn.softmax", axis=-1)
+    ctx = b.op("MatMul", [probs, v], "attn.context")
+    o = linear(ctx, dim, dim, "attn.out")
+    x = b.op("Add", [x, o], "residual1")
+    h = layernorm(x, "ln2")
+    h = linear(h, dim, hidden, "ffn.up")
+    # GELU, Erf form: 0.5 * x * (1 + erf(x / sqrt(2)))
+    sqrt2 = b.const("gelu.sqrt2", np.array(np.sqrt(2.0), dtype=np.float32))
+    one = b.const("gelu.one", np.array(1.0, dtype=np.float32))
+    half = b.const("gelu.half", np.array(0.5, dtype=np.float32))
+    t = b.op("Div", [h, sqrt2], "gelu.div")
+    t = b.op("Erf", [t], "gelu.erf")
+    t = b.op("Add", [t, one], "gelu.add")
+    t = b.op("Mul", [h, t], "gelu.mul")
+    h = b.op("Mul", [t, half], "gelu.half_mul")
+    h = linear(h, hidden, dim, "ffn.down")
+    b.op("Add", [x, h], "residual2")
+    b.nodes[-1].output[0] = "output"
+    return b.model(
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", seq, dim])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["batch", seq, dim])],
+        "One transformer encoder block with decomposed layer norms and an Erf GELU (seeded random weights).",
+    )
+
+
+SAMPLES = {"small_cnn": small_cnn, "mlp": mlp, "tiny_transformer": tiny_transformer}

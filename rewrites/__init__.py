@@ -1,0 +1,1 @@
+"""The rule library: one module per family of rewrites (fusion, folding, cleanup, ...)."""
