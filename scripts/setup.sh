@@ -8,7 +8,7 @@ ok() { "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' >
 
 find_python() {
   local cand
-  for cand in "${MLCWB_PYTHON:-}" python3.13 python3.12 python3 python; do
+  for cand in "${MLCWB_PYTHON:-}" python3.12 python3.13 python3 python; do
     [ -n "$cand" ] || continue
     command -v "$cand" >/dev/null 2>&1 || continue
     if ok "$cand"; then command -v "$cand"; return 0; fi
@@ -17,7 +17,7 @@ find_python() {
   if command -v pyenv >/dev/null 2>&1; then
     local root v
     root=$(pyenv root)
-    for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.(1[2-9]|[2-9][0-9])(\.[0-9]+)?$' | sort -V -r); do
+    for v in $(pyenv versions --bare 2>/dev/null | grep -E '^3\.(1[2-9]|[2-9][0-9])(\.[0-9]+)?$' | sort -V); do  # 3.12 first: the version the stack is checked on
       if ok "$root/versions/$v/bin/python"; then echo "$root/versions/$v/bin/python"; return 0; fi
     done
   fi
