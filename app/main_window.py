@@ -1,36 +1,451 @@
-"""The main window."""
+"""The main window: the graph canvas in the middle, panels docked around it.
+
+`MainWindow` owns one `Document` (the open model + undo stack) and one `GraphCanvas`. Panels are
+modules under `app.panels` listed in `app.panels.PANELS`; each exposes `create_panel(window) ->
+QDockWidget` and is created at start-up, then docked with `add_panel` (side from the module's
+optional `AREA`: "left", "right" or "bottom"). Panels reach the model through `window.document`
+and the view through `window.canvas`; they change the graph only with `window.document.push(edit)`.
+
+Opening a file loads, builds the view and lays it out on a worker thread (progress and Cancel in
+the status bar); a bad file shows one sentence and leaves the open model and its unsaved edits alone.
+"""
 from __future__ import annotations
 
+import importlib
+import logging
+import os
 import sys
+import time
+from pathlib import Path
 
-from PySide6.QtWidgets import QApplication, QMainWindow, QMessageBox, QPlainTextEdit
+from PySide6.QtCore import QEventLoop, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QToolButton,
+    QWidget,
+)
 
 from core import WorkbenchError, load_model
-from core.summary import format_summary, summarize
+from core.layout import layout
+from core.viewgraph import from_graph
+
+from .canvas import GraphCanvas
+from .document import Document
+from .graph_items import node_size
+from .workers import Job
+
+__all__ = ["MainWindow", "run"]
+
+logger = logging.getLogger(__name__)
+
+APP_NAME = "MLC Workbench"
+ORG_NAME = "mlc-workbench"
+MAX_RECENT = 10
+_AREAS = {"left": Qt.LeftDockWidgetArea, "right": Qt.RightDockWidgetArea, "bottom": Qt.BottomDockWidgetArea, "top": Qt.TopDockWidgetArea}
 
 
 class MainWindow(QMainWindow):
-    def __init__(self) -> None:
+    def __init__(self, settings: QSettings | None = None, load_panels: bool = True) -> None:
         super().__init__()
-        self.graph = None
-        self.text = QPlainTextEdit(readOnly=True)
-        self.setCentralWidget(self.text)
-        self.resize(1200, 800)
-        self.setWindowTitle("MLC Workbench")
+        self.settings = settings if settings is not None else QSettings(ORG_NAME, APP_NAME)
+        self.document = Document(self)
+        self.canvas = GraphCanvas(self.document, self)
+        self.setCentralWidget(self.canvas)
+        self.setAcceptDrops(True)
+        self.setDockNestingEnabled(True)
+        self.panels: dict[str, QDockWidget] = {}
+        self.panel_errors: dict[str, str] = {}
+        self._load_job: Job | None = None
+        self._load_result: bool | None = None
+        self.last_open_seconds = 0.0
 
-    def open_model(self, path: str) -> bool:
-        try:
-            self.graph = load_model(path)
-        except WorkbenchError as e:
-            QMessageBox.warning(self, "Cannot open model", str(e))
+        self._build_status_bar()
+        self._build_menus()
+        self.document.dirtyChanged.connect(self._update_title)
+        self.document.pathChanged.connect(lambda _p: self._update_title())
+        self.document.graphReplaced.connect(self._update_status)
+        self.document.graphChanged.connect(self._update_status)
+        self.canvas.viewSelectionChanged.connect(lambda _ids: self._update_status())
+        self.canvas.viewShown.connect(lambda _v: self._update_status())
+        self.canvas.zoomChanged.connect(lambda z: self.zoom_label.setText(f"{z * 100:.0f} %"))
+        self.canvas.busyChanged.connect(self._canvas_busy)
+        self.canvas.progressed.connect(self._progress)
+
+        if load_panels:
+            self._create_panels()
+        self.resize(1400, 900)
+        geometry = self.settings.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = self.settings.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+        self._update_title()
+
+    # ---- panels ------------------------------------------------------------------------------
+    def _create_panels(self) -> None:
+        from .panels import PANELS
+
+        for name in PANELS:
+            try:
+                module = importlib.import_module(f"app.panels.{name}")
+                dock = module.create_panel(self)
+            except Exception as e:  # noqa: BLE001 - one broken panel must not take the window down
+                logger.exception("panel %s failed to load", name)
+                self.panel_errors[name] = f"{type(e).__name__}: {e}"
+                continue
+            if dock is None:
+                continue
+            if not dock.objectName():
+                dock.setObjectName(f"panel-{name}")
+            if self.dockWidgetArea(dock) == Qt.NoDockWidgetArea:
+                self.add_panel(dock, _AREAS.get(getattr(module, "AREA", "right"), Qt.RightDockWidgetArea))
+            self.panels[name] = dock
+        if self.panel_errors:
+            self.statusBar().showMessage("Some panels failed to load: " + ", ".join(self.panel_errors), 8000)
+
+    def add_panel(self, dock: QDockWidget, area: Qt.DockWidgetArea = Qt.RightDockWidgetArea) -> None:
+        """Dock a panel and list it in the View menu. Panels on the same side become tabs."""
+        if not dock.objectName():
+            dock.setObjectName(f"panel-{dock.windowTitle() or id(dock)}")
+        same_side = [d for d in self.findChildren(QDockWidget) if d is not dock and self.dockWidgetArea(d) == area and not d.isFloating()]
+        self.addDockWidget(area, dock)
+        if same_side:
+            self.tabifyDockWidget(same_side[0], dock)
+            same_side[0].raise_()
+        self.panels_menu.addAction(dock.toggleViewAction())
+
+    # ---- menus and status --------------------------------------------------------------------
+    def _action(self, menu: QMenu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        act = QAction(text, self)
+        if shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+        if tip:
+            act.setStatusTip(tip)
+        act.triggered.connect(slot)
+        menu.addAction(act)
+        return act
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        file_menu = mb.addMenu("&File")
+        self._action(file_menu, "&Open…", self.open_dialog, QKeySequence.Open, "Open an ONNX model")
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        file_menu.addSeparator()
+        self.save_action = self._action(file_menu, "&Save", self.save, QKeySequence.Save)
+        self.save_as_action = self._action(file_menu, "Save &As…", self.save_as, QKeySequence.SaveAs)
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QKeySequence.Quit)
+        self.file_menu = file_menu
+
+        edit_menu = mb.addMenu("&Edit")
+        self.undo_action = self.document.undo_stack.createUndoAction(self, "&Undo")
+        self.undo_action.setShortcut(QKeySequence.Undo)
+        self.redo_action = self.document.undo_stack.createRedoAction(self, "&Redo")
+        self.redo_action.setShortcut(QKeySequence.Redo)
+        edit_menu.addAction(self.undo_action)
+        edit_menu.addAction(self.redo_action)
+        edit_menu.addSeparator()
+        self._action(edit_menu, "&Find…", self.canvas.find_bar.open, QKeySequence.Find, "Find nodes by op type, name or tensor")
+        self.edit_menu = edit_menu
+
+        view_menu = mb.addMenu("&View")
+        self._action(view_menu, "&Fit Graph", self.canvas.fit, "Ctrl+0")
+        self._action(view_menu, "Actual Size (100 %)", self.canvas.zoom_100, "Ctrl+1")
+        self._action(view_menu, "Zoom &In", lambda: self.canvas.zoom_by(1.25), QKeySequence.ZoomIn)
+        self._action(view_menu, "Zoom &Out", lambda: self.canvas.zoom_by(0.8), QKeySequence.ZoomOut)
+        view_menu.addSeparator()
+        self._action(view_menu, "Show the &Model Graph", lambda: self.canvas.show_model(fit=False), "Ctrl+M")
+        minimap = QAction("Overview Map", self, checkable=True, checked=True)
+        minimap.toggled.connect(self._toggle_minimap)
+        view_menu.addAction(minimap)
+        view_menu.addSeparator()
+        self.panels_menu = view_menu.addMenu("&Panels")
+        self.view_menu = view_menu
+
+    def _toggle_minimap(self, on: bool) -> None:
+        self.canvas.minimap.enabled_by_user = on
+        self.canvas.minimap.place()
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.info_label = QLabel("")
+        self.zoom_label = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(160)
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress_label = QLabel("")
+        self.cancel_button = QToolButton(text="Cancel")
+        self.cancel_button.clicked.connect(self.cancel_work)
+        sb.addWidget(self.info_label, 1)
+        for w in (self.progress_label, self.progress, self.cancel_button):
+            sb.addPermanentWidget(w)
+            w.hide()
+        sb.addPermanentWidget(self.zoom_label)
+
+    def _set_busy(self, busy: bool, text: str = "") -> None:
+        for w in (self.progress_label, self.progress, self.cancel_button):
+            w.setVisible(busy)
+        self.progress_label.setText(text)
+        if busy:
+            self.progress.setValue(0)
+
+    def _canvas_busy(self, busy: bool, message: str) -> None:
+        if self._load_job is not None:
+            return  # the load's own progress is showing
+        self._set_busy(busy, message)
+        if not busy and message:
+            QMessageBox.warning(self, "Layout failed", message)
+
+    def _progress(self, fraction: float, text: str) -> None:
+        self.progress.setValue(int(fraction * 1000))
+        if text:
+            self.progress_label.setText(text)
+
+    def cancel_work(self) -> None:
+        if self._load_job is not None:
+            self._load_job.cancel()
+        self.canvas.cancel()
+
+    def _update_title(self) -> None:
+        path = self.document.path
+        name = path.name if path else "untitled"
+        self.setWindowTitle(f"{name}[*] — {APP_NAME}" if self.document.graph is not None else APP_NAME)
+        self.setWindowModified(self.document.is_dirty)
+
+    def _update_status(self) -> None:
+        view = self.canvas.view
+        graph = self.document.graph
+        if graph is None:
+            self.info_label.setText("No model open — File ▸ Open or drop an .onnx file here")
+            return
+        parts = []
+        if view is not None:
+            where = "model" if self.canvas.mode == "model" else view.title
+            parts.append(f"{where}: {len(view.nodes)} nodes shown")
+        if self.canvas.mode == "model":
+            parts.append(f"{len(graph)} ONNX nodes")
+        ids = self.canvas.selected_ids()
+        if len(ids) == 1 and view is not None:
+            n = view.node(ids[0])
+            name = n.data.get("name") or ""
+            parts.append(f"selected: {n.label}" + (f" '{name}'" if name else ""))
+        elif ids:
+            parts.append(f"{len(ids)} selected")
+        lo = self.canvas.layout_result
+        if lo is not None:
+            parts.append(f"layout: {lo.method} {lo.seconds:.2f} s")
+        self.info_label.setText("   ·   ".join(parts))
+
+    # ---- opening -----------------------------------------------------------------------------
+    def open_dialog(self) -> None:
+        start = str(self.document.path.parent) if self.document.path else self.settings.value("lastDir", "")
+        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.open_model(path)
+
+    def open_model(self, path: str | os.PathLike, wait: bool = False) -> bool:
+        """Open a model: load, view and layout run on a worker thread.
+
+        Returns True when the load started (or, with `wait=True`, when the model is open and
+        drawn). Unsaved edits are asked about first; a bad file shows its sentence and keeps the
+        current model."""
+        if not self._confirm_discard():
             return False
-        self.text.setPlainText(format_summary(summarize(self.graph)))
-        self.setWindowTitle(f"{self.graph.path.name} — MLC Workbench")
+        if self._load_job is not None:
+            self._load_job.cancel()
+        path = str(path)
+        measure = self.canvas.measure
+        t0 = time.perf_counter()
+
+        def work(job: Job):
+            job.report(0.02, f"Loading {Path(path).name}")
+            graph = load_model(path)
+            job.check()
+            job.report(0.3, "Building the view")
+            view = from_graph(graph)
+            sizes = {n.id: node_size(n, measure) for n in view.nodes}
+            job.check()
+            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.65 * f, "Laying out the graph"))
+            return graph, view, result
+
+        job = Job(work, f"Opening {Path(path).name}", self)
+        self._load_job = job
+        self._load_result = None
+        job.progressed.connect(self._progress)
+        job.done.connect(lambda res: self._load_done(job, path, res, t0))
+        job.failed.connect(lambda msg: self._load_failed(job, path, msg))
+        job.cancelled.connect(lambda: self._load_cancelled(job))
+        job.finished.connect(job.deleteLater)
+        self._set_busy(True, f"Opening {Path(path).name}")
+        job.start()
+        if not wait:
+            return True
+        loop = QEventLoop()
+
+        def check():
+            if self._load_result is not None and (self._load_result is False or not self.canvas.busy):
+                loop.quit()
+
+        timer = QTimer()
+        timer.timeout.connect(check)
+        timer.start(5)
+        loop.exec()
+        timer.stop()
+        return bool(self._load_result)
+
+    def _load_done(self, job: Job, path: str, result, t0: float) -> None:
+        if job is not self._load_job:
+            return
+        self._load_job = None
+        self._set_busy(False)
+        graph, view, lo = result
+        self.canvas.prime_model_layout(graph, view, lo)
+        self.document.set_graph(graph, path)
+        self.last_open_seconds = time.perf_counter() - t0
+        self._add_recent(path)
+        if lo.notes:
+            self.statusBar().showMessage("; ".join(lo.notes), 8000)
+        self._load_result = True
+
+    def _load_failed(self, job: Job, path: str, message: str) -> None:
+        if job is not self._load_job:
+            return
+        self._load_job = None
+        self._set_busy(False)
+        self._load_result = False
+        QMessageBox.warning(self, "Cannot open model", message)
+
+    def _load_cancelled(self, job: Job) -> None:
+        if job is not self._load_job:
+            return
+        self._load_job = None
+        self._set_busy(False)
+        self._load_result = False
+        self.statusBar().showMessage("Opening cancelled.", 4000)
+
+    # ---- recent files ------------------------------------------------------------------------
+    def recent_files(self) -> list[str]:
+        value = self.settings.value("recentFiles", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _add_recent(self, path: str) -> None:
+        path = str(Path(path).resolve())
+        files = [p for p in self.recent_files() if p != path]
+        self.settings.setValue("recentFiles", [path] + files[: MAX_RECENT - 1])
+        self.settings.setValue("lastDir", str(Path(path).parent))
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.recent_files()
+        for p in files:
+            act = self.recent_menu.addAction(Path(p).name)
+            act.setToolTip(p)
+            act.setStatusTip(p)
+            act.triggered.connect(lambda _=False, p=p: self.open_model(p))
+        if files:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear List", lambda: self.settings.setValue("recentFiles", []))
+        else:
+            self.recent_menu.addAction("(none)").setEnabled(False)
+
+    # ---- saving and closing ------------------------------------------------------------------
+    def save(self) -> bool:
+        if self.document.graph is None:
+            return False
+        if self.document.path is None:
+            return self.save_as()
+        return self._save_to(None)
+
+    def save_as(self) -> bool:
+        if self.document.graph is None:
+            return False
+        start = str(self.document.path) if self.document.path else ""
+        path, _ = QFileDialog.getSaveFileName(self, "Save ONNX model", start, "ONNX models (*.onnx)")
+        if not path:
+            return False
+        if not path.endswith(".onnx"):
+            path += ".onnx"
+        return self._save_to(path)
+
+    def _save_to(self, path) -> bool:
+        try:
+            target = self.document.save(path)
+        except WorkbenchError as e:
+            QMessageBox.warning(self, "Cannot save", str(e))
+            return False
+        self._add_recent(str(target))
+        self.statusBar().showMessage(f"Saved {target}", 4000)
         return True
+
+    def _confirm_discard(self) -> bool:
+        """Ask about unsaved edits; True when it is fine to drop the current model."""
+        if not self.document.is_dirty:
+            return True
+        name = self.document.path.name if self.document.path else "the model"
+        answer = QMessageBox.question(
+            self,
+            "Unsaved changes",
+            f"Save the changes to {name} first?",
+            QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel,
+            QMessageBox.Save,
+        )
+        if answer == QMessageBox.Save:
+            return self.save()
+        return answer == QMessageBox.Discard
+
+    def closeEvent(self, event) -> None:
+        if not self._confirm_discard():
+            event.ignore()
+            return
+        self.cancel_work()
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        super().closeEvent(event)
+
+    # ---- drag and drop -----------------------------------------------------------------------
+    @staticmethod
+    def _dropped_model(event) -> str | None:
+        md = event.mimeData()
+        if not md.hasUrls():
+            return None
+        for url in md.urls():
+            if url.isLocalFile() and url.toLocalFile().lower().endswith(".onnx"):
+                return url.toLocalFile()
+        return None
+
+    def dragEnterEvent(self, event) -> None:
+        if self._dropped_model(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:
+        path = self._dropped_model(event)
+        if path:
+            event.acceptProposedAction()
+            QTimer.singleShot(0, lambda: self.open_model(path))
 
 
 def run(model_path: str | None) -> int:
     app = QApplication.instance() or QApplication(sys.argv)
+    app.setApplicationName(APP_NAME)
+    app.setOrganizationName(ORG_NAME)
     w = MainWindow()
     w.show()
     if model_path:

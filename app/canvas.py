@@ -1,0 +1,783 @@
+"""The graph canvas: a QGraphicsView that draws any `core.viewgraph.ViewGraph`.
+
+By default it shows the open document's ONNX graph (`core.viewgraph.from_graph`) and redraws
+itself whenever the document changes (an edit, undo or redo) or is replaced (a model opened).
+Layout runs on a worker thread (`core.layout.layout`: dot for model-sized graphs, a layered
+fallback for huge ones) and items are added to a fresh scene in time-sliced chunks, so the UI
+stays responsive on 10,000-node graphs; until the new scene is ready the old one stays on screen.
+
+API for panels and other views (everything takes view node ids: ONNX node ids in the model view,
+whatever ids the shown ViewGraph uses otherwise)::
+
+    canvas.show_view(view, fit=True)       draw any ViewGraph (a lowering stage, a rewrite preview)
+    canvas.show_model()                    back to the document's ONNX graph
+    canvas.mode                            "model" or "view"; canvas.view is the ViewGraph shown
+    canvas.select(ids, center=False)       select nodes (model mode: also the document selection)
+    canvas.center_on(id)                   scroll to a node (zooming in to a readable scale)
+    canvas.set_highlight(role, ids, color) outline nodes (and the edges between them) for a role,
+    canvas.clear_highlight(role)             e.g. "rewrite-match", "lineage"; roles stack
+    canvas.set_overlay(values, legend)     heat colours {id: value} with a legend; None clears
+    canvas.set_ghosts(removed, added)      rewrite preview: removed nodes faded with a red dashed
+                                             outline, added ones with a green dashed outline
+    canvas.clear_ghosts()
+    canvas.fit() / canvas.zoom_100() / canvas.zoom_by(f) / canvas.zoom()
+    canvas.find_bar.open()                 the Ctrl+F search bar
+
+Signals::
+
+    nodeActivated(id)          double-click or Enter on a node
+    viewSelectionChanged(list) the selected view node ids changed (any mode)
+    viewShown(object)          a ViewGraph finished drawing (after layout and item creation)
+    zoomChanged(float)         the scale changed (1.0 = 100 %)
+    busyChanged(bool, str)     layout started/finished (the main window shows progress)
+    progressed(float, str)     layout progress, 0..1
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Hashable, Iterable
+
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPen, QShortcut, QTransform
+from PySide6.QtWidgets import (
+    QFrame,
+    QGraphicsScene,
+    QGraphicsView,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QToolButton,
+    QWidget,
+)
+
+from core.layout import Layout, layout
+from core.viewgraph import ViewGraph, find_nodes, from_graph
+
+from .document import Document
+from .graph_items import EdgeItem, NodeItem, node_size
+from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
+from .workers import Job
+
+__all__ = ["GraphCanvas", "Minimap", "FindBar"]
+
+logger = logging.getLogger(__name__)
+
+MIN_SCALE = 0.002
+MAX_SCALE = 4.0
+READABLE_SCALE = 0.35  # opening a graph whose fit is smaller than this starts at 100 % instead
+CHUNK_SECONDS = 0.025  # item creation time slice on the UI thread
+SYNC_ITEMS = 1500  # scenes up to this many items are built in one go
+
+
+class GraphCanvas(QGraphicsView):
+    nodeActivated = Signal(object)
+    viewSelectionChanged = Signal(list)
+    viewShown = Signal(object)
+    zoomChanged = Signal(float)
+    busyChanged = Signal(bool, str)
+    progressed = Signal(float, str)
+
+    def __init__(self, document: Document, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.document = document
+        self.measure = TextMeasure()
+        self.view: ViewGraph | None = None
+        self.layout_result: Layout | None = None
+        self.mode = "model"
+        self.node_items: dict[Hashable, NodeItem] = {}
+        self.edge_items: list[EdgeItem] = []
+        self._model_cache: tuple[int, int, ViewGraph, Layout] | None = None  # (graph id, revision, view, layout)
+        self._highlights: dict[str, tuple[set, QColor]] = {}
+        self._overlay: tuple[dict, str] | None = None
+        self._ghosts: tuple[set, set] = (set(), set())
+        self._job: Job | None = None
+        self._build_timer: QTimer | None = None
+        self._syncing = False
+        self._pending_state: dict = {}
+        self.last_timings: dict[str, float] = {}
+
+        self.setScene(self._new_scene())
+        self.setRenderHint(QPainter.Antialiasing, False)
+        self.setRenderHint(QPainter.TextAntialiasing, True)
+        self.setDragMode(QGraphicsView.ScrollHandDrag)
+        self.setTransformationAnchor(QGraphicsView.AnchorUnderMouse)
+        self.setResizeAnchor(QGraphicsView.AnchorViewCenter)
+        self.setViewportUpdateMode(QGraphicsView.MinimalViewportUpdate)
+        self.setOptimizationFlag(QGraphicsView.DontAdjustForAntialiasing, True)
+        self.setCacheMode(QGraphicsView.CacheBackground)
+        self.setBackgroundBrush(QColor("#f6f7f9"))
+        self.setFrameShape(QFrame.NoFrame)
+        self.setFocusPolicy(Qt.StrongFocus)
+
+        self.minimap = Minimap(self)
+        self.find_bar = FindBar(self)
+        self.legend = QLabel(self)
+        self.legend.setStyleSheet("QLabel { background: rgba(255,255,255,230); border: 1px solid #c9ced4; border-radius: 4px; padding: 4px 8px; }")
+        self.legend.hide()
+        self.horizontalScrollBar().valueChanged.connect(self.minimap.update)
+        self.verticalScrollBar().valueChanged.connect(self.minimap.update)
+
+        document.graphReplaced.connect(self._on_graph_replaced)
+        document.graphChanged.connect(self._on_graph_changed)
+        document.selectionChanged.connect(self._on_document_selection)
+        document.tensorSelected.connect(self._on_tensor_selected)
+
+    # ---- public API --------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._job is not None or self._build_timer is not None
+
+    def show_view(self, view: ViewGraph, fit: bool = True) -> None:
+        """Draw `view` (laid out in the background); `mode` becomes "view" until show_model()."""
+        self.mode = "view"
+        self._layout_and_show(view, {"fit": fit})
+
+    def show_model(self, fit: bool = False) -> None:
+        """Show the document's ONNX graph again (cached layout when the graph has not changed)."""
+        self.mode = "model"
+        graph = self.document.graph
+        if graph is None:
+            self._clear()
+            return
+        cache = self._model_cache
+        state = {"fit": fit, "initial": not fit}
+        if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
+            self._display(cache[2], cache[3], state)
+        else:
+            self._layout_and_show(from_graph(graph), state)
+
+    def prime_model_layout(self, graph, view: ViewGraph, result: Layout) -> None:
+        """Hand over a layout computed together with loading, so opening lays out only once."""
+        self._model_cache = (id(graph), graph.revision, view, result)
+
+    def select(self, ids: Iterable[Hashable], center: bool = False) -> None:
+        ids = [i for i in ids if i in self.node_items]
+        self._syncing = True
+        try:
+            scene = self.scene()
+            scene.clearSelection()
+            for i in ids:
+                self.node_items[i].setSelected(True)
+        finally:
+            self._syncing = False
+        self._on_scene_selection()
+        if center and ids:
+            self.center_on(ids[0])
+
+    def selected_ids(self) -> list:
+        return [it.node_id for it in self.scene().selectedItems() if isinstance(it, NodeItem)]
+
+    def center_on(self, node_id: Hashable) -> None:
+        item = self.node_items.get(node_id)
+        if item is None:
+            return
+        if self.zoom() < 0.6:
+            self._set_scale(1.0)
+        self.centerOn(item.sceneBoundingRect().center())
+
+    def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
+        self._highlights[role] = (set(ids), QColor(color))
+        self._apply_highlights()
+
+    def clear_highlight(self, role: str) -> None:
+        if self._highlights.pop(role, None) is not None:
+            self._apply_highlights()
+
+    def set_overlay(self, values: dict | None, legend: str = "") -> None:
+        """Heat colours: each node with a value is filled from pale yellow (low) to red (high)."""
+        self._overlay = (dict(values), legend) if values else None
+        self._apply_overlay()
+
+    def set_ghosts(self, removed_ids: Iterable[Hashable] = (), added_ids: Iterable[Hashable] = ()) -> None:
+        self._ghosts = (set(removed_ids), set(added_ids))
+        self._apply_ghosts()
+
+    def clear_ghosts(self) -> None:
+        self.set_ghosts((), ())
+
+    def zoom(self) -> float:
+        return self.transform().m11()
+
+    def zoom_by(self, factor: float) -> None:
+        self._set_scale(self.zoom() * factor)
+
+    def zoom_100(self) -> None:
+        center = self.mapToScene(self.viewport().rect().center())
+        self._set_scale(1.0)
+        self.centerOn(center)
+
+    def fit(self) -> None:
+        rect = self.scene().sceneRect()
+        if rect.isEmpty():
+            return
+        self.fitInView(rect, Qt.KeepAspectRatio)
+        if self.zoom() > 1.5:
+            self._set_scale(1.5)
+            self.centerOn(rect.center())
+        self._zoomed()
+
+    def fit_scale(self) -> float:
+        rect = self.scene().sceneRect()
+        vp = self.viewport().rect()
+        if rect.isEmpty() or vp.isEmpty():
+            return 1.0
+        return min(vp.width() / rect.width(), vp.height() / rect.height())
+
+    # ---- document signals --------------------------------------------------------------------
+    def _on_graph_replaced(self) -> None:
+        self.mode = "model"
+        self._highlights.clear()
+        self._overlay = None
+        self._ghosts = (set(), set())
+        self.show_model()
+
+    def _on_graph_changed(self) -> None:
+        if self.mode != "model" or self.document.graph is None:
+            self._model_cache = None
+            return
+        self._layout_and_show(from_graph(self.document.graph), {"keep": self._view_anchor()})
+
+    def _on_document_selection(self, ids: list) -> None:
+        if self.mode == "model" and not self._syncing and set(ids) != set(self.selected_ids()):
+            self.select(ids, center=len(ids) == 1 and not self._visible(ids[0]))
+
+    def _on_tensor_selected(self, name: str) -> None:
+        """Highlight a picked tensor's producer and consumers (and its edges)."""
+        if not name or self.view is None:
+            self.clear_highlight("tensor")
+            self._apply_highlights()
+            return
+        ids = set()
+        for n in self.view.nodes:
+            d = n.data
+            if d.get("tensor") == name or name in d.get("badge_tensors", ()) or name in d.get("inputs", ()) or name in d.get("outputs", ()):
+                ids.add(n.id)
+        self.set_highlight("tensor", ids, HIGHLIGHT_COLORS["tensor"])
+
+    # ---- layout and scene building ------------------------------------------------------------
+    def _layout_and_show(self, view: ViewGraph, state: dict) -> None:
+        if self._job is not None:
+            self._job.cancel()
+            self._job.done.disconnect()
+        measure = self.measure
+        t0 = time.perf_counter()
+
+        def work(job: Job):
+            sizes = {n.id: node_size(n, measure) for n in view.nodes}
+            job.check()
+            return layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(f, "Laying out the graph"))
+
+        job = Job(work, "Laying out the graph", self)
+        self._job = job
+        job.progressed.connect(self.progressed)
+        job.done.connect(lambda result: self._layout_done(job, view, result, state, t0))
+        job.failed.connect(lambda msg: self._job_ended(job, msg))
+        job.cancelled.connect(lambda: self._job_ended(job, ""))
+        job.finished.connect(job.deleteLater)
+        self.busyChanged.emit(True, "Laying out the graph")
+        job.start()
+
+    def cancel(self) -> None:
+        """Stop a running layout (the current scene stays)."""
+        if self._job is not None:
+            self._job.cancel()
+
+    def _job_ended(self, job: Job, message: str) -> None:
+        if self._job is job:
+            self._job = None
+            self.busyChanged.emit(False, message)
+
+    def _layout_done(self, job: Job, view: ViewGraph, result: Layout, state: dict, t0: float) -> None:
+        if self._job is not job:
+            return
+        self._job = None
+        self.last_timings["layout"] = time.perf_counter() - t0
+        if self.mode == "model" and self.document.graph is not None and view.data.get("source") == "onnx":
+            self._model_cache = (id(self.document.graph), self.document.graph.revision, view, result)
+        self._display(view, result, state)
+
+    def _display(self, view: ViewGraph, result: Layout, state: dict) -> None:
+        """Build a new scene for `view` (time-sliced for big graphs), then swap it in."""
+        if self._build_timer is not None:
+            self._build_timer.stop()
+            self._build_timer = None
+        t0 = time.perf_counter()
+        scene = self._new_scene()
+        scene.setSceneRect(QRectF(-40, -40, result.width + 80, result.height + 80))
+        node_items: dict[Hashable, NodeItem] = {}
+        edge_items: list[EdgeItem] = []
+        boxes = result.boxes
+
+        def make_items():
+            for n in view.nodes:
+                b = boxes.get(n.id)
+                if b is None:
+                    continue
+                item = NodeItem(n, b.w, b.h)
+                item.setPos(b.x - b.w / 2, b.y - b.h / 2)
+                scene.addItem(item)
+                node_items[n.id] = item
+                yield
+            for e, pts in zip(view.edges, result.routes):
+                if len(pts) < 2:
+                    continue
+                item = EdgeItem(e, pts)
+                scene.addItem(item)
+                edge_items.append(item)
+                yield
+
+        gen = make_items()
+        total = len(view.nodes) + len(view.edges)
+
+        def finish():
+            self._build_timer = None
+            self._swap_in(view, result, scene, node_items, edge_items, state)
+            self.last_timings["items"] = time.perf_counter() - t0
+            self.busyChanged.emit(False, "")
+            self.viewShown.emit(view)
+
+        if total <= SYNC_ITEMS:
+            for _ in gen:
+                pass
+            finish()
+            return
+
+        self.busyChanged.emit(True, "Drawing the graph")
+        timer = QTimer(self)
+        timer.setInterval(0)
+        done_count = [0]
+
+        def step():
+            end = time.perf_counter() + CHUNK_SECONDS
+            for _ in gen:
+                done_count[0] += 1
+                if done_count[0] % 64 == 0 and time.perf_counter() > end:
+                    self.progressed.emit(done_count[0] / total, "Drawing the graph")
+                    return
+            timer.stop()
+            finish()
+
+        timer.timeout.connect(step)
+        self._build_timer = timer
+        timer.start()
+
+    def _new_scene(self) -> QGraphicsScene:
+        scene = QGraphicsScene(self)
+        scene.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
+        scene.selectionChanged.connect(self._on_scene_selection)
+        return scene
+
+    def _swap_in(self, view, result, scene, node_items, edge_items, state) -> None:
+        old = self.scene()
+        keep = state.get("keep")
+        transform = self.transform()
+        self._syncing = True
+        self.setScene(scene)
+        self._syncing = False
+        old.selectionChanged.disconnect(self._on_scene_selection)
+        old.deleteLater()
+        self.view = view
+        self.layout_result = result
+        self.node_items = node_items
+        self.edge_items = edge_items
+        self._apply_highlights()
+        self._apply_overlay()
+        self._apply_ghosts()
+        if self.mode == "model":
+            self.select(self.document.selection)
+            if self.document.selected_tensor:
+                self._on_tensor_selected(self.document.selected_tensor)
+        if keep is not None:
+            self.setTransform(transform)
+            anchor_id, offset = keep
+            item = node_items.get(anchor_id)
+            if item is not None:
+                self.centerOn(item.sceneBoundingRect().center() - offset)
+        elif state.get("fit"):
+            self.fit()
+        else:
+            self._initial_view()
+        self.minimap.rebuild()
+        self.find_bar.refresh()
+        self._zoomed()
+
+    def _initial_view(self) -> None:
+        """Fit when the whole graph stays readable; otherwise 100 % at the graph's top."""
+        if self.fit_scale() >= READABLE_SCALE:
+            self.fit()
+            return
+        self._set_scale(1.0)
+        if self.node_items:
+            top = min(self.node_items.values(), key=lambda it: (it.y(), it.x()))
+            c = top.sceneBoundingRect().center()
+            vp_h = self.viewport().height()
+            self.centerOn(QPointF(c.x(), c.y() + vp_h / 2 - 60))
+
+    def _clear(self) -> None:
+        old = self.scene()
+        self.setScene(self._new_scene())
+        old.deleteLater()
+        self.view = None
+        self.layout_result = None
+        self.node_items = {}
+        self.edge_items = []
+        self.minimap.rebuild()
+
+    def _view_anchor(self):
+        """The node nearest the viewport centre and its offset, to keep the view steady on relayout."""
+        center = self.mapToScene(self.viewport().rect().center())
+        best = None
+        for item in self.node_items.values():
+            c = item.sceneBoundingRect().center()
+            d = (c.x() - center.x()) ** 2 + (c.y() - center.y()) ** 2
+            if best is None or d < best[0]:
+                best = (d, item.node_id, c - center)
+        return None if best is None else (best[1], best[2])
+
+    def _visible(self, node_id) -> bool:
+        item = self.node_items.get(node_id)
+        if item is None:
+            return False
+        return self.mapToScene(self.viewport().rect()).boundingRect().contains(item.sceneBoundingRect())
+
+    # ---- decorations -------------------------------------------------------------------------
+    def _apply_highlights(self) -> None:
+        for item in self.node_items.values():
+            new = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
+            if new != item.highlights:
+                item.highlights = new
+                item.update()
+        tensor = self.document.selected_tensor if self.mode == "model" else ""
+        for e in self.edge_items:
+            color = None
+            if tensor and e.edge.label == tensor:
+                color = QColor(HIGHLIGHT_COLORS["tensor"])
+            else:
+                for role, (ids, c) in self._highlights.items():
+                    if role != "tensor" and e.edge.src in ids and e.edge.dst in ids:
+                        color = c
+            if color != e.highlight:
+                e.highlight = color
+                e.update()
+        self.minimap.rebuild()
+
+    def _apply_overlay(self) -> None:
+        values, legend = self._overlay if self._overlay else ({}, "")
+        nums = [float(v) for k, v in values.items() if k in self.node_items]
+        hi = max(nums, default=0.0)
+        for item in self.node_items.values():
+            v = values.get(item.node_id)
+            if v is None:
+                color, text = None, ""
+            else:
+                color, text = _heat(float(v) / hi if hi > 0 else 0.0), f"{float(v):.3g}"
+            if color != item.overlay or text != item.overlay_text:
+                item.overlay, item.overlay_text = color, text
+                item.update()
+        if values:
+            self.legend.setText(f"{legend}  (max {hi:.3g})" if legend else f"max {hi:.3g}")
+            self.legend.adjustSize()
+            self.legend.move(10, 10)
+            self.legend.show()
+        else:
+            self.legend.hide()
+
+    def _apply_ghosts(self) -> None:
+        removed, added = self._ghosts
+        for item in self.node_items.values():
+            g = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
+            if g != item.ghost:
+                item.ghost = g
+                item.update()
+        for e in self.edge_items:
+            faded = e.edge.src in removed or e.edge.dst in removed
+            if faded != e.faded:
+                e.faded = faded
+                e.update()
+
+    # ---- interaction -------------------------------------------------------------------------
+    def _on_scene_selection(self) -> None:
+        if self._syncing:
+            return
+        try:
+            ids = self.selected_ids()
+        except RuntimeError:  # scene being torn down
+            return
+        self.viewSelectionChanged.emit(ids)
+        if self.mode == "model":
+            self._syncing = True
+            try:
+                self.document.set_selection(ids)
+                if ids:
+                    self.document.set_selected_tensor("")
+            finally:
+                self._syncing = False
+
+    def mousePressEvent(self, event) -> None:
+        if event.button() == Qt.LeftButton:
+            item = self.itemAt(event.position().toPoint())
+            if isinstance(item, EdgeItem):
+                self.scene().clearSelection()
+                if self.mode == "model" and item.edge.label:
+                    self.document.set_selected_tensor(item.edge.label)
+                event.accept()
+                return
+            if isinstance(item, NodeItem):
+                badge = item.badge_at(item.mapFromScene(self.mapToScene(event.position().toPoint())))
+                super().mousePressEvent(event)
+                tensors = item.node.data.get("badge_tensors", [])
+                if badge is not None and self.mode == "model" and badge < len(tensors):
+                    self.document.set_selected_tensor(tensors[badge])
+                return
+            if item is None and self.mode == "model":
+                self.document.set_selected_tensor("")
+        super().mousePressEvent(event)
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        item = self.itemAt(event.position().toPoint())
+        if isinstance(item, NodeItem):
+            self.nodeActivated.emit(item.node_id)
+            event.accept()
+            return
+        super().mouseDoubleClickEvent(event)
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter):
+            ids = self.selected_ids()
+            if ids:
+                self.nodeActivated.emit(ids[0])
+                return
+        if event.key() == Qt.Key_Escape and self.find_bar.isVisible():
+            self.find_bar.close_bar()
+            return
+        super().keyPressEvent(event)
+
+    def wheelEvent(self, event) -> None:
+        delta = event.angleDelta().y() or event.pixelDelta().y()
+        if delta == 0:
+            return
+        if event.modifiers() & Qt.ShiftModifier and not event.modifiers() & Qt.ControlModifier:
+            super().wheelEvent(event)  # Shift+wheel scrolls
+            return
+        self._set_scale(self.zoom() * (1.0015 ** delta))
+
+    def _set_scale(self, s: float) -> None:
+        s = max(MIN_SCALE, min(MAX_SCALE, s))
+        cur = self.zoom()
+        if cur > 0 and abs(s - cur) > 1e-9:
+            self.scale(s / cur, s / cur)
+        self._zoomed()
+
+    def _zoomed(self) -> None:
+        self.zoomChanged.emit(self.zoom())
+        self.minimap.update()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.minimap.place()
+        self.find_bar.place()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.minimap.place()
+        self.find_bar.place()
+
+
+def _heat(t: float) -> QColor:
+    """Pale yellow (0) -> orange (0.5) -> red (1)."""
+    t = max(0.0, min(1.0, t))
+    stops = [(0.0, (255, 247, 214)), (0.5, (255, 160, 70)), (1.0, (214, 39, 40))]
+    for (t0, c0), (t1, c1) in zip(stops, stops[1:]):
+        if t <= t1:
+            f = (t - t0) / (t1 - t0)
+            return QColor(*(round(a + (b - a) * f) for a, b in zip(c0, c1)))
+    return QColor(*stops[-1][1])
+
+
+class Minimap(QWidget):
+    """The whole graph in a corner: boxes in their category colours and the visible area.
+
+    Drawn from the layout's boxes into a cached image (no scene rendering), so it is cheap to
+    rebuild for 10,000 nodes; click or drag to move the view. Hidden when everything fits.
+    """
+
+    MAX_W = 170
+    MAX_H = 230
+
+    def __init__(self, canvas: GraphCanvas):
+        super().__init__(canvas)
+        self.canvas = canvas
+        self.image: QImage | None = None
+        self._map: tuple[float, float, float, float] | None = None  # sx, sy, ox, oy
+        self.setCursor(Qt.PointingHandCursor)
+        self.enabled_by_user = True
+        self.hide()
+
+    def rebuild(self) -> None:
+        lo = self.canvas.layout_result
+        if lo is None or not self.canvas.node_items:
+            self.image = None
+            self.hide()
+            return
+        rect = self.canvas.scene().sceneRect()
+        # aspect kept within 1:4 so very tall graphs still get a usable width
+        aspect = max(0.25, min(4.0, rect.width() / max(rect.height(), 1.0)))
+        if aspect >= self.MAX_W / self.MAX_H:
+            w, h = self.MAX_W, max(40, int(self.MAX_W / aspect))
+        else:
+            w, h = max(40, int(self.MAX_H * aspect)), self.MAX_H
+        self.resize(w, h)
+        img = QImage(w, h, QImage.Format_ARGB32_Premultiplied)
+        img.fill(QColor(255, 255, 255, 235))
+        sx, sy = (w - 8) / rect.width(), (h - 8) / rect.height()
+        ox, oy = 4 - rect.x() * sx, 4 - rect.y() * sy
+        self._map = (sx, sy, ox, oy)
+        p = QPainter(img)
+        for item in self.canvas.node_items.values():
+            b = item.sceneBoundingRect()
+            color = next(iter(item.highlights.values()), None) or category_colors(item.node.category)[1]
+            p.fillRect(QRectF(b.x() * sx + ox, b.y() * sy + oy, max(1.5, b.width() * sx), max(1.2, b.height() * sy)), color)
+        p.setPen(QColor("#9aa4ad"))
+        p.drawRect(0, 0, w - 1, h - 1)
+        p.end()
+        self.image = img
+        self.place()
+        self.update()
+
+    def place(self) -> None:
+        if self.image is None or not self.enabled_by_user:
+            self.hide()
+            return
+        vp = self.canvas.viewport().geometry()
+        self.move(vp.right() - self.width() - 10, vp.bottom() - self.height() - 10)
+        fits = self.canvas.fit_scale() >= self.canvas.zoom() * 0.999
+        self.setVisible(not fits)
+
+    def update(self) -> None:  # noqa: D401 - also re-evaluate visibility when the view moves
+        if self.image is not None and self.enabled_by_user:
+            fits = self.canvas.fit_scale() >= self.canvas.zoom() * 0.999
+            if fits == self.isVisible():
+                self.setVisible(not fits)
+        super().update()
+
+    def paintEvent(self, event) -> None:
+        if self.image is None or self._map is None:
+            return
+        p = QPainter(self)
+        p.drawImage(0, 0, self.image)
+        sx, sy, ox, oy = self._map
+        r = self.canvas.mapToScene(self.canvas.viewport().rect()).boundingRect()
+        view_rect = QRectF(r.x() * sx + ox, r.y() * sy + oy, max(4.0, r.width() * sx), max(4.0, r.height() * sy))
+        p.setPen(QPen(QColor("#d9480f"), 1.5))
+        p.setBrush(QColor(217, 72, 15, 30))
+        p.drawRect(view_rect.intersected(QRectF(0, 0, self.width(), self.height())))
+        p.end()
+
+    def _jump(self, pos) -> None:
+        if self._map is None:
+            return
+        sx, sy, ox, oy = self._map
+        self.canvas.centerOn(QPointF((pos.x() - ox) / sx, (pos.y() - oy) / sy))
+
+    def mousePressEvent(self, event) -> None:
+        self._jump(event.position())
+
+    def mouseMoveEvent(self, event) -> None:
+        if event.buttons() & Qt.LeftButton:
+            self._jump(event.position())
+
+
+class FindBar(QFrame):
+    """Ctrl+F: find nodes by op type, node name or tensor name; Enter = next hit, Shift+Enter = previous."""
+
+    def __init__(self, canvas: GraphCanvas):
+        super().__init__(canvas)
+        self.canvas = canvas
+        self.hits: list = []
+        self.index = -1
+        self.setObjectName("FindBar")
+        self.setStyleSheet("#FindBar { background: #ffffff; border: 1px solid #b8c0c8; border-radius: 5px; }")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(6, 4, 4, 4)
+        row.setSpacing(4)
+        self.edit = QLineEdit(self)
+        self.edit.setPlaceholderText("Find op type, node or tensor name…")
+        self.edit.setClearButtonEnabled(True)
+        self.edit.setMinimumWidth(240)
+        self.count = QLabel("", self)
+        self.count.setMinimumWidth(56)
+        prev_btn = QToolButton(self, text="▲", toolTip="Previous hit (Shift+Enter)", autoRaise=True)
+        next_btn = QToolButton(self, text="▼", toolTip="Next hit (Enter)", autoRaise=True)
+        close_btn = QToolButton(self, text="✕", toolTip="Close (Esc)", autoRaise=True)
+        for w in (self.edit, self.count, prev_btn, next_btn, close_btn):
+            row.addWidget(w)
+        self.edit.textChanged.connect(self._search)
+        self.edit.returnPressed.connect(self.next_hit)
+        prev_btn.clicked.connect(self.previous_hit)
+        next_btn.clicked.connect(self.next_hit)
+        close_btn.clicked.connect(self.close_bar)
+        QShortcut(QKeySequence("Shift+Return"), self.edit, activated=self.previous_hit, context=Qt.WidgetShortcut)
+        QShortcut(QKeySequence("Escape"), self.edit, activated=self.close_bar, context=Qt.WidgetShortcut)
+        self.hide()
+
+    def open(self) -> None:
+        self.place()
+        self.show()
+        self.raise_()
+        self.edit.setFocus()
+        self.edit.selectAll()
+
+    def close_bar(self) -> None:
+        self.hide()
+        self.canvas.clear_highlight("search")
+        self.canvas.setFocus()
+
+    def place(self) -> None:
+        self.adjustSize()
+        vp = self.canvas.viewport().geometry()
+        self.move(vp.right() - self.width() - 12, vp.top() + 10)
+
+    def refresh(self) -> None:
+        """Re-run the search on a new view (kept open across relayouts)."""
+        if self.isVisible() and self.edit.text():
+            self._search(self.edit.text())
+
+    def search(self, text: str) -> list:
+        """Set the query (as if typed) and return the hits."""
+        self.edit.setText(text)
+        return list(self.hits)
+
+    def _search(self, text: str) -> None:
+        view = self.canvas.view
+        self.hits = find_nodes(view, text) if view is not None else []
+        self.hits = [h for h in self.hits if h in self.canvas.node_items]
+        self.index = -1
+        self._update_count()
+        if self.hits:
+            self.canvas.set_highlight("search", self.hits, HIGHLIGHT_COLORS["search"])
+        else:
+            self.canvas.clear_highlight("search")
+
+    def _update_count(self) -> None:
+        if not self.edit.text():
+            self.count.setText("")
+        elif not self.hits:
+            self.count.setText("no hits")
+        else:
+            self.count.setText(f"{self.index + 1 if self.index >= 0 else 0}/{len(self.hits)}")
+
+    def _go(self, step: int) -> None:
+        if not self.hits:
+            return
+        self.index = (self.index + step) % len(self.hits)
+        node_id = self.hits[self.index]
+        self.canvas.select([node_id])
+        self.canvas.center_on(node_id)
+        self._update_count()
+
+    def next_hit(self) -> None:
+        self._go(1)
+
+    def previous_hit(self) -> None:
+        self._go(-1)

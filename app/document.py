@@ -1,0 +1,167 @@
+"""The open model as the GUI sees it: one `Document` per window.
+
+A Document holds the core `Graph`, the file path, the selection and a `QUndoStack`. Every change
+to the graph goes through `Document.push(edit)` with a `core.history.Edit`: the edit is wrapped in
+a QUndoCommand, so Undo/Redo, the dirty mark and the views all follow from the stack. Views
+listen to the signals and never mutate the Graph themselves.
+
+Signals
+    graphReplaced()            a different model was opened (views rebuild from scratch)
+    graphChanged()             an edit was done, undone or redone (views refresh)
+    selectionChanged(list)     the selected node ids (ints for ONNX nodes; may be empty)
+    tensorSelected(str)        a tensor (edge or constant badge) was picked; '' clears it
+    dirtyChanged(bool)         the model differs from the file on disk (or not any more)
+    pathChanged(str)           the file path changed (Save As)
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtGui import QUndoCommand, QUndoStack
+
+from core import Graph, WorkbenchError, load_model, save_model
+from core.history import Edit
+
+__all__ = ["Document", "EditCommand"]
+
+logger = logging.getLogger(__name__)
+
+
+class EditCommand(QUndoCommand):
+    """A core Edit on the undo stack. The first redo (at push time) may raise EditError: the
+    Document catches it and drops the command, so the stack never holds a command that did nothing."""
+
+    def __init__(self, document: "Document", edit: Edit):
+        super().__init__(edit.description)
+        self.document = document
+        self.edit = edit
+        self._first = True
+
+    def redo(self) -> None:
+        graph = self.document.graph
+        if self._first:
+            self._first = False
+            try:
+                self.edit.do(graph)
+            except WorkbenchError as e:
+                # QUndoStack.push cannot be refused from redo(): mark it obsolete so Qt drops it
+                self.document._push_error = e
+                self.setObsolete(True)
+                return
+        else:
+            self.edit.redo(graph)
+        graph.changed()
+        self.document.graphChanged.emit()
+
+    def undo(self) -> None:
+        graph = self.document.graph
+        self.edit.undo(graph)
+        graph.changed()
+        self.document.graphChanged.emit()
+
+
+class Document(QObject):
+    graphReplaced = Signal()
+    graphChanged = Signal()
+    selectionChanged = Signal(list)
+    tensorSelected = Signal(str)
+    dirtyChanged = Signal(bool)
+    pathChanged = Signal(str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.graph: Graph | None = None
+        self.path: Path | None = None
+        self.undo_stack = QUndoStack(self)
+        self._selection: list = []
+        self._tensor = ""
+        self._push_error: WorkbenchError | None = None
+        self.undo_stack.cleanChanged.connect(lambda clean: self.dirtyChanged.emit(not clean))
+
+    # ---- model -------------------------------------------------------------------------------
+    @property
+    def is_dirty(self) -> bool:
+        return self.graph is not None and not self.undo_stack.isClean()
+
+    def open(self, path: str | Path) -> Graph:
+        """Load a model and make it the document's (raises WorkbenchError and keeps the current
+        model when the file is bad). Loading can also happen elsewhere: see `set_graph`."""
+        graph = load_model(path)
+        self.set_graph(graph, Path(path))
+        return graph
+
+    def set_graph(self, graph: Graph, path: str | Path | None) -> None:
+        """Replace the model (e.g. after a background load): clears undo history and selection."""
+        self.graph = graph
+        self.path = Path(path) if path is not None else None
+        self.undo_stack.clear()
+        self.undo_stack.setClean()
+        self._selection = []
+        self._tensor = ""
+        self.graphReplaced.emit()
+        self.pathChanged.emit(str(self.path) if self.path else "")
+        self.dirtyChanged.emit(False)
+        self.selectionChanged.emit([])
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write the model (to `path`, or where it came from) and mark the stack clean."""
+        if self.graph is None:
+            raise WorkbenchError("There is no model to save.")
+        target = Path(path) if path is not None else self.path
+        if target is None:
+            raise WorkbenchError("The model has no file name yet; use Save As.")
+        try:
+            save_model(self.graph, target)
+        except OSError as e:
+            raise WorkbenchError(f"{target} cannot be written: {e.strerror or e}.") from None
+        if target != self.path:
+            self.path = target
+            self.graph.path = target
+            self.pathChanged.emit(str(target))
+        self.undo_stack.setClean()
+        return target
+
+    # ---- edits -------------------------------------------------------------------------------
+    def push(self, edit: Edit, show_errors: bool = True) -> bool:
+        """Apply `edit` as one undoable step; True when it applied.
+
+        When the edit cannot apply (EditError or another WorkbenchError from its `do`), nothing is
+        pushed and the graph is untouched; the sentence is shown in a message box, or raised when
+        `show_errors` is False (for callers that report it their own way)."""
+        if self.graph is None:
+            error: WorkbenchError | None = WorkbenchError("There is no model to edit.")
+        else:
+            self._push_error = None
+            self.undo_stack.push(EditCommand(self, edit))
+            error, self._push_error = self._push_error, None
+        if error is None:
+            return True
+        if not show_errors:
+            raise error
+        from PySide6.QtWidgets import QApplication, QMessageBox
+
+        QMessageBox.warning(QApplication.activeWindow(), "Cannot apply the edit", str(error))
+        return False
+
+    # ---- selection ---------------------------------------------------------------------------
+    @property
+    def selection(self) -> list:
+        return list(self._selection)
+
+    def set_selection(self, ids) -> None:
+        ids = list(ids)
+        if ids != self._selection:
+            self._selection = ids
+            self.selectionChanged.emit(list(ids))
+
+    @property
+    def selected_tensor(self) -> str:
+        return self._tensor
+
+    def set_selected_tensor(self, name: str) -> None:
+        """Pick a tensor (its producer and consumers get highlighted); '' clears the pick."""
+        if name != self._tensor:
+            self._tensor = name
+            self.tensorSelected.emit(name)

@@ -1,0 +1,269 @@
+"""The canvas's scene items: cheap, custom-painted boxes and edges.
+
+Thousands of these live in one scene, so each is a bare QGraphicsItem with a fixed bounding rect,
+no shadows and no child items. Text is laid out once into QStaticText (created on first paint, so
+building 10,000 items costs no text layout) and painting switches to plain rectangles / hairlines
+when zoomed out (level of detail), where text would be unreadable anyway.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPen, QPolygonF, QStaticText
+from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
+
+from core.viewgraph import ViewEdge, ViewNode
+
+from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
+
+__all__ = ["NodeItem", "EdgeItem", "node_size", "BADGE_MAX_WIDTH"]
+
+PAD_X = 9.0
+PAD_Y = 4.0
+STRIPE = 4.0
+MIN_WIDTH = 84.0
+BADGE_MAX_WIDTH = 250.0
+BADGE_SEP = "  "
+TEXT_LOD = 0.45  # below this scale, boxes are drawn without text
+SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
+_FONTS = None
+_METRICS = None
+
+
+def _fonts():
+    global _FONTS, _METRICS
+    if _FONTS is None:
+        _FONTS = node_fonts()
+        _METRICS = [QFontMetricsF(f) for f in _FONTS]
+    return _FONTS, _METRICS
+
+
+def badge_text(node: ViewNode) -> str:
+    return BADGE_SEP.join(node.badges)
+
+
+def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
+    """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects)."""
+    w = measure.width(node.label, 0)
+    h = PAD_Y * 2 + measure.heights[0]
+    if node.detail:
+        w = max(w, measure.width(node.detail, 1))
+        h += measure.heights[1]
+    if node.badges:
+        w = max(w, min(BADGE_MAX_WIDTH, measure.width(badge_text(node), 2)))
+        h += measure.heights[2] + 1
+    return max(MIN_WIDTH, math.ceil(w + 2 * PAD_X + STRIPE)), math.ceil(h)
+
+
+class NodeItem(QGraphicsItem):
+    """One view node. `highlights` maps a role to a colour (rings drawn outside the box)."""
+
+    def __init__(self, node: ViewNode, w: float, h: float):
+        super().__init__()
+        self.node = node
+        self.node_id: Hashable = node.id
+        self.rect = QRectF(0, 0, w, h)
+        self._bounds = self.rect.adjusted(-5, -5, 5, 5)
+        self.highlights: dict[str, QColor] = {}
+        self.overlay: QColor | None = None
+        self.overlay_text = ""
+        self.ghost = ""  # "", "removed" or "added"
+        self._texts: list[tuple[QStaticText, QPointF, int]] | None = None
+        self._badge_spans: list[tuple[float, float, int]] = []
+        self.setFlag(QGraphicsItem.ItemIsSelectable, True)
+        self.setZValue(1)
+        if node.tooltip:
+            self.setToolTip(node.tooltip)
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        p = QPainterPath()
+        p.addRect(self.rect)
+        return p
+
+    def _layout_text(self) -> None:
+        fonts, metrics = _fonts()
+        texts = []
+        y = PAD_Y
+        x = STRIPE + PAD_X
+        avail = self.rect.width() - x - PAD_X + 2
+        lines = [(self.node.label, 0)]
+        if self.node.detail:
+            lines.append((self.node.detail, 1))
+        badges = badge_text(self.node)
+        if badges:
+            lines.append((badges, 2))
+        for text, fi in lines:
+            fm = metrics[fi]
+            shown = fm.elidedText(text, Qt.ElideRight, avail) if fm.horizontalAdvance(text) > avail else text
+            st = QStaticText(shown)
+            st.setTextFormat(Qt.PlainText)
+            st.prepare(font=fonts[fi])
+            texts.append((st, QPointF(x, y + (1 if fi == 2 else 0)), fi))
+            if fi == 2:
+                # x ranges of each badge, for clicking one to inspect its tensor
+                cx = x
+                for k, b in enumerate(self.node.badges):
+                    bw = fm.horizontalAdvance(b)
+                    self._badge_spans.append((cx, min(cx + bw, x + avail), k))
+                    cx += bw + fm.horizontalAdvance(BADGE_SEP)
+                self._badge_y = (y, y + fm.height() + 1)
+            y += fm.height()
+        self._texts = texts
+
+    def badge_at(self, pos: QPointF) -> int | None:
+        """Index of the badge under `pos` (item coordinates), or None."""
+        if not self.node.badges:
+            return None
+        if self._texts is None:
+            self._layout_text()
+        y0, y1 = self._badge_y
+        if not (y0 <= pos.y() <= y1):
+            return None
+        for a, b, k in self._badge_spans:
+            if a <= pos.x() <= b:
+                return k
+        return None
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        fill, accent = category_colors(self.node.category)
+        if self.overlay is not None:
+            fill = self.overlay
+        selected = bool(option.state & QStyle.State_Selected)
+        rect = self.rect
+        if self.ghost == "removed":
+            painter.setOpacity(0.35)
+        if lod < TEXT_LOD:
+            # zoomed out: a flat box, the strongest highlight as its colour
+            if selected:
+                painter.fillRect(rect.adjusted(-4, -4, 4, 4), QColor(HIGHLIGHT_COLORS["selection"]))
+            elif self.highlights:
+                painter.fillRect(rect.adjusted(-4, -4, 4, 4), next(iter(self.highlights.values())))
+            painter.fillRect(rect, accent if self.overlay is None and lod < 0.15 else fill)
+            if lod >= 0.15:
+                painter.fillRect(QRectF(rect.x(), rect.y(), STRIPE, rect.height()), accent)
+            return
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        for k, color in enumerate(self.highlights.values()):
+            painter.setPen(QPen(color, 3.0))
+            painter.setBrush(Qt.NoBrush)
+            d = 2.5 + 3 * k if k < 2 else 2.5
+            painter.drawRoundedRect(rect.adjusted(-d, -d, d, d), 5, 5)
+        if self.ghost == "added":
+            pen = QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
+        elif self.ghost == "removed":
+            pen = QPen(QColor("#c62828"), 2.0, Qt.DashLine)
+        elif selected:
+            pen = QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
+        else:
+            pen = QPen(accent, 1.0)
+        painter.setPen(pen)
+        painter.setBrush(QBrush(fill))
+        painter.drawRoundedRect(rect, 4, 4)
+        painter.setRenderHint(QPainter.Antialiasing, False)
+        painter.fillRect(QRectF(rect.x() + 1, rect.y() + 1, STRIPE, rect.height() - 2), accent)
+        if self._texts is None:
+            self._layout_text()
+        fonts, _ = _fonts()
+        light = self.node.category == "io" and self.overlay is None
+        colors = (QColor("#ffffff"), QColor("#d6dde2"), QColor("#d6dde2")) if light else (QColor("#1b1f23"), QColor("#454d55"), QColor("#5b4a2a"))
+        for st, pt, fi in self._texts:
+            painter.setFont(fonts[fi])
+            painter.setPen(colors[fi])
+            painter.drawStaticText(pt, st)
+        if self.overlay_text:
+            painter.setFont(fonts[2])
+            painter.setPen(QColor("#1b1f23"))
+            painter.drawText(rect.adjusted(0, 0, -4, -2), Qt.AlignRight | Qt.AlignBottom, self.overlay_text)
+
+
+class EdgeItem(QGraphicsItem):
+    """One tensor use: a spline from the producer's box to the consumer's, with an arrowhead."""
+
+    PEN = None
+
+    def __init__(self, edge: ViewEdge, points: list[tuple[float, float]]):
+        super().__init__()
+        self.edge = edge
+        path = QPainterPath(QPointF(*points[0]))
+        for i in range(1, len(points) - 2, 3):
+            path.cubicTo(QPointF(*points[i]), QPointF(*points[i + 1]), QPointF(*points[i + 2]))
+        if len(points) == 2:
+            path.lineTo(QPointF(*points[1]))
+        self.path = path
+        self.arrow = self._arrowhead(points)
+        self._bounds = path.boundingRect().united(self.arrow.boundingRect()).adjusted(-3, -3, 3, 3)
+        self._shape: QPainterPath | None = None
+        self.highlight: QColor | None = None
+        self.hovered = False
+        self.faded = False
+        self.setZValue(0)
+        self.setAcceptHoverEvents(True)
+        tip = edge.label + (f": {edge.detail}" if edge.detail else "")
+        if tip:
+            self.setToolTip(tip)
+
+    @staticmethod
+    def _arrowhead(points) -> QPolygonF:
+        (x0, y0), (x1, y1) = points[-2], points[-1]
+        dx, dy = x1 - x0, y1 - y0
+        n = math.hypot(dx, dy) or 1.0
+        ux, uy = dx / n, dy / n
+        size = 7.0
+        bx, by = x1 - ux * size, y1 - uy * size
+        return QPolygonF([QPointF(x1, y1), QPointF(bx - uy * size * 0.45, by + ux * size * 0.45), QPointF(bx + uy * size * 0.45, by - ux * size * 0.45)])
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        if self._shape is None:
+            stroker = QPainterPathStroker()
+            stroker.setWidth(7.0)
+            self._shape = stroker.createStroke(self.path)
+        return self._shape
+
+    def hoverEnterEvent(self, event) -> None:
+        self.hovered = True
+        self.update()
+
+    def hoverLeaveEvent(self, event) -> None:
+        self.hovered = False
+        self.update()
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        color = self.highlight if self.highlight is not None else QColor("#6f7c88")
+        if self.faded:
+            painter.setOpacity(0.3)
+        width = 2.4 if (self.highlight is not None or self.hovered) else 1.2
+        if lod < TEXT_LOD:
+            pen = QPen(color, 0 if self.highlight is None else 2.0 / max(lod, 0.01))
+            painter.setPen(pen)
+            painter.setBrush(Qt.NoBrush)
+            painter.drawPath(self.path)
+            return
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setPen(QPen(color, width))
+        painter.setBrush(Qt.NoBrush)
+        painter.drawPath(self.path)
+        painter.setPen(Qt.NoPen)
+        painter.setBrush(color)
+        painter.drawPolygon(self.arrow)
+        if (lod >= SHAPE_LOD or self.hovered) and self.edge.detail:
+            fonts, metrics = _fonts()
+            painter.setFont(fonts[2])
+            mid = self.path.pointAtPercent(0.5)
+            text = self.edge.detail
+            tw = metrics[2].horizontalAdvance(text)
+            th = metrics[2].height()
+            box = QRectF(mid.x() + 4, mid.y() - th / 2, tw + 6, th)
+            painter.setBrush(QColor(255, 255, 255, 225))
+            painter.drawRoundedRect(box, 3, 3)
+            painter.setPen(QColor("#2d3a45"))
+            painter.drawText(box, Qt.AlignCenter, text)
