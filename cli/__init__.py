@@ -20,6 +20,7 @@ __all__ = ["COMMANDS", "run_cli", "run_gui_entry", "SAMPLE_MODEL"]
 # name -> module (in this package)
 COMMANDS: dict[str, str] = {
     "inspect": "inspect_cmd",
+    "screenshot": "screenshot_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
