@@ -1,0 +1,855 @@
+"""Compile a model for CPU (LLVM) or GPU (CUDA), check it against onnxruntime, export a folder that ships.
+
+The chain is the one the Lowering panel shows: import the ONNX graph into Relax, run the pass
+pipeline of `core.pipeline` (graph passes, LegalizeOps, FuseOps/FuseTIR, then
+`core.schedules.schedule_pass(target)`), then the VM lowering passes and code generation
+(`tvm.compile`). What the user steps through is what gets compiled.
+
+Never a silent wrong answer: TVM's ONNX frontend computes wrong results for some ops without any
+warning, so `compile_model` runs the compiled model and onnxruntime on the same seeded random
+inputs and refuses (naming the op and node that first goes wrong) when they disagree. Known bad
+conversions are replaced by the workbench's own converters (`core.tvm_converters`).
+
+An exported artifact folder holds:
+
+* `model.so`: the compiled library (weights embedded as constants; for CUDA the kernels are
+  compiled to a fatbin by nvcc at export, so nothing is compiled at load);
+* `manifest.json`: inputs/outputs (shapes with symbolic dims, dtypes), target, TVM version, source
+  model sha256, rewrites and passes applied, verification and measured figures;
+* `run.py`: a runner that needs only `apache-tvm` and `numpy`;
+* `model.onnx`: the model that was compiled (the optimized one when rewrites were applied), so
+  `bench ARTIFACT --vs-ort` can compare against onnxruntime later;
+* `kernels.cu` for CUDA: the generated CUDA source, for reading.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import WorkbenchError
+
+__all__ = [
+    "Artifact",
+    "TensorSpec",
+    "CompileCancelled",
+    "CompiledMismatchError",
+    "compile_model",
+    "load_artifact",
+    "random_feeds",
+    "compare_outputs",
+    "MANIFEST",
+    "LIBRARY",
+    "RTOL",
+    "ATOL",
+]
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+LIBRARY = "model.so"
+RUNNER = "run.py"
+SOURCE_MODEL = "model.onnx"
+CUDA_SOURCE = "kernels.cu"
+FORMAT_VERSION = 1
+RTOL = 1e-3
+ATOL = 1e-4
+
+# nvcc targets for the exported fatbin: machine code for the common data-centre GPUs plus PTX
+# that the driver JIT-compiles on anything newer.
+_CUDA_GENCODES = ("sm_80", "sm_86", "sm_89", "sm_90")
+_CUDA_PTX = "compute_80"
+
+Progress = Callable[[str, float], None]
+
+
+class CompileCancelled(WorkbenchError):
+    """The user cancelled a compile."""
+
+
+class CompiledMismatchError(WorkbenchError):
+    """The compiled model computes something different from onnxruntime."""
+
+    def __init__(self, message: str, op_type: str = "", node_name: str = "", max_abs_err: float = float("nan")):
+        super().__init__(message)
+        self.op_type = op_type
+        self.node_name = node_name
+        self.max_abs_err = max_abs_err
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output: name, shape (ints, or names of symbolic dims), dtype."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_json(d: dict) -> "TensorSpec":
+        return TensorSpec(d["name"], tuple(d["shape"]), d["dtype"])
+
+    def concrete_shape(self, dims: dict[str, int] | None = None, default: int = 1) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else int((dims or {}).get(d, default)) for d in self.shape)
+
+
+# --------------------------------------------------------------------------------------------
+# inputs and comparison
+
+
+def random_feeds(specs: list[TensorSpec], seed: int = 0, dims: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random inputs for `specs`: normal floats, small non-negative integers (valid as
+    indices for most gathers), booleans; symbolic dims take their value from `dims` (default 1)."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for s in specs:
+        shape = s.concrete_shape(dims)
+        dt = np.dtype(s.dtype)
+        if np.issubdtype(dt, np.floating):
+            feeds[s.name] = rng.standard_normal(shape).astype(dt)
+        elif dt == np.bool_:
+            feeds[s.name] = rng.integers(0, 2, size=shape).astype(dt)
+        else:
+            feeds[s.name] = rng.integers(0, 4, size=shape).astype(dt)
+    return feeds
+
+
+def compare_outputs(ours: list[np.ndarray], reference: list[np.ndarray], rtol: float = RTOL, atol: float = ATOL) -> tuple[bool, float, int]:
+    """(all close, max abs error, index of the first output that differs or -1)."""
+    worst = 0.0
+    first_bad = -1
+    if len(ours) != len(reference):
+        return False, float("inf"), 0
+    for i, (a, b) in enumerate(zip(ours, reference)):
+        a = np.asarray(a)
+        b = np.asarray(b)
+        if a.shape != b.shape:
+            return False, float("inf"), i
+        if a.size == 0:
+            continue
+        if a.dtype == np.bool_ or b.dtype == np.bool_:
+            err = float(np.count_nonzero(a != b))
+            close = err == 0
+        else:
+            af = a.astype(np.float64)
+            bf = b.astype(np.float64)
+            both_nan = np.isnan(af) & np.isnan(bf)
+            diff = np.where(both_nan, 0.0, np.abs(af - bf))
+            err = float(np.nanmax(diff)) if diff.size else 0.0
+            if np.isnan(diff).any():
+                err = float("inf")
+            close = bool(np.all(both_nan | np.isclose(af, bf, rtol=rtol, atol=atol)))
+        worst = max(worst, err)
+        if not close and first_bad < 0:
+            first_bad = i
+    return first_bad < 0, worst, first_bad
+
+
+def _ort_session(model_bytes: bytes, threads: int | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads:
+        so.intra_op_num_threads = threads
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+
+def ort_run(model_bytes: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    sess = _ort_session(model_bytes)
+    names = {i.name for i in sess.get_inputs()}
+    return sess.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+# --------------------------------------------------------------------------------------------
+# the model side: specs from the ONNX graph
+
+
+def _specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    import onnx
+
+    inits = {t.name for t in proto.graph.initializer}
+
+    def spec(vi) -> TensorSpec:
+        tt = vi.type.tensor_type
+        shape: list[int | str] = []
+        for i, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(d.dim_param or f"{vi.name}_dim{i}")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+        return TensorSpec(vi.name, tuple(shape), dtype)
+
+    ins = [spec(vi) for vi in proto.graph.input if vi.name not in inits]
+    outs = [spec(vi) for vi in proto.graph.output]
+    return ins, outs
+
+
+def _resolve_graph(graph_or_path):
+    from .graph import Graph
+    from .onnx_io import load_model
+
+    if isinstance(graph_or_path, Graph):
+        return graph_or_path
+    if isinstance(graph_or_path, (str, os.PathLike)):
+        return load_model(graph_or_path)
+    raise WorkbenchError(f"compile_model needs a Graph or a path to an ONNX file, not {type(graph_or_path).__name__}.")
+
+
+# --------------------------------------------------------------------------------------------
+# import + pipeline: the lowering engineer's modules when present, TVM's own pieces otherwise
+
+
+def import_relax(proto):
+    """ONNX -> Relax IRModule with weights as constants, through the workbench's import hook
+    (which registers the converter fixes) when it exists."""
+    try:
+        from . import tvm_import  # noqa: F401
+    except ImportError:
+        tvm_import = None
+    if tvm_import is not None and hasattr(tvm_import, "import_onnx"):
+        result = tvm_import.import_onnx(proto)
+        return getattr(result, "mod", result)
+    from . import tvm_converters
+
+    return _guarded_import(lambda: tvm_converters.from_onnx_fixed(proto), proto)
+
+
+def _guarded_import(fn, proto):
+    """Run a frontend import; turn its failures into one sentence naming the op (and keep the
+    frontend's own prints off stdout, where `--json` output goes)."""
+    import contextlib
+    import io
+
+    from .errors import UnsupportedOpError
+
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            return fn()
+    except Exception as e:  # noqa: BLE001 - every frontend failure is the model's op, told in one sentence
+        text = str(e).strip()
+        m = re.search(r"not supported for frontend ONNX: (.+)", text)
+        if m:
+            ops = m.group(1).strip().rstrip(".")
+            raise UnsupportedOpError(f"TVM's ONNX frontend does not support the op(s) {ops}; this model cannot be compiled.", op_type=ops) from None
+        m = re.search(r"Error converting operator (\w+)", buf.getvalue())
+        op = m.group(1) if m else ""
+        node = next((n.name or n.op_type for n in proto.graph.node if n.op_type == op), "") if op else ""
+        last = text.splitlines()[-1] if text else type(e).__name__
+        where = f" at {op} node '{node}'" if op else ""
+        raise UnsupportedOpError(f"TVM's ONNX frontend failed{where}: {last}", op_type=op, node_name=node) from None
+
+
+def graph_passes(target) -> list[tuple[str, Any]]:
+    """The named passes from Relax import to scheduled TIR: core.pipeline's when it exists."""
+    try:
+        from . import pipeline
+    except ImportError:
+        pipeline = None
+    if pipeline is not None and hasattr(pipeline, "compile_passes"):
+        return list(pipeline.compile_passes(target))
+    import tvm
+    from tvm import relax
+
+    from .schedules import schedule_pass
+
+    return [
+        ("DecomposeOpsForInference", relax.transform.DecomposeOpsForInference()),
+        ("LegalizeOps", relax.transform.LegalizeOps()),
+        ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
+        ("FoldConstant", relax.transform.FoldConstant()),
+        ("FuseOps", relax.transform.FuseOps()),
+        ("FuseTIR", relax.transform.FuseTIR()),
+        ("Schedule", schedule_pass(target)),
+    ]
+
+
+def vm_lowering_passes(target) -> list[tuple[str, Any]]:
+    """Relax+TIR -> VM bytecode: the backend's dataflow-lowering and finalize passes."""
+    import importlib
+
+    backend = "cuda" if target.kind.name == "cuda" else "cpu_generic"
+    mod = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
+    passes = mod.dataflow_lower_passes(target) + mod.finalize_passes(target)
+    return [(p.info.name if hasattr(p, "info") else type(p).__name__, p) for p in passes]
+
+
+def _mod_fingerprint(mod) -> str:
+    return hashlib.sha256(mod.script(show_meta=False).encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# Artifact
+
+
+@dataclass
+class Artifact:
+    """A compiled model: run it, measure it, export it.
+
+    `library` is a `tvm.relax.VMExecutable` right after compile, or the `tvm.runtime.Module`
+    loaded from an exported folder; both run on the Relax VM.
+    """
+
+    library: Any
+    target: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    manifest: dict = field(default_factory=dict)
+    scheduled_mod: Any = None  # Relax+TIR IRModule before VM lowering (for the memory estimate)
+    model_bytes: bytes | None = None  # the ONNX model that was compiled
+    cuda_source: str | None = None
+    kernel_lineage: dict[str, list[str]] = field(default_factory=dict)  # kernel -> ONNX node names
+    folder: Path | None = None
+    _vm: Any = None
+
+    # -- running -------------------------------------------------------------------------
+
+    @property
+    def device(self):
+        import tvm
+
+        return tvm.cuda(0) if self.target == "cuda" else tvm.cpu(0)
+
+    def vm(self):
+        """The Relax VM (created on first use)."""
+        if self._vm is None:
+            import tvm
+            from tvm import relax
+
+            if self.target == "cuda" and not _gpu_present():
+                raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
+            self._vm = relax.VirtualMachine(self.library, self.device)
+            del tvm
+        return self._vm
+
+    def to_device(self, feeds: dict[str, np.ndarray]) -> list:
+        import tvm
+
+        args = []
+        for spec in self.inputs:
+            if spec.name not in feeds:
+                raise WorkbenchError(f"input '{spec.name}' is missing (the model needs {', '.join(s.name for s in self.inputs)}).")
+            a = np.ascontiguousarray(feeds[spec.name])
+            if a.dtype != np.dtype(spec.dtype):
+                raise WorkbenchError(f"input '{spec.name}' has dtype {a.dtype}, the model needs {spec.dtype}.")
+            if a.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
+                raise WorkbenchError(
+                    f"input '{spec.name}' has shape {list(a.shape)}, the model needs {list(spec.shape)}."
+                )
+            args.append(tvm.runtime.tensor(a, self.device))
+        return args
+
+    def run_device(self, args: list):
+        """One call of main on device tensors; returns the raw VM result (for timing loops)."""
+        return self.vm()["main"](*args)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run on numpy inputs (by input name); outputs in the model's output order."""
+        out = self.run_device(self.to_device(feeds))
+        return _flatten(out)
+
+    # -- export --------------------------------------------------------------------------
+
+    def export(self, folder: str | os.PathLike, measured: dict | None = None) -> Path:
+        """Write the deployable folder (library, manifest, runner, source model, CUDA source)."""
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise WorkbenchError(f"{folder} exists and is not a folder; choose another export location.")
+        folder.mkdir(parents=True, exist_ok=True)
+        lib_path = folder / LIBRARY
+        if self.folder is not None and (self.folder / LIBRARY).exists():
+            if self.folder.resolve() != folder.resolve():
+                shutil.copy2(self.folder / LIBRARY, lib_path)
+        elif self.target == "cuda":
+            _export_cuda_library(self.library, lib_path, self.manifest)
+        else:
+            self.library.export_library(str(lib_path))
+        if self.cuda_source:
+            (folder / CUDA_SOURCE).write_text(self.cuda_source)
+        if self.model_bytes is not None:
+            tmp = folder / (SOURCE_MODEL + ".tmp")
+            tmp.write_bytes(self.model_bytes)
+            os.replace(tmp, folder / SOURCE_MODEL)
+        runner = Path(__file__).with_name("runner_template.py")
+        shutil.copy2(runner, folder / RUNNER)
+        if measured:
+            self.manifest["measured"] = measured
+        self.manifest["files"] = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+        self.manifest["files"] = sorted(set(self.manifest["files"]) | {MANIFEST})
+        (folder / MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
+        self.folder = folder
+        return folder
+
+
+def _flatten(out) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    result = []
+    for x in out:
+        result.extend(_flatten(x))
+    return result
+
+
+def _gpu_present() -> bool:
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# CUDA export: carry compiled code (a fatbin), not source to be compiled at load
+
+
+def _cuda_modules(lib) -> list:
+    found, stack, seen = [], [lib.mod if hasattr(lib, "mod") else lib], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.kind == "cuda":
+            found.append(m)
+        stack.extend(m.imports)
+    return found
+
+
+def cuda_source_of(lib) -> str:
+    return "\n".join(m.inspect_source("cuda") for m in _cuda_modules(lib))
+
+
+def nvcc_fatbin(source: str, workdir: Path) -> bytes:
+    """Compile CUDA source to a fatbin for the common architectures (+ PTX for newer GPUs)."""
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc is None:
+        raise WorkbenchError("exporting a CUDA artifact needs nvcc (the CUDA toolkit) to compile the kernels; none was found on PATH.")
+    cu = workdir / "kernels.cu"
+    out = workdir / "kernels.fatbin"
+    cu.write_text(source)
+    cmd = [nvcc, "--fatbin", "-O3", "-o", str(out), str(cu)]
+    for sm in _CUDA_GENCODES:
+        cmd += ["-gencode", f"arch=compute_{sm[3:]},code={sm}"]
+    cmd += ["-gencode", f"arch={_CUDA_PTX},code={_CUDA_PTX}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise WorkbenchError(f"nvcc could not compile the generated CUDA kernels: {(r.stderr or r.stdout).strip().splitlines()[-1:]}.")
+    return out.read_bytes()
+
+
+def _u64(b: bytes, pos: int) -> tuple[int, int]:
+    return struct.unpack_from("<Q", b, pos)[0], pos + 8
+
+
+def _patch_cuda_blob(blob: bytes, fatbin: bytes) -> bytes:
+    """Rewrite a packed module blob so its CUDA module carries `fatbin` instead of CUDA source.
+
+    Layout (tvm-ffi): u64 payload size | import-tree row_ptr (u64 n + n*u64) | child indices
+    (u64 n + n*u64) | per module: key (u64 len + bytes), then for non-"_lib" keys the module's
+    bytes (u64 len + bytes). A CUDA module's bytes are fmt (string) | function map | code (bytes),
+    with code last.
+    """
+    size, pos = _u64(blob, 0)
+    n_row, pos = _u64(blob, pos)
+    pos += 8 * n_row
+    n_child, pos = _u64(blob, pos)
+    pos += 8 * n_child
+    out = bytearray(blob[8:pos])
+    patched = 0
+    for _ in range(n_row - 1):
+        klen, p2 = _u64(blob, pos)
+        key = blob[p2 : p2 + klen].decode()
+        out += blob[pos : p2 + klen]
+        pos = p2 + klen
+        if key == "_lib":
+            continue
+        dlen, p3 = _u64(blob, pos)
+        data = blob[p3 : p3 + dlen]
+        pos = p3 + dlen
+        if key == "cuda":
+            flen, q = _u64(data, 0)
+            fmt = data[q : q + flen].decode()
+            if fmt == "cuda":
+                # code (the source) is the trailing u64-length-prefixed field
+                for start in range(len(data) - 8, q + flen - 1, -1):
+                    clen = struct.unpack_from("<Q", data, start)[0]
+                    if start + 8 + clen == len(data) and clen > 0:
+                        break
+                else:  # pragma: no cover - layout changed
+                    raise WorkbenchError("the CUDA module's serialized layout is not the one this workbench knows; cannot embed compiled kernels.")
+                fmap = data[q + flen : start]
+                data = struct.pack("<Q", 6) + b"fatbin" + fmap + struct.pack("<Q", len(fatbin)) + fatbin
+                patched += 1
+        out += struct.pack("<Q", len(data)) + data
+    if patched == 0:
+        return blob
+    return struct.pack("<Q", len(out)) + bytes(out)
+
+
+def _blob_from_c(c_src: str) -> tuple[str, bytes, str]:
+    m = re.search(r"(const unsigned char (\w+)\[\d+\] = \{)(.*?)(\};)", c_src, re.S)
+    if not m:
+        raise WorkbenchError("TVM's packed library source has an unexpected layout; cannot embed compiled CUDA kernels.")
+    data = bytes(int(x, 16) for x in re.findall(r"0x([0-9a-fA-F]{2})", m.group(3)))
+    return c_src[: m.start()], data, m.group(2)
+
+
+def _export_cuda_library(lib, path: Path, manifest: dict) -> None:
+    from tvm.runtime import _ffi_api
+
+    source = cuda_source_of(lib)
+    with tempfile.TemporaryDirectory(prefix="mlcwb-cuda-") as tmp:
+        tmpd = Path(tmp)
+        fatbin = nvcc_fatbin(source, tmpd) if source else b""
+
+        def pack_imports(mod, is_system_lib, prefix, workspace_dir):
+            c_src = _ffi_api.ModulePackImportsToC(mod, is_system_lib, prefix)
+            head, blob, symbol = _blob_from_c(c_src)
+            new_blob = _patch_cuda_blob(blob, fatbin) if fatbin else blob
+            body = ",".join(f"0x{b:02x}" for b in new_blob)
+            text = head + f"const unsigned char {symbol}[{len(new_blob)}] = {{{body}}};\n#ifdef __cplusplus\n}}\n#endif\n"
+            out = os.path.join(workspace_dir, f"{prefix}devc.c")
+            with open(out, "w") as f:
+                f.write(text)
+            return out
+
+        lib.export_library(str(path), fpack_imports=pack_imports)
+    manifest.setdefault("cuda", {}).update(
+        {
+            "kernels": "fatbin" if fatbin else "none",
+            "fatbin_bytes": len(fatbin),
+            "architectures": list(_CUDA_GENCODES) + [_CUDA_PTX + " (PTX, JIT-compiled by the driver on newer GPUs)"],
+            "needs_at_load": "an NVIDIA driver and apache-tvm with CUDA support; no compiler",
+            "source": CUDA_SOURCE,
+        }
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# compile
+
+
+def _check_cancel(cancel: Callable[[], bool] | None) -> None:
+    if cancel is not None and cancel():
+        raise CompileCancelled("compile cancelled.")
+
+
+def compile_model(
+    graph_or_path,
+    target: str = "cpu",
+    *,
+    verify: bool = True,
+    verify_dims: dict[str, int] | None = None,
+    rewrites: list[str] | None = None,
+    tune_trials: int = 0,
+    tune_db: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+) -> Artifact:
+    """Compile an ONNX model (a Graph or a file) for 'cpu' or 'cuda' and return an Artifact.
+
+    With `verify` (the default) the compiled model runs against onnxruntime on seeded random
+    inputs; a difference beyond rtol/atol raises CompiledMismatchError naming the first op that
+    goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
+    `tune_trials` > 0 (or a `tune_db` folder with a tuning database) applies MetaSchedule where
+    core.schedules provides tuning.
+    """
+    import tvm
+
+    from .target import TARGET_KINDS, make_target
+
+    if target not in TARGET_KINDS:
+        raise WorkbenchError(f"unknown target '{target}': choose one of {', '.join(TARGET_KINDS)}.")
+    report = progress or (lambda step, frac: None)
+    graph = _resolve_graph(graph_or_path)
+    proto = graph.to_proto()
+    model_bytes = proto.SerializeToString(deterministic=True)
+    inputs, outputs = _specs_from_proto(proto)
+    tvm_target = make_target(target, cuda_arch=_host_cuda_arch() or "sm_80") if target == "cuda" else make_target(target)
+    passes_applied: list[dict] = []
+    t_start = time.perf_counter()
+
+    report("import to Relax", 0.02)
+    _check_cancel(cancel)
+    t0 = time.perf_counter()
+    mod = import_relax(proto)
+    passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(time.perf_counter() - t0, 4)})
+
+    steps = graph_passes(tvm_target)
+    tuning = None
+    if tune_trials > 0 or tune_db is not None:
+        tuning = _tuning_pass(tvm_target, tune_trials, tune_db)
+        if tuning is not None:
+            idx = next((i for i, (n, _) in enumerate(steps) if "schedule" in n.lower()), len(steps))
+            steps.insert(idx, tuning)
+    n = len(steps)
+    with tvm_target:
+        for i, (name, p) in enumerate(steps):
+            _check_cancel(cancel)
+            report(name, 0.05 + 0.55 * i / max(n, 1))
+            t0 = time.perf_counter()
+            mod = p(mod)
+            passes_applied.append({"name": name, "seconds": round(time.perf_counter() - t0, 4)})
+    scheduled = mod
+    _check_cancel(cancel)
+    report("code generation", 0.62)
+    t0 = time.perf_counter()
+    lowering = vm_lowering_passes(tvm_target)
+    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=tvm.transform.Sequential([p for _, p in lowering]))
+    passes_applied += [{"name": name} for name, _ in lowering]
+    passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
+
+    cuda_src = cuda_source_of(ex) if target == "cuda" else None
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "name": graph.name or (Path(graph.path).stem if getattr(graph, "path", None) else "model"),
+        "library": LIBRARY,
+        "runner": RUNNER,
+        "source_model": SOURCE_MODEL,
+        "source_model_sha256": hashlib.sha256(model_bytes).hexdigest(),
+        "source_path": str(graph.path) if getattr(graph, "path", None) else None,
+        "target": {"kind": target, "tvm_target": json.loads(json.dumps(_target_json(tvm_target)))},
+        "device": "cuda" if target == "cuda" else "cpu",
+        "tvm_version": tvm.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "inputs": [s.to_json() for s in inputs],
+        "outputs": [s.to_json() for s in outputs],
+        "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
+        "passes": passes_applied,
+        "tuning": {"trials": tune_trials, "database": str(tune_db) if tune_db else None} if tuning else None,
+        "compile_seconds": None,
+    }
+    art = Artifact(
+        library=ex,
+        target=target,
+        inputs=inputs,
+        outputs=outputs,
+        manifest=manifest,
+        scheduled_mod=scheduled,
+        model_bytes=model_bytes,
+        cuda_source=cuda_src,
+        kernel_lineage=_kernel_lineage(scheduled),
+    )
+    manifest["kernel_lineage"] = art.kernel_lineage
+    if verify and (target == "cpu" or _gpu_present()):
+        _check_cancel(cancel)
+        report("check against onnxruntime", 0.8)
+        manifest["verification"] = verify_artifact(art, graph, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
+    else:
+        manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
+    manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
+    report("done", 1.0)
+    return art
+
+
+def _target_json(t) -> dict:
+    try:
+        return json.loads(str(t))
+    except Exception:  # noqa: BLE001
+        return {"text": str(t)}
+
+
+def _host_cuda_arch() -> str | None:
+    """sm_XY of the local GPU, when there is one (so code is generated for what will run it)."""
+    if not _gpu_present():
+        return None
+    import tvm
+
+    try:
+        return "sm_" + str(tvm.cuda(0).compute_version).replace(".", "")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _tuning_pass(tvm_target, trials: int, db):
+    try:
+        from . import schedules
+    except ImportError:  # pragma: no cover
+        return None
+    fn = getattr(schedules, "tuning_pass", None)
+    if fn is None:
+        raise WorkbenchError("tuning is not available yet in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
+    return ("MetaSchedule tuning", fn(tvm_target, trials=trials, database=db))
+
+
+def _kernel_lineage(scheduled) -> dict[str, list[str]]:
+    """kernel (PrimFunc) name -> ONNX node names, from the lineage core.pipeline records."""
+    try:
+        from . import pipeline
+    except ImportError:
+        return {}
+    fn = getattr(pipeline, "kernel_lineage", None)
+    if fn is None:
+        return {}
+    try:
+        return {str(k): list(v) for k, v in fn(scheduled).items()}
+    except Exception:  # noqa: BLE001 - lineage is a view aid, never a reason to fail a compile
+        logger.exception("kernel lineage unavailable")
+        return {}
+
+
+# --------------------------------------------------------------------------------------------
+# verification
+
+
+def verify_artifact(
+    art: Artifact,
+    graph=None,
+    *,
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    cancel: Callable[[], bool] | None = None,
+) -> dict:
+    """Run ours and onnxruntime on the same random inputs; raise CompiledMismatchError naming the
+    first op that differs when they disagree. Returns the check's figures for the manifest."""
+    feeds = random_feeds(art.inputs, seed=seed, dims=dims)
+    ref = ort_run(art.model_bytes, feeds)
+    ours = art.run(feeds)
+    ok, err, bad = compare_outputs(ours, ref, rtol, atol)
+    result = {"checked": True, "inputs": "seeded random", "dims": dims or {}, "rtol": rtol, "atol": atol, "max_abs_err": err}
+    if ok:
+        return result
+    _check_cancel(cancel)
+    out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
+    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol) if art.target == "cpu" else None
+    if culprit is not None:
+        op, node, node_err = culprit
+        raise CompiledMismatchError(
+            f"the compiled model disagrees with onnxruntime (output '{out_name}', max abs error {err:.3g}); "
+            f"the first difference appears at {op} node '{node}' (max abs error {node_err:.3g}): "
+            f"TVM's conversion of {op} computes a wrong result here, so the workbench refuses this compile.",
+            op_type=op,
+            node_name=node,
+            max_abs_err=err,
+        )
+    raise CompiledMismatchError(
+        f"the compiled model disagrees with onnxruntime on output '{out_name}' (max abs error {err:.3g}); refusing to hand back a wrong result.",
+        max_abs_err=err,
+    )
+
+
+def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray], rtol: float, atol: float):
+    """(op_type, node name, error) of the first node, in topological order, whose output differs
+    between TVM and onnxruntime while everything before it agrees; None when none is found.
+
+    Works by exposing every float node output as a graph output and compiling once more."""
+    import onnx
+    import tvm
+    from tvm import relax
+
+    from .target import make_target
+
+    model = onnx.ModelProto()
+    model.ParseFromString(model_bytes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001
+        inferred = model
+    known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    existing = {o.name for o in model.graph.output}
+    order: list[tuple[str, str, str]] = []  # (tensor, op, node)
+    for node in model.graph.node:
+        for out in node.output:
+            if out and out in known and known[out].type.tensor_type.elem_type in (1, 10, 11, 16):
+                order.append((out, node.op_type, node.name or f"{node.op_type}({out})"))
+                if out not in existing:
+                    model.graph.output.append(known[out])
+    try:
+        from . import tvm_converters
+
+        mod = tvm_converters.from_onnx_fixed(model)
+        ex = tvm.compile(mod, make_target(target))
+        vm = relax.VirtualMachine(ex, tvm.cpu())
+        names = [i.name for i in model.graph.input if i.name in feeds]
+        ours = _flatten(vm["main"](*[tvm.runtime.tensor(feeds[n]) for n in names]))
+        ref = ort_run(model.SerializeToString(), feeds)
+    except Exception:  # noqa: BLE001 - localisation is best effort; the refusal stands without it
+        logger.exception("mismatch localisation failed")
+        return None
+    by_name = {o.name: i for i, o in enumerate(model.graph.output)}
+    for tensor, op, node in order:
+        i = by_name[tensor]
+        if i >= len(ours):
+            continue
+        ok, err, _ = compare_outputs([ours[i]], [ref[i]], rtol, atol)
+        if not ok:
+            return op, node, err
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# loading an exported folder
+
+
+def load_artifact(folder: str | os.PathLike) -> Artifact:
+    """Load an exported artifact folder (manifest + library) for running and measuring."""
+    import tvm
+
+    folder = Path(folder)
+    man_path = folder / MANIFEST
+    if not folder.is_dir():
+        raise WorkbenchError(f"{folder} is not an artifact folder (expected a folder with {MANIFEST} and {LIBRARY}).")
+    if not man_path.is_file():
+        raise WorkbenchError(f"{folder} has no {MANIFEST}; it is not an exported artifact.")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
+    lib_path = folder / manifest.get("library", LIBRARY)
+    if not lib_path.is_file():
+        raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
+    target = manifest.get("target", {}).get("kind", "cpu")
+    if target == "cuda":
+        _register_cuda_compile_callback()
+    try:
+        lib = tvm.runtime.load_module(str(lib_path))
+    except Exception as e:  # noqa: BLE001
+        raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
+    src_model = folder / manifest.get("source_model", SOURCE_MODEL)
+    cuda_src = folder / CUDA_SOURCE
+    return Artifact(
+        library=lib,
+        target=target,
+        inputs=[TensorSpec.from_json(d) for d in manifest.get("inputs", [])],
+        outputs=[TensorSpec.from_json(d) for d in manifest.get("outputs", [])],
+        manifest=manifest,
+        model_bytes=src_model.read_bytes() if src_model.is_file() else None,
+        cuda_source=cuda_src.read_text() if cuda_src.is_file() else None,
+        kernel_lineage=manifest.get("kernel_lineage", {}),
+        folder=folder,
+    )
+
+
+def _register_cuda_compile_callback() -> None:
+    """Older exports may carry CUDA source: let TVM compile it with nvcc at load when needed."""
+    try:
+        import tvm.support.nvcc  # noqa: F401  registers tvm_callback_cuda_compile
+
+        if shutil.which("nvcc"):
+            os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+    except Exception:  # noqa: BLE001
+        pass
