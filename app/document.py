@@ -53,12 +53,14 @@ class EditCommand(QUndoCommand):
         else:
             self.edit.redo(graph)
         graph.changed()
+        graph.infer_shapes()  # views redraw from graphChanged: shapes must match the edited graph
         self.document.graphChanged.emit()
 
     def undo(self) -> None:
         graph = self.document.graph
         self.edit.undo(graph)
         graph.changed()
+        graph.infer_shapes()
         self.document.graphChanged.emit()
 
 
