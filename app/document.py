@@ -80,7 +80,10 @@ class Document(QObject):
         self._selection: list = []
         self._tensor = ""
         self._push_error: WorkbenchError | None = None
-        self.undo_stack.cleanChanged.connect(lambda clean: self.dirtyChanged.emit(not clean))
+        self.undo_stack.cleanChanged.connect(self._clean_changed)
+
+    def _clean_changed(self, clean: bool) -> None:
+        self.dirtyChanged.emit(not clean)
 
     # ---- model -------------------------------------------------------------------------------
     @property

@@ -214,9 +214,22 @@ def _parse_plain(view, sizes, index, text: str) -> Layout:
 
 
 def _clip_route(pts, src: Box, dst: Box):
-    """dot's splines start/end on the box outline already; make the end exactly touch the top."""
+    """dot's -Tplain splines stop where the arrowhead would start; extend them to the box."""
     pts = list(pts)
-    pts[0] = (pts[0][0], min(pts[0][1], src.y + src.h / 2)) if pts[0][1] > src.y else pts[0]
+    (xa, ya), (xb, yb) = pts[-2], pts[-1]
+    top = dst.y - dst.h / 2
+    dx, dy = xb - xa, yb - ya
+    n = (dx * dx + dy * dy) ** 0.5 or 1.0
+    dx, dy = dx / n, dy / n
+    if dy > 0.2 and yb < top:
+        t = (top - yb) / dy
+        tx, ty = xb + dx * t, top
+        tx = min(max(tx, dst.x - dst.w / 2 + 2), dst.x + dst.w / 2 - 2)
+    else:  # enters from the side: aim at the box's nearest edge point
+        tx = min(max(xb, dst.x - dst.w / 2), dst.x + dst.w / 2)
+        ty = min(max(yb, dst.y - dst.h / 2), dst.y + dst.h / 2)
+    if abs(tx - xb) + abs(ty - yb) > 0.5:
+        pts += [(xb + (tx - xb) / 3, yb + (ty - yb) / 3), (xb + 2 * (tx - xb) / 3, yb + 2 * (ty - yb) / 3), (tx, ty)]
     return pts
 
 
