@@ -218,19 +218,34 @@ def _resolve_graph(graph_or_path):
 # import + pipeline: the lowering engineer's modules when present, TVM's own pieces otherwise
 
 
-def import_relax(proto):
-    """ONNX -> Relax IRModule with weights as constants, through the workbench's import hook
-    (which registers the converter fixes) when it exists."""
+@dataclass
+class Imported:
+    """A Relax module imported from ONNX, with lineage (Relax var name -> ONNX node labels)."""
+
+    mod: Any
+    lineage: dict[str, list[str]]
+    seconds: float
+
+
+def import_relax(graph) -> Imported:
+    """ONNX Graph -> Relax IRModule (weights as constants) through the workbench's import hook
+    `core.tvm_import` (lineage + the converter fixes of core.tvm_converters); TVM's plain
+    frontend with the same fixes when that module is absent."""
+    t0 = time.perf_counter()
     try:
-        from . import tvm_import  # noqa: F401
+        from . import tvm_import
     except ImportError:
         tvm_import = None
-    if tvm_import is not None and hasattr(tvm_import, "import_onnx"):
-        result = tvm_import.import_onnx(proto)
-        return getattr(result, "mod", result)
+    if tvm_import is not None:
+        result = tvm_import.import_graph(graph)
+        label = {n.id: n.label for n in graph.nodes}
+        lineage = {var: [label[i] for i in ids if i in label] for var, ids in result.lineage.items()}
+        return Imported(result.mod, lineage, time.perf_counter() - t0)
     from . import tvm_converters
 
-    return _guarded_import(lambda: tvm_converters.from_onnx_fixed(proto), proto)
+    proto = graph.to_proto()
+    mod = _guarded_import(lambda: tvm_converters.from_onnx_fixed(proto), proto)
+    return Imported(mod, {}, time.perf_counter() - t0)
 
 
 def _guarded_import(fn, proto):
@@ -245,6 +260,8 @@ def _guarded_import(fn, proto):
     try:
         with contextlib.redirect_stdout(buf):
             return fn()
+    except WorkbenchError:
+        raise
     except Exception as e:  # noqa: BLE001 - every frontend failure is the model's op, told in one sentence
         text = str(e).strip()
         m = re.search(r"not supported for frontend ONNX: (.+)", text)
@@ -259,38 +276,22 @@ def _guarded_import(fn, proto):
         raise UnsupportedOpError(f"TVM's ONNX frontend failed{where}: {last}", op_type=op, node_name=node) from None
 
 
-def graph_passes(target) -> list[tuple[str, Any]]:
-    """The named passes from Relax import to scheduled TIR: core.pipeline's when it exists."""
-    try:
-        from . import pipeline
-    except ImportError:
-        pipeline = None
-    if pipeline is not None and hasattr(pipeline, "compile_passes"):
-        return list(pipeline.compile_passes(target))
-    import tvm
-    from tvm import relax
-
-    from .schedules import schedule_pass
-
-    return [
-        ("DecomposeOpsForInference", relax.transform.DecomposeOpsForInference()),
-        ("LegalizeOps", relax.transform.LegalizeOps()),
-        ("AnnotateTIROpPattern", relax.transform.AnnotateTIROpPattern()),
-        ("FoldConstant", relax.transform.FoldConstant()),
-        ("FuseOps", relax.transform.FuseOps()),
-        ("FuseTIR", relax.transform.FuseTIR()),
-        ("Schedule", schedule_pass(target)),
-    ]
+# Passes from here on turn scheduled Relax+TIR into VM code; compile stops before them to keep the
+# scheduled module (memory estimate, lineage) and hands them to tvm.compile.
+_VM_LOWERING_START = "DataflowLowering"
 
 
-def vm_lowering_passes(target) -> list[tuple[str, Any]]:
-    """Relax+TIR -> VM bytecode: the backend's dataflow-lowering and finalize passes."""
-    import importlib
+def split_pipeline(target, specs=None) -> tuple[list, list]:
+    """(graph-to-scheduled-TIR specs, VM-lowering specs) of core.pipeline's list for `target`."""
+    from . import pipeline
 
-    backend = "cuda" if target.kind.name == "cuda" else "cpu_generic"
-    mod = importlib.import_module(f"tvm.relax.backend.{backend}.pipeline")
-    passes = mod.dataflow_lower_passes(target) + mod.finalize_passes(target)
-    return [(p.info.name if hasattr(p, "info") else type(p).__name__, p) for p in passes]
+    specs = list(specs) if specs is not None else pipeline.default_pipeline(target)
+    problems = pipeline.validate(specs)
+    if problems:
+        raise WorkbenchError("the pass pipeline cannot build: " + " ".join(problems))
+    names = [s.name for s in specs]
+    cut = names.index(_VM_LOWERING_START) if _VM_LOWERING_START in names else len(specs)
+    return specs[:cut], specs[cut:]
 
 
 def _mod_fingerprint(mod) -> str:
@@ -319,6 +320,7 @@ class Artifact:
     cuda_source: str | None = None
     kernel_lineage: dict[str, list[str]] = field(default_factory=dict)  # kernel -> ONNX node names
     folder: Path | None = None
+    pipeline: Any = None  # the core.pipeline PassSpecs it was built with (None: the default)
     _vm: Any = None
 
     # -- running -------------------------------------------------------------------------
@@ -558,6 +560,7 @@ def compile_model(
     graph_or_path,
     target: str = "cpu",
     *,
+    pipeline=None,
     verify: bool = True,
     verify_dims: dict[str, int] | None = None,
     rewrites: list[str] | None = None,
@@ -570,58 +573,68 @@ def compile_model(
 ) -> Artifact:
     """Compile an ONNX model (a Graph or a file) for 'cpu' or 'cuda' and return an Artifact.
 
-    With `verify` (the default) the compiled model runs against onnxruntime on seeded random
-    inputs; a difference beyond rtol/atol raises CompiledMismatchError naming the first op that
-    goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
-    `tune_trials` > 0 (or a `tune_db` folder with a tuning database) applies MetaSchedule where
-    core.schedules provides tuning.
+    `pipeline` is a list of core.pipeline PassSpecs (the Lowering panel's, edits included);
+    default: core.pipeline.default_pipeline(target). With `verify` (the default) the compiled
+    model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
+    default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
+    that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
+    `tune_trials` > 0 or a `tune_db` folder applies MetaSchedule through core.schedules.
+    `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
+    compile with CompileCancelled at the next step.
     """
     import tvm
 
+    from . import pipeline as pl
     from .target import TARGET_KINDS, make_target
 
     if target not in TARGET_KINDS:
         raise WorkbenchError(f"unknown target '{target}': choose one of {', '.join(TARGET_KINDS)}.")
     report = progress or (lambda step, frac: None)
+    t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
     proto = graph.to_proto()
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = _specs_from_proto(proto)
     tvm_target = make_target(target, cuda_arch=_host_cuda_arch() or "sm_80") if target == "cuda" else make_target(target)
+    front, back = split_pipeline(tvm_target, pipeline)
     passes_applied: list[dict] = []
-    t_start = time.perf_counter()
 
     report("import to Relax", 0.02)
     _check_cancel(cancel)
-    t0 = time.perf_counter()
-    mod = import_relax(proto)
-    passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(time.perf_counter() - t0, 4)})
+    imported = import_relax(graph)
+    mod = imported.mod
+    passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(imported.seconds, 4)})
 
-    steps = graph_passes(tvm_target)
-    tuning = None
+    steps = [(spec.name, spec) for spec in front if spec.enabled]
     if tune_trials > 0 or tune_db is not None:
         tuning = _tuning_pass(tvm_target, tune_trials, tune_db)
-        if tuning is not None:
-            idx = next((i for i, (n, _) in enumerate(steps) if "schedule" in n.lower()), len(steps))
-            steps.insert(idx, tuning)
-    n = len(steps)
+        idx = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
+        steps.insert(idx, tuning)
+    fused = prefused = None
     with tvm_target:
-        for i, (name, p) in enumerate(steps):
+        for i, (name, spec) in enumerate(steps):
             _check_cancel(cancel)
-            report(name, 0.05 + 0.55 * i / max(n, 1))
+            report(name, 0.05 + 0.55 * i / max(len(steps), 1))
             t0 = time.perf_counter()
+            p = pl.make_pass(spec, tvm_target) if isinstance(spec, pl.PassSpec) else spec
+            if name == "FuseOps":
+                prefused = mod
             mod = p(mod)
             passes_applied.append({"name": name, "seconds": round(time.perf_counter() - t0, 4)})
+            if name == "FuseOps" or (fused is None and name == "LegalizeOps"):
+                fused = mod
     scheduled = mod
     _check_cancel(cancel)
     report("code generation", 0.62)
     t0 = time.perf_counter()
-    lowering = vm_lowering_passes(tvm_target)
-    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=tvm.transform.Sequential([p for _, p in lowering]))
-    passes_applied += [{"name": name} for name, _ in lowering]
+    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=pl.build_relax_pipeline(back, tvm_target))
+    passes_applied += [{"name": spec.name} for spec in back if spec.enabled]
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
+    lineage = kernel_lineage(fused, imported.lineage, graph, prefused, scheduled) if fused is not None else {}
     cuda_src = cuda_source_of(ex) if target == "cuda" else None
+    from .tvm_converters import fixes_applied
+
     manifest = {
         "format_version": FORMAT_VERSION,
         "name": graph.name or (Path(graph.path).stem if getattr(graph, "path", None) else "model"),
@@ -630,16 +643,17 @@ def compile_model(
         "source_model": SOURCE_MODEL,
         "source_model_sha256": hashlib.sha256(model_bytes).hexdigest(),
         "source_path": str(graph.path) if getattr(graph, "path", None) else None,
-        "target": {"kind": target, "tvm_target": json.loads(json.dumps(_target_json(tvm_target)))},
+        "target": {"kind": target, "tvm_target": _target_json(tvm_target)},
         "device": "cuda" if target == "cuda" else "cpu",
         "tvm_version": tvm.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [s.to_json() for s in inputs],
         "outputs": [s.to_json() for s in outputs],
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
+        "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,
-        "tuning": {"trials": tune_trials, "database": str(tune_db) if tune_db else None} if tuning else None,
-        "compile_seconds": None,
+        "tuning": {"trials": tune_trials, "database": str(tune_db) if tune_db else None} if (tune_trials or tune_db) else None,
+        "kernel_lineage": lineage,
     }
     art = Artifact(
         library=ex,
@@ -650,18 +664,110 @@ def compile_model(
         scheduled_mod=scheduled,
         model_bytes=model_bytes,
         cuda_source=cuda_src,
-        kernel_lineage=_kernel_lineage(scheduled),
+        kernel_lineage=lineage,
+        pipeline=pipeline,
     )
-    manifest["kernel_lineage"] = art.kernel_lineage
+    try:
+        from .bench import estimate_memory
+
+        manifest["memory_estimate"] = estimate_memory(art, dims=verify_dims)
+    except WorkbenchError:
+        raise
+    except Exception:  # noqa: BLE001 - an estimate is a figure, not a reason to fail a compile
+        logger.exception("memory estimate failed")
     if verify and (target == "cpu" or _gpu_present()):
         _check_cancel(cancel)
         report("check against onnxruntime", 0.8)
-        manifest["verification"] = verify_artifact(art, graph, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
+        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
     else:
         manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+_GENERIC_VAR = re.compile(r"^(lv|gv)\d*$")
+
+
+def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused_mod=None, final_mod=None) -> dict[str, list[str]]:
+    """kernel name -> ONNX node labels, read from the module right after FuseOps.
+
+    Each kernel is either a fused Relax function (FuseTIR turns it into one TIR kernel of the same
+    name) or a PrimFunc called directly from main. The import names every node's output binding
+    after its ONNX tensor, and FuseOps keeps binding names inside the functions it creates, so a
+    kernel's nodes are the import lineage of the bindings it contains. Generic names (`lvN`,
+    `gvN`) are never trusted: passes reuse them. A fused function's output binding (renamed `gv`)
+    is found in the module before FuseOps as the binding with the same callee and arguments;
+    nodes whose bindings a pass rewrote (a batch-norm that DecomposeOpsForInference expanded)
+    are recovered as the ONNX nodes lying on paths between two nodes of the same kernel.
+    FuseTIR may rename kernels (a suffix when a name is taken); main's calls keep their order, so
+    the names are taken from `final_mod` (the scheduled module) call by call.
+    """
+    from tvm import relax
+
+    def bindings(func):
+        body = func.body
+        if not isinstance(body, relax.SeqExpr):
+            return []
+        return [b for blk in body.blocks for b in blk.bindings]
+
+    def callee(value):
+        if isinstance(value, relax.Call):
+            if getattr(value.op, "name", "") == "relax.call_tir":
+                return value.args[0].name_hint
+            if isinstance(value.op, relax.GlobalVar):
+                return value.op.name_hint
+        return None
+
+    def arg_names(value) -> tuple[str, ...]:
+        args = value.args[1].fields if getattr(value.op, "name", "") == "relax.call_tir" else value.args
+        return tuple(a.name if isinstance(a, relax.Var) else "" for a in args)
+
+    def trusted(name: str) -> bool:
+        return name in var_lineage and not _GENERIC_VAR.match(name)
+
+    by_call: dict[tuple, str] = {}
+    if prefused_mod is not None:
+        for b in bindings(prefused_mod["main"]):
+            c = callee(b.value)
+            if c is not None and trusted(b.var.name):
+                by_call[(c, arg_names(b.value))] = b.var.name
+
+    by_label = {n.label: n.id for n in graph.nodes}
+    result: dict[str, set[str]] = {}
+    funcs = {gv.name_hint: f for gv, f in fused_mod.functions_items()}
+    calls = [b for b in bindings(fused_mod["main"]) if callee(b.value) is not None]
+    final_names = [callee(b.value) for b in bindings(final_mod["main"])] if final_mod is not None else []
+    final_names = [n for n in final_names if n is not None]
+    rename = len(final_names) == len(calls)
+    for i, b in enumerate(calls):
+        name = callee(b.value)
+        labels = result.setdefault(final_names[i] if rename else name, set())
+        if trusted(b.var.name):
+            labels.update(var_lineage[b.var.name])
+        inner = funcs.get(name)
+        if isinstance(inner, relax.Function):
+            for ib in bindings(inner):
+                var = ib.var.name
+                if not trusted(var):
+                    c = callee(ib.value)
+                    var = by_call.get((c, arg_names(ib.value)), "") if c is not None else ""
+                if trusted(var):
+                    labels.update(var_lineage[var])
+    order = {nid: i for i, nid in enumerate(graph.topological_order())}
+    out: dict[str, list[str]] = {}
+    for name, labels in result.items():
+        ids = {by_label[l] for l in labels if l in by_label}
+        if len(ids) > 1:
+            between = set()
+            for a in ids:
+                desc = graph.descendants(a)
+                for b in ids:
+                    if b != a and b in desc:
+                        between |= desc & graph.ancestors(b)
+            ids |= between
+        out[name] = [graph.node(i).label for i in sorted(ids, key=lambda i: order.get(i, 0))]
+    return out
 
 
 def _target_json(t) -> dict:
@@ -694,22 +800,6 @@ def _tuning_pass(tvm_target, trials: int, db):
     return ("MetaSchedule tuning", fn(tvm_target, trials=trials, database=db))
 
 
-def _kernel_lineage(scheduled) -> dict[str, list[str]]:
-    """kernel (PrimFunc) name -> ONNX node names, from the lineage core.pipeline records."""
-    try:
-        from . import pipeline
-    except ImportError:
-        return {}
-    fn = getattr(pipeline, "kernel_lineage", None)
-    if fn is None:
-        return {}
-    try:
-        return {str(k): list(v) for k, v in fn(scheduled).items()}
-    except Exception:  # noqa: BLE001 - lineage is a view aid, never a reason to fail a compile
-        logger.exception("kernel lineage unavailable")
-        return {}
-
-
 # --------------------------------------------------------------------------------------------
 # verification
 
@@ -735,7 +825,7 @@ def verify_artifact(
         return result
     _check_cancel(cancel)
     out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
-    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol) if art.target == "cpu" else None
+    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
     if culprit is not None:
         op, node, node_err = culprit
         raise CompiledMismatchError(
@@ -752,16 +842,12 @@ def verify_artifact(
     )
 
 
-def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray], rtol: float, atol: float):
+def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray], rtol: float, atol: float, pipeline=None):
     """(op_type, node name, error) of the first node, in topological order, whose output differs
     between TVM and onnxruntime while everything before it agrees; None when none is found.
 
     Works by exposing every float node output as a graph output and compiling once more."""
     import onnx
-    import tvm
-    from tvm import relax
-
-    from .target import make_target
 
     model = onnx.ModelProto()
     model.ParseFromString(model_bytes)
@@ -779,14 +865,12 @@ def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray
                 if out not in existing:
                     model.graph.output.append(known[out])
     try:
-        from . import tvm_converters
+        from .onnx_io import load_model_bytes
 
-        mod = tvm_converters.from_onnx_fixed(model)
-        ex = tvm.compile(mod, make_target(target))
-        vm = relax.VirtualMachine(ex, tvm.cpu())
-        names = [i.name for i in model.graph.input if i.name in feeds]
-        ours = _flatten(vm["main"](*[tvm.runtime.tensor(feeds[n]) for n in names]))
-        ref = ort_run(model.SerializeToString(), feeds)
+        data = model.SerializeToString()
+        probe = compile_model(load_model_bytes(data, "probe.onnx"), target, pipeline=pipeline, verify=False)
+        ours = probe.run(feeds)
+        ref = ort_run(data, feeds)
     except Exception:  # noqa: BLE001 - localisation is best effort; the refusal stands without it
         logger.exception("mismatch localisation failed")
         return None

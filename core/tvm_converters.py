@@ -5,8 +5,10 @@ Each fix was found by running single-op models through TVM and onnxruntime on th
 own shape (`_impl_vN(bb, inputs, attr, params)`), registered in `FIXES` under the ONNX op type;
 `from_onnx_fixed` imports a model with TVM's converter map overlaid by `FIXES`.
 
-The lowering engineer's import hook (`core.tvm_import`) applies the same `FIXES`, so the
-Lowering panel and compile see the same conversion.
+Importing this module registers every fix with `core.tvm_import.register_converter` (the import
+hook lowering and compile share; tvm_import imports this module before its first import), so the
+Lowering panel and compile see the same conversion. `from_onnx_fixed` is the same conversion for
+code that wants TVM's plain `from_onnx` (no lineage).
 
 Fixed here:
 
@@ -86,39 +88,18 @@ def fixes() -> dict[str, type]:
     return _FIXES
 
 
-class _LazyFixes(dict):
-    """`FIXES` without importing TVM at `import core.tvm_converters` time."""
-
-    def _load(self):
-        if not super().__len__():
-            super().update(fixes())
-
-    def __getitem__(self, k):
-        self._load()
-        return super().__getitem__(k)
-
-    def __iter__(self):
-        self._load()
-        return super().__iter__()
-
-    def __len__(self):
-        self._load()
-        return super().__len__()
-
-    def __contains__(self, k):
-        self._load()
-        return super().__contains__(k)
-
-    def items(self):
-        self._load()
-        return super().items()
-
-    def keys(self):
-        self._load()
-        return super().keys()
+def _register_with_import_hook() -> None:
+    """Register every fix with core.tvm_import (the lowering import), when that module exists."""
+    try:
+        from .tvm_import import register_converter
+    except ImportError:
+        return
+    for op_type, converter in fixes().items():
+        register_converter(op_type, converter)
 
 
-FIXES: dict[str, type] = _LazyFixes()
+FIXES: dict[str, type] = fixes()
+_register_with_import_hook()
 
 
 @contextlib.contextmanager
