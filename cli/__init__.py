@@ -21,6 +21,9 @@ __all__ = ["COMMANDS", "run_cli", "run_gui_entry", "SAMPLE_MODEL"]
 COMMANDS: dict[str, str] = {
     "inspect": "inspect_cmd",
     "screenshot": "screenshot_cmd",
+    "rules": "rules_cmd",
+    "rewrite": "rewrite_cmd",
+    "lower": "lower_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

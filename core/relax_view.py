@@ -397,6 +397,8 @@ def kernel_definitions(code: str, language: str) -> dict[str, int]:
         pat = re.compile(r"^([A-Za-z_][\w.$]*):\s*(?:#.*)?$")
     for i, line in enumerate(code.splitlines(), 1):
         m = pat.match(line)
+        if language == "cuda" and m and line.rstrip().endswith(";"):
+            continue  # a forward declaration, not the definition
         if m and m.group(1) not in out:
             out[m.group(1)] = i
     return out
@@ -422,7 +424,7 @@ def kernel_view(base: ViewGraph, code: str, language: str, lineage, title: str) 
         line = None
         if callee:
             # LLVM names the kernel itself (and a `_compute_` body); CUDA appends `_kernel`
-            for candidate in (callee, callee + "_kernel", callee + "_kernel0", "_" + callee):
+            for candidate in (callee, "__tvm_ffi_" + callee, callee + "_kernel", callee + "_kernel0", "_" + callee):
                 if candidate in defs:
                     line = defs[candidate]
                     break
