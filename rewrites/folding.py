@@ -44,12 +44,18 @@ class FoldConstants(RewriteRule):
     span = 1
 
     def candidates(self, graph):
-        consts = graph.constant_values()
+        from core.rewrite import is_constant_value
+
+        memo: dict[int, bool] = {}  # not graph.constant_values(): matching may run on a worker thread
+
+        def const(v):
+            return is_constant_value(v, memo)
+
+        outs = {id(v) for v in graph.model.graph.outputs}
         for n in reversed(list(graph.model.graph)):
-            if n.op_type == "Constant" or not n.outputs or not all(o.name in consts for o in n.outputs):
+            if n.op_type == "Constant" or not n.outputs or not all(const(o) for o in n.outputs):
                 continue
-            outs = {id(v) for v in graph.model.graph.outputs}
-            if any(id(o) in outs or any(not all(x.name in consts for x in c.outputs) for c in o.consumers()) for o in n.outputs):
+            if any(id(o) in outs or any(not all(const(x) for x in c.outputs) for c in o.consumers()) for o in n.outputs):
                 yield n
 
     def _cone(self, node: ir.Node) -> list[ir.Node]:

@@ -187,11 +187,12 @@ class Preview:
     def is_stale(self) -> bool:
         return self.base.revision != self.base_revision
 
-    def verify(self, seed: int = 0, dims: dict[str, int] | None = None, atol: float | None = None, rtol: float | None = None, before_bytes: bytes | None = None):
-        """Run before and after on the same seeded random inputs; keep and return the Comparison."""
+    def verify(self, seed: int = 0, dims: dict[str, int] | None = None, atol: float | None = None, rtol: float | None = None, before=None):
+        """Run before and after on the same seeded random inputs; keep and return the Comparison.
+        `before`: the original as a copy, bytes or proto, when `base` should not be read here."""
         from .. import verify as V
 
-        before = before_bytes if before_bytes is not None else self.base
+        before = before if before is not None else self.base
         kw = {}
         if atol is not None:
             kw["atol"] = atol
@@ -277,8 +278,9 @@ def preview(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = N
             applied.append(m)
         _remove_dead_constants(ctx, touched)
     clone.changed()
-    before = graph._node_index()
-    after = clone._node_index()
+    # plain dicts, not Graph caches: previews run on worker threads
+    before = {n.meta[_ID]: n for n in graph.model.graph}
+    after = {n.meta[_ID]: n for n in clone.model.graph}
     removed = set(before) - set(after)
     added = set(after) - set(before)
     # Readers of rewritten values are the only nodes whose inputs can have changed.

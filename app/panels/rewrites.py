@@ -1,0 +1,497 @@
+"""Rewrites: the rule library against the open model — match counts, preview, apply, "why not?".
+
+* The list shows every rule (`rewrites.all_rules()`) with its number of matches in the open model.
+  Counting runs on a worker thread after each change (debounced), so a big model never blocks the
+  UI; the same job prepares a spare copy of the graph, so the next preview only has to rewrite.
+* Selecting a rule outlines its matches on the canvas (role "rewrite-match") and lists them;
+  selecting a match selects and centres its nodes.
+* Preview rewrites a copy (the selected match, or all of them) and verifies it with onnxruntime on
+  seeded random inputs, on a worker thread with progress and Cancel; the canvas then shows the
+  rewritten graph with the removed nodes ghosted (red) and the new or changed ones outlined
+  (green). Apply pushes the previewed rewrite as one undoable edit; Apply all previews, verifies
+  and applies every match. A rewrite whose outputs differ beyond tolerance is refused, with why.
+* Why not? explains, for the node selected on the canvas, why the selected rule (or each rule,
+  when none is selected) does not apply there, naming the failed condition.
+
+Everything here is a view: matching, previews, verification and the edit are core.rewrite's.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import WorkbenchError
+from core.rewrite import RewriteEdit, SpareCopy, explain, fast_clone, find_matches, preview
+from core.rewrite.view import preview_view
+from rewrites import all_rules
+
+from ..workers import Job
+
+__all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
+
+logger = logging.getLogger(__name__)
+
+AREA = "left"
+MATCH_COLOR = "#00a3d9"
+_ROLE = "rewrite-match"
+
+
+class RewritesPanel(QWidget):
+    def __init__(self, window, dock: QDockWidget | None = None):
+        super().__init__()
+        self.window = window
+        self.dock = dock
+        self.rules = all_rules()
+        self.matches: dict[str, list] = {}
+        self.counted_revision: tuple[int, int] | None = None  # (id(graph), revision) counted
+        self.spare: SpareCopy | None = None
+        self.preview = None  # the Preview shown on the canvas
+        self.last_result = ""
+        self._job: Job | None = None  # the preview/apply job
+        self._count_job: Job | None = None
+        self._jobs: set[Job] = set()  # keep finished-but-not-collected threads alive
+
+        self.rule_list = QTreeWidget()
+        self.rule_list.setObjectName("rewrite-rules")
+        self.rule_list.setColumnCount(2)
+        self.rule_list.setHeaderLabels(["Rule", "Matches"])
+        self.rule_list.setRootIsDecorated(False)
+        self.rule_list.setAlternatingRowColors(True)
+        self.rule_list.setColumnWidth(0, 190)
+        for r in self.rules:
+            item = QTreeWidgetItem([r.id, "…"])
+            item.setData(0, Qt.UserRole, r.id)
+            tip = f"{r.description}\nFamily: {r.family}"
+            if r.conditions:
+                tip += "\nConditions:\n" + "\n".join(f"  {i}. {c}" for i, c in enumerate(r.conditions, 1))
+            item.setToolTip(0, tip)
+            item.setToolTip(1, tip)
+            item.setTextAlignment(1, Qt.AlignRight | Qt.AlignVCenter)
+            self.rule_list.addTopLevelItem(item)
+        self.rule_list.currentItemChanged.connect(lambda *_: self._rule_selected(describe=True))
+
+        self.match_list = QListWidget()
+        self.match_list.setObjectName("rewrite-matches")
+        self.match_list.currentItemChanged.connect(lambda *_: self._match_selected())
+
+        self.preview_button = QPushButton("Preview")
+        self.preview_button.setToolTip("Rewrite a copy (the selected match, or all) and verify it; the canvas shows the result")
+        self.apply_button = QPushButton("Apply")
+        self.apply_button.setToolTip("Apply the preview (or the selected match) as one undoable edit")
+        self.apply_all_button = QPushButton("Apply all")
+        self.apply_all_button.setToolTip("Preview, verify and apply every match of the rule as one undoable edit")
+        self.why_button = QPushButton("Why not?")
+        self.why_button.setToolTip("Why does the rule (or each rule) not apply to the node selected on the canvas?")
+        self.close_button = QPushButton("Close preview")
+        self.preview_button.clicked.connect(lambda: self.start_preview(apply=False))
+        self.apply_button.clicked.connect(self.apply_selected)
+        self.apply_all_button.clicked.connect(lambda: self.start_preview(apply=True, all_matches=True))
+        self.why_button.clicked.connect(self.why_not)
+        self.close_button.clicked.connect(self.close_preview)
+
+        buttons = QHBoxLayout()
+        for b in (self.preview_button, self.apply_button, self.apply_all_button, self.why_button):
+            buttons.addWidget(b)
+        buttons2 = QHBoxLayout()
+        self.status = QLabel("")
+        self.status.setObjectName("rewrite-status")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(90)
+        self.progress.hide()
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.hide()
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons2.addWidget(self.status, 1)
+        buttons2.addWidget(self.progress)
+        buttons2.addWidget(self.cancel_button)
+        buttons2.addWidget(self.close_button)
+
+        self.result = QPlainTextEdit(readOnly=True)
+        self.result.setObjectName("rewrite-result")
+        self.result.setPlaceholderText("Select a rule to see its matches; select a node on the canvas and press Why not?")
+
+        split = QSplitter(Qt.Vertical)
+        split.addWidget(self.rule_list)
+        split.addWidget(self.match_list)
+        split.addWidget(self.result)
+        split.setSizes([260, 120, 200])
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(split, 1)
+        lay.addLayout(buttons)
+        lay.addLayout(buttons2)
+
+        self._timer = QTimer(self, singleShot=True, interval=150)
+        self._timer.timeout.connect(self.recount)
+        doc = window.document
+        doc.graphChanged.connect(self._graph_changed)
+        doc.graphReplaced.connect(self._graph_changed)
+        self._update_buttons()
+        if doc.graph is not None:
+            self._timer.start()
+
+    # ---- helpers -----------------------------------------------------------------------------
+    @property
+    def graph(self):
+        return self.window.document.graph
+
+    def current_rule(self):
+        item = self.rule_list.currentItem()
+        if item is None:
+            return None
+        rid = item.data(0, Qt.UserRole)
+        return next((r for r in self.rules if r.id == rid), None)
+
+    def select_rule(self, rule_id: str) -> None:
+        for i in range(self.rule_list.topLevelItemCount()):
+            item = self.rule_list.topLevelItem(i)
+            if item.data(0, Qt.UserRole) == rule_id:
+                self.rule_list.setCurrentItem(item)
+                return
+        raise KeyError(rule_id)
+
+    def _counts_current(self) -> bool:
+        g = self.graph
+        return g is not None and self.counted_revision == (id(g), g.revision)
+
+    def _set_result(self, text: str) -> None:
+        self.last_result = text
+        self.result.setPlainText(text)
+
+    def _busy(self, text: str) -> None:
+        self.status.setText(text)
+        self.progress.show()
+        self.cancel_button.show()
+
+    def _idle(self, text: str = "") -> None:
+        self.status.setText(text)
+        if self._job is None and self._count_job is None:
+            self.progress.hide()
+            self.cancel_button.hide()
+
+    def _update_buttons(self) -> None:
+        rule = self.current_rule()
+        has = bool(rule is not None and self._counts_current() and self.matches.get(rule.id))
+        busy = self._job is not None
+        self.preview_button.setEnabled(has and not busy)
+        self.apply_all_button.setEnabled(has and not busy)
+        self.apply_button.setEnabled(not busy and (self._preview_applicable() or has))
+        self.why_button.setEnabled(self.graph is not None)
+        self.close_button.setVisible(self.preview is not None)
+
+    def _preview_applicable(self) -> bool:
+        pv = self.preview
+        return pv is not None and not pv.is_stale and pv.base is self.graph and bool(pv.applied) and (pv.verification is None or pv.verification.ok)
+
+    def _start(self, work, title: str, done, attr: str) -> Job:
+        job = Job(work, title, self)
+        self._jobs.add(job)
+        setattr(self, attr, job)
+
+        def finish(kind, payload=None):
+            if getattr(self, attr) is job:
+                setattr(self, attr, None)
+            if kind == "done":
+                done(payload)
+            elif kind == "failed":
+                self._job_failed(title, payload)
+            else:
+                self._idle("Cancelled.")
+            self._update_buttons()
+            self._idle(self.status.text())
+
+        job.done.connect(lambda r: finish("done", r))
+        job.failed.connect(lambda m: finish("failed", m))
+        job.cancelled.connect(lambda: finish("cancelled"))
+        job.progressed.connect(lambda f, t: self.status.setText(t))
+        job.finished.connect(lambda: self._jobs.discard(job))
+        self._busy(title)
+        job.start()
+        self._update_buttons()
+        return job
+
+    def _job_failed(self, title: str, message: str) -> None:
+        self._idle("")
+        self._set_result(f"{title} failed: {message}")
+
+    def cancel(self) -> None:
+        for job in (self._job, self._count_job):
+            if job is not None:
+                job.cancel()
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block (processing events) until no job runs; for tests and scripted screenshots."""
+        from PySide6.QtWidgets import QApplication
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            QApplication.processEvents()
+            if self._job is None and self._count_job is None and not self._timer.isActive() and not self._jobs:
+                return True
+            time.sleep(0.01)
+        return False
+
+    # ---- counting ----------------------------------------------------------------------------
+    def _graph_changed(self) -> None:
+        self.counted_revision = None
+        self.spare = None
+        if self.preview is not None and (self.preview.base is not self.graph or self.preview.is_stale):
+            self.preview = None
+            self.window.canvas.clear_ghosts()
+        for i in range(self.rule_list.topLevelItemCount()):
+            self.rule_list.topLevelItem(i).setText(1, "…")
+        self.window.canvas.clear_highlight(_ROLE)
+        self.match_list.clear()
+        self._update_buttons()
+        self._timer.start()
+
+    def recount(self) -> None:
+        """Count every rule's matches on a worker thread (restarted when the graph changes)."""
+        graph = self.graph
+        if graph is None:
+            return
+        if self._count_job is not None:
+            self._count_job.cancel()
+            self._count_job = None
+        revision = graph.revision
+        rules = list(self.rules)
+
+        def work(job: Job):
+            out = {}
+            for i, rule in enumerate(rules):
+                job.check()
+                job.report(i / len(rules), f"Matching {rule.id}…")
+                out[rule.id] = find_matches(graph, rule, cancel=job.is_cancelled)
+            job.check()
+            spare = SpareCopy(graph) if graph.revision == revision else None
+            return graph, revision, out, spare
+
+        def done(result):
+            g, rev, out, spare = result
+            if g is not self.graph or rev != g.revision:
+                self._timer.start()  # the graph moved on while we counted
+                return
+            self.matches = out
+            self.spare = spare
+            self.counted_revision = (id(g), rev)
+            total = 0
+            for i in range(self.rule_list.topLevelItemCount()):
+                item = self.rule_list.topLevelItem(i)
+                n = len(out.get(item.data(0, Qt.UserRole), []))
+                total += n
+                item.setText(1, str(n))
+                f = item.font(0)
+                f.setBold(n > 0)
+                item.setFont(0, f)
+                item.setFont(1, f)
+            self._idle(f"{total} match{'es' if total != 1 else ''} in {len(g)} nodes.")
+            self._rule_selected()
+
+        self._start(work, "Counting matches", done, "_count_job")
+
+    # ---- selection -----------------------------------------------------------------------------
+    def _rule_selected(self, describe: bool = False) -> None:
+        rule = self.current_rule()
+        canvas = self.window.canvas
+        self.match_list.clear()
+        if rule is None or not self._counts_current():
+            canvas.clear_highlight(_ROLE)
+            self._update_buttons()
+            return
+        ms = self.matches.get(rule.id, [])
+        for m in ms:
+            item = QListWidgetItem(m.summary)
+            item.setData(Qt.UserRole, m)
+            self.match_list.addItem(item)
+        ids = [i for m in ms for i in m.node_ids]
+        if ids:
+            canvas.set_highlight(_ROLE, ids, MATCH_COLOR)
+        else:
+            canvas.clear_highlight(_ROLE)
+        if describe and self.preview is None:
+            n = len(ms)
+            head = f"{rule.id} ({rule.family}): {rule.description}.\n"
+            conds = "".join(f"  {i}. {c}\n" for i, c in enumerate(rule.conditions, 1))
+            self._set_result(head + (f"Conditions:\n{conds}" if conds else "") + f"\n{n} match{'es' if n != 1 else ''} in this model." + ("" if n else " Select a node and press Why not? to see which condition fails."))
+        self._update_buttons()
+
+    def _match_selected(self) -> None:
+        item = self.match_list.currentItem()
+        if item is None:
+            return
+        m = item.data(Qt.UserRole)
+        if self.window.canvas.mode == "model":
+            self.window.document.set_selection(list(m.node_ids))
+            self.window.canvas.center_on(m.root_id)
+        self._update_buttons()
+
+    def selected_matches(self, all_matches: bool = False) -> list:
+        rule = self.current_rule()
+        if rule is None:
+            return []
+        ms = self.matches.get(rule.id, [])
+        item = self.match_list.currentItem()
+        if not all_matches and item is not None:
+            return [item.data(Qt.UserRole)]
+        return ms
+
+    # ---- preview / apply -----------------------------------------------------------------------
+    def start_preview(self, apply: bool = False, all_matches: bool = False) -> None:
+        """Preview (and verify) the selected match or all matches on a worker thread; with
+        `apply`, push the edit when verification passes."""
+        rule = self.current_rule()
+        graph = self.graph
+        if rule is None or graph is None or not self._counts_current():
+            return
+        matches = self.selected_matches(all_matches)
+        if not matches:
+            self._set_result(f"{rule.id} has no match in this model.")
+            return
+        spare, self.spare = self.spare, None
+
+        def work(job: Job):
+            job.report(0.1, f"Rewriting a copy ({rule.id})…")
+            pv = preview(graph, rule, matches, spare=spare)
+            job.check()
+            before = fast_clone(graph)  # read the original here, not the live graph the UI owns
+            if pv.applied:
+                job.report(0.5, "Verifying with onnxruntime…")
+                try:
+                    pv.verify(before=before)
+                except WorkbenchError as e:
+                    return pv, None, str(e)
+            job.check()
+            return pv, None if apply else preview_view(pv, before), ""
+
+        def done(result):
+            pv, view, error = result
+            if pv.base is not self.graph or pv.is_stale:
+                self._set_result("The model changed while the preview was computed; preview again.")
+                return
+            text = self._describe(pv, error)
+            if error or (pv.verification is not None and not pv.verification.ok):
+                self._set_result(text + ("\n\nRefused: not applied." if apply else "\n\nApply is refused for this preview."))
+                if view is not None:
+                    self._show_preview(pv, view)
+                else:
+                    self.preview = pv
+                self._update_buttons()
+                return
+            if apply:
+                self.preview = pv
+                self.apply_preview()
+                return
+            self._show_preview(pv, view)
+            self._set_result(text)
+
+        self._start(work, f"Previewing {rule.id}", done, "_job")
+
+    def _describe(self, pv, error: str = "") -> str:
+        lines = [
+            f"{pv.rule.id}: {len(pv.applied)} of {len(pv.matches)} match{'es' if len(pv.matches) != 1 else ''} rewritten "
+            f"({pv.nodes_before} → {pv.nodes_after} nodes; removed {len(pv.removed)}, added {len(pv.added)}, changed {len(pv.changed)}).",
+        ]
+        for m, why in pv.skipped[:5]:
+            lines.append(f"Skipped {m.summary}: {why}")
+        if error:
+            lines.append(f"Verification could not run: {error}")
+        elif pv.verification is not None:
+            v = pv.verification
+            lines.append(("Verified: " if v.ok else "Verification FAILED: ") + v.explain())
+        lines.append(f"Preview took {pv.seconds * 1000:.0f} ms.")
+        return "\n".join(lines)
+
+    def _show_preview(self, pv, view) -> None:
+        self.preview = pv
+        merged, removed, outlined = view
+        canvas = self.window.canvas
+
+        def ghosts(_v=None):
+            try:
+                canvas.viewShown.disconnect(ghosts)
+            except (RuntimeError, TypeError):
+                pass
+            if self.preview is pv:
+                canvas.set_ghosts(removed, outlined)
+
+        canvas.viewShown.connect(ghosts)
+        canvas.clear_highlight(_ROLE)
+        canvas.show_view(merged, fit=True)
+        self._update_buttons()
+
+    def apply_selected(self) -> None:
+        if self._preview_applicable():
+            self.apply_preview()
+        else:
+            self.start_preview(apply=True)
+
+    def apply_preview(self) -> None:
+        pv = self.preview
+        if pv is None:
+            return
+        try:
+            edit = RewriteEdit(pv)
+        except WorkbenchError as e:
+            self._set_result(str(e))
+            return
+        text = self._describe(pv)
+        self.preview = None
+        self.window.canvas.clear_ghosts()
+        if self.window.canvas.mode != "model":
+            self.window.canvas.show_model()
+        if self.window.document.push(edit):
+            self._set_result("Applied (Edit ▸ Undo reverts it).\n" + text)
+        self._update_buttons()
+
+    def close_preview(self) -> None:
+        self.preview = None
+        canvas = self.window.canvas
+        canvas.clear_ghosts()
+        canvas.show_model()
+        self._rule_selected()
+
+    # ---- why not -------------------------------------------------------------------------------
+    def why_not(self) -> None:
+        graph = self.graph
+        sel = [i for i in self.window.document.selection if isinstance(i, int)]
+        if graph is None:
+            return
+        if not sel or not graph.has_node(sel[0]):
+            self._set_result("Select a node on the canvas first: Why not? explains why a rule does not apply to it.")
+            return
+        node = graph.node(sel[0])
+        rule = self.current_rule()
+        rules = [rule] if rule is not None else self.rules
+        lines = [f"Node '{node.label}' ({node.op_type}):"]
+        for r in rules:
+            why = explain(graph, r, node.id)
+            mark = "✔" if why.matches else "✘"
+            lines.append(f"{mark} {r.id}: {why.reason}")
+        self._set_result("\n".join(lines))
+
+
+def create_panel(window) -> QDockWidget:
+    dock = QDockWidget("Rewrites", window)
+    dock.setObjectName("panel-rewrites")
+    panel = RewritesPanel(window, dock)
+    dock.setWidget(panel)
+    dock.panel = panel
+    return dock
