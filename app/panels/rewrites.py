@@ -132,7 +132,7 @@ class RewritesPanel(QWidget):
         split.addWidget(self.rule_list)
         split.addWidget(self.match_list)
         split.addWidget(self.result)
-        split.setSizes([260, 120, 200])
+        split.setSizes([200, 90, 320])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(split, 1)
@@ -387,7 +387,9 @@ class RewritesPanel(QWidget):
                 self._set_result("The model changed while the preview was computed; preview again.")
                 return
             text = self._describe(pv, error)
+            self.status.setText("")
             if error or (pv.verification is not None and not pv.verification.ok):
+                self.status.setText("Verification failed.")
                 self._set_result(text + ("\n\nRefused: not applied." if apply else "\n\nApply is refused for this preview."))
                 if view is not None:
                     self._show_preview(pv, view)
@@ -401,6 +403,7 @@ class RewritesPanel(QWidget):
                 return
             self._show_preview(pv, view)
             self._set_result(text)
+            self.status.setText("Preview shown: removed nodes ghosted, new/changed outlined.")
 
         self._start(work, f"Previewing {rule.id}", done, "_job")
 
@@ -431,6 +434,10 @@ class RewritesPanel(QWidget):
                 pass
             if self.preview is pv:
                 canvas.set_ghosts(removed, outlined)
+
+            focus = sorted(outlined | removed, key=str)
+            if focus:
+                canvas.center_on(focus[0])  # readable zoom on the first change, not a tiny fit
 
         canvas.viewShown.connect(ghosts)
         canvas.clear_highlight(_ROLE)

@@ -262,7 +262,9 @@ class RewriteRule(ABC):
     def summary(self, attempt: Attempt) -> str:
         ops = [n.op_type for n in attempt.nodes]
         root = attempt.nodes[0] if attempt.nodes else None
-        return f"{' + '.join(reversed(ops))} at {node_label(root)}" if root is not None else self.id
+        if root is None:
+            return self.id
+        return f"'{root.name or root.op_type + '#' + str(root.meta.get(_ID, '?'))}': {' + '.join(reversed(ops))}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "description": self.description, "family": self.family}
