@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,7 +143,7 @@ class Value:
         s = self.shape
         if s is None or any(not isinstance(d, int) for d in s):
             return None
-        return int(np.prod(s, dtype=np.int64)) if s else 1
+        return math.prod(s)  # Python ints: hostile dims must not overflow
 
     def numpy(self) -> np.ndarray | None:
         """The initializer's data, read now (not cached, not copied eagerly at load)."""

@@ -22,6 +22,11 @@ _TWO_GB = 2**31 - 1
 
 
 def _first_line(e: BaseException) -> str:
+    # onnx_ir wraps the real problem ("Error calling _deserialize_graph"): report the innermost cause
+    seen = 0
+    while (e.__cause__ or e.__context__) is not None and seen < 20:
+        e = e.__cause__ or e.__context__
+        seen += 1
     text = str(e).strip()
     for line in text.splitlines():
         line = line.strip()
@@ -104,6 +109,17 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             )
         if not target.is_file():
             raise InvalidModelError(f"{path}: tensor '{t.name}' needs the external data file '{loc}', which is missing.")
+        fields = {e.key: e.value for e in t.external_data}
+        try:
+            offset = int(fields.get("offset", "0") or 0)
+            length = int(fields["length"]) if fields.get("length") not in (None, "") else None
+        except ValueError:
+            raise InvalidModelError(f"{path}: tensor '{t.name}' has a malformed external data offset or length.") from None
+        size = target.stat().st_size
+        if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
+            raise InvalidModelError(
+                f"{path}: tensor '{t.name}' reads bytes {offset}..{offset + (length or 0)} of '{loc}', which has only {size} bytes."
+            )
 
 
 def validate_graph(graph: Graph, path: str | os.PathLike | None = None) -> None:
@@ -120,6 +136,12 @@ def validate_graph(graph: Graph, path: str | os.PathLike | None = None) -> None:
             raise InvalidModelError(
                 f"{where}node '{n.name or n.op_type}' ({n.op_type}) uses the domain '{dom}', which the model does not import."
             )
+    for v in list(g.inputs) + list(g.outputs) + list(g.initializers.values()):
+        if v.shape is not None:
+            for d in v.shape:
+                if isinstance(d, int) and d < 0:
+                    kind = "initializer" if v.is_initializer() else ("input" if v.is_graph_input() else "output")
+                    raise InvalidModelError(f"{where}{kind} '{v.name}' has a negative dimension ({d}) in its shape [{', '.join(str(x if isinstance(x, int) else getattr(x, 'value', x)) for x in v.shape)}].")
     available = {v.name for v in g.inputs} | set(g.initializers.keys())
     producer_of: dict[str, ir.Node] = {}
     for n in g:
