@@ -69,9 +69,10 @@ FORMAT_VERSION = 1
 RTOL = 1e-3
 ATOL = 1e-4
 
-# nvcc targets for the exported fatbin: machine code for the common data-centre GPUs plus PTX
-# that the driver JIT-compiles on anything newer.
-_CUDA_GENCODES = ("sm_80", "sm_86", "sm_89", "sm_90")
+# nvcc targets for the exported fatbin: machine code for A100 (sm_80) and H100/H200 (sm_90) plus
+# PTX that the driver JIT-compiles on any other GPU from sm_80 on. MLCWB_CUDA_ARCHS=sm_86,sm_89
+# replaces the machine-code list (each architecture adds a full nvcc pass over the kernels).
+_CUDA_GENCODES = tuple(a.strip() for a in os.environ.get("MLCWB_CUDA_ARCHS", "sm_80,sm_90").split(",") if a.strip())
 _CUDA_PTX = "compute_80"
 
 Progress = Callable[[str, float], None]
@@ -908,6 +909,10 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
         raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
     target = manifest.get("target", {}).get("kind", "cpu")
     if target == "cuda":
+        if not _gpu_present():
+            raise WorkbenchError(
+                f"{folder} holds a CUDA artifact; loading it needs a CUDA GPU and apache-tvm with CUDA support, and this machine has no usable GPU."
+            )
         _register_cuda_compile_callback()
     try:
         lib = tvm.runtime.load_module(str(lib_path))

@@ -45,9 +45,7 @@ def _build_fixes() -> dict[str, type]:
     def is_empty_const(expr) -> bool:
         if expr is None:
             return False
-        value = getattr(expr, "data", None) if isinstance(expr, relax.Constant) else None
-        if value is None and isinstance(expr, tvm.ir.GenericConst):
-            value = expr.value
+        value = expr.value if isinstance(expr, tvm.ir.GenericConst) else None
         try:
             return value is not None and int(value.numpy().size) == 0
         except Exception:  # noqa: BLE001

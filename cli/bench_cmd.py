@@ -1,0 +1,59 @@
+"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--runs N] [--vs-ort] [--json]`."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+HELP = "measure latency, memory and per-kernel time of a compiled model (optionally beside onnxruntime)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", help="ONNX model file (compiled first) or an exported artifact folder")
+    p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="target when compiling a model (cuda needs a GPU to run)")
+    p.add_argument("--runs", type=int, default=20, metavar="N", help="timed runs after warm-up (default 20)")
+    p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed warm-up runs (default 3)")
+    p.add_argument("--vs-ort", action="store_true", help="time onnxruntime on the same inputs, interleaved, and report the ratio")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim (repeatable; default 1)")
+    p.add_argument("--top", type=int, default=10, metavar="K", help="kernels listed in the text output (default 10)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _mb(n) -> str:
+    return "?" if n is None else f"{n / 2**20:.2f} MB"
+
+
+def run(args) -> int:
+    from cli.compile_cmd import parse_dims
+    from core.bench import benchmark
+    from core.compile import compile_model, load_artifact
+    from core.errors import WorkbenchError
+
+    dims = parse_dims(args.dim)
+    if args.runs < 1:
+        raise WorkbenchError(f"--runs must be at least 1, not {args.runs}.")
+    if os.path.isdir(args.model):
+        art = load_artifact(args.model)
+    else:
+        if not args.json:
+            print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
+        art = compile_model(args.model, args.target, verify_dims=dims or None)
+    res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
+    d = res.to_json()
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    lat = d["latency_ms"]
+    print(f"latency ({art.target}, {lat['runs']} runs): median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, min {lat['min']:.3f} ms")
+    if res.ort_latency_ms is not None:
+        o = res.ort_latency_ms
+        print(f"onnxruntime (CPU):       median {o['median']:.3f} ms, p90 {o['p90']:.3f} ms, min {o['min']:.3f} ms")
+        print(f"ratio ours/onnxruntime: {res.ratio}x; outputs {'match' if res.outputs_match_ort else 'DIFFER'} (max abs error {res.max_abs_err_vs_ort:.3g})")
+    m = d["memory"]
+    print(f"memory: params {_mb(m['params_bytes'])}, activations planned {_mb(m['planned_bytes'])} vs unplanned {_mb(m['unplanned_bytes'])}, peak RSS {_mb(m['peak_rss_bytes'])}")
+    if d["kernels"]:
+        print("kernels (ms per run, share, ONNX nodes):")
+        for k in d["kernels"][: args.top]:
+            nodes = ", ".join(k["onnx_nodes"][:4]) + (" ..." if len(k["onnx_nodes"]) > 4 else "")
+            print(f"  {k['ms']:9.3f}  {k['share'] * 100:5.1f}%  {k['name']}  [{nodes}]")
+    return 0

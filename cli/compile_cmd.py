@@ -1,0 +1,79 @@
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-db DIR]`."""
+from __future__ import annotations
+
+import json
+import sys
+
+HELP = "compile a model for CPU or CUDA, check it against onnxruntime, and export a deployable artifact folder"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", help="ONNX model file")
+    p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
+    p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
+    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="MetaSchedule trials (0: no tuning)")
+    p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
+    p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
+    p.add_argument("--bench-runs", type=int, default=0, metavar="N", help="also measure N runs and record latency and memory in the manifest")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def parse_dims(items: list[str]) -> dict[str, int]:
+    from core.errors import WorkbenchError
+
+    dims = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not name or not value.isdigit() or int(value) < 1:
+            raise WorkbenchError(f"--dim expects NAME=N with N a positive integer, got '{item}'.")
+        dims[name] = int(value)
+    return dims
+
+
+def run(args) -> int:
+    from core.compile import compile_model
+
+    dims = parse_dims(args.dim)
+    if args.tune_trials < 0:
+        from core.errors import WorkbenchError
+
+        raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
+
+    def progress(step: str, frac: float) -> None:
+        if not args.json:
+            print(f"[{frac * 100:5.1f}%] {step}", file=sys.stderr)
+
+    art = compile_model(
+        args.model,
+        args.target,
+        verify=not args.no_verify,
+        verify_dims=dims or None,
+        tune_trials=args.tune_trials,
+        tune_db=args.tune_db,
+        progress=progress,
+    )
+    measured = None
+    if args.bench_runs > 0 and args.target == "cpu":
+        from core.bench import benchmark, measured_for_manifest
+
+        measured = measured_for_manifest(benchmark(art, runs=args.bench_runs, dims=dims or None, vs_ort=True, kernels=False))
+    folder = art.export(args.output, measured=measured)
+    m = art.manifest
+    if args.json:
+        print(json.dumps({
+            "artifact": str(folder),
+            "target": args.target,
+            "files": m.get("files", []),
+            "verification": m.get("verification"),
+            "compile_seconds": m.get("compile_seconds"),
+            "memory_estimate": m.get("memory_estimate"),
+            "measured": m.get("measured"),
+        }))
+    else:
+        v = m.get("verification", {})
+        check = f"matches onnxruntime (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
+        print(f"compiled {args.model} for {args.target} in {m.get('compile_seconds')} s; {check}")
+        print(f"artifact: {folder} ({', '.join(m.get('files', []))})")
+        print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
+    return 0

@@ -1,0 +1,108 @@
+"""compile_model: compiled outputs match onnxruntime; a wrong conversion is refused, naming the op."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from core.compile import CompileCancelled, CompiledMismatchError, compile_model, compare_outputs
+from core.errors import UnsupportedOpError
+from tests.conftest import light, sample
+from tests.helpers import ort_run, random_feeds
+
+
+def _check(art, model_path, dims=None, seed=0):
+    model = onnx.load(str(model_path))
+    feeds = random_feeds(model, seed=seed, dims=dims)
+    ours = art.run(feeds)
+    ref = ort_run(model, feeds)
+    ok, err, _ = compare_outputs(ours, ref, rtol=1e-3, atol=1e-4)
+    assert ok, f"max abs error {err}"
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def mlp_art():
+    return compile_model(sample("mlp"), "cpu")
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_mlp_dynamic_batch_matches_onnxruntime(mlp_art, batch):
+    _check(mlp_art, sample("mlp"), dims={"batch": batch}, seed=batch)
+
+
+def test_compile_records_passes_and_verification(mlp_art):
+    m = mlp_art.manifest
+    names = [p["name"] for p in m["passes"]]
+    assert names[0] == "ONNX import (Relax)"
+    assert "LegalizeOps" in names and "FuseTIR" in names and "ScheduleTIR" in names
+    assert m["verification"]["checked"] is True and m["verification"]["max_abs_err"] < 1e-4
+    assert m["inputs"] == [{"name": "input", "shape": ["batch", 784], "dtype": "float32"}]
+    assert len(m["source_model_sha256"]) == 64
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "tiny_transformer"])
+def test_samples_with_real_weights_match_onnxruntime(name):
+    art = compile_model(sample(name), "cpu", verify_dims={"batch": 2})
+    _check(art, sample(name), dims={"batch": 2})
+
+
+@pytest.mark.slow
+def test_squeezenet_matches_onnxruntime():
+    art = compile_model(light("squeezenet"), "cpu")
+    _check(art, light("squeezenet"))
+
+
+def _tiny(op: str, tmp_path, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    a = helper.make_node("Add", ["x", "x"], ["a"], name="double")
+    b = helper.make_node(op, ["a"], ["y"], name="the_node", **attrs)
+    m = helper.make_model(helper.make_graph([a, b], "tiny", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    p = tmp_path / f"{op}.onnx"
+    onnx.save(m, p)
+    return p
+
+
+def test_a_wrong_conversion_is_refused_naming_the_op_and_node(tmp_path):
+    """A converter that computes the wrong thing (Relu converted to identity) must not pass."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as fe
+
+    from core import tvm_import
+
+    class WrongRelu(fe.OnnxOpConverter):
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            return relax.op.negative(inputs[0])
+
+    tvm_import.register_converter("Relu", WrongRelu)
+    try:
+        with pytest.raises(CompiledMismatchError) as e:
+            compile_model(_tiny("Relu", tmp_path), "cpu")
+    finally:
+        tvm_import.unregister_converter("Relu")
+    assert e.value.op_type == "Relu" and e.value.node_name == "the_node"
+    assert "Relu" in str(e.value) and "the_node" in str(e.value)
+
+
+def test_unsupported_op_is_one_sentence_naming_it(tmp_path):
+    with pytest.raises(UnsupportedOpError) as e:
+        compile_model(_tiny("LpNormalization", tmp_path, axis=1, p=2), "cpu")
+    assert "LpNormalization" in str(e.value)
+
+
+def test_cancel_stops_the_compile():
+    with pytest.raises(CompileCancelled):
+        compile_model(sample("mlp"), "cpu", cancel=lambda: True)
+
+
+def test_progress_reports_each_step():
+    steps = []
+    compile_model(sample("mlp"), "cpu", verify=False, progress=lambda s, f: steps.append((s, f)))
+    names = [s for s, _ in steps]
+    assert names[0] == "import to Relax" and names[-1] == "done" and "code generation" in names
+    fracs = [f for _, f in steps]
+    assert fracs == sorted(fracs)
