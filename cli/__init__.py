@@ -24,6 +24,9 @@ COMMANDS: dict[str, str] = {
     "rules": "rules_cmd",
     "rewrite": "rewrite_cmd",
     "lower": "lower_cmd",
+    "compile": "compile_cmd",
+    "bench": "bench_cmd",
+    "run": "run_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
