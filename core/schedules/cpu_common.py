@@ -1,0 +1,234 @@
+"""Shared pieces of the CPU schedule rules: the host's vector width, block lookup, epilogue fusion,
+weight prepacking and a safe parallel+vectorize for whatever blocks a rule leaves behind.
+
+Every helper works on a `tvm.s_tir.Schedule` of one PrimFunc as FuseTIR wrote it (for example
+`pad_temp -> conv2d_nchw -> T_add -> compute` for conv+bias+relu).
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = [
+    "vector_lanes",
+    "root_blocks",
+    "iter_kinds",
+    "iter_extents",
+    "const_int",
+    "layout_free_params",
+    "pack_read_buffer",
+    "cache_write_and_inline_epilogue",
+    "schedule_remaining_blocks",
+    "schedule_injective",
+    "PARALLEL_MIN_WORK",
+]
+
+logger = logging.getLogger(__name__)
+
+# Below this many innermost iterations a parallel region costs more (thread wake-up, a few us)
+# than it saves on a 2-core machine.
+PARALLEL_MIN_WORK = 1 << 14
+
+
+def vector_lanes(target, dtype_bits: int = 32) -> int:
+    """float32 lanes in one vector register of `target`: 16 with AVX-512, 8 with AVX2, else 4."""
+    from tvm.target import codegen
+
+    try:
+        if codegen.target_has_features("avx512f", target):
+            return 512 // dtype_bits
+        if codegen.target_has_features("avx2", target) or codegen.target_has_features("avx", target):
+            return 256 // dtype_bits
+    except Exception:  # non-x86 or a target LLVM cannot describe: assume 128-bit NEON/SSE
+        logger.debug("could not query vector features of %s", target)
+    return 128 // dtype_bits
+
+
+def const_int(expr) -> int | None:
+    """The value of an integer constant expression, or None when it is symbolic."""
+    value = getattr(expr, "value", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def root_blocks(sch):
+    """The blocks directly under the root block, in program order."""
+    root = sch.get_sblock("root")
+    return list(sch.get_child_blocks(root))
+
+
+def iter_kinds(sch, block) -> str:
+    """'S'/'R'/'O' per block iterator: spatial, reduction, other (as dlight spells them)."""
+    import tvm
+
+    kinds = {tvm.tirx.IterVar.DataPar: "S", tvm.tirx.IterVar.CommReduce: "R"}
+    return "".join(kinds.get(iv.iter_type, "O") for iv in sch.get(block).iter_vars)
+
+
+def iter_extents(sch, block) -> list[int | None]:
+    """The static extent of each block iterator (None where symbolic)."""
+    return [const_int(iv.dom.extent) for iv in sch.get(block).iter_vars]
+
+
+def layout_free_params(sch) -> set:
+    """Buffers of the PrimFunc's parameters that AttachAttrLayoutFreeBuffers marked as weights
+    (relax constants or model parameters): their layout may be changed once, ahead of time."""
+    func = sch.mod["main"]
+    indices = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
+    if not indices:
+        return set()
+    # TVM 0.27: a PrimFunc's parameters are its buffers (no separate buffer_map)
+    return {str(func.params[int(index)].name) for index in indices}
+
+
+def pack_read_buffer(sch, block, read_index: int, index_map, layout_free: bool) -> None:
+    """Give `block` its `read_index`-th input in the layout `index_map` describes.
+
+    A cached copy in the new layout is read instead of the original. When the input is a weight
+    (layout free) the copy block is marked as a layout-rewrite preprocessing step, so that
+    relax's SplitLayoutRewritePreproc moves it out of the kernel and FoldConstant runs it once
+    at compile time; otherwise the copy runs at every call (still correct, just slower).
+    """
+    packed = sch.cache_read(block, read_index, "global")
+    if layout_free:
+        sch.annotate(packed, "meta_schedule.layout_rewrite_preproc", True)
+    sch.transform_layout(block, ("read", read_index), index_map)
+    if not layout_free:
+        schedule_injective(sch, packed, 8)
+
+
+def cache_write_and_inline_epilogue(sch, block):
+    """Accumulate `block` in a local buffer and fold the elementwise tail (bias, relu, residual
+    add, batch-norm arithmetic) into the block that writes the accumulator back.
+
+    Returns the write-back block; epilogue blocks that cannot be inlined stay at the root and
+    are scheduled later by `schedule_remaining_blocks`.
+    """
+    writeback = sch.cache_write(block, 0, "local")
+    progress = True
+    while progress:
+        progress = False
+        for consumer in sch.get_consumers(writeback):
+            try:
+                sch.reverse_compute_inline(consumer)
+                progress = True
+                break
+            except Exception:  # noqa: BLE001 - a consumer that is not a pure elementwise tail
+                continue
+    return writeback
+
+
+def _is_at_root(sch, block) -> bool:
+    """True when no loop of `block` was already placed by a rule (compute_at, tiling...)."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return True
+    for loop in loops:
+        if sch.get(loop).kind != 0 or sch.get(loop).annotations:  # parallel/vectorized/unrolled
+            return False
+    return True
+
+
+def schedule_injective(sch, block, lanes: int) -> None:
+    """Parallelize and vectorize a spatial block: all its loops fused into one, split by the
+    vector width when it divides the extent, the outer part spread over the cores."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    extent = const_int(sch.get(fused).extent)
+    if extent is None:
+        return
+    if extent % lanes == 0 and extent >= lanes:
+        outer, inner = sch.split(fused, [None, lanes])
+        sch.vectorize(inner)
+    else:
+        outer = fused
+    if extent >= PARALLEL_MIN_WORK:
+        sch.parallel(outer)
+
+
+def schedule_reduction(sch, block, lanes: int) -> None:
+    """A reduction with no dedicated rule (pooling, mean, softmax sums, odd matmuls).
+
+    Window reductions (pooling: small reduction, wide innermost spatial axis) get the innermost
+    spatial axis moved inside the reduction and vectorized, so each output row is accumulated in
+    vector registers. Long reductions (mean over a plane, softmax over classes) keep the
+    reduction innermost. Either way the outer spatial loops run in parallel when large enough.
+    """
+    kinds = iter_kinds(sch, block)
+    loops = sch.get_loops(block)
+    if len(loops) != len(kinds) or "O" in kinds or kinds.rstrip("R") != kinds.replace("R", ""):
+        # loops do not mirror the iterators (already transformed) or spatial/reduction interleave
+        return
+    extents = [const_int(sch.get(loop).extent) for loop in loops]
+    if any(e is None for e in extents):
+        return
+    n_spatial = kinds.count("S")
+    spatial, reduction = loops[:n_spatial], loops[n_spatial:]
+    spatial_extents = extents[:n_spatial]
+    reduction_work = 1
+    for e in extents[n_spatial:]:
+        reduction_work *= e
+    total_spatial = 1
+    for e in spatial_extents:
+        total_spatial *= e
+    if n_spatial == 0:
+        return
+    inner_extent = spatial_extents[-1]
+    window = reduction and reduction_work <= 64 and inner_extent >= lanes // 2
+    if window:
+        inner = spatial[-1]
+        outer_spatial = list(spatial[:-1])
+        if inner_extent > 64:  # keep the vector accumulators within the register file
+            pieces = [d for d in range(lanes, 65, lanes) if inner_extent % d == 0]
+            piece = max(pieces) if pieces else max(d for d in range(1, 65) if inner_extent % d == 0)
+            inner_outer, inner = sch.split(inner, [None, piece])
+            outer_spatial.append(inner_outer)
+        sch.reorder(*outer_spatial, *reduction, inner)
+        if len(outer_spatial) > 1:
+            par = sch.fuse(*outer_spatial)
+        elif outer_spatial:
+            par = outer_spatial[0]
+        else:
+            par = None
+        init = sch.decompose_reduction(block, reduction[0])
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+        sch.vectorize(inner)
+        if par is not None and total_spatial * reduction_work >= PARALLEL_MIN_WORK:
+            sch.parallel(par)
+        return
+    if total_spatial * max(reduction_work, 1) >= PARALLEL_MIN_WORK and total_spatial >= 2:
+        par = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+        sch.parallel(par)
+
+
+def schedule_remaining_blocks(sch, lanes: int, keep: tuple[str, ...] = ()) -> None:
+    """Schedule every root-level block no rule has touched: first inline pure elementwise
+    producers into their consumers (fewer passes over memory), then parallel+vectorize the
+    spatial blocks and give reductions the generic treatment. Blocks named in `keep` are not
+    inlined (a conv's padding: inlined it would branch in the inner loop). Failures leave the
+    block as is."""
+    for block in root_blocks(sch):
+        if "R" in iter_kinds(sch, block) or not _is_at_root(sch, block):
+            continue
+        if sch.get(block).name_hint in keep:
+            continue
+        if sch.get(block).annotations.get("meta_schedule.layout_rewrite_preproc") is not None:
+            continue
+        try:
+            if sch.get_consumers(block):
+                sch.compute_inline(block)
+        except Exception:  # noqa: BLE001 - not inlinable (e.g. padding read by a window op)
+            pass
+    for block in root_blocks(sch):
+        if not _is_at_root(sch, block):
+            continue
+        if sch.get(block).annotations.get("meta_schedule.layout_rewrite_preproc") is not None:
+            continue
+        try:
+            if "R" in iter_kinds(sch, block):
+                schedule_reduction(sch, block, lanes)
+            else:
+                schedule_injective(sch, block, lanes)
+        except Exception as exc:  # noqa: BLE001 - never fail the build over a missed speed-up
+            logger.debug("left block %s unscheduled: %s", sch.get(block).name_hint, exc)

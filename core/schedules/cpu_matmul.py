@@ -1,0 +1,122 @@
+"""CPU schedule for matmul / dense (Gemm, MatMul, batched MatMul) with their fused epilogue.
+
+Matches a reduction block `C[..., i, j] += A[..., i, k] * B[..., k, j]` (or B[..., j, k]) with one
+reduction iterator, as LegalizeOps writes `matmul`. The schedule:
+
+1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; an activation: a cheap copy
+   per call), so the inner loop streams B contiguously;
+2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors; GEMM:
+   up to 6 rows x 2 vectors), A broadcast, B one vector load per register;
+3. loops: batch, i/TI, j/VB (fused, parallel) | k | TI (unrolled) | VB (vectorized);
+4. the accumulator is written back once with bias, activation etc. inlined.
+
+Not matched (None): symbolic shapes, a column count that is not a multiple of the vector
+width, or a body that is not a product of two reads.
+"""
+from __future__ import annotations
+
+import logging
+
+from .cpu_common import (
+    cache_write_and_inline_epilogue,
+    iter_extents,
+    iter_kinds,
+    layout_free_params,
+    pack_read_buffer,
+    root_blocks,
+    schedule_remaining_blocks,
+    vector_lanes,
+)
+
+__all__ = ["Matmul", "choose_matmul_tile"]
+
+logger = logging.getLogger(__name__)
+
+VECTOR_REGISTERS = 16
+
+
+def choose_matmul_tile(rows: int, cols: int, lanes: int) -> tuple[int, int] | None:
+    """(TI, VB): rows and columns of C held in registers, or None when cols % lanes != 0."""
+    if cols % lanes:
+        return None
+    if rows == 1:
+        for regs in (4, 2, 1):
+            if cols % (lanes * regs) == 0:
+                return 1, lanes * regs
+    regs_per_row = 2 if cols % (2 * lanes) == 0 else 1
+    max_rows = (VECTOR_REGISTERS - regs_per_row - 1) // regs_per_row
+    ti = max(d for d in range(1, min(max_rows, rows) + 1) if rows % d == 0)
+    return ti, lanes * regs_per_row
+
+
+class Matmul:
+    """Register-blocked matmul with a prepacked right operand (see module docstring)."""
+
+    name = "cpu.Matmul"
+
+    def apply(self, func, target):
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        block = None
+        for candidate in root_blocks(sch):
+            kinds = iter_kinds(sch, candidate)
+            if kinds.endswith("SSR") and kinds.count("R") == 1 and "O" not in kinds:
+                if "matmul" in sch.get(candidate).name_hint.lower():
+                    block = candidate
+                    break
+        if block is None:
+            return None
+        extents = iter_extents(sch, block)
+        if any(e is None for e in extents):
+            return None
+        stmt = sch.get(block)
+        if len(stmt.reads) != 2:
+            return None
+        iters = [str(iv.var) for iv in stmt.iter_vars]
+        i_var, j_var, k_var = iters[-3], iters[-2], iters[-1]
+        b_index = None
+        for index, region in enumerate(stmt.reads):
+            names = [str(r.min) for r in region.region]
+            if len(names) >= 2 and set(names[-2:]) == {j_var, k_var}:
+                b_index = index
+        if b_index is None:
+            return None
+        b_region = stmt.reads[b_index]
+        b_names = [str(r.min) for r in b_region.region]
+        transposed = b_names[-1] == k_var  # B[..., j, k]
+        rows, cols = extents[-3], extents[-2]
+        lanes = vector_lanes(target)
+        tile = choose_matmul_tile(rows, cols, lanes)
+        if tile is None:
+            return None
+        ti, vb = tile
+        batch_dims = len(b_region.region) - 2
+
+        def pack(*axes):
+            lead, last2 = list(axes[:batch_dims]), axes[batch_dims:]
+            j, k = (last2[0], last2[1]) if transposed else (last2[1], last2[0])
+            return (*lead, j // vb, k, j % vb)
+
+        pack_read_buffer(sch, block, b_index, pack, layout_free=b_region.source.name in layout_free_params(sch))
+        writeback = cache_write_and_inline_epilogue(sch, block)
+
+        loops = sch.get_loops(block)
+        *batch, i, j, k = loops
+        i_outer, i_inner = sch.split(i, [None, ti])
+        j_outer, j_inner = sch.split(j, [None, vb])
+        sch.reorder(*batch, i_outer, j_outer, k, i_inner, j_inner)
+        sch.reverse_compute_at(writeback, j_outer)
+        parallel = sch.fuse(*batch, i_outer, j_outer)
+        sch.parallel(parallel)
+        sch.vectorize(j_inner)
+        sch.unroll(i_inner)
+        init = sch.decompose_reduction(block, k)
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+        wb_loops = sch.get_loops(writeback)[1:]
+        if wb_loops and cols % lanes == 0:
+            sch.vectorize(wb_loops[-1])
+        _ = i_var
+        schedule_remaining_blocks(sch, lanes)
+        return sch
