@@ -81,6 +81,9 @@ class MainWindow(QMainWindow):
 
         if load_panels:
             self._create_panels()
+        from .edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
+
+        self.edit_actions = EditActions(self)
         self.resize(1400, 900)
         geometry = self.settings.value("window/geometry")
         if geometry is not None:
@@ -381,6 +384,8 @@ class MainWindow(QMainWindow):
         return self._save_to(path)
 
     def _save_to(self, path) -> bool:
+        if not self.edit_actions.before_save(path):  # invalid model / overwriting the source: ask
+            return False
         try:
             target = self.document.save(path)
         except WorkbenchError as e:
@@ -411,6 +416,9 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.cancel_work()
+        for job in self.findChildren(Job):  # panels' jobs too: a running QThread must not be destroyed
+            job.cancel()
+            job.wait(10000)
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/state", self.saveState())
         super().closeEvent(event)

@@ -9,4 +9,7 @@ __all__ = ["PANELS"]
 
 PANELS: list[str] = [
     "inspector",
+    "history",
+    "problems",
+    "rewrites",
 ]

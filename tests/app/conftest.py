@@ -23,4 +23,15 @@ def window(qtbot, tmp_path, messages):
     w.resize(1200, 800)
     qtbot.addWidget(w)
     w.show()
-    return w
+    yield w
+    # Stop background jobs and delete the window now: a closed window's timers must not start a
+    # job that the next test's event loop then destroys while it runs (Qt aborts on that).
+    from shiboken6 import Shiboken
+
+    from app.workers import Job
+
+    w.close()
+    for job in w.findChildren(Job):
+        job.cancel()
+        job.wait(10000)
+    Shiboken.delete(w)

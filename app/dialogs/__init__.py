@@ -1,0 +1,1 @@
+"""Modal dialogs of the workbench (one module per dialog)."""

@@ -1,0 +1,85 @@
+"""Problems: what is wrong with the edited model, one line per problem, naming the node.
+
+After every edit, undo or redo (and when a model is opened) the model is checked with
+`core.validation.check` (debounced, so a burst of undos checks once). Each problem is listed with
+its node; the nodes are outlined on the canvas (highlight role "problem"). Double-click a row to
+select and show its node. The dock title carries the count, so a broken model is visible even
+when the panel is tabbed away.
+"""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
+
+from core.validation import Problem, check
+
+__all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
+
+logger = logging.getLogger(__name__)
+
+AREA = "bottom"
+PROBLEM_COLOR = "#d62728"
+
+
+class ProblemsPanel(QTreeWidget):
+    def __init__(self, window, dock: QDockWidget):
+        super().__init__()
+        self.window = window
+        self.dock = dock
+        self.problems: list[Problem] = []
+        self.setColumnCount(2)
+        self.setHeaderLabels(["Where", "Problem"])
+        self.setRootIsDecorated(False)
+        self.setAlternatingRowColors(True)
+        self.setColumnWidth(0, 220)
+        self.setWordWrap(True)
+        self._timer = QTimer(self, singleShot=True, interval=60)
+        self._timer.timeout.connect(self.recheck)
+        doc = window.document
+        doc.graphChanged.connect(self._timer.start)
+        doc.graphReplaced.connect(self._timer.start)
+        self.itemDoubleClicked.connect(self._show)
+        self.recheck()
+
+    def recheck(self) -> None:
+        """Check the model now (normally triggered, debounced, by document changes)."""
+        self._timer.stop()
+        graph = self.window.document.graph
+        try:
+            self.problems = check(graph) if graph is not None else []
+        except Exception as e:  # noqa: BLE001 - a checker crash must not take the editor down
+            logger.exception("validation failed")
+            self.problems = [Problem("the checker", f"failed: {e}")]
+        self.clear()
+        icon = self.style().standardIcon(QStyle.SP_MessageBoxWarning)
+        for p in self.problems:
+            item = QTreeWidgetItem([p.subject, p.reason[0].upper() + p.reason[1:] + "."])
+            item.setIcon(0, icon)
+            item.setToolTip(1, p.sentence)
+            item.setData(0, Qt.UserRole, p.node_id)
+            self.addTopLevelItem(item)
+        n = len(self.problems)
+        self.dock.setWindowTitle(f"Problems ({n})" if n else "Problems")
+        ids = [p.node_id for p in self.problems if p.node_id is not None]
+        canvas = self.window.canvas
+        if ids:
+            canvas.set_highlight("problem", ids, PROBLEM_COLOR)
+        else:
+            canvas.clear_highlight("problem")
+
+    def _show(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        node_id = item.data(0, Qt.UserRole)
+        graph = self.window.document.graph
+        if node_id is None or graph is None or not graph.has_node(node_id):
+            return
+        self.window.document.set_selection([node_id])
+        self.window.canvas.center_on(node_id)
+
+
+def create_panel(window) -> QDockWidget:
+    dock = QDockWidget("Problems", window)
+    dock.setObjectName("panel-problems")
+    dock.setWidget(ProblemsPanel(window, dock))
+    return dock

@@ -1,0 +1,169 @@
+"""Editing in the GUI: Delete + undo by keys, attribute editing in the inspector, connect by
+dragging from an output port, the Add Node dialog, Problems/History panels and the save guard."""
+from __future__ import annotations
+
+import onnx
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QLineEdit
+
+from core import load_model
+from tests.conftest import sample
+
+
+def open_model(window, qtbot, name="small_cnn"):
+    assert window.open_model(str(sample(name)), wait=True)
+    window.canvas.setFocus()
+    return window.document.graph
+
+
+def wait_drawn(window, qtbot):
+    """Until the canvas shows the document's current revision."""
+    g = window.document.graph
+    qtbot.waitUntil(lambda: not window.canvas.busy and window.canvas.view is not None
+                    and window.canvas.view.data.get("revision") == g.revision, timeout=10000)
+
+
+def port_and_body(window, node_id):
+    """Viewport points on a node's output port (just above its lower edge) and on its body."""
+    canvas = window.canvas
+    item = canvas.node_items[node_id]
+    bottom = item.mapToScene(item.rect.center().x(), item.rect.bottom() - 3 / canvas.zoom())
+    return canvas.mapFromScene(bottom), canvas.mapFromScene(item.sceneBoundingRect().center())
+
+
+def test_edit_delete_key_and_undo_restore_model_and_selection(window, qtbot):
+    g = open_model(window, qtbot)
+    original = g.to_bytes()
+    relu = g.find_node("block1.a.relu").id
+    window.canvas.select([relu])
+    qtbot.keyClick(window.canvas, Qt.Key_Delete)
+    assert g.find_node("block1.a.relu") is None
+    assert window.undo_action.text().replace("&", "") == "Undo Delete Relu 'block1.a.relu'"
+    wait_drawn(window, qtbot)
+    assert relu not in window.canvas.node_items
+    assert window.isWindowModified()
+    qtbot.keyClick(window, Qt.Key_Z, Qt.ControlModifier)
+    assert g.to_bytes() == original and g.has_node(relu)
+    assert window.redo_action.text().replace("&", "") == "Redo Delete Relu 'block1.a.relu'"
+    wait_drawn(window, qtbot)
+    assert relu in window.canvas.node_items
+    assert not window.isWindowModified()
+    qtbot.keyClick(window, Qt.Key_Y, Qt.ControlModifier)  # Ctrl+Y redoes too
+    assert not g.has_node(relu)
+    history = window.panels["history"].widget()
+    assert history.stack() is window.document.undo_stack and history.model().rowCount() == 2
+
+
+def test_edit_delete_without_reconnect_is_flagged_in_problems(window, qtbot):
+    g = open_model(window, qtbot)
+    relu = g.find_node("stem.relu").id
+    pool = g.find_node("pool1").id
+    window.canvas.select([relu])
+    window.edit_actions.delete_action.trigger()
+    problems = window.panels["problems"].widget()
+    qtbot.waitUntil(lambda: problems.topLevelItemCount() == 1, timeout=3000)
+    assert problems.topLevelItem(0).text(0) == "MaxPool 'pool1'" and "stem.relu_out" in problems.topLevelItem(0).text(1)
+    assert window.panels["problems"].windowTitle() == "Problems (1)"
+    wait_drawn(window, qtbot)
+    assert "problem" in window.canvas.node_items[pool].highlights
+    window.undo_action.trigger()
+    qtbot.waitUntil(lambda: problems.topLevelItemCount() == 0, timeout=3000)
+
+
+def test_edit_attribute_in_inspector(window, qtbot):
+    g = open_model(window, qtbot)
+    pool = g.find_node("pool1").id
+    window.canvas.select([pool])
+    tree = window.panels["inspector"].widget()
+    top = next(tree.topLevelItem(i) for i in range(tree.topLevelItemCount()) if tree.topLevelItem(i).text(0) == "Attributes")
+    row = next(top.child(j) for j in range(top.childCount()) if top.child(j).text(0) == "strides")
+    rect = tree.visualItemRect(row)
+    where = QPoint(tree.columnWidth(0) + 20, rect.center().y())
+    qtbot.mouseClick(tree.viewport(), Qt.LeftButton, pos=where)  # item views need a press before a double-click
+    qtbot.mouseDClick(tree.viewport(), Qt.LeftButton, pos=where)
+    editor = tree.viewport().findChild(QLineEdit)
+    assert editor is not None and editor.text() == "2, 2"
+    editor.selectAll()
+    qtbot.keyClicks(editor, "1, 1")
+    qtbot.keyClick(editor, Qt.Key_Return)
+    qtbot.waitUntil(lambda: g.node(pool).attributes["strides"] == [1, 1], timeout=3000)
+    assert window.undo_action.text().replace("&", "") == "Undo Set strides = [1, 1] on MaxPool 'pool1'"
+    qtbot.waitUntil(lambda: ("Attributes", "strides", "[1, 1]") in tree.rows(), timeout=3000)
+    # a value of the wrong type is refused with a sentence and the model is untouched
+    before = g.to_bytes()
+    messages = []
+    window.edit_actions._error = lambda e: messages.append(str(e))
+    assert not window.edit_actions.apply_inspector_edit(pool, "Attributes", "strides", 0, "two")
+    assert g.to_bytes() == before and "'two' is not a valid ints" in messages[0]
+
+
+def test_edit_connect_by_drag_from_output_port(window, qtbot):
+    g = open_model(window, qtbot)
+    add = g.find_node("block1.add").id
+    pool = g.find_node("pool1").id
+    chosen = []
+    window.edit_actions.slot_chooser = lambda node_id, options: chosen.append(options) or 1
+    window.canvas.fit()
+    vp = window.canvas.viewport()
+    port, _ = port_and_body(window, pool)
+    _, target = port_and_body(window, add)
+    assert vp.rect().contains(port) and vp.rect().contains(target)
+    qtbot.mouseRelease(vp, Qt.LeftButton, pos=QPoint(2, 2))  # QTest keeps a double-click's button state across tests
+    qtbot.mouseMove(vp, pos=port)
+    assert window.edit_actions._port_dot is not None  # hovering the port shows it
+    qtbot.mousePress(vp, Qt.LeftButton, pos=port)
+    assert window.edit_actions._drag is not None
+    qtbot.mouseMove(vp, pos=target)
+    assert "connect-target" in window.canvas.node_items[add].highlights
+    qtbot.mouseRelease(vp, Qt.LeftButton, pos=target)
+    qtbot.waitUntil(lambda: g.node(add).inputs[1] == "pool1_out", timeout=3000)
+    assert [k for k, _ in chosen[0]] == [0, 1]
+    assert window.undo_action.text().replace("&", "") == "Undo Connect 'pool1_out' to B of Add 'block1.add'"
+    window.undo_action.trigger()
+    assert g.node(add).inputs[1] == "block1.b.bn_out"
+
+
+def test_edit_add_node_dialog_inserts_after_selection(window, qtbot):
+    g = open_model(window, qtbot)
+    gap = g.find_node("gap").id
+    window.canvas.select([gap])
+    dialog = window.edit_actions.add_node(inputs=["gap_out"], insert_on="gap_out", exec_dialog=False)
+    qtbot.addWidget(dialog)
+    assert dialog.op_list.count() > 150  # every op of opset 17
+    dialog.search.setText("leaky")
+    assert dialog.op_list.item(0).text() == "LeakyRelu"
+    dialog.set_attribute_text("alpha", "0.2")
+    assert dialog.apply()
+    node = g.node(dialog.edit.node_id)
+    assert node.op_type == "LeakyRelu" and abs(node.attributes["alpha"] - 0.2) < 1e-6
+    assert g.find_node("flatten").inputs == [node.outputs[0]]
+    # refused: Cast needs 'to'; the dialog stays open and says why
+    again = window.edit_actions.add_node(inputs=["gap_out"], exec_dialog=False)
+    qtbot.addWidget(again)
+    again.select_op("Cast")
+    assert not again.apply() and "attribute 'to'" in again.status.text()
+
+
+def test_edit_save_guard_asks_before_overwriting_and_saving_invalid(window, qtbot, tmp_path):
+    src = tmp_path / "model.onnx"
+    src.write_bytes(sample("mlp").read_bytes())
+    assert window.open_model(str(src), wait=True)
+    g = window.document.graph
+    asked = []
+    answers = iter(["Cancel", "Overwrite"])
+    window.edit_actions.ask = lambda title, text, buttons: asked.append(title) or next(answers)
+    relu = g.find_node("relu0").id
+    window.canvas.select([relu])
+    window.edit_actions.delete_bridge_action.trigger()
+    assert not window.save() and src.read_bytes() == sample("mlp").read_bytes()  # cancelled
+    assert window.save() and asked == ["Overwrite the original model?"] * 2
+    onnx.checker.check_model(onnx.load(src), full_check=True)
+    assert load_model(src).find_node("relu0") is None
+    assert window.save() and len(asked) == 2  # asked once per opened model
+    # an invalid model: asked first, nothing written when declined
+    window.canvas.select([g.find_node("relu1").id])
+    window.edit_actions.delete_action.trigger()
+    window.edit_actions.ask = lambda title, text, buttons: asked.append((title, text)) or "Cancel"
+    before = src.read_bytes()
+    assert not window.save() and src.read_bytes() == before
+    assert asked[-1][0] == "Save an invalid model?" and "relu1_out" in asked[-1][1]
