@@ -137,6 +137,9 @@ class EliminateIdentity(RewriteRule):
         x, y = node.inputs[0], node.outputs[0]
         if y.is_graph_output():
             name = y.name
+            # the graph output keeps its declared type and shape
+            x.type = y.type if y.type is not None else x.type
+            x.shape = y.shape if y.shape is not None else x.shape
             ir.convenience.replace_all_uses_with(y, x, replace_graph_outputs=True)
             g.remove(node, safe=True)
             x.name = name  # the graph output keeps its name; x's other readers follow the object

@@ -85,6 +85,9 @@ def explain(graph: Graph, rule: RewriteRule, node_id: int) -> WhyNot:
     if not graph.has_node(node_id):
         raise EditError(f"there is no node with id {node_id} in the graph.")
     node = graph.node(node_id).ir
+    if rule.pattern_ops and node.op_type not in rule.pattern_ops:
+        what = f" ({rule.pattern_text})" if rule.pattern_text else ""
+        return WhyNot(rule.id, node_id, False, f"{node_label(node)} is not part of this rule's pattern{what}.")
     ctx = _context(graph)
     with using(ctx):
         roots: list[ir.Node] = []
@@ -296,17 +299,13 @@ def _remove_dead_constants(ctx: RuleContext, touched: list[ir.Value]) -> None:
     clearing what was unused before is eliminate-dead-code's job, not a side effect."""
     g = ctx.graph.model.graph
     old_ir = (ctx.graph.model.ir_version or 0) < 4  # there, initializers are listed as inputs too
-    work = list(touched)
-    seen: set[int] = set()
+    work = list(touched)  # a value still read now is pushed again when its last reader goes
     while work:
         v = work.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
         if v.uses() or v.is_graph_output():
             continue
         if v.is_initializer():
-            if (old_ir or not v.is_graph_input()) and v.name in g.initializers:
+            if (old_ir or not v.is_graph_input()) and g.initializers.get(v.name) is v:
                 remove_initializer(ctx, v)
             continue
         p = v.producer()

@@ -353,7 +353,12 @@ class PatternRule(RewriteRule):
             if log.status == MatchStatus.CONDITION_FAILED:
                 att = Attempt(False, list(lm.nodes) if lm is not None else [], _clean(lm.reason if lm is not None else ""), 2)
             else:
-                att = Attempt(False, list(lm.nodes) if lm is not None else [], _structural(node, lm.reason if lm is not None else ""), 1)
+                nodes = list(lm.nodes) if lm is not None else []
+                reason = lm.reason if lm is not None else ""
+                if "other uses" in reason.lower() and nodes:
+                    att = Attempt(False, nodes, _other_uses(node, nodes), 2)
+                else:
+                    att = Attempt(False, nodes, _structural(node, reason), 1)
             if best is None or att.stage > best.stage:
                 best = att
         assert best is not None
@@ -374,6 +379,21 @@ def _clean(reason: str) -> str:
     if not reason:
         return "a condition of the rule does not hold."
     return reason if reason.endswith(".") else reason + "."
+
+
+def _other_uses(root: ir.Node, nodes: list[ir.Node]) -> str:
+    """Name the intermediate value that is also used outside the pattern (so it cannot go)."""
+    inside = {id(n) for n in nodes}
+    for n in nodes:
+        if n is root:
+            continue
+        for o in n.outputs:
+            if o.is_graph_output():
+                return f"'{o.name}' from {node_label(n)} is a graph output, so the pattern ending at {node_label(root)} cannot remove it."
+            for c in o.consumers():
+                if id(c) not in inside:
+                    return f"'{o.name}' from {node_label(n)} is also used by {node_label(c)}, so the pattern ending at {node_label(root)} cannot remove it."
+    return f"an intermediate result of the pattern ending at {node_label(root)} is used elsewhere."
 
 
 def _structural(node: ir.Node, reason: str) -> str:
