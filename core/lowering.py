@@ -248,14 +248,33 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
     for v in new:
         if callee_of.get(v):
             callers[callee_of[v]] = callers.get(callee_of[v], 0) + 1
+    from .relax_view import Lineage
+
+    # a fused function's bindings are the group's own (same Var, or a new Var of the same
+    # import-chosen name: FuseOps re-creates them)
     inner_vars: dict[str, set] = {}
     for gv, func in mod.functions.items():
-        inner_vars[gv.name_hint] = {b.var for b in _function_bindings(func)}
+        inner = set()
+        for b in _function_bindings(func):
+            inner.add(b.var)
+            if Lineage.stable_name(b.var.name):
+                inner.add(b.var.name)
+        inner_vars[gv.name_hint] = inner
+
+    def in_group(o, group) -> bool:
+        return o in group or (Lineage.stable_name(o.name) and o.name in group)
     for anchor, orphans in old_segs.items():
         fresh = new_segs.get(anchor, [])
         if not orphans or not fresh:
             continue
         n = len(orphans)
+        if n == len(fresh) and all(o.name == f.name or not Lineage.stable_name(o.name) for o, f in zip(orphans, fresh)):
+            # the same bindings, re-created (ToNonDataflow makes every variable anew): pair them up
+            for o, f in zip(orphans, fresh):
+                ids = prev.of_var(o)
+                if ids:
+                    by_var.setdefault(f, set()).update(ids)
+            continue
         owner: dict[int, object] = {}
         first: dict = {}
         last: dict = {}
@@ -263,7 +282,7 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
         for v in fresh:
             f = callee_of.get(v)
             if f and callers.get(f) == 1:
-                ks = [k for k, o in enumerate(orphans) if o in inner_vars.get(f, ())]
+                ks = [k for k, o in enumerate(orphans) if in_group(o, inner_vars.get(f, ()))]
                 for k in ks:
                     owner[k] = v
                 if ks:
@@ -326,9 +345,15 @@ def propagate_lineage(mod, prev, prev_mod=None):
                 caller = by_var.get(var) or (func_origin.get(fname, set()) if fname != "main" else set())
                 func_origin.setdefault(callee, set()).update(caller)
     # 3. new bindings calling functions, then the rest from the next (else previous) known binding
+    call_count: dict[str, int] = {}
+    for bl in calls.values():
+        for _, callee in bl:
+            if callee:
+                call_count[callee] = call_count.get(callee, 0) + 1
     for fname, bl in calls.items():
         for var, callee in bl:
-            if not by_var.get(var) and callee and func_origin.get(callee):
+            # a shared kernel's origin is every caller's: a call site takes it only when it is the one
+            if not by_var.get(var) and callee and func_origin.get(callee) and call_count.get(callee) == 1:
                 by_var[var] = set(func_origin[callee])
         nxt: set[int] | None = None
         for var, _ in reversed(bl):

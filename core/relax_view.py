@@ -73,7 +73,7 @@ def _as_lineage(lineage) -> "Lineage":
                    by_function={k[1:]: v for k, v in lineage.items() if k.startswith("@")})
 
 
-_FUNC_DEF = re.compile(r"^    def ([A-Za-z_]\w*)\(")
+_FUNC_DEF = re.compile(r"^    def ([A-Za-z_]\w*)(?:\[[^\]]*\])?\(")  # `def main[batch](` with symbolic shapes
 _DECORATOR = re.compile(r"^    @")
 
 
@@ -211,7 +211,7 @@ def _describe(value) -> tuple[str, str | None]:
     return type(value).__name__, None
 
 
-_NON_BINDING = re.compile(r"^(R\.func_attr|cls = |with R\.dataflow|R\.output\(|return\b|#|T\.func_attr)")
+_NON_BINDING = re.compile(r"^(R\.func_attr|cls = |with R\.dataflow|R\.output\(|return\b|#|T\.func_attr|\w+ = T\.int(32|64)\(\)$)")
 
 
 def _statement_lines(text_lines: list[str], span: tuple[int, int]) -> list[int]:
@@ -233,6 +233,15 @@ def _statement_lines(text_lines: list[str], span: tuple[int, int]) -> list[int]:
             continue
         out.append(ln)
     return out
+
+
+def _line_by_name(text_lines: list[str], stmt_lines: list[int], name: str) -> int | None:
+    """Fallback when statements and bindings do not pair up: the statement that defines `name`."""
+    for ln in stmt_lines:
+        stripped = text_lines[ln - 1].lstrip()
+        if stripped.startswith(name + ":") or stripped.startswith(name + " ="):
+            return ln
+    return None
 
 
 def _bindings(func) -> list:
@@ -271,7 +280,7 @@ def _relax_function_view(func, fname: str, text_lines: list[str], span, lineage,
         badges = [f"const {_dims(c.ty)}" for c in consts][:4]
         if len(consts) > 4:
             badges.append(f"+{len(consts) - 4} consts")
-        line = stmt_lines[i] if aligned else None
+        line = stmt_lines[i] if aligned else _line_by_name(text_lines, stmt_lines, var.name)
         origin = lineage.of_var(var)
         if not origin and callee:
             origin = lineage.of_function(callee)
