@@ -35,6 +35,7 @@ __all__ = [
     "verify",
     "DEFAULT_ATOL",
     "DEFAULT_RTOL",
+    "with_random_weights",
 ]
 
 logger = logging.getLogger(__name__)
@@ -258,3 +259,69 @@ def verify(
     b = run_model(after, feeds, "the rewritten model")
     c = compare(a, b, atol=atol, rtol=rtol, seed=seed)
     return Comparison(c.outputs, atol, rtol, seed, {k: tuple(v.shape) for k, v in feeds.items()})
+
+
+def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:
+    """A copy of `graph` whose float weights are seeded random numbers (integer constants such as
+    shapes and axes are kept).
+
+    The onnx wheel's light models fill every weight with one constant (ConstantOfShape), which
+    makes their outputs nearly input-independent and a numerical check weak; this gives them
+    "real" random weights. Each constant value that feeds computation becomes an initializer;
+    variances and scales of BatchNormalization stay positive, so the model stays well-defined.
+    """
+    import onnx_ir as ir
+
+    from .graph import Graph
+    from .rewrite.constants import ConstantEvaluator
+    from .rewrite.engine import fast_clone
+
+    g: Graph = fast_clone(graph)
+    model = g.model
+    ev = ConstantEvaluator(model)
+    rng = np.random.default_rng(seed)
+    positive: set[int] = set()
+    for n in model.graph:
+        if n.op_type == "BatchNormalization":
+            for i in (1, 4):
+                if len(n.inputs) > i and n.inputs[i] is not None:
+                    positive.add(id(n.inputs[i]))
+    old_ir = (model.ir_version or 0) < 4
+    frontier = []
+    for n in model.graph:
+        if ev.is_constant(n.outputs[0] if n.outputs else None):
+            continue
+        for v in n.inputs:
+            if v is not None and ev.is_constant(v) and v not in frontier:
+                frontier.append(v)
+    for v in frontier:
+        arr = ev.value(v)
+        if arr is None or arr.dtype.kind != "f" or arr.size <= 1:
+            continue
+        new = (rng.standard_normal(arr.shape) * scale).astype(arr.dtype)
+        if id(v) in positive:
+            new = (np.abs(new) + 0.5).astype(arr.dtype)
+        name = v.name
+        init = ir.Value(name=f"{name}__random", shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=ir.tensor(new))
+        model.graph.register_initializer(init)
+        if old_ir:
+            model.graph.inputs.append(init)
+        ir.convenience.replace_all_uses_with(v, init)
+    # drop the constant nodes nothing reads any more
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(list(model.graph)):
+            if n.outputs and all(not o.uses() and not o.is_graph_output() for o in n.outputs) and all(ev.is_constant(o) for o in n.outputs):
+                model.graph.remove(n, safe=True)
+                changed = True
+    for name, v in list(model.graph.initializers.items()):
+        if not v.uses() and not v.is_graph_output():
+            if v.is_graph_input():
+                if not old_ir:
+                    continue
+                model.graph.inputs.remove(v)
+            del model.graph.initializers[name]
+    g.changed()
+    g.infer_shapes()
+    return g
