@@ -1,0 +1,461 @@
+"""Compile & Run: compile the open model for CPU or CUDA, measure it beside onnxruntime, export it.
+
+* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run runs `core.compile.compile_model`
+  (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
+  and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
+* The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
+  memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
+* The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
+  clicking a bar selects the ONNX nodes that kernel came from. "Heat on graph" colours the canvas
+  by kernel time per ONNX node (each kernel's time split over its nodes, through lineage).
+* Export writes the artifact folder (library, manifest with the measured figures, run.py, the
+  compiled ONNX model, CUDA source); "Save optimized ONNX" saves the (rewritten) model itself.
+
+A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
+says so and offers Export.
+"""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFontMetrics, QPainter
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core import WorkbenchError, save_model
+
+from ..workers import Job, JobCancelled
+
+__all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
+
+logger = logging.getLogger(__name__)
+
+AREA = "bottom"
+_HEAT_LEGEND = "kernel time per node (ms)"
+
+
+def _mb(n) -> str:
+    if n is None:
+        return "–"
+    if n < 2**20:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / 2**20:.2f} MB"
+
+
+def _ms(x) -> str:
+    return "–" if x is None else f"{x:.3f} ms"
+
+
+class KernelChart(QWidget):
+    """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
+
+    kernelClicked = Signal(dict)
+
+    BAR_H = 18
+    GAP = 4
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.kernels: list[dict] = []
+        self.selected = -1
+        self.setMinimumHeight(120)
+        self.setMouseTracking(True)
+
+    def set_kernels(self, kernels: list[dict], top: int = 16) -> None:
+        self.kernels = list(kernels[:top])
+        self.selected = -1
+        self.setMinimumHeight(max(120, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
+        self.updateGeometry()
+        self.update()
+
+    def sizeHint(self) -> QSize:
+        return QSize(480, 24 + max(4, len(self.kernels)) * (self.BAR_H + self.GAP))
+
+    def _label_width(self) -> int:
+        fm = QFontMetrics(self.font())
+        return min(max((fm.horizontalAdvance(self._label(k)) for k in self.kernels), default=80) + 12, int(self.width() * 0.5))
+
+    @staticmethod
+    def _label(k: dict) -> str:
+        nodes = k.get("onnx_nodes") or []
+        where = f"  ({nodes[0]}{' …' if len(nodes) > 1 else ''})" if nodes else ""
+        return f"{k['name']}{where}"
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        pal = self.palette()
+        p.fillRect(self.rect(), pal.base())
+        if not self.kernels:
+            p.setPen(pal.placeholderText().color())
+            p.drawText(self.rect(), Qt.AlignCenter, "Per-kernel time appears here after Compile & Run.")
+            return
+        fm = QFontMetrics(self.font())
+        lw = self._label_width()
+        vw = fm.horizontalAdvance("0000.000 ms  100.0%") + 8
+        bar_w = max(40, self.width() - lw - vw - 16)
+        top_ms = max(k["ms"] for k in self.kernels) or 1.0
+        p.setPen(pal.text().color())
+        p.drawText(QRectF(4, 2, self.width() - 8, 18), Qt.AlignLeft | Qt.AlignVCenter, "Where the time goes (ms per run, by kernel)")
+        for i, k in enumerate(self.kernels):
+            y = 22 + i * (self.BAR_H + self.GAP)
+            label = fm.elidedText(self._label(k), Qt.ElideMiddle, lw - 8)
+            p.setPen(pal.text().color())
+            p.drawText(QRectF(4, y, lw - 8, self.BAR_H), Qt.AlignRight | Qt.AlignVCenter, label)
+            w = max(1.0, bar_w * k["ms"] / top_ms)
+            color = QColor("#d62728") if i == self.selected else QColor.fromHsvF(0.08 * (1 - k["ms"] / top_ms), 0.75, 0.95)
+            p.fillRect(QRectF(lw, y + 2, w, self.BAR_H - 4), color)
+            p.setPen(pal.text().color())
+            p.drawText(QRectF(lw + w + 6, y, vw, self.BAR_H), Qt.AlignLeft | Qt.AlignVCenter, f"{k['ms']:.3f} ms  {k['share'] * 100:.1f}%")
+
+    def index_at(self, y: float) -> int:
+        i = int((y - 22) // (self.BAR_H + self.GAP))
+        return i if 0 <= i < len(self.kernels) and y >= 22 else -1
+
+    def mousePressEvent(self, event) -> None:
+        i = self.index_at(event.position().y())
+        if i >= 0:
+            self.selected = i
+            self.update()
+            self.kernelClicked.emit(self.kernels[i])
+
+    def mouseMoveEvent(self, event) -> None:
+        i = self.index_at(event.position().y())
+        if i >= 0:
+            k = self.kernels[i]
+            nodes = ", ".join(k.get("onnx_nodes") or []) or "(no ONNX lineage)"
+            self.setToolTip(f"{k['name']}\n{k['ms']:.3f} ms per run, {k['share'] * 100:.1f}%, {k.get('calls', 1)} call(s)\nONNX nodes: {nodes}")
+        else:
+            self.setToolTip("")
+
+
+class CompilePanel(QWidget):
+    def __init__(self, window, dock: QDockWidget | None = None):
+        super().__init__()
+        self.window = window
+        self.dock = dock
+        self.job: Job | None = None
+        self.artifact = None
+        self.result = None
+        self.stale = False
+
+        self.target = QComboBox()
+        self.target.addItem("CPU (LLVM, this host)", "cpu")
+        self.target.addItem("CUDA (GPU code; runs where a GPU is)", "cuda")
+        self.runs = QSpinBox()
+        self.runs.setRange(1, 1000)
+        self.runs.setValue(10)
+        self.runs.setPrefix("runs ")
+        self.vs_ort = QCheckBox("vs onnxruntime")
+        self.vs_ort.setChecked(True)
+        self.compile_btn = QPushButton("Compile && Run")
+        self.compile_btn.setDefault(True)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.export_btn = QPushButton("Export…")
+        self.export_btn.setEnabled(False)
+        self.save_onnx_btn = QPushButton("Save optimized ONNX…")
+        self.heat = QCheckBox("Heat on graph")
+        self.heat.setChecked(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.status = QLabel("Compile the open model to see its latency, memory and where the time goes.")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
+
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["", "TVM (ours)", "onnxruntime"])
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.Stretch)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setSelectionMode(QTableWidget.NoSelection)
+        self.chart = KernelChart()
+
+        row = QHBoxLayout()
+        for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.heat):
+            row.addWidget(w)
+        row.addStretch(1)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(self.table)
+        split.addWidget(self.chart)
+        split.setStretchFactor(0, 2)
+        split.setStretchFactor(1, 3)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(row)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        lay.addWidget(split, 1)
+
+        self.compile_btn.clicked.connect(self.start)
+        self.cancel_btn.clicked.connect(self.cancel)
+        self.export_btn.clicked.connect(self.export_dialog)
+        self.save_onnx_btn.clicked.connect(self.save_onnx_dialog)
+        self.heat.toggled.connect(self._apply_heat)
+        self.chart.kernelClicked.connect(self._select_kernel)
+        doc = window.document
+        doc.graphChanged.connect(self._mark_stale)
+        doc.graphReplaced.connect(self._reset)
+
+    # -- compile + bench ------------------------------------------------------------------
+
+    def _rewrites_applied(self) -> list[str]:
+        """Descriptions of the rewrite edits on the undo stack (up to its current index)."""
+        stack = self.window.document.undo_stack
+        out = []
+        for i in range(stack.index()):
+            cmd = stack.command(i)
+            edit = getattr(cmd, "edit", None)
+            if edit is not None and type(edit).__name__ == "RewriteEdit":
+                out.append(getattr(edit, "description", cmd.text()))
+        return out
+
+    def start(self) -> None:
+        graph = self.window.document.graph
+        if graph is None or (self.job is not None and self.job.isRunning()):
+            return
+        target = self.target.currentData()
+        runs = self.runs.value()
+        vs_ort = self.vs_ort.isChecked()
+        rewrites = self._rewrites_applied()
+        model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
+
+        def work(job: Job):
+            from core.compile import CompileCancelled
+
+            try:
+                return compile_and_measure(job)
+            except CompileCancelled:
+                raise JobCancelled() from None
+
+        def compile_and_measure(job: Job):
+            from core.bench import benchmark, measured_for_manifest
+            from core.compile import _gpu_present, compile_model
+
+            art = compile_model(
+                model, target, rewrites=rewrites, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"),
+            )
+            if target == "cuda" and not _gpu_present():
+                return art, None
+            res = benchmark(
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(0.7 + 0.3 * frac, f"measure: {step}"),
+            )
+            art.manifest["measured"] = measured_for_manifest(res)
+            return art, res
+
+        self.job = Job(work, title="Compile & Run", parent=self)
+        self.job.progressed.connect(self._progress)
+        self.job.done.connect(self._done)
+        self.job.failed.connect(self._failed)
+        self.job.cancelled.connect(self._cancelled)
+        self._busy(True)
+        self.status.setText(f"Compiling for {target.upper()}…")
+        self.job.start()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.status.setText("Cancelling (at the end of the current step)…")
+
+    def _busy(self, on: bool) -> None:
+        self.compile_btn.setEnabled(not on)
+        self.cancel_btn.setEnabled(on)
+        self.target.setEnabled(not on)
+        self.export_btn.setEnabled(not on and self.artifact is not None)
+        if on:
+            self.progress.setValue(0)
+
+    def _progress(self, frac: float, text: str) -> None:
+        self.progress.setValue(int(frac * 1000))
+        self.progress.setFormat(text)
+
+    def _done(self, result) -> None:
+        self.artifact, self.result = result
+        self.stale = False
+        self._busy(False)
+        self.progress.setValue(1000)
+        self.progress.setFormat("done")
+        self._show_results()
+
+    def _failed(self, message: str) -> None:
+        self._busy(False)
+        self.progress.setValue(0)
+        self.progress.setFormat("failed")
+        self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
+        self.status.setStyleSheet("color: #d62728;")
+
+    def _cancelled(self) -> None:
+        self._busy(False)
+        self.progress.setValue(0)
+        self.progress.setFormat("cancelled")
+        self.status.setText("Cancelled.")
+
+    # -- results -------------------------------------------------------------------------
+
+    def _show_results(self) -> None:
+        art, res = self.artifact, self.result
+        m = art.manifest
+        v = m.get("verification", {})
+        self.status.setStyleSheet("")
+        if v.get("checked"):
+            check = f"outputs match onnxruntime (max abs error {v['max_abs_err']:.2g})"
+        else:
+            check = f"not checked against onnxruntime: {v.get('reason')}"
+        fixes = m.get("converter_fixes") or []
+        extra = f"; converter fixes used: {', '.join(fixes)}" if fixes else ""
+        if res is None:
+            self.status.setText(
+                f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{extra}. "
+                "No GPU here to run it: Export the artifact and run it where a GPU is."
+            )
+        else:
+            ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
+            self.status.setText(f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
+        rows: list[tuple[str, str, str]] = []
+        if res is not None:
+            ort = res.ort_latency_ms or {}
+            for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min")):
+                rows.append((label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–"))
+            rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
+            if res.ratio is not None:
+                rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
+            mem = res.memory
+        else:
+            mem = dict(m.get("memory_estimate") or {})
+        rows += [
+            ("Parameters", _mb(mem.get("params_bytes")), ""),
+            ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
+            ("Activations, unplanned", _mb(mem.get("unplanned_bytes")), ""),
+        ]
+        if res is not None:
+            rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
+        rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
+        self.table.setRowCount(len(rows))
+        for r, cells in enumerate(rows):
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.table.setItem(r, c, item)
+        self.chart.set_kernels(res.kernels if res is not None else [])
+        self._apply_heat()
+
+    def _node_ids(self, labels) -> list[int]:
+        graph = self.window.document.graph
+        if graph is None:
+            return []
+        by_label = {n.label: n.id for n in graph.nodes}
+        return [by_label[l] for l in labels if l in by_label]
+
+    def heat_values(self) -> dict[int, float]:
+        """ONNX node id -> ms of kernel time (what the canvas overlay shows)."""
+        if self.result is None or self.stale:
+            return {}
+        from core.bench import node_heat
+
+        graph = self.window.document.graph
+        by_label = {n.label: n.id for n in graph.nodes} if graph is not None else {}
+        return {by_label[l]: ms for l, ms in node_heat(self.result.kernels).items() if l in by_label}
+
+    def _apply_heat(self, *_args) -> None:
+        canvas = self.window.canvas
+        values = self.heat_values() if self.heat.isChecked() else {}
+        if values and getattr(canvas, "mode", "model") == "model":
+            canvas.set_overlay(values, _HEAT_LEGEND)
+        else:
+            canvas.set_overlay(None)
+
+    def _select_kernel(self, kernel: dict) -> None:
+        ids = self._node_ids(kernel.get("onnx_nodes") or [])
+        if not ids:
+            self.status.setText(f"Kernel {kernel['name']} has no recorded ONNX lineage.")
+            return
+        self.window.document.set_selection(ids)
+        self.window.canvas.center_on(ids[0])
+
+    def _mark_stale(self) -> None:
+        if self.artifact is not None and not self.stale:
+            self.stale = True
+            self.status.setText(self.status.text() + "  (The model changed since: compile again to measure the edited model.)")
+            self._apply_heat()
+
+    def _reset(self) -> None:
+        self.artifact = self.result = None
+        self.stale = False
+        self.table.setRowCount(0)
+        self.chart.set_kernels([])
+        self.export_btn.setEnabled(False)
+        self.status.setStyleSheet("")
+        self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
+        self.window.canvas.set_overlay(None)
+
+    # -- export ----------------------------------------------------------------------------
+
+    def export_to(self, folder: str) -> None:
+        """Export the last compile to `folder` on a worker thread (CUDA export runs nvcc)."""
+        art = self.artifact
+        if art is None:
+            return
+
+        def work(job: Job):
+            job.report(0.1, "exporting")
+            return str(art.export(folder, measured=art.manifest.get("measured")))
+
+        self.job = Job(work, title="Export", parent=self)
+        self.job.progressed.connect(self._progress)
+        self.job.done.connect(lambda path: (self._busy(False), self.progress.setValue(1000), self.progress.setFormat("exported"),
+                                            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")))
+        self.job.failed.connect(self._failed)
+        self.job.cancelled.connect(self._cancelled)
+        self._busy(True)
+        self.job.start()
+
+    def export_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export the compiled artifact into folder")
+        if folder:
+            self.export_to(folder)
+
+    def save_onnx_dialog(self) -> None:
+        graph = self.window.document.graph
+        if graph is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Save optimized ONNX", "", "ONNX models (*.onnx)")
+        if not path:
+            return
+        try:
+            save_model(graph, path)
+        except (WorkbenchError, OSError) as e:
+            self._failed(str(e))
+            return
+        self.status.setText(f"Saved the optimized model to {path}.")
+
+
+def create_panel(window) -> QDockWidget:
+    dock = QDockWidget("Compile && Run", window)
+    dock.setObjectName("panel-compile")
+    panel = CompilePanel(window, dock)
+    dock.setWidget(panel)
+    dock.panel = panel
+    return dock
