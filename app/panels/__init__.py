@@ -12,4 +12,6 @@ PANELS: list[str] = [
     "history",
     "problems",
     "rewrites",
+    "compile",
+    "lowering",
 ]
