@@ -90,6 +90,7 @@ class EditActions(QObject):
 
         self._build_actions()
         self.canvas.viewport().installEventFilter(self)
+        self.canvas.installEventFilter(self)  # keyboard context menu (Menu key, Shift+F10) reaches the view
         self.document.selectionChanged.connect(lambda _ids: self._update_enabled())
         self.document.graphReplaced.connect(self._on_graph_replaced)
         self.document.graphChanged.connect(self._update_enabled)
@@ -382,6 +383,15 @@ class EditActions(QObject):
 
     def eventFilter(self, obj, event) -> bool:  # noqa: C901 - one switch over event types
         et = event.type()
+        if obj is self.canvas:
+            if et == QEvent.ContextMenu and self._model_ready() and event.reason() == event.Reason.Keyboard:
+                sel = [i for i in self.document.selection if i in self.canvas.node_items]
+                item = self.canvas.node_items[sel[0]] if sel else None
+                menu = self.context_menu(item)
+                at = self.canvas.mapFromScene(item.sceneBoundingRect().center()) if item is not None else self.canvas.viewport().rect().center()
+                menu.exec(self.canvas.viewport().mapToGlobal(at))
+                return True
+            return False
         if et == QEvent.ContextMenu and self._model_ready():
             item = self.canvas.itemAt(event.pos())
             menu = self.context_menu(item)

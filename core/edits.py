@@ -532,9 +532,12 @@ def bridge_input_index(graph: Graph, node_id: int) -> tuple[int | None, str]:
 
 
 class DeleteNode(Edit):
-    """Delete a node. With `bridge`, the readers of its output read its matching input instead
-    ("Delete and reconnect", e.g. removing a Relu or a Dropout); without, they keep reading the
-    now-missing tensor and validation flags them until they are rewired."""
+    """Delete a node and its edges. With `bridge`, the readers of its output read its matching
+    input instead ("Delete and reconnect", e.g. removing a Relu or a Dropout). Without, its
+    readers are left with that input unconnected and graph outputs it produced are dropped, as
+    deleting a node does in any node editor; validation flags the readers until they are
+    rewired. (Readers are detached rather than left naming a tensor nobody makes, so the IR stays
+    consistent for every other tool: clone, rewrites, lowering.)"""
 
     def __init__(self, graph: Graph, node_id: int, bridge: bool = False):
         self.node_id = node_id
@@ -548,6 +551,7 @@ class DeleteNode(Edit):
         self._outputs_rewired: list[tuple[int, ir.Value]] = []
         self._bridge_index: int | None = None
         self._typed: tuple | None = None
+        self._dropped_outputs: list[tuple[int, ir.Value]] = []
 
     def do(self, graph: Graph) -> None:
         g = graph.model.graph
@@ -587,6 +591,16 @@ class DeleteNode(Edit):
                 dt, shape = _known_shape(graph, out)
                 src.type = ir.TensorType(out.dtype or ir.DataType.from_numpy(np.dtype(dt)))
                 src.shape = ir.Shape(list(shape)) if shape is not None else None
+        self._dropped_outputs = []
+        if src is None:
+            for out in n.outputs:
+                for use in out.uses():
+                    self._rewired.append((use.node, use.idx, out))
+                    use.node.replace_input_with(use.idx, None)
+            for k in reversed(range(len(g.outputs))):
+                if g.outputs[k].producer() is n:
+                    self._dropped_outputs.append((k, g.outputs[k]))
+                    g.outputs.pop(k)
         for k in range(len(n.inputs)):
             n.replace_input_with(k, None)
         g.remove(n)
@@ -598,6 +612,8 @@ class DeleteNode(Edit):
         _insert_at(g, n, self._prev)
         for k, v in enumerate(self._inputs):
             n.replace_input_with(k, v)
+        for k, out in reversed(self._dropped_outputs):
+            g.outputs.insert(k, out)
         for k, out in reversed(self._outputs_rewired):
             g.outputs[k] = out
         for consumer, idx, out in reversed(self._rewired):

@@ -88,6 +88,15 @@ def _structure(graph: Graph) -> list[Problem]:
                 out.append(Problem(_label(n), f"produces tensor '{v.name}', which something else already provides", n.meta.get(_ID), v.name))
             else:
                 producer_of[v.name] = n
+    for n in g:
+        spec = _spec(graph, n)
+        if spec is None:
+            continue
+        for k, formal in enumerate(spec.inputs):
+            if formal.optional or formal.variadic:
+                continue
+            if k >= len(n.inputs) or n.inputs[k] is None:
+                out.append(Problem(_label(n), f"has nothing connected to its required input {formal.name} (input {k})", n.meta.get(_ID)))
     for i, n in enumerate(g):
         for k, v in enumerate(n.inputs):
             if v is None or not v.name or v.name in available:
@@ -111,6 +120,14 @@ def _structure(graph: Graph) -> list[Problem]:
     return out
 
 
+def _spec(graph: Graph, n: ir.Node):
+    from .edits import op_spec
+
+    domain = n.domain or ""
+    version = graph.opset_imports.get(domain, graph.opset_imports.get("ai.onnx") if domain == "" else None)
+    return op_spec(n.op_type, domain, int(version)) if version is not None else None
+
+
 def _checker_context(graph: Graph, proto: onnx.ModelProto):
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = proto.ir_version
@@ -118,13 +135,13 @@ def _checker_context(graph: Graph, proto: onnx.ModelProto):
     return ctx
 
 
-def _nodes_against_schemas(graph: Graph, proto: onnx.ModelProto) -> list[Problem]:
+def _nodes_against_schemas(graph: Graph, proto: onnx.ModelProto, flagged: set) -> list[Problem]:
     out: list[Problem] = []
     ctx = _checker_context(graph, proto)
     lex = onnx.checker.C.LexicalScopeContext()
     for n, np_ in zip(graph.model.graph, proto.graph.node):
-        if (n.domain or "") not in KNOWN_DOMAINS:
-            continue  # custom ops: nothing to check them against
+        if (n.domain or "") not in KNOWN_DOMAINS or n.meta.get(_ID) in flagged:
+            continue  # custom ops: nothing to check them against; flagged ones: said already
         try:
             onnx.checker.C.check_node(np_.SerializeToString(), ctx, lex)
         except onnx.checker.ValidationError as e:
@@ -169,7 +186,7 @@ def check(graph: Graph) -> list[Problem]:
         return problems + [Problem("the model", f"cannot be serialized: {_clean(str(e))}")]
     large = proto.ByteSize() >= _TWO_GB
     if not large:
-        problems += _nodes_against_schemas(graph, proto)
+        problems += _nodes_against_schemas(graph, proto, {p.node_id for p in problems if p.node_id is not None})
     if not problems and not large:
         problems += _whole_model(graph)
     if not problems and not large:

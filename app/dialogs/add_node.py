@@ -156,7 +156,7 @@ class AddNodeDialog(QDialog):
             self.title.setText("No op matches")
             self.doc_label.setText("")
             return
-        self.title.setText(f"{spec.qualified_name}  ·  opset {spec.since_version}")
+        self.title.setText(f"{spec.qualified_name}  ·  since opset {spec.since_version}")
         doc = spec.doc.split("\n\n")[0].replace("\n", " ").strip()
         self.doc_label.setText(doc[:400] + ("…" if len(doc) > 400 else ""))
         slots: list[tuple[str, bool]] = []

@@ -83,11 +83,20 @@ def test_edit_delete_bridge_keeps_model_valid(cnn):
 def test_edit_delete_without_bridge_is_flagged(cnn):
     relu = nid(cnn, "stem.relu")
     roundtrip(cnn, DeleteNode(cnn, relu))
+    pool = nid(cnn, "pool1")
+    assert cnn.node(pool).inputs == [""]  # the reader is detached, not left naming a lost tensor
     problems = check(cnn)
-    assert problems and problems[0].node_id == nid(cnn, "pool1")
-    assert "stem.relu_out" in problems[0].sentence and problems[0].sentence.endswith(".")
+    assert [p.node_id for p in problems] == [pool]
+    assert problems[0].sentence == "MaxPool 'pool1' has nothing connected to its required input X (input 0)."
+    cnn.clone()  # the IR stays consistent for other tools
     with pytest.raises(InvalidModelError, match="pool1"):
         save_checked(cnn, "/nonexistent/never_written.onnx")
+
+
+def test_edit_delete_graph_output_producer_drops_the_output(mlp):
+    roundtrip(mlp, DeleteNode(mlp, nid(mlp, "linear2.add")))
+    assert mlp.outputs == []
+    assert [p.sentence for p in check(mlp)] == ["The model has no graph outputs."]
 
 
 def test_edit_delete_graph_output_producer_bridged(mlp):
