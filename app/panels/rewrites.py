@@ -276,17 +276,22 @@ class RewritesPanel(QWidget):
 
         def work(job: Job):
             out = {}
-            for i, rule in enumerate(rules):
+            try:
+                for i, rule in enumerate(rules):
+                    job.check()
+                    job.report(i / len(rules), f"Matching {rule.id}…")
+                    out[rule.id] = find_matches(graph, rule, cancel=job.is_cancelled)
                 job.check()
-                job.report(i / len(rules), f"Matching {rule.id}…")
-                out[rule.id] = find_matches(graph, rule, cancel=job.is_cancelled)
-            job.check()
-            spare = SpareCopy(graph) if graph.revision == revision else None
+                spare = SpareCopy(graph) if graph.revision == revision else None
+            except Exception:
+                if graph.revision != revision:  # edited under our feet: count again, quietly
+                    return graph, revision, None, None
+                raise
             return graph, revision, out, spare
 
         def done(result):
             g, rev, out, spare = result
-            if g is not self.graph or rev != g.revision:
+            if g is not self.graph or rev != g.revision or out is None:
                 self._timer.start()  # the graph moved on while we counted
                 return
             self.matches = out
