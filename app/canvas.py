@@ -39,9 +39,10 @@ import time
 from collections.abc import Hashable, Iterable
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPen, QShortcut, QTransform
+from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
+    QGraphicsItem,
     QGraphicsScene,
     QGraphicsView,
     QHBoxLayout,
@@ -68,6 +69,8 @@ MAX_SCALE = 4.0
 READABLE_SCALE = 0.35  # opening a graph whose fit is smaller than this starts at 100 % instead
 CHUNK_SECONDS = 0.025  # item creation time slice on the UI thread
 SYNC_ITEMS = 1500  # scenes up to this many items are built in one go
+OVERVIEW_ITEMS = 3000  # from this many items on, zoomed-out views paint a pre-rendered image
+OVERVIEW_MAX_PX = 8192  # longest side of that image
 
 
 class GraphCanvas(QGraphicsView):
@@ -96,6 +99,11 @@ class GraphCanvas(QGraphicsView):
         self._syncing = False
         self._pending_state: dict = {}
         self.last_timings: dict[str, float] = {}
+        self._layer: _Layer | None = None  # switch for all items (hidden while the overview image draws)
+        self._overview: QImage | None = None
+        self._overview_rect = QRectF()
+        self._overview_job: Job | None = None
+        self._overview_for: Layout | None = None
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -105,7 +113,6 @@ class GraphCanvas(QGraphicsView):
         self.setResizeAnchor(QGraphicsView.AnchorViewCenter)
         self.setViewportUpdateMode(QGraphicsView.MinimalViewportUpdate)
         self.setOptimizationFlag(QGraphicsView.DontAdjustForAntialiasing, True)
-        self.setCacheMode(QGraphicsView.CacheBackground)
         self.setBackgroundBrush(QColor("#f6f7f9"))
         self.setFrameShape(QFrame.NoFrame)
         self.setFocusPolicy(Qt.StrongFocus)
@@ -308,6 +315,7 @@ class GraphCanvas(QGraphicsView):
         node_items: dict[Hashable, NodeItem] = {}
         edge_items: list[EdgeItem] = []
         boxes = result.boxes
+        layer = _Layer()
 
         def make_items():
             for n in view.nodes:
@@ -330,8 +338,16 @@ class GraphCanvas(QGraphicsView):
         gen = make_items()
         total = len(view.nodes) + len(view.edges)
 
+        big = total >= OVERVIEW_ITEMS
+        if big:
+            self._start_overview(view, result)
+        else:
+            self._cancel_overview()
+
         def finish():
             self._build_timer = None
+            self._layer = layer
+            layer.canvas = self
             self._swap_in(view, result, scene, node_items, edge_items, state)
             self.last_timings["items"] = time.perf_counter() - t0
             self.busyChanged.emit(False, "")
@@ -361,6 +377,62 @@ class GraphCanvas(QGraphicsView):
         timer.timeout.connect(step)
         self._build_timer = timer
         timer.start()
+
+    # ---- overview image (huge graphs, zoomed out) -------------------------------------------
+    def _cancel_overview(self) -> None:
+        if self._overview_job is not None:
+            self._overview_job.cancel()
+            self._overview_job = None
+        self._overview = None
+
+    def _start_overview(self, view: ViewGraph, result: Layout) -> None:
+        """Render the whole graph into an image on a worker thread (QPainter on a QImage is
+        thread-safe); until it is ready the items paint themselves."""
+        self._cancel_overview()
+        job = Job(lambda j: render_overview(view, result, OVERVIEW_MAX_PX, j), "Rendering the overview", self)
+        self._overview_job = job
+
+        def ready(image_rect):
+            if self._overview_job is job:
+                self._overview_job = None
+                self._overview, self._overview_rect = image_rect
+                self._overview_for = result
+                self._update_overview_mode()
+
+        job.done.connect(ready)
+        job.finished.connect(job.deleteLater)
+        job.start()
+
+    def overview_active(self) -> bool:
+        """True when the zoom is so small that the pre-rendered image stands in for the items."""
+        if self._overview is None or self._overview_rect.isEmpty() or self._overview_for is not self.layout_result:
+            return False
+        image_scale = self._overview.width() / self._overview_rect.width()
+        return self.zoom() <= image_scale
+
+    def _update_overview_mode(self) -> None:
+        active = self.overview_active()
+        if self._layer is not None and self._layer.isVisible() == active:
+            self._layer.setVisible(not active)
+            self.viewport().update()
+
+    def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
+        painter.fillRect(rect, self.backgroundBrush())
+        if self._layer is not None and not self._layer.isVisible() and self._overview is not None:
+            painter.setRenderHint(QPainter.SmoothPixmapTransform, True)
+            painter.drawImage(self._overview_rect, self._overview)
+
+    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+        if self._layer is None or self._layer.isVisible():
+            return
+        # the overview image has no selection or highlights: mark those nodes on top of it
+        px = 1.0 / max(self.zoom(), 1e-6)
+        for item in self.node_items.values():
+            if item.isSelected() or item.highlights or item.overlay is not None:
+                color = QColor(HIGHLIGHT_COLORS["selection"]) if item.isSelected() else (next(iter(item.highlights.values()), None) or item.overlay)
+                r = item.sceneBoundingRect()
+                grow = max(0.0, 4 * px - r.width() / 2)
+                painter.fillRect(r.adjusted(-grow, -grow, grow, grow), color)
 
     def _new_scene(self) -> QGraphicsScene:
         scene = QGraphicsScene(self)
@@ -422,6 +494,8 @@ class GraphCanvas(QGraphicsView):
         self.layout_result = None
         self.node_items = {}
         self.edge_items = []
+        self._layer = None
+        self._cancel_overview()
         self.minimap.rebuild()
 
     def _view_anchor(self):
@@ -570,6 +644,7 @@ class GraphCanvas(QGraphicsView):
         self._zoomed()
 
     def _zoomed(self) -> None:
+        self._update_overview_mode()
         self.zoomChanged.emit(self.zoom())
         self.minimap.update()
 
@@ -582,6 +657,62 @@ class GraphCanvas(QGraphicsView):
         super().showEvent(event)
         self.minimap.place()
         self.find_bar.place()
+
+
+class _Layer:
+    """The scene's node and edge items as one switch: hidden while the overview image stands in
+    for them (top-level items keep the scene's BSP culling; a parent item would defeat it)."""
+
+    def __init__(self):
+        self.visible = True
+        self.canvas = None
+
+    def isVisible(self) -> bool:
+        return self.visible
+
+    def setVisible(self, on: bool) -> None:
+        if on == self.visible or self.canvas is None:
+            return
+        self.visible = on
+        for item in self.canvas.node_items.values():
+            item.setVisible(on)
+        for item in self.canvas.edge_items:
+            item.setVisible(on)
+
+
+def render_overview(view: ViewGraph, result: Layout, max_px: int, job: Job | None = None) -> tuple[QImage, QRectF]:
+    """The whole laid-out graph as an image (boxes in category colours, edges as hairlines),
+    at most `max_px` on its longest side. Safe on a worker thread; returns (image, scene rect)."""
+    w, h = max(result.width, 1.0), max(result.height, 1.0)
+    scale = min(max_px / w, max_px / h, 1.0)
+    img = QImage(max(1, int(w * scale)), max(1, int(h * scale)), QImage.Format_ARGB32_Premultiplied)
+    img.fill(QColor(0, 0, 0, 0))
+    p = QPainter(img)
+    p.setRenderHint(QPainter.Antialiasing, True)
+    p.scale(scale, scale)
+    pen = QPen(QColor("#8a96a1"), 0)
+    p.setPen(pen)
+    for k, pts in enumerate(result.routes):
+        if len(pts) >= 2:
+            path = QPainterPath(QPointF(*pts[0]))
+            for i in range(1, len(pts) - 2, 3):
+                path.cubicTo(QPointF(*pts[i]), QPointF(*pts[i + 1]), QPointF(*pts[i + 2]))
+            p.drawPath(path)
+        if job is not None and k % 2000 == 0:
+            job.check()
+    p.setRenderHint(QPainter.Antialiasing, False)
+    boxes = result.boxes
+    for k, n in enumerate(view.nodes):
+        b = boxes.get(n.id)
+        if b is None:
+            continue
+        fill, accent = category_colors(n.category)
+        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h), fill)
+        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, 6, b.h), accent)
+        if job is not None and k % 2000 == 0:
+            job.check()
+    p.end()
+    return img, QRectF(0, 0, w, h)
 
 
 def _heat(t: float) -> QColor:

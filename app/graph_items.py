@@ -45,7 +45,16 @@ def badge_text(node: ViewNode) -> str:
 
 
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects)."""
+    """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
+    Memoised per text: big graphs repeat the same few labels thousands of times."""
+    key = (node.label, node.detail, tuple(node.badges))
+    size = measure.sizes.get(key)
+    if size is None:
+        size = measure.sizes[key] = _node_size(node, measure)
+    return size
+
+
+def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     w = measure.width(node.label, 0)
     h = PAD_Y * 2 + measure.heights[0]
     if node.detail:

@@ -11,6 +11,7 @@ the status bar); a bad file shows one sentence and leaves the open model and its
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QProgressBar,
+    QSizePolicy,
     QToolButton,
     QWidget,
 )
@@ -182,6 +184,9 @@ class MainWindow(QMainWindow):
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
         self.info_label = QLabel("")
+        # long status text is cut, never a reason for the window to grow
+        self.info_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.info_label.setMinimumWidth(40)
         self.zoom_label = QLabel("")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(160)
@@ -267,6 +272,7 @@ class MainWindow(QMainWindow):
             return False
         if self._load_job is not None:
             self._load_job.cancel()
+        gc.unfreeze()  # the model being replaced can be collected again
         path = str(path)
         measure = self.canvas.measure
         t0 = time.perf_counter()
@@ -274,6 +280,9 @@ class MainWindow(QMainWindow):
         def work(job: Job):
             job.report(0.02, f"Loading {Path(path).name}")
             graph = load_model(path)
+            # the model's hundreds of thousands of IR objects live as long as it is open: take
+            # them out of the cyclic GC's scans (otherwise every full collection walks them all)
+            gc.freeze()
             job.check()
             job.report(0.3, "Building the view")
             view = from_graph(graph)

@@ -60,6 +60,7 @@ class TextMeasure:
     def __init__(self) -> None:
         self.tables: list[dict[str, float]] = []
         self.heights: list[float] = []
+        self.sizes: dict = {}  # node_size memo
         for font in node_fonts():
             fm = QFontMetricsF(font)
             table = {ch: fm.horizontalAdvance(ch) for ch in self.SAMPLE}

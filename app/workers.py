@@ -18,7 +18,7 @@ from PySide6.QtCore import QThread, Signal
 from core.errors import WorkbenchError
 from core.layout import LayoutCancelled
 
-__all__ = ["Job", "JobCancelled"]
+__all__ = ["Job", "JobCancelled", "cancel_all"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,17 +27,59 @@ class JobCancelled(Exception):
     """Raise from a work function to stop it; the job then emits `cancelled`."""
 
 
+_RUNNING: set["Job"] = set()
+
+
+def cancel_all(wait_ms: int = 10000) -> None:
+    """Cancel every running job and wait for them (at application exit)."""
+    for job in list(_RUNNING):
+        job.cancel()
+    for job in list(_RUNNING):
+        job.wait(wait_ms)
+
+
 class Job(QThread):
+    """A QThread running `work(job)`.
+
+    Jobs have no Qt parent: a window closed (and deleted) while its job still runs must not
+    destroy a running QThread (Qt aborts the process on that). A module-level set keeps each job
+    alive until its thread has finished; `parent` only ties signal delivery to that object's life.
+    """
+
     done = Signal(object)
     failed = Signal(str)
     cancelled = Signal()
     progressed = Signal(float, str)
+    # what the worker thread emits; forwarded to the public signals on the UI thread unless the
+    # owner has gone in between (a queued call cannot be taken back once posted)
+    _done = Signal(object)
+    _failed = Signal(str)
+    _cancelled = Signal()
+    _progressed = Signal(float, str)
 
     def __init__(self, work: Callable[["Job"], Any], title: str = "", parent=None):
-        super().__init__(parent)
+        super().__init__(None)
         self.work = work
         self.title = title
         self._cancel = False
+        self._orphaned = False
+        _RUNNING.add(self)
+        self.finished.connect(self._finished)
+        self._done.connect(lambda r: self._orphaned or self.done.emit(r))
+        self._failed.connect(lambda m: self._orphaned or self.failed.emit(m))
+        self._cancelled.connect(lambda: self._orphaned or self.cancelled.emit())
+        self._progressed.connect(lambda f, t: self._orphaned or self.progressed.emit(f, t))
+        if parent is not None:
+            # the owner going away cancels the work and silences the job: its slots belong to
+            # an object that no longer exists
+            parent.destroyed.connect(self._orphan)
+
+    def _orphan(self, *_args) -> None:
+        self._cancel = True
+        self._orphaned = True
+
+    def _finished(self) -> None:
+        _RUNNING.discard(self)
 
     @property
     def cancelled_requested(self) -> bool:
@@ -50,7 +92,7 @@ class Job(QThread):
         self._cancel = True
 
     def report(self, fraction: float, text: str = "") -> None:
-        self.progressed.emit(float(fraction), text or self.title)
+        self._progressed.emit(float(fraction), text or self.title)
 
     def check(self) -> None:
         """Raise JobCancelled when cancel was requested."""
@@ -61,16 +103,16 @@ class Job(QThread):
         try:
             result = self.work(self)
         except (JobCancelled, LayoutCancelled):
-            self.cancelled.emit()
+            self._cancelled.emit()
             return
         except WorkbenchError as e:
-            self.failed.emit(str(e))
+            self._failed.emit(str(e))
             return
         except Exception as e:  # noqa: BLE001 - reported in one line; the traceback goes to the log
             logger.error("%s failed:\n%s", self.title or "background job", traceback.format_exc())
-            self.failed.emit(f"{self.title or 'The background job'} failed with an internal error: {type(e).__name__}: {e}")
+            self._failed.emit(f"{self.title or 'The background job'} failed with an internal error: {type(e).__name__}: {e}")
             return
         if self._cancel:
-            self.cancelled.emit()
+            self._cancelled.emit()
         else:
-            self.done.emit(result)
+            self._done.emit(result)

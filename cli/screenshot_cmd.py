@@ -52,10 +52,23 @@ def run(args) -> int:
     # a throwaway settings file: a screenshot must not depend on (or change) the user's window state
     settings = QSettings(os.path.join(scratch.path(), "screenshot.ini"), QSettings.IniFormat)
     window = MainWindow(settings=settings)
-    window.resize(width, height)
     window.show()
+    window.resize(width, height)
+    app.processEvents()
     if not window.open_model(args.model, wait=True):
         raise WorkbenchError(f"{args.model} could not be opened.")
+    app.processEvents()
+    if window.minimumSizeHint().width() > width or window.minimumSizeHint().height() > height:
+        # the docked panels' minimum sizes do not fit: show the canvas alone at the asked size
+        from PySide6.QtWidgets import QDockWidget
+
+        for dock in window.findChildren(QDockWidget):
+            dock.hide()
+        app.processEvents()
+        window.resize(width - 1, height)  # a resize to the size Qt believes it has is ignored
+        app.processEvents()
+    window.resize(width, height)
+    app.processEvents()
     if args.zoom == "fit":
         window.canvas.fit()
     app.processEvents()

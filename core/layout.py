@@ -34,9 +34,11 @@ __all__ = ["Box", "Layout", "LayoutCancelled", "layout", "find_dot", "DOT_NODE_L
 
 logger = logging.getLogger(__name__)
 
-# dot stays under ~0.5 s up to about this many drawn nodes on the 2-core dev machine (0.1 s at 670
-# nodes, 40 s at 10,000); above it the layered fallback is used.
-DOT_NODE_LIMIT = 2500
+# dot's time grows super-linearly (2-core dev machine: ~0.1 s at 300 drawn nodes, 0.2-0.5 s at 670,
+# 40 s at 10,000; `benchmarks/canvas.py` prints the sweep), the layered fallback's linearly (0.13 s
+# at 670, ~2 s at 10,000). Up to this size dot's better crossing reduction is worth its time within
+# the 1 s open budget; above it the fallback draws.
+DOT_NODE_LIMIT = 500
 # A dot run that takes longer than this is abandoned for the fallback.
 DOT_TIME_BUDGET_S = 8.0
 
@@ -398,13 +400,20 @@ def _layered_layout(view, sizes, cancel, progress) -> Layout:
             weights = []
             for v in lyr:
                 nb = (up[v] + down[v]) if nbrs is None else nbrs[v]
+                if v < n_real and len(nb) > 1:
+                    # boxes follow boxes: bends of long edges move aside instead of dragging the
+                    # main chain sideways (which makes deep residual nets drift diagonally)
+                    real = [u for u in nb if u < n_real]
+                    if real:
+                        nb = real
                 if nb:
                     xs = sorted(x[u] for u in nb)
                     m = len(xs)
                     med = xs[m // 2] if m % 2 else (xs[m // 2 - 1] + xs[m // 2]) / 2
                     desired.append(med)
-                    # dummies (edge bends) weigh more: straight long edges read best
-                    weights.append((4.0 if v >= n_real else 1.0) * m ** 0.5)
+                    # boxes weigh more than edge bends: when a box and a long edge compete for
+                    # the same spot, the box keeps its column and the edge steps aside
+                    weights.append((0.05 if v >= n_real else 1.0) * m ** 0.5)
                 else:
                     desired.append(x[v])
                     weights.append(0.1)

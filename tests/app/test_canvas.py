@@ -65,7 +65,7 @@ def test_render_at_every_level_of_detail(window):
         c.resetTransform()
         c.zoom_by(z)
         img = c.viewport().grab().toImage()
-        colours = {img.pixel(x, y) for x in range(0, img.width(), 7) for y in range(0, img.height(), 7)}
+        colours = {img.pixel(x, y) for x in range(0, img.width(), 2) for y in range(0, img.height(), 2)}
         assert len(colours) > 3, z
 
 

@@ -86,12 +86,14 @@ def test_search_enter_selects_and_centers_next_hit(window, qtbot):
     assert some.id in bar.search(some.outputs[0])
 
 
-def test_fit_and_zoom(window):
+def test_fit_and_zoom(window, qtbot):
     assert window.open_model(str(light("resnet50")), wait=True)
     c = window.canvas
+    qtbot.wait(50)  # let the docks settle: the viewport's size decides the fit
     c.fit()
     visible = c.mapToScene(c.viewport().rect()).boundingRect()
-    assert visible.adjusted(-1, -1, 1, 1).contains(c.scene().sceneRect())
+    slack = 12 / c.zoom()  # scroll bars coming and going may shift the fit by a few pixels
+    assert visible.adjusted(-slack, -slack, slack, slack).contains(c.scene().sceneRect())
     assert c.zoom() < 0.2  # a deep network is tall
     c.zoom_100()
     assert abs(c.zoom() - 1.0) < 1e-9

@@ -1,0 +1,230 @@
+"""Canvas speed: open -> first fitted paint, UI-thread stalls, 1:1 repaint, and the layout method
+choice (dot vs the layered fallback) by graph size.
+
+    .venv/bin/python benchmarks/canvas.py [--quick]
+
+Prints tables (not pass/fail). Targets from the canvas issue: DenseNet-121 open -> first fitted
+paint <= 1.0 s; a generated 10,000-node graph <= 3 s with the UI responsive throughout (longest
+UI-thread stall reported); repaint of a 1:1 view of a 5,000-node graph <= 16 ms.
+Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+
+def make_big_model(n_nodes: int, path: Path) -> Path:
+    """A valid ONNX model of about `n_nodes` nodes shaped like a deep CNN: residual blocks
+    (Conv-Relu-Conv-Add-Relu) with a two-branch module every fourth block."""
+    rng = np.random.default_rng(0)
+    ch = 4
+    nodes, inits = [], []
+    w = helper.make_tensor("w", TensorProto.FLOAT, [ch, ch, 1, 1], rng.standard_normal(ch * ch).astype(np.float32))
+    inits.append(w)
+    x = "x"
+    k = 0
+    while len(nodes) < n_nodes - 6:
+        p = f"b{k}_"
+        if k % 4 == 3:  # two branches joined by Add
+            nodes += [
+                helper.make_node("Conv", [x, "w"], [p + "c1"], name=p + "conv1"),
+                helper.make_node("Relu", [p + "c1"], [p + "r1"], name=p + "relu1"),
+                helper.make_node("MaxPool", [x], [p + "m"], name=p + "pool", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1]),
+                helper.make_node("Conv", [p + "m", "w"], [p + "c2"], name=p + "conv2"),
+                helper.make_node("Add", [p + "r1", p + "c2"], [p + "out"], name=p + "add"),
+            ]
+        else:
+            nodes += [
+                helper.make_node("Conv", [x, "w"], [p + "c1"], name=p + "conv1"),
+                helper.make_node("Relu", [p + "c1"], [p + "r1"], name=p + "relu1"),
+                helper.make_node("Conv", [p + "r1", "w"], [p + "c2"], name=p + "conv2"),
+                helper.make_node("Add", [p + "c2", x], [p + "a"], name=p + "add"),
+                helper.make_node("Relu", [p + "a"], [p + "out"], name=p + "relu2"),
+            ]
+        x = p + "out"
+        k += 1
+    graph = helper.make_graph(
+        nodes,
+        f"generated_{n_nodes}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, ch, 8, 8])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, ch, 8, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(path))
+    return path
+
+
+def _app():
+    from PySide6.QtWidgets import QApplication
+
+    return QApplication.instance() or QApplication([sys.argv[0]])
+
+
+def _window(size=(1600, 1000)):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    settings = QSettings(os.path.join(tempfile.mkdtemp(), "bench.ini"), QSettings.IniFormat)
+    w = MainWindow(settings=settings)
+    w.resize(*size)
+    w.show()
+    _app().processEvents()
+    return w
+
+
+def open_to_fitted_paint(path: Path) -> dict:
+    """Seconds from open_model() to the end of the first paint of the fitted graph, and the
+    longest gap between UI-thread timer ticks meanwhile (a stall the user would feel)."""
+    from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
+
+    app = _app()
+    w = _window()
+    canvas = w.canvas
+    ticks: list[float] = []
+    clock = QElapsedTimer()
+    ticker = QTimer()
+    ticker.setInterval(1)
+    ticker.timeout.connect(lambda: ticks.append(clock.nsecsElapsed() / 1e9))
+    done: dict = {}
+    loop = QEventLoop()
+
+    def shown(_view):
+        canvas.fit()
+        canvas.viewport().repaint()  # synchronous: the fitted paint itself
+        done["t"] = clock.nsecsElapsed() / 1e9
+        loop.quit()
+
+    canvas.viewShown.connect(shown)
+    clock.start()
+    ticks.append(0.0)
+    ticker.start()
+    w.open_model(str(path))
+    QTimer.singleShot(120_000, loop.quit)
+    loop.exec()
+    ticker.stop()
+    ticks.append(done.get("t", clock.nsecsElapsed() / 1e9))
+    stall = max((b - a for a, b in zip(ticks, ticks[1:])), default=0.0)
+    result = {
+        "seconds": done.get("t", float("nan")),
+        "stall": stall,
+        "nodes": len(canvas.node_items),
+        "method": canvas.layout_result.method if canvas.layout_result else "?",
+        "items_s": canvas.last_timings.get("items", float("nan")),
+    }
+    w.close()
+    w.deleteLater()
+    app.processEvents()
+    return result
+
+
+def repaint_at_100(path: Path, repeats: int = 30) -> dict:
+    """Median/max milliseconds to repaint the viewport at 100 % in the middle of the graph."""
+    app = _app()
+    w = _window()
+    assert w.open_model(str(path), wait=True)
+    c = w.canvas
+    c.zoom_100()
+    mid = sorted(c.node_items.values(), key=lambda it: it.y())[len(c.node_items) // 2]
+    c.centerOn(mid)
+    app.processEvents()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        c.viewport().repaint()
+        times.append((time.perf_counter() - t) * 1000)
+    # panning: scroll by 40 px and repaint (the common interactive case)
+    pan = []
+    sb = c.verticalScrollBar()
+    for _ in range(repeats):
+        t = time.perf_counter()
+        sb.setValue(sb.value() + 40)
+        c.viewport().repaint()
+        pan.append((time.perf_counter() - t) * 1000)
+    fitted = []
+    c.fit()
+    for _ in range(5):
+        t = time.perf_counter()
+        c.viewport().repaint()
+        fitted.append((time.perf_counter() - t) * 1000)
+    visible = len(c.scene().items(c.mapToScene(c.viewport().rect()).boundingRect()))
+    w.close()
+    w.deleteLater()
+    app.processEvents()
+    return {"median_ms": statistics.median(times), "max_ms": max(times), "pan_ms": statistics.median(pan), "fitted_ms": statistics.median(fitted), "visible_items": visible, "nodes": len(c.node_items)}
+
+
+def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
+    """dot vs layered seconds by node count on the generated CNN-like graph (box sizes fixed)."""
+    from core import load_model
+    from core.layout import layout
+    from core.viewgraph import from_graph
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for n in sizes:
+            g = load_model(make_big_model(n, Path(d) / f"g{n}.onnx"))
+            view = from_graph(g)
+            box = {v.id: (130.0, 46.0) for v in view.nodes}
+            t = time.perf_counter()
+            layout(view, box, "layered")
+            t_layered = time.perf_counter() - t
+            t_dot = float("nan")
+            if n <= 5000:
+                t = time.perf_counter()
+                lo = layout(view, box, "dot")
+                t_dot = time.perf_counter() - t if lo.method == "dot" else float("nan")
+            rows.append((len(view.nodes), t_dot, t_layered))
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the dot-vs-layered size sweep")
+    args = parser.parse_args(argv)
+    _app()
+    with tempfile.TemporaryDirectory() as d:
+        big10k = make_big_model(10_000, Path(d) / "generated_10k.onnx")
+        big5k = make_big_model(5_000, Path(d) / "generated_5k.onnx")
+        print("Open -> first fitted paint (offscreen, 1600x1000 window)")
+        print(f"{'model':<22}{'drawn nodes':>12}{'layout':>10}{'seconds':>10}{'target':>8}{'longest UI stall':>18}")
+        for name, path, target in (("DenseNet-121", LIGHT / "light_densenet121.onnx", 1.0), ("ResNet-50", LIGHT / "light_resnet50.onnx", None), ("generated 10k nodes", big10k, 3.0)):
+            r = open_to_fitted_paint(path)
+            t = f"{target:.1f}" if target else "-"
+            print(f"{name:<22}{r['nodes']:>12}{r['method']:>10}{r['seconds']:>10.2f}{t:>8}{r['stall'] * 1000:>15.0f} ms")
+        r = repaint_at_100(big5k)
+        print()
+        print("Repaint, generated 5,000-node graph")
+        print(f"{'view':<30}{'median ms':>10}{'max ms':>10}{'target':>8}")
+        print(f"{'1:1 (100 %), middle':<30}{r['median_ms']:>10.1f}{r['max_ms']:>10.1f}{'16':>8}")
+        print(f"{'1:1, pan 40 px + repaint':<30}{r['pan_ms']:>10.1f}{'':>10}{'16':>8}")
+        print(f"{'fitted (whole graph)':<30}{r['fitted_ms']:>10.1f}{'':>10}{'-':>8}")
+    if not args.quick:
+        print()
+        print("Layout method by size (generated graph, fixed box sizes): seconds")
+        print(f"{'drawn nodes':>12}{'dot':>10}{'layered':>10}")
+        for n, t_dot, t_lay in layout_methods():
+            print(f"{n:>12}{t_dot:>10.2f}{t_lay:>10.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
