@@ -1,0 +1,553 @@
+"""Lowering: the model stepped down through TVM's abstraction levels, one stage at a time.
+
+Left, the stages (core.lowering.lower: ONNX graph, Relax import, one per pass, target code) with
+their level and seconds; "Hide unchanged stages" drops passes that changed nothing. Middle, the
+selected stage's IR (app.ir_view: pygments-highlighted, lines changed since the previous stage
+marked, a unified diff one toggle away). Right, the pass pipeline: tick to enable/disable, drag
+to reorder, Re-run (stages before the first edit come from the cache).
+
+Selecting a stage draws its graph on the canvas. Clicking a node shows its IR lines, outlines on
+the canvas every node that came from the same ONNX nodes (role "lineage") and selects those ONNX
+nodes in the document (the inspector shows them); "Show in model" switches to the ONNX graph with
+them outlined. Double-clicking a call expands it into its fused function / TIR kernel ("Back"
+returns). Keys: Ctrl+L lower, Alt+Down / Alt+Up next / previous stage.
+
+Lowering runs on a worker thread (app.workers.Job) with progress and Cancel; the GUI only shows
+what core.lowering computed.
+"""
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QDockWidget,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.errors import WorkbenchError
+from core.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.pipeline import PASSES, PassSpec, default_pipeline, validate
+
+from ..ir_view import IRView
+from ..workers import Job
+
+__all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
+
+logger = logging.getLogger(__name__)
+
+AREA = "bottom"
+LINEAGE_COLOR = "#c026d3"
+LEVEL_COLORS = {"graph": "#3f73b0", "tensor program": "#4e9a45", "target code": "#b8621c"}
+
+
+class LoweringPanel(QWidget):
+    def __init__(self, window, dock: QDockWidget | None = None):
+        super().__init__()
+        self.window = window
+        self.dock = dock
+        self.cache = LoweringCache()
+        self.stages: list[Stage] = []
+        self.error = ""
+        self.job: Job | None = None
+        self.view_job: Job | None = None
+        self.current: Stage | None = None
+        self.expanded: str | None = None  # function shown instead of the stage's main
+        self.origin: list[int] = []
+        self.stale = False
+        self._specs_target = "cpu"
+
+        # -- stages
+        self.target_box = QComboBox()
+        self.target_box.addItems(["cpu", "cuda"])
+        self.target_box.setToolTip("Target: CPU (LLVM) or CUDA (CUDA C is generated without a GPU)")
+        self.target_box.currentTextChanged.connect(self._target_changed)
+        self.lower_button = QPushButton("Lower")
+        self.lower_button.setToolTip("Lower the model through the pipeline (Ctrl+L)")
+        self.lower_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(False)
+        self.progress.setMaximumHeight(10)
+        self.stage_tree = QTreeWidget()
+        self.stage_tree.setColumnCount(4)
+        self.stage_tree.setHeaderLabels(["#", "Stage", "Level", "Seconds"])
+        self.stage_tree.setRootIsDecorated(False)
+        self.stage_tree.setUniformRowHeights(True)
+        self.stage_tree.setColumnWidth(0, 26)
+        self.stage_tree.setColumnWidth(1, 160)
+        self.stage_tree.setColumnWidth(2, 92)
+        self.stage_tree.currentItemChanged.connect(self._stage_selected)
+        self.hide_unchanged = QCheckBox("Hide unchanged stages")
+        self.hide_unchanged.toggled.connect(self._apply_filter)
+        self.status = QLabel("Press Lower (Ctrl+L) to step the model down to target code.")
+        self.status.setWordWrap(True)
+
+        left = QWidget()
+        lv = QVBoxLayout(left)
+        lv.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(self.target_box)
+        row.addWidget(self.lower_button)
+        row.addWidget(self.cancel_button)
+        lv.addLayout(row)
+        lv.addWidget(self.progress)
+        lv.addWidget(self.stage_tree, 1)
+        lv.addWidget(self.hide_unchanged)
+        lv.addWidget(self.status)
+
+        # -- IR
+        self.header = QLabel("")
+        self.header.setTextFormat(Qt.RichText)
+        self.header.setWordWrap(True)
+        self.ir = IRView()
+        self.diff_box = QCheckBox("Show diff")
+        self.diff_box.setToolTip("Show a unified diff against the previous stage instead of the full text")
+        self.diff_box.toggled.connect(self.ir.set_show_diff)
+        self.origin_label = QLabel("")
+        self.origin_label.setWordWrap(True)
+        self.show_model_button = QPushButton("Show in model")
+        self.show_model_button.setToolTip("Switch the canvas to the ONNX graph with the clicked node's origin outlined")
+        self.show_model_button.clicked.connect(self.show_origin_in_model)
+        self.show_model_button.setEnabled(False)
+        self.back_button = QPushButton("Back")
+        self.back_button.setToolTip("Back from the expanded function to the stage's graph")
+        self.back_button.clicked.connect(self.collapse)
+        self.back_button.hide()
+        mid = QWidget()
+        mv = QVBoxLayout(mid)
+        mv.setContentsMargins(0, 0, 0, 0)
+        mv.addWidget(self.header)
+        mv.addWidget(self.ir, 1)
+        bottom = QHBoxLayout()
+        bottom.addWidget(self.diff_box)
+        bottom.addWidget(self.origin_label, 1)
+        bottom.addWidget(self.back_button)
+        bottom.addWidget(self.show_model_button)
+        mv.addLayout(bottom)
+
+        # -- passes
+        self.pass_list = QListWidget()
+        self.pass_list.setDragDropMode(QAbstractItemView.InternalMove)
+        self.pass_list.setDefaultDropAction(Qt.MoveAction)
+        self.pass_list.itemChanged.connect(self._passes_edited)
+        self.pass_list.model().rowsMoved.connect(self._passes_edited)
+        self.rerun_button = QPushButton("Re-run")
+        self.rerun_button.setToolTip("Lower again with this pipeline; unchanged stages come from the cache")
+        self.rerun_button.clicked.connect(self.start)
+        self.reset_button = QPushButton("Reset")
+        self.reset_button.setToolTip("Back to the default pipeline for the target")
+        self.reset_button.clicked.connect(self.reset_passes)
+        self.pass_status = QLabel("")
+        self.pass_status.setWordWrap(True)
+        right = QWidget()
+        rv = QVBoxLayout(right)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(QLabel("Passes (tick, drag to reorder)"))
+        rv.addWidget(self.pass_list, 1)
+        rb = QHBoxLayout()
+        rb.addWidget(self.rerun_button)
+        rb.addWidget(self.reset_button)
+        rv.addLayout(rb)
+        rv.addWidget(self.pass_status)
+
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(left)
+        split.addWidget(mid)
+        split.addWidget(right)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setStretchFactor(2, 0)
+        split.setSizes([380, 720, 230])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(split)
+
+        self.reset_passes()
+        QShortcut(QKeySequence("Ctrl+L"), window, activated=self.start, context=Qt.WindowShortcut)
+        QShortcut(QKeySequence("Alt+Down"), window, activated=lambda: self.step(1), context=Qt.WindowShortcut)
+        QShortcut(QKeySequence("Alt+Up"), window, activated=lambda: self.step(-1), context=Qt.WindowShortcut)
+        canvas = window.canvas
+        canvas.viewSelectionChanged.connect(self._canvas_selection)
+        canvas.nodeActivated.connect(self._canvas_activated)
+        window.document.graphChanged.connect(self._model_changed)
+        window.document.graphReplaced.connect(self._model_replaced)
+
+    # ---- pipeline editing --------------------------------------------------------------------
+    def specs(self) -> list[PassSpec]:
+        """The pipeline as the pass list shows it (order and ticks)."""
+        out = []
+        for i in range(self.pass_list.count()):
+            item = self.pass_list.item(i)
+            out.append(PassSpec(item.data(Qt.UserRole), enabled=item.checkState() == Qt.Checked))
+        return out
+
+    def set_specs(self, specs: list[PassSpec]) -> None:
+        self.pass_list.blockSignals(True)
+        self.pass_list.clear()
+        for spec in specs:
+            info = PASSES[spec.name]
+            item = QListWidgetItem(spec.name + ("  •" if info.required else ""))
+            item.setData(Qt.UserRole, spec.name)
+            item.setFlags(item.flags() | Qt.ItemIsUserCheckable | Qt.ItemIsDragEnabled)
+            item.setCheckState(Qt.Checked if spec.enabled else Qt.Unchecked)
+            item.setToolTip(f"{info.level}: {info.description}" + ("\nRequired to build a runnable module." if info.required else ""))
+            item.setForeground(QBrush(QColor(LEVEL_COLORS.get(info.level, "#333"))))
+            self.pass_list.addItem(item)
+        self.pass_list.blockSignals(False)
+        self._passes_edited()
+
+    def reset_passes(self) -> None:
+        self.set_specs(default_pipeline(self.target_box.currentText()))
+
+    def _target_changed(self, target: str) -> None:
+        self.reset_passes()
+
+    def _passes_edited(self, *_args) -> None:
+        problems = validate(self.specs())
+        self.pass_status.setText(problems[0] if problems else "")
+        self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
+        self.rerun_button.setEnabled(not problems and self.job is None)
+
+    # ---- running -----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.job is not None
+
+    def start(self) -> None:
+        """Lower the document's graph with the current pipeline, off the UI thread."""
+        graph = self.window.document.graph
+        if graph is None or self.job is not None:
+            return
+        specs = self.specs()
+        problems = validate(specs)
+        if problems:
+            self.status.setText(problems[0])
+            return
+        if self.dock is not None:
+            self.dock.show()
+            self.dock.raise_()
+            if self.dock.height() < 380 and not self.dock.isFloating():
+                # stage list, IR and passes need room; the canvas keeps the rest
+                self.window.resizeDocks([self.dock], [max(380, self.window.height() // 2)], Qt.Vertical)
+        snapshot = graph.clone()  # the user may keep editing while this runs
+        target = self.target_box.currentText()
+        cache = self.cache
+
+        def work(job: Job):
+            def progress(done, total, name):
+                job.report(done / max(total, 1), f"Lowering: {name}")
+
+            try:
+                stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
+                return stages, ""
+            except LoweringCancelled as e:
+                return e.stages, "Cancelled."
+            except WorkbenchError as e:
+                return getattr(e, "stages", []) or [], str(e)
+
+        self.job = Job(work, "Lowering", parent=self)
+        self.job.progressed.connect(self._progressed)
+        self.job.done.connect(self._done)
+        self.job.failed.connect(self._failed)
+        self.job.cancelled.connect(lambda: self._done(([], "Cancelled.")))
+        self.lower_button.setEnabled(False)
+        self.rerun_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.progress.setValue(0)
+        self.status.setText("Lowering…")
+        self.job.start()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.status.setText("Cancelling after the current step…")
+
+    def _progressed(self, fraction: float, text: str) -> None:
+        self.progress.setValue(int(fraction * 1000))
+        self.status.setText(text)
+
+    def _finish_job(self) -> None:
+        self.job = None
+        self.lower_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
+        self._passes_edited()
+
+    def _failed(self, message: str) -> None:
+        self._finish_job()
+        self.error = message
+        self.status.setText(message)
+        self.status.setStyleSheet("color: #b00020;")
+
+    def _done(self, result) -> None:
+        stages, error = result
+        self._finish_job()
+        previous = self.current.name if self.current is not None else None
+        self.error = error
+        self.stale = False
+        if stages or not self.stages:
+            self.stages = list(stages)
+        self.progress.setValue(1000 if not error else self.progress.value())
+        total = sum(s.seconds for s in self.stages)
+        cached = sum(1 for s in self.stages if s.cached)
+        if error:
+            self.status.setText(error + (f" The {len(stages)} stage(s) before it are listed." if stages else ""))
+            self.status.setStyleSheet("color: #b00020;")
+        else:
+            self.status.setText(f"{len(self.stages)} stages, {total:.2f} s" + (f" ({cached} from the cache)" if cached else "") + ".")
+            self.status.setStyleSheet("")
+        self._fill_tree(previous)
+
+    def _fill_tree(self, select_name: str | None) -> None:
+        self.stage_tree.blockSignals(True)
+        self.stage_tree.clear()
+        for s in self.stages:
+            item = QTreeWidgetItem([str(s.index), s.name, s.level, f"{s.seconds:.3f}"])
+            item.setData(0, Qt.UserRole, s.index)
+            item.setForeground(2, QBrush(QColor(LEVEL_COLORS.get(s.level, "#333"))))
+            item.setTextAlignment(3, Qt.AlignRight | Qt.AlignVCenter)
+            tip = f"{s.name} — made by {s.pass_name}"
+            if not s.changed:
+                tip += "\nThe pass changed nothing."
+                for col in (0, 1, 3):
+                    item.setForeground(col, QBrush(QColor("#9a9a9a")))
+            if s.cached:
+                tip += "\nReused from the cache."
+                item.setText(3, f"{s.seconds:.3f} ↺")
+            if s.pass_seconds and len(s.pass_seconds) > 1:
+                tip += "\n" + "\n".join(f"{'  ' * d}{n}: {t:.3f} s" for n, t, d in s.pass_seconds[:12])
+            for col in range(4):
+                item.setToolTip(col, tip)
+            self.stage_tree.addTopLevelItem(item)
+        self.stage_tree.blockSignals(False)
+        self._apply_filter()
+        target = None
+        if select_name:
+            target = next((s for s in self.stages if s.name == select_name), None)
+        if target is None and self.stages:
+            target = self.stages[-1] if self.error else self.stages[min(1, len(self.stages) - 1)]
+        if target is not None:
+            self.select_stage(target.index)
+
+    def _apply_filter(self) -> None:
+        hide = self.hide_unchanged.isChecked()
+        for i in range(self.stage_tree.topLevelItemCount()):
+            s = self.stages[i]
+            self.stage_tree.topLevelItem(i).setHidden(hide and not s.changed)
+
+    # ---- stage display -----------------------------------------------------------------------
+    def visible_indices(self) -> list[int]:
+        return [i for i in range(self.stage_tree.topLevelItemCount()) if not self.stage_tree.topLevelItem(i).isHidden()]
+
+    def select_stage(self, index: int) -> None:
+        if 0 <= index < self.stage_tree.topLevelItemCount():
+            self.stage_tree.setCurrentItem(self.stage_tree.topLevelItem(index))
+
+    def step(self, delta: int) -> None:
+        """Next (+1) or previous (-1) visible stage."""
+        visible = self.visible_indices()
+        if not visible:
+            return
+        cur = self.current.index if self.current is not None else visible[0]
+        if delta > 0:
+            nxt = next((i for i in visible if i > cur), None)
+        else:
+            nxt = next((i for i in reversed(visible) if i < cur), None)
+        if nxt is not None:
+            self.select_stage(nxt)
+
+    def _previous_text(self, stage: Stage) -> str | None:
+        if stage.index == 0:
+            return None
+        prev = self.stages[stage.index - 1]
+        return prev.text if prev.language == stage.language else None
+
+    def _stage_selected(self, item, _old=None) -> None:
+        if item is None:
+            return
+        stage = self.stages[item.data(0, Qt.UserRole)]
+        self.current = stage
+        self.expanded = None
+        self.back_button.hide()
+        self.origin = []
+        self.origin_label.setText("")
+        self.show_model_button.setEnabled(False)
+        self.ir.set_ir(stage.text, stage.language, self._previous_text(stage))
+        self._update_header()
+        canvas = self.window.canvas
+        canvas.clear_highlight("lineage")
+        if stage.index == 0:
+            canvas.show_model(fit=False)
+            return
+        self._with_view(stage, lambda view, s=stage: self._show_view(s, view))
+
+    def _update_header(self) -> None:
+        s = self.current
+        if s is None:
+            self.header.setText("")
+            return
+        color = LEVEL_COLORS.get(s.level, "#333")
+        where = f" › <b>{self.expanded}</b>" if self.expanded else ""
+        note = "" if self.ir.highlighted else " · highlighting off for this size"
+        self.header.setText(
+            f"<b>{s.index}. {s.name}</b>{where} &nbsp;<span style='color:{color}'>{s.level}</span> · {s.pass_name} · "
+            f"{s.seconds:.3f} s · {s.text.count(chr(10)) + 1} lines · {self.ir.summary()}{note}")
+
+    def _with_view(self, stage: Stage, then) -> None:
+        """Build a stage's view off the UI thread (big modules take a moment), then call `then(view)`."""
+        if stage._view is not None:
+            then(stage._view)
+            return
+        job = Job(lambda _job: stage.view, "Building the stage graph", parent=self)
+        job.done.connect(lambda view: then(view) if self.current is stage and self.expanded is None else None)
+        job.failed.connect(lambda msg: self.status.setText(msg))
+        self.view_job = job
+        job.start()
+
+    def _show_view(self, stage: Stage, view) -> None:
+        if view is not None:
+            self.window.canvas.show_view(view)
+
+    # ---- nodes: lines, lineage, expansion ----------------------------------------------------
+    def _node(self, node_id):
+        canvas = self.window.canvas
+        view = canvas.view
+        if view is None:
+            return None
+        try:
+            return view.node(node_id)
+        except KeyError:
+            return None
+
+    def _canvas_selection(self, ids: list) -> None:
+        if self.current is None or not ids:
+            return
+        canvas = self.window.canvas
+        if self.current.index == 0 or canvas.mode == "model":
+            if self.current.index == 0 and isinstance(ids[0], int):
+                node = self._node(ids[0])
+                line = node.data.get("line") if node is not None else None
+                if line:
+                    self.ir.show_lines(line, line)
+            return
+        node = self._node(ids[0])
+        if node is None:
+            return
+        line = node.data.get("line")
+        if line:
+            self.ir.show_lines(line, line)
+        self.origin = list(node.origin)
+        self._show_origin()
+
+    def _show_origin(self) -> None:
+        canvas = self.window.canvas
+        graph = self.window.document.graph
+        if not self.origin:
+            self.origin_label.setText("No ONNX origin recorded for this node.")
+            canvas.clear_highlight("lineage")
+            self.show_model_button.setEnabled(False)
+            return
+        names = []
+        for i in self.origin[:6]:
+            try:
+                n = graph.node(i)
+                names.append(f"{n.label} ({n.op_type})")
+            except KeyError:
+                names.append(f"#{i} (edited away)")
+        more = f" and {len(self.origin) - 6} more" if len(self.origin) > 6 else ""
+        self.origin_label.setText("From ONNX: " + ", ".join(names) + more)
+        origin = set(self.origin)
+        view = canvas.view
+        same = [n.id for n in view.nodes if origin & set(n.origin)] if view is not None else []
+        canvas.set_highlight("lineage", same, LINEAGE_COLOR)
+        self.show_model_button.setEnabled(True)
+        # the inspector follows the document selection: the ONNX nodes this came from
+        self.window.document.set_selection([i for i in self.origin if graph.has_node(i)])
+
+    def show_origin_in_model(self) -> None:
+        """The ONNX graph, with the clicked node's origin outlined and in view."""
+        canvas = self.window.canvas
+        graph = self.window.document.graph
+        ids = [i for i in self.origin if graph.has_node(i)]
+        canvas.show_model(fit=False)
+        canvas.set_highlight("lineage", ids, LINEAGE_COLOR)
+        if ids:
+            canvas.center_on(ids[0])
+
+    def _canvas_activated(self, node_id) -> None:
+        if self.current is None or self.current.mod is None or self.window.canvas.mode != "view":
+            return
+        node = self._node(node_id)
+        callee = node.data.get("callee") if node is not None else None
+        if not callee or callee not in self.current.functions:
+            return
+        self.expand(callee)
+
+    def expand(self, function: str) -> None:
+        """Show one fused function / kernel of the current stage: its graph and its lines."""
+        stage = self.current
+        if stage is None:
+            return
+        try:
+            view = stage.function_view(function)
+        except KeyError:
+            return
+        self.expanded = function
+        self.back_button.show()
+        self.window.canvas.show_view(view)
+        span = stage.function_lines(function)
+        if span:
+            self.ir.show_lines(*span)
+        self._update_header()
+
+    def collapse(self) -> None:
+        if self.current is None:
+            return
+        self.expanded = None
+        self.back_button.hide()
+        self._update_header()
+        self._with_view(self.current, lambda view, s=self.current: self._show_view(s, view))
+
+    # ---- model changes -----------------------------------------------------------------------
+    def _model_changed(self) -> None:
+        if self.stages and not self.stale:
+            self.stale = True
+            self.status.setText("The model changed since these stages were made: Lower again to update them.")
+
+    def _model_replaced(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+        self.cache.clear()
+        self.stages = []
+        self.current = None
+        self.stage_tree.clear()
+        self.ir.set_ir("", "")
+        self.header.setText("")
+        self.status.setText("Press Lower (Ctrl+L) to step the model down to target code.")
+        self.status.setStyleSheet("")
+
+
+def create_panel(window) -> QDockWidget:
+    dock = QDockWidget("Lowering", window)
+    dock.setObjectName("panel-lowering")
+    panel = LoweringPanel(window, dock)
+    dock.setWidget(panel)
+    window.lowering_panel = panel
+    return dock
