@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "compile": "compile_cmd",
     "bench": "bench_cmd",
     "run": "run_cmd",
+    "edit": "edit_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
