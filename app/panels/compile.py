@@ -1,6 +1,6 @@
 """Compile & Run: compile the open model for CPU or CUDA, measure it beside onnxruntime, export it.
 
-* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run runs `core.compile.compile_model`
+* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compile.compile_model`
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QPainter
+from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QPainter, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -213,6 +213,8 @@ class CompilePanel(QWidget):
         self.save_onnx_btn.clicked.connect(self.save_onnx_dialog)
         self.heat.toggled.connect(self._apply_heat)
         self.chart.kernelClicked.connect(self._select_kernel)
+        # F5 compiles and runs from anywhere in the window (and raises this panel)
+        QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
         doc.graphReplaced.connect(self._reset)
@@ -229,6 +231,12 @@ class CompilePanel(QWidget):
             if edit is not None and type(edit).__name__ == "RewriteEdit":
                 out.append(getattr(edit, "description", cmd.text()))
         return out
+
+    def _shortcut(self) -> None:
+        if self.dock is not None:
+            self.dock.show()
+            self.dock.raise_()
+        self.start()
 
     def start(self) -> None:
         graph = self.window.document.graph
