@@ -20,4 +20,19 @@ __all__ = [
     "InvalidModelError",
     "EditError",
     "UnsupportedOpError",
+    "compile_model",
+    "load_artifact",
+    "Artifact",
+    "benchmark",
 ]
+
+# compile/bench are exported lazily: importing them pulls in nothing heavy, but keep `import core` lean
+_LAZY = {"compile_model": "compile", "load_artifact": "compile", "Artifact": "compile", "benchmark": "bench"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'core' has no attribute '{name}'")
