@@ -79,7 +79,10 @@ class _Highlighter(QSyntaxHighlighter):
         fmt = self._formats.get(key)
         if fmt is None:
             fmt = QTextCharFormat()
-            style = self._style.style_for_token(ttype) if ttype is not None else {}
+            known = ttype
+            while known is not None and not self._style.styles_token(known):
+                known = known.parent  # lexers emit subtypes the style does not list
+            style = self._style.style_for_token(known) if known is not None else {}
             if style.get("color"):
                 fmt.setForeground(QColor("#" + style["color"]))
             if style.get("bold"):
