@@ -8,11 +8,12 @@ work whether weights are initializers or computed by constant nodes (the light m
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 import onnx_ir as ir
 
-from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current, fail, node_label
+from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current, fail, node_label, static_shape
 from core.rewrite.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS
 from core.rewrite.rule import add_initializer, dtype_of
 
@@ -90,9 +91,9 @@ class FoldConstants(RewriteRule):
         if not any(id(o) in outs or any(not all(ctx.is_const(x) for x in c.outputs) for c in o.consumers()) for o in node.outputs):
             return Attempt(False, [node], f"{label} only feeds other constant nodes; the fold happens where the constant subgraph ends.", 1)
         for o in node.outputs:
-            s = o.shape if o.shape is not None else None
-            if s is not None and all(isinstance(d, int) for d in s) and int(np.prod(list(s), dtype=np.int64)) > MAX_ELEMENTS:
-                return Attempt(False, [node], f"{label} makes {int(np.prod(list(s)))} elements; results over {MAX_ELEMENTS} stay computed.", 2)
+            s = static_shape(o)
+            if s is not None and all(isinstance(d, int) for d in s) and math.prod(s) > MAX_ELEMENTS:
+                return Attempt(False, [node], f"{label} makes {math.prod(s)} elements; results over {MAX_ELEMENTS} stay computed (they would bloat the file).", 2)
         return Attempt(True, self._cone(node), "", 3)
 
     def claimed(self, attempt: Attempt) -> list[ir.Node]:
@@ -110,7 +111,7 @@ class FoldConstants(RewriteRule):
         for o in node.outputs:
             arr = ctx.const(o)
             if arr is None:
-                fail(f"{node_label(node)} could not be evaluated.")
+                fail(f"{node_label(node)} could not be evaluated (a result over {MAX_ELEMENTS} elements stays computed).")
             if arr.size > MAX_ELEMENTS:
                 fail(f"{node_label(node)} makes {arr.size} elements; results over {MAX_ELEMENTS} stay computed.")
             arrays.append(arr)

@@ -29,6 +29,10 @@ NONDETERMINISTIC_OPS = frozenset(
 MAX_ELEMENTS = 64 * 1024 * 1024
 
 
+class TooLarge(Exception):
+    """A constant too big to materialize (its value reads as None)."""
+
+
 def _node_is_foldable(n: ir.Node) -> bool:
     if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
         return False
@@ -131,8 +135,12 @@ class ConstantEvaluator:
                 out = fast(node, inputs, self._opset())
                 if out is not None:
                     return out
+            except TooLarge:
+                return [None] * len(node.outputs)
             except Exception:  # noqa: BLE001 - fall back to the reference evaluator
                 logger.debug("numpy fast path failed for %s", node.op_type, exc_info=True)
+        if any(i is None for i, v in zip(inputs, node.inputs) if v is not None):
+            return [None] * len(node.outputs)  # an input was too large to compute
         return self._reference(node, inputs)
 
     def _reference(self, node: ir.Node, inputs: list[np.ndarray | None]) -> list[np.ndarray | None]:
@@ -184,7 +192,7 @@ def _constant(node, inputs, opset):
 def _constant_of_shape(node, inputs, opset):
     shape = [int(d) for d in np.asarray(inputs[0]).reshape(-1)]
     if int(np.prod(shape, dtype=np.int64)) > MAX_ELEMENTS:
-        raise ValueError("constant too large")
+        raise TooLarge()
     fill = _attr(node, "value")
     fill = np.zeros(1, dtype=np.float32) if fill is None else np.asarray(fill).reshape(-1)
     return [np.full(shape, fill[0], dtype=fill.dtype)]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx_ir as ir
+from onnxscript.rewriter._basics import MatchFailureError
 
 from ..errors import EditError
 from ..graph import Graph
@@ -273,6 +274,9 @@ def preview(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = N
             try:
                 new_nodes = rule.rewrite_at(ctx, att)
             except ConditionFailed as e:
+                skipped.append((m, e.reason))
+                continue
+            except MatchFailureError as e:  # fail() inside a rewrite
                 skipped.append((m, e.reason))
                 continue
             touched.extend(ins)
