@@ -380,6 +380,8 @@ class EditActions(QObject):
             self._port_dot = dot
         self._port_dot.setPos(c)
         self.canvas.viewport().setCursor(Qt.CrossCursor)
+        outs = self._output_tensors(item.node_id)
+        self.window.statusBar().showMessage(f"Drag from here onto another node to connect '{outs[0] if len(outs) == 1 else 'an output'}' to one of its inputs", 3000)
 
     def eventFilter(self, obj, event) -> bool:  # noqa: C901 - one switch over event types
         et = event.type()

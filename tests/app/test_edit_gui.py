@@ -167,3 +167,17 @@ def test_edit_save_guard_asks_before_overwriting_and_saving_invalid(window, qtbo
     before = src.read_bytes()
     assert not window.save() and src.read_bytes() == before
     assert asked[-1][0] == "Save an invalid model?" and "MatMul 'linear2.matmul' has nothing connected" in asked[-1][1]
+
+
+def test_edit_unsaved_changes_are_asked_about_on_close(window, qtbot, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    g = open_model(window, qtbot, "mlp")
+    window.canvas.select([g.find_node("relu0").id])
+    window.edit_actions.delete_bridge_action.trigger()
+    asked = []
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: asked.append(a[2]) or QMessageBox.Cancel)
+    assert not window.close() and window.isVisible()  # Cancel keeps the window and the edit
+    assert asked == ["Save the changes to mlp.onnx first?"] and g.find_node("relu0") is None
+    window.undo_action.trigger()  # back to the saved state: closing asks nothing
+    assert window.close() and len(asked) == 1

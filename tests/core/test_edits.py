@@ -325,7 +325,10 @@ def test_edit_save_checked_is_atomic_and_valid(cnn, tmp_path):
     onnx.checker.check_model(onnx.load(out), full_check=True)
 
 
-def test_edit_cli_twin_applies_checks_and_saves(tmp_path):
+def test_edit_cli_twin_applies_checks_and_saves(tmp_path, capsys):
+    import json
+
+    from cli import run_cli as cli_in_process
     from tests.helpers import run_cli
 
     out = tmp_path / "edited.onnx"
@@ -333,15 +336,17 @@ def test_edit_cli_twin_applies_checks_and_saves(tmp_path):
                 "--set", "pool1", "kernel_shape=3,3", "--set", "pool1", "pads=1,1,1,1",
                 "--insert", "LeakyRelu(gap_out) after=gap_out alpha=0.2", "--input-shape", "input", "N,3,32,32", "--json")
     assert r.returncode == 0, r.stderr
-    import json
-
     report = json.loads(r.stdout)
     assert report["edits"][0] == "Delete and reconnect Relu 'block1.a.relu'" and report["problems"] == []
     g = load_model(out)
     assert g.find_node("block1.a.relu") is None and g.find_node("LeakyRelu_1").attributes["alpha"] == pytest.approx(0.2)
     assert assert_runs(g, {"N": 2})[0].shape == (2, 10)
-    bad = run_cli("edit", sample("small_cnn"), "-o", tmp_path / "bad.onnx", "--delete", "stem.relu")
-    assert bad.returncode == 2 and "MaxPool 'pool1' has nothing connected" in bad.stderr
+    # refusals (in-process, same entry point): exit 2, one sentence, nothing written
+    capsys.readouterr()
+    assert cli_in_process(["edit", str(sample("small_cnn")), "-o", str(tmp_path / "bad.onnx"), "--delete", "stem.relu"]) == 2
+    assert "MaxPool 'pool1' has nothing connected" in capsys.readouterr().err
     assert not (tmp_path / "bad.onnx").exists()
-    same = run_cli("edit", out, "-o", out, "--delete", "fc")
-    assert same.returncode == 2 and "--overwrite" in same.stderr
+    assert cli_in_process(["edit", str(out), "-o", str(out), "--delete", "fc"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert cli_in_process(["edit", str(out), "-o", str(tmp_path / "x.onnx"), "--set", "pool1", "stride=2"]) == 2
+    assert "MaxPool 'pool1' has no attribute 'stride'" in capsys.readouterr().err
