@@ -438,8 +438,11 @@ def kernel_view(base: ViewGraph, code: str, language: str, lineage, title: str) 
                     line = defs[candidate]
                     break
             if line is None:
+                # '<kernel>_compute_', '<kernel>_prepacked', '__tvm_ffi_<kernel>_...': a suffix after
+                # an underscore, never a longer name ('relu1' must not match 'relu11')
                 for k, v in defs.items():
-                    if k.startswith(callee):
+                    bare = k.removeprefix("__tvm_ffi_")
+                    if bare.startswith(callee + "_"):
                         line = v
                         break
         nodes.append(ViewNode(id=n.id, label=n.label, detail=n.detail, category=n.category, badges=list(n.badges),
