@@ -3,13 +3,14 @@
 `core.onnx_io.validate_graph` guards loading: it stops at the first problem and refuses the
 file. While editing, a model is often broken on purpose for a moment (a node deleted before its
 replacement is wired in), so the editor needs *all* the problems, each tied to the node it is
-about, to list them in the Problems panel and mark the nodes on the canvas:
+about, to list them in the Problems panel and mark the nodes on the canvas. The same checks, per
+node, in this order:
 
-1. structure: undeclared domains, tensors produced twice, inputs nobody produces (a deleted
-   producer), nodes out of topological order, graph outputs nobody produces;
-2. each node against its op schema (`onnx.checker.check_node`: input counts, attribute types);
-3. the whole model against `onnx.checker` (only when 1 and 2 found nothing, to avoid repeats);
-4. strict shape and type inference, whose errors name the node they come from (errors that only
+1. structure: required inputs left unconnected, undeclared domains, tensors produced twice,
+   inputs nobody produces, nodes out of topological order, graph outputs nobody produces;
+2. the whole model against `onnx.checker`, and when that (or 1) fails, each node against its op
+   schema (`onnx.checker.check_node`: input counts, attribute types) to name the node;
+3. strict shape and type inference, whose errors name the node they come from (errors that only
    echo an upstream failure, "input 0 expected to have type but instead is null", are dropped
    when a root cause is listed).
 
@@ -29,7 +30,7 @@ import onnx_ir as ir
 
 from .errors import InvalidModelError
 from .graph import Graph
-from .onnx_io import KNOWN_DOMAINS, save_model, validate_graph
+from .onnx_io import KNOWN_DOMAINS, _without_external_data, save_model
 
 __all__ = ["Problem", "check", "refresh", "problems_by_node", "save_checked"]
 
@@ -149,11 +150,21 @@ def _nodes_against_schemas(graph: Graph, proto: onnx.ModelProto, flagged: set) -
     return out
 
 
-def _whole_model(graph: Graph) -> list[Problem]:
+def _whole_model(proto: onnx.ModelProto) -> list[Problem]:
+    """onnx.checker on the whole model (the structural half of onnx_io.validate_graph is
+    `_structure`, which names nodes; this reuses the proto already serialized for the rest)."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(proto)):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)
+        proto = _without_external_data(copy)
     try:
-        validate_graph(graph)
-    except InvalidModelError as e:
-        return [Problem("the model", e.message[0].lower() + e.message[1:].rstrip("."))]
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as e:
+        return [Problem("the model", f"fails ONNX validation: {_clean(str(e))}")]
+    except Exception as e:  # noqa: BLE001
+        return [Problem("the model", f"cannot be checked: {_clean(str(e))}")]
     return []
 
 
@@ -178,20 +189,24 @@ def _inference(graph: Graph, proto: onnx.ModelProto) -> list[Problem]:
 
 
 def check(graph: Graph) -> list[Problem]:
-    """Every problem found, structural ones first; [] for a valid model."""
+    """Every problem found, structural ones first; [] for a valid model.
+
+    The per-node schema check serializes each node, so on a model that is otherwise fine it
+    runs only when the whole-model checker (one call) fails, to say which node it meant."""
     problems = _structure(graph)
     try:
         proto = graph.to_proto()
     except Exception as e:  # noqa: BLE001 - the IR can hold states protobuf cannot
         return problems + [Problem("the model", f"cannot be serialized: {_clean(str(e))}")]
-    large = proto.ByteSize() >= _TWO_GB
-    if not large:
-        problems += _nodes_against_schemas(graph, proto, {p.node_id for p in problems if p.node_id is not None})
-    if not problems and not large:
-        problems += _whole_model(graph)
-    if not problems and not large:
-        problems += _inference(graph, proto)
-    return problems
+    if proto.ByteSize() >= _TWO_GB:
+        return problems  # the checkers cannot take it in memory; structure is what we know
+    flagged = {p.node_id for p in problems if p.node_id is not None}
+    if problems:
+        return problems + _nodes_against_schemas(graph, proto, flagged)
+    whole = _whole_model(proto)
+    if whole:
+        return _nodes_against_schemas(graph, proto, flagged) or whole
+    return _inference(graph, proto)
 
 
 def refresh(graph: Graph) -> list[Problem]:
