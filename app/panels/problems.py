@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
 from core.validation import Problem, check
@@ -59,6 +59,7 @@ class ProblemsPanel(QTreeWidget):
             item.setIcon(0, icon)
             item.setToolTip(1, p.sentence)
             item.setData(0, Qt.UserRole, p.node_id)
+            item.setData(1, Qt.UserRole, p.tensor)
             self.addTopLevelItem(item)
         n = len(self.problems)
         self.dock.setWindowTitle(f"Problems ({n})" if n else "Problems")
@@ -69,11 +70,19 @@ class ProblemsPanel(QTreeWidget):
         else:
             canvas.clear_highlight("problem")
 
+    def sizeHint(self) -> QSize:
+        return QSize(600, 120)  # a few lines; the canvas keeps the room
+
     def _show(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        """Select and scroll to the node a problem is about (or the graph-output box)."""
         node_id = item.data(0, Qt.UserRole)
         graph = self.window.document.graph
-        if node_id is None or graph is None or not graph.has_node(node_id):
+        if graph is None:
             return
+        if node_id is None or not graph.has_node(node_id):
+            node_id = f"output:{item.data(1, Qt.UserRole)}"
+            if node_id not in self.window.canvas.node_items:
+                return
         self.window.document.set_selection([node_id])
         self.window.canvas.center_on(node_id)
 
