@@ -69,7 +69,7 @@ class LoweringPanel(QWidget):
         self.expanded: str | None = None  # function shown instead of the stage's main
         self.origin: list[int] = []
         self.stale = False
-        self._specs_target = "cpu"
+        self.generation = 0  # bumped when another model is opened: older results are dropped
 
         # -- stages
         self.target_box = QComboBox()
@@ -263,11 +263,12 @@ class LoweringPanel(QWidget):
             except WorkbenchError as e:
                 return getattr(e, "stages", []) or [], str(e)
 
+        generation = self.generation
         self.job = Job(work, "Lowering", parent=self)
         self.job.progressed.connect(self._progressed)
-        self.job.done.connect(self._done)
+        self.job.done.connect(lambda result: self._done(result) if generation == self.generation else self._finish_job())
         self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(lambda: self._done(([], "Cancelled.")))
+        self.job.cancelled.connect(lambda: self._done(([], "Cancelled.")) if generation == self.generation else self._finish_job())
         self.lower_button.setEnabled(False)
         self.rerun_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
@@ -532,6 +533,7 @@ class LoweringPanel(QWidget):
             self.status.setText("The model changed since these stages were made: Lower again to update them.")
 
     def _model_replaced(self) -> None:
+        self.generation += 1
         if self.job is not None:
             self.job.cancel()
         self.cache.clear()
