@@ -295,10 +295,6 @@ def split_pipeline(target, specs=None) -> tuple[list, list]:
     return specs[:cut], specs[cut:]
 
 
-def _mod_fingerprint(mod) -> str:
-    return hashlib.sha256(mod.script(show_meta=False).encode()).hexdigest()[:16]
-
-
 # --------------------------------------------------------------------------------------------
 # Artifact
 
@@ -335,13 +331,11 @@ class Artifact:
     def vm(self):
         """The Relax VM (created on first use)."""
         if self._vm is None:
-            import tvm
             from tvm import relax
 
             if self.target == "cuda" and not _gpu_present():
                 raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
             self._vm = relax.VirtualMachine(self.library, self.device)
-            del tvm
         return self._vm
 
     def to_device(self, feeds: dict[str, np.ndarray]) -> list:
@@ -599,6 +593,8 @@ def compile_model(
     proto = graph.to_proto()
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = _specs_from_proto(proto)
+    if target == "cuda" and _gpu_present():
+        _prefer_nvcc_for_jit()
     tvm_target = make_target(target, cuda_arch=_host_cuda_arch() or "sm_80") if target == "cuda" else make_target(target)
     front, back = split_pipeline(tvm_target, pipeline)
     passes_applied: list[dict] = []
@@ -807,6 +803,15 @@ def _target_json(t) -> dict:
         return {"text": str(t)}
 
 
+def _prefer_nvcc_for_jit() -> None:
+    """With a GPU present TVM compiles CUDA kernels while building (NVRTC by default, which needs
+    the cuda-bindings package); use nvcc instead when that package is missing and nvcc is here."""
+    import importlib.util
+
+    if importlib.util.find_spec("cuda") is None and shutil.which("nvcc"):
+        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+
+
 def _host_cuda_arch() -> str | None:
     """sm_XY of the local GPU, when there is one (so code is generated for what will run it)."""
     if not _gpu_present():
@@ -836,7 +841,6 @@ def _tuning_pass(tvm_target, trials: int, db):
 
 def verify_artifact(
     art: Artifact,
-    graph=None,
     *,
     dims: dict[str, int] | None = None,
     seed: int = 0,
