@@ -261,7 +261,7 @@ def verify(
     return Comparison(c.outputs, atol, rtol, seed, {k: tuple(v.shape) for k, v in feeds.items()})
 
 
-def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:
+def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:  # noqa: C901
     """A copy of `graph` whose float weights are seeded random numbers (integer constants such as
     shapes and axes are kept).
 
@@ -298,7 +298,10 @@ def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:
         arr = ev.value(v)
         if arr is None or arr.dtype.kind != "f" or arr.size <= 1:
             continue
-        new = (rng.standard_normal(arr.shape) * scale).astype(arr.dtype)
+        # He-style scale for weight tensors (fan-in = all but the first dim), so activations
+        # neither vanish nor explode through deep nets; `scale` for vectors (biases, BN shifts)
+        std = float(np.sqrt(2.0 / max(int(np.prod(arr.shape[1:])), 1))) if arr.ndim >= 2 else scale
+        new = (rng.standard_normal(arr.shape) * std).astype(arr.dtype)
         if id(v) in positive:
             new = (np.abs(new) + 0.5).astype(arr.dtype)
         name = v.name
