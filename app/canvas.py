@@ -69,7 +69,7 @@ MAX_SCALE = 4.0
 READABLE_SCALE = 0.35  # opening a graph whose fit is smaller than this starts at 100 % instead
 CHUNK_SECONDS = 0.025  # item creation time slice on the UI thread
 SYNC_ITEMS = 1500  # scenes up to this many items are built in one go
-OVERVIEW_ITEMS = 3000  # from this many items on, zoomed-out views paint a pre-rendered image
+OVERVIEW_ITEMS = 800  # from this many items (nodes + edges) on: overview image + items made on demand
 OVERVIEW_MAX_PX = 8192  # longest side of that image
 
 
@@ -90,20 +90,19 @@ class GraphCanvas(QGraphicsView):
         self.mode = "model"
         self.node_items: dict[Hashable, NodeItem] = {}
         self.edge_items: list[EdgeItem] = []
-        self._model_cache: tuple[int, int, ViewGraph, Layout] | None = None  # (graph id, revision, view, layout)
+        self._model_cache: tuple | None = None  # (graph id, revision, view, layout, extras)
         self._highlights: dict[str, tuple[set, QColor]] = {}
         self._overlay: tuple[dict, str] | None = None
         self._ghosts: tuple[set, set] = (set(), set())
         self._job: Job | None = None
-        self._build_timer: QTimer | None = None
         self._syncing = False
         self._pending_state: dict = {}
         self.last_timings: dict[str, float] = {}
         self._layer: _Layer | None = None  # switch for all items (hidden while the overview image draws)
-        self._overview: QImage | None = None
-        self._overview_rect = QRectF()
-        self._overview_job: Job | None = None
-        self._overview_for: Layout | None = None
+        self._lazy: DisplayExtras | None = None  # set for huge graphs: overview image + item grid
+        self._created_cells: set = set()
+        self._edge_item_of: dict[int, EdgeItem] = {}
+        self._overlay_max = 0.0
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -133,7 +132,7 @@ class GraphCanvas(QGraphicsView):
     # ---- public API --------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
-        return self._job is not None or self._build_timer is not None
+        return self._job is not None
 
     def show_view(self, view: ViewGraph, fit: bool = True) -> None:
         """Draw `view` (laid out in the background); `mode` becomes "view" until show_model()."""
@@ -150,16 +149,16 @@ class GraphCanvas(QGraphicsView):
         cache = self._model_cache
         state = {"fit": fit, "initial": not fit}
         if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
-            self._display(cache[2], cache[3], state)
+            self._display(cache[2], cache[3], state, cache[4])
         else:
             self._layout_and_show(from_graph(graph), state)
 
-    def prime_model_layout(self, graph, view: ViewGraph, result: Layout) -> None:
+    def prime_model_layout(self, graph, view: ViewGraph, result: Layout, extras: "DisplayExtras | None" = None) -> None:
         """Hand over a layout computed together with loading, so opening lays out only once."""
-        self._model_cache = (id(graph), graph.revision, view, result)
+        self._model_cache = (id(graph), graph.revision, view, result, extras)
 
     def select(self, ids: Iterable[Hashable], center: bool = False) -> None:
-        ids = [i for i in ids if i in self.node_items]
+        ids = [i for i in ids if self._make_node(i) is not None] if self.view is not None else []
         self._syncing = True
         try:
             scene = self.scene()
@@ -176,12 +175,12 @@ class GraphCanvas(QGraphicsView):
         return [it.node_id for it in self.scene().selectedItems() if isinstance(it, NodeItem)]
 
     def center_on(self, node_id: Hashable) -> None:
-        item = self.node_items.get(node_id)
-        if item is None:
+        box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
+        if box is None:
             return
         if self.zoom() < 0.6:
             self._set_scale(1.0)
-        self.centerOn(item.sceneBoundingRect().center())
+        self.centerOn(QPointF(box.x, box.y))
 
     def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
         self._highlights[role] = (set(ids), QColor(color))
@@ -273,12 +272,13 @@ class GraphCanvas(QGraphicsView):
         def work(job: Job):
             sizes = {n.id: node_size(n, measure) for n in view.nodes}
             job.check()
-            return layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(f, "Laying out the graph"))
+            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"))
+            return result, prepare_display(view, result, job)
 
         job = Job(work, "Laying out the graph", self)
         self._job = job
         job.progressed.connect(self.progressed)
-        job.done.connect(lambda result: self._layout_done(job, view, result, state, t0))
+        job.done.connect(lambda res: self._layout_done(job, view, res[0], res[1], state, t0))
         job.failed.connect(lambda msg: self._job_ended(job, msg))
         job.cancelled.connect(lambda: self._job_ended(job, ""))
         job.finished.connect(job.deleteLater)
@@ -295,167 +295,52 @@ class GraphCanvas(QGraphicsView):
             self._job = None
             self.busyChanged.emit(False, message)
 
-    def _layout_done(self, job: Job, view: ViewGraph, result: Layout, state: dict, t0: float) -> None:
+    def _layout_done(self, job: Job, view: ViewGraph, result: Layout, extras, state: dict, t0: float) -> None:
         if self._job is not job:
             return
         self._job = None
         self.last_timings["layout"] = time.perf_counter() - t0
         if self.mode == "model" and self.document.graph is not None and view.data.get("source") == "onnx":
-            self._model_cache = (id(self.document.graph), self.document.graph.revision, view, result)
-        self._display(view, result, state)
+            self._model_cache = (id(self.document.graph), self.document.graph.revision, view, result, extras)
+        self._display(view, result, state, extras)
+        self.busyChanged.emit(False, "")
 
-    def _display(self, view: ViewGraph, result: Layout, state: dict) -> None:
-        """Build a new scene for `view` (time-sliced for big graphs), then swap it in."""
-        if self._build_timer is not None:
-            self._build_timer.stop()
-            self._build_timer = None
+    def _display(self, view: ViewGraph, result: Layout, state: dict, extras: "DisplayExtras | None" = None) -> None:
+        """Put `view` on screen in a fresh scene.
+
+        Graphs up to OVERVIEW_ITEMS items get all their items at once. Bigger ones start empty:
+        the pre-rendered overview image (made on the worker thread) draws the zoomed-out graph,
+        and items are created only for the part of the scene the viewport shows (a grid of cells
+        says which), so opening 10,000 nodes creates no items at all until the user zooms in.
+        """
         t0 = time.perf_counter()
         scene = self._new_scene()
         scene.setSceneRect(QRectF(-40, -40, result.width + 80, result.height + 80))
-        node_items: dict[Hashable, NodeItem] = {}
-        edge_items: list[EdgeItem] = []
-        boxes = result.boxes
-        layer = _Layer()
-
-        def make_items():
-            for n in view.nodes:
-                b = boxes.get(n.id)
-                if b is None:
-                    continue
-                item = NodeItem(n, b.w, b.h)
-                item.setPos(b.x - b.w / 2, b.y - b.h / 2)
-                scene.addItem(item)
-                node_items[n.id] = item
-                yield
-            for e, pts in zip(view.edges, result.routes):
-                if len(pts) < 2:
-                    continue
-                item = EdgeItem(e, pts)
-                scene.addItem(item)
-                edge_items.append(item)
-                yield
-
-        gen = make_items()
-        total = len(view.nodes) + len(view.edges)
-
-        big = total >= OVERVIEW_ITEMS
-        if big:
-            self._start_overview(view, result)
-        else:
-            self._cancel_overview()
-
-        def finish():
-            self._build_timer = None
-            self._layer = layer
-            layer.canvas = self
-            self._swap_in(view, result, scene, node_items, edge_items, state)
-            self.last_timings["items"] = time.perf_counter() - t0
-            self.busyChanged.emit(False, "")
-            self.viewShown.emit(view)
-
-        if total <= SYNC_ITEMS:
-            for _ in gen:
-                pass
-            finish()
-            return
-
-        self.busyChanged.emit(True, "Drawing the graph")
-        timer = QTimer(self)
-        timer.setInterval(0)
-        done_count = [0]
-
-        def step():
-            end = time.perf_counter() + CHUNK_SECONDS
-            for _ in gen:
-                done_count[0] += 1
-                if done_count[0] % 64 == 0 and time.perf_counter() > end:
-                    self.progressed.emit(done_count[0] / total, "Drawing the graph")
-                    return
-            timer.stop()
-            finish()
-
-        timer.timeout.connect(step)
-        self._build_timer = timer
-        timer.start()
-
-    # ---- overview image (huge graphs, zoomed out) -------------------------------------------
-    def _cancel_overview(self) -> None:
-        if self._overview_job is not None:
-            self._overview_job.cancel()
-            self._overview_job = None
-        self._overview = None
-
-    def _start_overview(self, view: ViewGraph, result: Layout) -> None:
-        """Render the whole graph into an image on a worker thread (QPainter on a QImage is
-        thread-safe); until it is ready the items paint themselves."""
-        self._cancel_overview()
-        job = Job(lambda j: render_overview(view, result, OVERVIEW_MAX_PX, j), "Rendering the overview", self)
-        self._overview_job = job
-
-        def ready(image_rect):
-            if self._overview_job is job:
-                self._overview_job = None
-                self._overview, self._overview_rect = image_rect
-                self._overview_for = result
-                self._update_overview_mode()
-
-        job.done.connect(ready)
-        job.finished.connect(job.deleteLater)
-        job.start()
-
-    def overview_active(self) -> bool:
-        """True when the zoom is so small that the pre-rendered image stands in for the items."""
-        if self._overview is None or self._overview_rect.isEmpty() or self._overview_for is not self.layout_result:
-            return False
-        image_scale = self._overview.width() / self._overview_rect.width()
-        return self.zoom() <= image_scale
-
-    def _update_overview_mode(self) -> None:
-        active = self.overview_active()
-        if self._layer is not None and self._layer.isVisible() == active:
-            self._layer.setVisible(not active)
-            self.viewport().update()
-
-    def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
-        painter.fillRect(rect, self.backgroundBrush())
-        if self._layer is not None and not self._layer.isVisible() and self._overview is not None:
-            painter.setRenderHint(QPainter.SmoothPixmapTransform, True)
-            painter.drawImage(self._overview_rect, self._overview)
-
-    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
-        if self._layer is None or self._layer.isVisible():
-            return
-        # the overview image has no selection or highlights: mark those nodes on top of it
-        px = 1.0 / max(self.zoom(), 1e-6)
-        for item in self.node_items.values():
-            if item.isSelected() or item.highlights or item.overlay is not None:
-                color = QColor(HIGHLIGHT_COLORS["selection"]) if item.isSelected() else (next(iter(item.highlights.values()), None) or item.overlay)
-                r = item.sceneBoundingRect()
-                grow = max(0.0, 4 * px - r.width() / 2)
-                painter.fillRect(r.adjusted(-grow, -grow, grow, grow), color)
-
-    def _new_scene(self) -> QGraphicsScene:
-        scene = QGraphicsScene(self)
-        scene.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
-        scene.selectionChanged.connect(self._on_scene_selection)
-        return scene
-
-    def _swap_in(self, view, result, scene, node_items, edge_items, state) -> None:
         old = self.scene()
         keep = state.get("keep")
         transform = self.transform()
         self._syncing = True
         self.setScene(scene)
         self._syncing = False
-        old.selectionChanged.disconnect(self._on_scene_selection)
+        try:
+            old.selectionChanged.disconnect(self._on_scene_selection)
+        except (RuntimeError, TypeError):
+            pass
         old.deleteLater()
         self.view = view
         self.layout_result = result
-        self.node_items = node_items
-        self.edge_items = edge_items
-        self._apply_highlights()
-        self._apply_overlay()
-        self._apply_ghosts()
+        self._lazy = extras
+        self._created_cells = set()
+        self._edge_item_of = {}
+        self.node_items = {}
+        self.edge_items = []
+        self._layer = _Layer()
+        self._layer.canvas = self
+        if extras is None:
+            for n in view.nodes:
+                self._make_node(n.id)
+            for k in range(len(view.edges)):
+                self._make_edge(k)
         if self.mode == "model":
             self.select(self.document.selection)
             if self.document.selected_tensor:
@@ -463,16 +348,131 @@ class GraphCanvas(QGraphicsView):
         if keep is not None:
             self.setTransform(transform)
             anchor_id, offset = keep
-            item = node_items.get(anchor_id)
-            if item is not None:
-                self.centerOn(item.sceneBoundingRect().center() - offset)
+            box = result.boxes.get(anchor_id)
+            if box is not None:
+                self.centerOn(QPointF(box.x, box.y) - offset)
         elif state.get("fit"):
             self.fit()
         else:
             self._initial_view()
+        self._apply_overlay()
+        self._ensure_visible_items()
         self.minimap.rebuild()
         self.find_bar.refresh()
         self._zoomed()
+        self.last_timings["items"] = time.perf_counter() - t0
+        self.viewShown.emit(view)
+
+    def _make_node(self, node_id: Hashable) -> NodeItem | None:
+        item = self.node_items.get(node_id)
+        if item is not None:
+            return item
+        box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
+        if box is None:
+            return None
+        item = NodeItem(self.view.node(node_id), box.w, box.h)
+        item.setPos(box.x - box.w / 2, box.y - box.h / 2)
+        self._decorate_node(item)
+        if not self._layer.visible:
+            item.setVisible(False)
+        self.scene().addItem(item)
+        self.node_items[node_id] = item
+        return item
+
+    def _make_edge(self, index: int) -> EdgeItem | None:
+        item = self._edge_item_of.get(index)
+        if item is not None:
+            return item
+        pts = self.layout_result.routes[index]
+        if len(pts) < 2:
+            return None
+        item = EdgeItem(self.view.edges[index], pts)
+        self._decorate_edge(item)
+        if not self._layer.visible:
+            item.setVisible(False)
+        self.scene().addItem(item)
+        self._edge_item_of[index] = item
+        self.edge_items.append(item)
+        return item
+
+    def _ensure_visible_items(self) -> None:
+        """Lazy scenes: create the items of the grid cells around the visible area."""
+        extras = self._lazy
+        if extras is None or self.view is None or self.overview_active():
+            return
+        r = self.mapToScene(self.viewport().rect()).boundingRect()
+        margin_x, margin_y = r.width() * 0.25, r.height() * 0.25
+        cell = extras.cell
+        x0, x1 = int((r.left() - margin_x) // cell), int((r.right() + margin_x) // cell)
+        y0, y1 = int((r.top() - margin_y) // cell), int((r.bottom() + margin_y) // cell)
+        grid = extras.grid
+        ids = [n.id for n in self.view.nodes]
+        for cx in range(x0, x1 + 1):
+            for cy in range(y0, y1 + 1):
+                key = (cx, cy)
+                if key in self._created_cells:
+                    continue
+                self._created_cells.add(key)
+                nodes, edges = grid.get(key, ((), ()))
+                for i in nodes:
+                    self._make_node(ids[i])
+                for k in edges:
+                    self._make_edge(k)
+
+    def scrollContentsBy(self, dx: int, dy: int) -> None:
+        super().scrollContentsBy(dx, dy)
+        if self._lazy is not None:
+            self._ensure_visible_items()
+
+    # ---- overview image (huge graphs, zoomed out) -------------------------------------------
+    def overview_active(self) -> bool:
+        """True when the zoom is so small that the pre-rendered image stands in for the items."""
+        extras = self._lazy
+        if extras is None:
+            return False
+        return self.zoom() <= extras.switch_scale
+
+    def _update_overview_mode(self) -> None:
+        active = self.overview_active()
+        if self._layer is not None and self._layer.visible == active:
+            self._layer.setVisible(not active)
+            self.viewport().update()
+
+    def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
+        painter.fillRect(rect, self.backgroundBrush())
+        if self._lazy is not None and self.overview_active():
+            painter.setRenderHint(QPainter.SmoothPixmapTransform, True)
+            painter.drawImage(self._lazy.rect, self._lazy.image)
+
+    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+        if self._lazy is None or not self.overview_active() or self.layout_result is None:
+            return
+        # the overview image has no selection or highlights: mark those nodes on top of it
+        px = 1.0 / max(self.zoom(), 1e-6)
+        boxes = self.layout_result.boxes
+        marks: dict = {}
+        if self._overlay:
+            for nid in self._overlay[0]:
+                item = self.node_items.get(nid)
+                if item is not None and item.overlay is not None:
+                    marks[nid] = item.overlay
+        for role, (ids, color) in self._highlights.items():
+            for nid in ids:
+                marks[nid] = color
+        for nid in self.selected_ids():
+            marks[nid] = QColor(HIGHLIGHT_COLORS["selection"])
+        for nid, color in marks.items():
+            b = boxes.get(nid)
+            if b is None:
+                continue
+            grow = max(0.0, 4 * px - b.w / 2)
+            painter.fillRect(QRectF(b.x - b.w / 2 - grow, b.y - b.h / 2 - grow, b.w + 2 * grow, b.h + 2 * grow), color)
+
+    def _new_scene(self) -> QGraphicsScene:
+        scene = QGraphicsScene(self)
+        scene.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
+        scene.selectionChanged.connect(self._on_scene_selection)
+        return scene
 
     def _initial_view(self) -> None:
         """Fit when the whole graph stays readable; otherwise 100 % at the graph's top."""
@@ -480,11 +480,11 @@ class GraphCanvas(QGraphicsView):
             self.fit()
             return
         self._set_scale(1.0)
-        if self.node_items:
-            top = min(self.node_items.values(), key=lambda it: (it.y(), it.x()))
-            c = top.sceneBoundingRect().center()
+        boxes = self.layout_result.boxes if self.layout_result is not None else {}
+        if boxes:
+            top = min(boxes.values(), key=lambda b: (b.y, b.x))
             vp_h = self.viewport().height()
-            self.centerOn(QPointF(c.x(), c.y() + vp_h / 2 - 60))
+            self.centerOn(QPointF(top.x, top.y + vp_h / 2 - 60))
 
     def _clear(self) -> None:
         old = self.scene()
@@ -494,81 +494,91 @@ class GraphCanvas(QGraphicsView):
         self.layout_result = None
         self.node_items = {}
         self.edge_items = []
+        self._edge_item_of = {}
         self._layer = None
-        self._cancel_overview()
+        self._lazy = None
         self.minimap.rebuild()
 
     def _view_anchor(self):
         """The node nearest the viewport centre and its offset, to keep the view steady on relayout."""
         center = self.mapToScene(self.viewport().rect().center())
         best = None
-        for item in self.node_items.values():
-            c = item.sceneBoundingRect().center()
-            d = (c.x() - center.x()) ** 2 + (c.y() - center.y()) ** 2
+        boxes = self.layout_result.boxes if self.layout_result is not None else {}
+        for nid, b in boxes.items():
+            d = (b.x - center.x()) ** 2 + (b.y - center.y()) ** 2
             if best is None or d < best[0]:
-                best = (d, item.node_id, c - center)
+                best = (d, nid, QPointF(b.x, b.y) - center)
         return None if best is None else (best[1], best[2])
 
     def _visible(self, node_id) -> bool:
-        item = self.node_items.get(node_id)
-        if item is None:
+        b = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
+        if b is None:
             return False
-        return self.mapToScene(self.viewport().rect()).boundingRect().contains(item.sceneBoundingRect())
+        return self.mapToScene(self.viewport().rect()).boundingRect().contains(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h))
 
     # ---- decorations -------------------------------------------------------------------------
-    def _apply_highlights(self) -> None:
-        for item in self.node_items.values():
-            new = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
-            if new != item.highlights:
-                item.highlights = new
-                item.update()
+    def _decorate_node(self, item: NodeItem) -> None:
+        highlights = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
+        overlay, text = self._overlay_style(item.node_id)
+        removed, added = self._ghosts
+        ghost = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
+        if highlights != item.highlights or overlay != item.overlay or text != item.overlay_text or ghost != item.ghost:
+            item.highlights, item.overlay, item.overlay_text, item.ghost = highlights, overlay, text, ghost
+            item.update()
+
+    def _decorate_edge(self, e: EdgeItem) -> None:
         tensor = self.document.selected_tensor if self.mode == "model" else ""
+        color = None
+        if tensor and e.edge.label == tensor:
+            color = QColor(HIGHLIGHT_COLORS["tensor"])
+        else:
+            for role, (ids, c) in self._highlights.items():
+                if role != "tensor" and e.edge.src in ids and e.edge.dst in ids:
+                    color = c
+        removed = self._ghosts[0]
+        faded = e.edge.src in removed or e.edge.dst in removed
+        if color != e.highlight or faded != e.faded:
+            e.highlight, e.faded = color, faded
+            e.update()
+
+    def _overlay_style(self, node_id) -> tuple[QColor | None, str]:
+        if not self._overlay:
+            return None, ""
+        values, _legend = self._overlay
+        v = values.get(node_id)
+        if v is None:
+            return None, ""
+        hi = self._overlay_max
+        return _heat(float(v) / hi if hi > 0 else 0.0), f"{float(v):.3g}"
+
+    def _redecorate(self) -> None:
+        for item in self.node_items.values():
+            self._decorate_node(item)
         for e in self.edge_items:
-            color = None
-            if tensor and e.edge.label == tensor:
-                color = QColor(HIGHLIGHT_COLORS["tensor"])
-            else:
-                for role, (ids, c) in self._highlights.items():
-                    if role != "tensor" and e.edge.src in ids and e.edge.dst in ids:
-                        color = c
-            if color != e.highlight:
-                e.highlight = color
-                e.update()
+            self._decorate_edge(e)
         self.minimap.rebuild()
+        if self._lazy is not None and self.overview_active():
+            self.viewport().update()
+
+    def _apply_highlights(self) -> None:
+        self._redecorate()
+
+    def _apply_ghosts(self) -> None:
+        self._redecorate()
 
     def _apply_overlay(self) -> None:
         values, legend = self._overlay if self._overlay else ({}, "")
-        nums = [float(v) for k, v in values.items() if k in self.node_items]
-        hi = max(nums, default=0.0)
-        for item in self.node_items.values():
-            v = values.get(item.node_id)
-            if v is None:
-                color, text = None, ""
-            else:
-                color, text = _heat(float(v) / hi if hi > 0 else 0.0), f"{float(v):.3g}"
-            if color != item.overlay or text != item.overlay_text:
-                item.overlay, item.overlay_text = color, text
-                item.update()
+        known = self.layout_result.boxes if self.layout_result is not None else {}
+        self._overlay_max = max((float(v) for k, v in values.items() if k in known), default=0.0)
+        self._redecorate()
         if values:
+            hi = self._overlay_max
             self.legend.setText(f"{legend}  (max {hi:.3g})" if legend else f"max {hi:.3g}")
             self.legend.adjustSize()
             self.legend.move(10, 10)
             self.legend.show()
         else:
             self.legend.hide()
-
-    def _apply_ghosts(self) -> None:
-        removed, added = self._ghosts
-        for item in self.node_items.values():
-            g = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
-            if g != item.ghost:
-                item.ghost = g
-                item.update()
-        for e in self.edge_items:
-            faded = e.edge.src in removed or e.edge.dst in removed
-            if faded != e.faded:
-                e.faded = faded
-                e.update()
 
     # ---- interaction -------------------------------------------------------------------------
     def _on_scene_selection(self) -> None:
@@ -645,6 +655,7 @@ class GraphCanvas(QGraphicsView):
 
     def _zoomed(self) -> None:
         self._update_overview_mode()
+        self._ensure_visible_items()
         self.zoomChanged.emit(self.zoom())
         self.minimap.update()
 
@@ -660,15 +671,12 @@ class GraphCanvas(QGraphicsView):
 
 
 class _Layer:
-    """The scene's node and edge items as one switch: hidden while the overview image stands in
-    for them (top-level items keep the scene's BSP culling; a parent item would defeat it)."""
+    """All node and edge items as one switch: hidden while the overview image stands in for
+    them (kept top-level: a common parent item would defeat the scene's BSP culling)."""
 
     def __init__(self):
         self.visible = True
-        self.canvas = None
-
-    def isVisible(self) -> bool:
-        return self.visible
+        self.canvas: GraphCanvas | None = None
 
     def setVisible(self, on: bool) -> None:
         if on == self.visible or self.canvas is None:
@@ -678,6 +686,55 @@ class _Layer:
             item.setVisible(on)
         for item in self.canvas.edge_items:
             item.setVisible(on)
+
+
+class DisplayExtras:
+    """What a worker prepares for drawing a huge graph: the overview image and a grid of cells
+    listing the nodes and edges in each (so items can be made only where the user looks)."""
+
+    CELL = 1200.0
+
+    def __init__(self, image: QImage, rect: QRectF, grid: dict, cell: float):
+        self.image = image
+        self.rect = rect
+        self.grid = grid
+        self.cell = cell
+        # below this zoom the image is drawn instead of items: its own resolution, but never
+        # so far in that the visible area holds more than a few hundred boxes
+        self.switch_scale = max(image.width() / max(rect.width(), 1.0), 0.04)
+
+
+def prepare_display(view: ViewGraph, result: Layout, job: Job | None = None) -> DisplayExtras | None:
+    """Worker-thread part of drawing: nothing for model-sized graphs; for huge ones the overview
+    image and the item grid (see `GraphCanvas._display`)."""
+    if len(view.nodes) + len(view.edges) < OVERVIEW_ITEMS:
+        return None
+    if job is not None:
+        job.report(0.92, "Rendering the overview")
+    image, rect = render_overview(view, result, OVERVIEW_MAX_PX, job)
+    cell = DisplayExtras.CELL
+    grid: dict = {}
+    boxes = result.boxes
+    for i, n in enumerate(view.nodes):
+        b = boxes.get(n.id)
+        if b is None:
+            continue
+        key = (int(b.x // cell), int(b.y // cell))
+        grid.setdefault(key, ([], []))[0].append(i)
+    for k, pts in enumerate(result.routes):
+        if len(pts) < 2:
+            continue
+        cells = set()
+        for x, y in pts:  # control points bound the curve: their cells (and those between) cover it
+            cells.add((int(x // cell), int(y // cell)))
+        xs = [c[0] for c in cells]
+        ys = [c[1] for c in cells]
+        for cx in range(min(xs), max(xs) + 1):
+            for cy in range(min(ys), max(ys) + 1):
+                grid.setdefault((cx, cy), ([], []))[1].append(k)
+        if job is not None and k % 4000 == 0:
+            job.check()
+    return DisplayExtras(image, rect, grid, cell)
 
 
 def render_overview(view: ViewGraph, result: Layout, max_px: int, job: Job | None = None) -> tuple[QImage, QRectF]:
@@ -746,12 +803,13 @@ class Minimap(QWidget):
         self.hide()
 
     def rebuild(self) -> None:
-        lo = self.canvas.layout_result
-        if lo is None or not self.canvas.node_items:
+        canvas = self.canvas
+        lo = canvas.layout_result
+        if lo is None or canvas.view is None or not lo.boxes:
             self.image = None
             self.hide()
             return
-        rect = self.canvas.scene().sceneRect()
+        rect = canvas.scene().sceneRect()
         # aspect kept within 1:4 so very tall graphs still get a usable width
         aspect = max(0.25, min(4.0, rect.width() / max(rect.height(), 1.0)))
         if aspect >= self.MAX_W / self.MAX_H:
@@ -765,10 +823,26 @@ class Minimap(QWidget):
         ox, oy = 4 - rect.x() * sx, 4 - rect.y() * sy
         self._map = (sx, sy, ox, oy)
         p = QPainter(img)
-        for item in self.canvas.node_items.values():
-            b = item.sceneBoundingRect()
-            color = next(iter(item.highlights.values()), None) or category_colors(item.node.category)[1]
-            p.fillRect(QRectF(b.x() * sx + ox, b.y() * sy + oy, max(1.5, b.width() * sx), max(1.2, b.height() * sy)), color)
+        boxes = lo.boxes
+
+        def mark(b, color):
+            p.fillRect(QRectF(b.x * sx + ox - b.w * sx / 2, b.y * sy + oy - b.h * sy / 2, max(1.5, b.w * sx), max(1.2, b.h * sy)), color)
+
+        if canvas._lazy is not None:
+            # huge graph: shrink the overview image instead of drawing 10,000 boxes again
+            p.setRenderHint(QPainter.SmoothPixmapTransform, True)
+            r = canvas._lazy.rect
+            p.drawImage(QRectF(r.x() * sx + ox, r.y() * sy + oy, r.width() * sx, r.height() * sy), canvas._lazy.image)
+        else:
+            for n in canvas.view.nodes:
+                b = boxes.get(n.id)
+                if b is not None:
+                    mark(b, category_colors(n.category)[1])
+        for _role, (ids, color) in canvas._highlights.items():
+            for nid in ids:
+                b = boxes.get(nid)
+                if b is not None:
+                    mark(b, color)
         p.setPen(QColor("#9aa4ad"))
         p.drawRect(0, 0, w - 1, h - 1)
         p.end()
@@ -882,7 +956,8 @@ class FindBar(QFrame):
     def _search(self, text: str) -> None:
         view = self.canvas.view
         self.hits = find_nodes(view, text) if view is not None else []
-        self.hits = [h for h in self.hits if h in self.canvas.node_items]
+        boxes = self.canvas.layout_result.boxes if self.canvas.layout_result is not None else {}
+        self.hits = [h for h in self.hits if h in boxes]
         self.index = -1
         self._update_count()
         if self.hits:

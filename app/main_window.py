@@ -39,7 +39,7 @@ from core import WorkbenchError, load_model
 from core.layout import layout
 from core.viewgraph import from_graph
 
-from .canvas import GraphCanvas
+from .canvas import GraphCanvas, prepare_display
 from .document import Document
 from .graph_items import node_size
 from .workers import Job
@@ -68,6 +68,7 @@ class MainWindow(QMainWindow):
         self._load_job: Job | None = None
         self._load_result: bool | None = None
         self.last_open_seconds = 0.0
+        self.last_open_phases: dict[str, float] = {}  # seconds per step of the last open (worker side)
 
         self._build_status_bar()
         self._build_menus()
@@ -86,7 +87,7 @@ class MainWindow(QMainWindow):
         from .edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
-        self.resize(1400, 900)
+        self._default_geometry()
         geometry = self.settings.value("window/geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
@@ -116,6 +117,23 @@ class MainWindow(QMainWindow):
             self.panels[name] = dock
         if self.panel_errors:
             self.statusBar().showMessage("Some panels failed to load: " + ", ".join(self.panel_errors), 8000)
+
+    def _default_geometry(self) -> None:
+        """First start: most of the screen, and docks that leave the canvas the larger part."""
+        screen = QApplication.primaryScreen()
+        avail = screen.availableGeometry() if screen is not None else None
+        if avail is not None and avail.width() > 400:
+            self.resize(min(1600, int(avail.width() * 0.92)), min(1000, int(avail.height() * 0.92)))
+        else:
+            self.resize(1400, 900)
+        by_area: dict = {}
+        for dock in self.findChildren(QDockWidget):
+            by_area.setdefault(self.dockWidgetArea(dock), []).append(dock)
+        for area, docks in by_area.items():
+            if area in (Qt.LeftDockWidgetArea, Qt.RightDockWidgetArea):
+                self.resizeDocks(docks, [320] * len(docks), Qt.Horizontal)
+            elif area in (Qt.BottomDockWidgetArea, Qt.TopDockWidgetArea):
+                self.resizeDocks(docks, [230] * len(docks), Qt.Vertical)
 
     def add_panel(self, dock: QDockWidget, area: Qt.DockWidgetArea = Qt.RightDockWidgetArea) -> None:
         """Dock a panel and list it in the View menu. Panels on the same side become tabs."""
@@ -278,18 +296,26 @@ class MainWindow(QMainWindow):
         t0 = time.perf_counter()
 
         def work(job: Job):
+            phases = {}
+            t = time.perf_counter()
             job.report(0.02, f"Loading {Path(path).name}")
             graph = load_model(path)
             # the model's hundreds of thousands of IR objects live as long as it is open: take
             # them out of the cyclic GC's scans (otherwise every full collection walks them all)
             gc.freeze()
+            phases["load"], t = time.perf_counter() - t, time.perf_counter()
             job.check()
             job.report(0.3, "Building the view")
             view = from_graph(graph)
             sizes = {n.id: node_size(n, measure) for n in view.nodes}
+            phases["view"], t = time.perf_counter() - t, time.perf_counter()
             job.check()
-            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.65 * f, "Laying out the graph"))
-            return graph, view, result
+            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"))
+            phases["layout"], t = time.perf_counter() - t, time.perf_counter()
+            extras = prepare_display(view, result, job)
+            phases["overview"] = time.perf_counter() - t
+            self.last_open_phases = phases
+            return graph, view, result, extras
 
         job = Job(work, f"Opening {Path(path).name}", self)
         self._load_job = job
@@ -321,8 +347,8 @@ class MainWindow(QMainWindow):
             return
         self._load_job = None
         self._set_busy(False)
-        graph, view, lo = result
-        self.canvas.prime_model_layout(graph, view, lo)
+        graph, view, lo, extras = result
+        self.canvas.prime_model_layout(graph, view, lo, extras)
         self.document.set_graph(graph, path)
         self.last_open_seconds = time.perf_counter() - t0
         self._add_recent(path)
@@ -460,9 +486,12 @@ class MainWindow(QMainWindow):
 
 
 def run(model_path: str | None) -> int:
+    from .workers import cancel_all
+
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(ORG_NAME)
+    app.aboutToQuit.connect(cancel_all)
     w = MainWindow()
     w.show()
     if model_path:

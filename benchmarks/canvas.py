@@ -78,26 +78,26 @@ def _app():
     return QApplication.instance() or QApplication([sys.argv[0]])
 
 
-def _window(size=(1600, 1000)):
+def _window(size=(1600, 1000), panels: bool = True):
     from PySide6.QtCore import QSettings
 
     from app.main_window import MainWindow
 
     settings = QSettings(os.path.join(tempfile.mkdtemp(), "bench.ini"), QSettings.IniFormat)
-    w = MainWindow(settings=settings)
+    w = MainWindow(settings=settings, load_panels=panels)
     w.resize(*size)
     w.show()
     _app().processEvents()
     return w
 
 
-def open_to_fitted_paint(path: Path) -> dict:
+def open_to_fitted_paint(path: Path, panels: bool = True) -> dict:
     """Seconds from open_model() to the end of the first paint of the fitted graph, and the
     longest gap between UI-thread timer ticks meanwhile (a stall the user would feel)."""
     from PySide6.QtCore import QElapsedTimer, QEventLoop, QTimer
 
     app = _app()
-    w = _window()
+    w = _window(panels=panels)
     canvas = w.canvas
     ticks: list[float] = []
     clock = QElapsedTimer()
@@ -126,7 +126,8 @@ def open_to_fitted_paint(path: Path) -> dict:
     result = {
         "seconds": done.get("t", float("nan")),
         "stall": stall,
-        "nodes": len(canvas.node_items),
+        "nodes": len(canvas.view.nodes) if canvas.view is not None else 0,
+        "phases": dict(w.last_open_phases),
         "method": canvas.layout_result.method if canvas.layout_result else "?",
         "items_s": canvas.last_timings.get("items", float("nan")),
     }
@@ -204,12 +205,14 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         big10k = make_big_model(10_000, Path(d) / "generated_10k.onnx")
         big5k = make_big_model(5_000, Path(d) / "generated_5k.onnx")
-        print("Open -> first fitted paint (offscreen, 1600x1000 window)")
-        print(f"{'model':<22}{'drawn nodes':>12}{'layout':>10}{'seconds':>10}{'target':>8}{'longest UI stall':>18}")
+        print("Open -> first fitted paint (offscreen, 1600x1000 window); worker steps: load, view, layout, overview")
+        print(f"{'model':<22}{'panels':>7}{'drawn nodes':>12}{'layout':>9}{'seconds':>9}{'target':>7}{'UI stall':>10}   worker steps (s)")
         for name, path, target in (("DenseNet-121", LIGHT / "light_densenet121.onnx", 1.0), ("ResNet-50", LIGHT / "light_resnet50.onnx", None), ("generated 10k nodes", big10k, 3.0)):
-            r = open_to_fitted_paint(path)
-            t = f"{target:.1f}" if target else "-"
-            print(f"{name:<22}{r['nodes']:>12}{r['method']:>10}{r['seconds']:>10.2f}{t:>8}{r['stall'] * 1000:>15.0f} ms")
+            for panels in (False, True):
+                r = open_to_fitted_paint(path, panels)
+                t = f"{target:.1f}" if target else "-"
+                steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
+                print(f"{name:<22}{'all' if panels else 'none':>7}{r['nodes']:>12}{r['method']:>9}{r['seconds']:>9.2f}{t:>7}{r['stall'] * 1000:>7.0f} ms   {steps}")
         r = repaint_at_100(big5k)
         print()
         print("Repaint, generated 5,000-node graph")
@@ -223,6 +226,9 @@ def main(argv=None) -> int:
         print(f"{'drawn nodes':>12}{'dot':>10}{'layered':>10}")
         for n, t_dot, t_lay in layout_methods():
             print(f"{n:>12}{t_dot:>10.2f}{t_lay:>10.2f}")
+    from app.workers import cancel_all
+
+    cancel_all()
     return 0
 
 

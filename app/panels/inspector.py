@@ -44,6 +44,8 @@ class InspectorPanel(QTreeWidget):
         out = []
         for i in range(self.topLevelItemCount()):
             top = self.topLevelItem(i)
+            if top.childCount() == 0:
+                out.append(("Inspector", "", top.text(0)))
             for j in range(top.childCount()):
                 ch = top.child(j)
                 out.append((top.text(0), ch.text(0), ch.text(1)))
@@ -54,6 +56,13 @@ class InspectorPanel(QTreeWidget):
         self.setUpdatesEnabled(False)
         self.clear()
         sections: dict[str, QTreeWidgetItem] = {}
+        if len(rows) == 1 and rows[0][0] == "Inspector":  # a hint, not facts
+            hint = QTreeWidgetItem([rows[0][2]])
+            self.addTopLevelItem(hint)
+            hint.setFirstColumnSpanned(True)
+            hint.setForeground(0, self.palette().placeholderText())
+            self.setUpdatesEnabled(True)
+            return
         for section, key, value in rows:
             top = sections.get(section)
             if top is None:
