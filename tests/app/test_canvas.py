@@ -81,3 +81,48 @@ def test_screenshot_command_writes_png(tmp_path):
     assert bad.returncode == 2 and "missing.onnx" in bad.stderr
     r = run_cli("screenshot", str(sample("small_cnn")), "-o", str(out), "--size", "big")
     assert r.returncode == 2 and "--size" in r.stderr
+
+
+def _chain_model(path, n_blocks: int):
+    """A residual chain of n_blocks x (Conv, Relu, Add): big enough for the lazy scene."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2, 1, 1], np.ones(4, np.float32))
+    nodes, x = [], "x"
+    for k in range(n_blocks):
+        nodes += [
+            helper.make_node("Conv", [x, "w"], [f"c{k}"], name=f"conv{k}"),
+            helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}"),
+            helper.make_node("Add", [f"r{k}", x], [f"a{k}"], name=f"add{k}"),
+        ]
+        x = f"a{k}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 2, 4, 4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_big_graph_draws_an_overview_and_makes_items_on_demand(window, tmp_path):
+    path = _chain_model(tmp_path / "chain.onnx", 150)  # 450 nodes, 750 edges
+    assert window.open_model(str(path), wait=True)
+    c = window.canvas
+    assert c._lazy is not None and len(c.view.nodes) == 452
+    c.fit()
+    assert c.overview_active()
+    assert len(c.node_items) < 50  # nothing is built for a view that shows the image
+    img = c.viewport().grab().toImage()
+    assert len({img.pixel(x, y) for x in range(0, img.width(), 3) for y in range(0, img.height(), 3)}) > 5
+    c.zoom_100()
+    assert not c.overview_active()
+    assert 0 < len(c.node_items) < 452  # only around the visible area
+    # search reaches nodes that have no item yet, selects and shows them
+    far = window.document.graph.find_node("add140").id
+    assert far not in c.node_items
+    bar = c.find_bar
+    bar.open()
+    assert bar.search("add140") == [far]
+    bar.next_hit()
+    assert c.node_items[far].isSelected() and c._visible(far)
+    assert ("Node", "name", "add140") in window.panels["inspector"].widget().rows()
