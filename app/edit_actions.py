@@ -30,6 +30,7 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer
 from PySide6.QtGui import QAction, QBrush, QColor, QCursor, QKeySequence, QPen
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QGraphicsEllipseItem,
     QGraphicsLineItem,
@@ -68,7 +69,7 @@ __all__ = ["EditActions", "PORT_COLOR"]
 logger = logging.getLogger(__name__)
 
 PORT_COLOR = "#1f6feb"
-PORT_ZONE = 9.0  # screen pixels at the bottom of a node box that act as its output port
+PORT_ZONE = 7.0  # screen pixels at the bottom of a node box that act as its output port
 
 
 class EditActions(QObject):
@@ -85,6 +86,7 @@ class EditActions(QObject):
         self.ask: Callable[[str, str, list[str]], str] = self._ask_box
         self._overwrite_ok: set[Path] = set()
         self._drag: dict | None = None
+        self._press: tuple | None = None  # (port item, viewport pos) until the pointer moves
         self._port_dot: QGraphicsEllipseItem | None = None
         self._inspector_pending: dict | None = None
 
@@ -383,6 +385,17 @@ class EditActions(QObject):
         outs = self._output_tensors(item.node_id)
         self.window.statusBar().showMessage(f"Drag from here onto another node to connect '{outs[0] if len(outs) == 1 else 'an output'}' to one of its inputs", 3000)
 
+    def _start_drag(self, item: NodeItem) -> None:
+        start = QPointF(item.pos().x() + item.rect.center().x(), item.pos().y() + item.rect.bottom())
+        line = QGraphicsLineItem()
+        pen = QPen(QColor(PORT_COLOR), 2, Qt.DashLine)
+        pen.setCosmetic(True)
+        line.setPen(pen)
+        line.setZValue(60)
+        line.setLine(start.x(), start.y(), start.x(), start.y())
+        self.canvas.scene().addItem(line)
+        self._drag = {"src": item.node_id, "line": line, "start": start}
+
     def eventFilter(self, obj, event) -> bool:  # noqa: C901 - one switch over event types
         et = event.type()
         if obj is self.canvas:
@@ -402,21 +415,18 @@ class EditActions(QObject):
                 return True
             return False
         if et == QEvent.MouseButtonPress and event.button() == Qt.LeftButton and self._model_ready():
+            # a press on a port is still a click (select, pick a badge) until the pointer moves
             pos = event.position().toPoint()
             item = self._port_at(pos)
-            if item is not None:
-                start = QPointF(item.pos().x() + item.rect.center().x(), item.pos().y() + item.rect.bottom())
-                line = QGraphicsLineItem()
-                pen = QPen(QColor(PORT_COLOR), 2, Qt.DashLine)
-                pen.setCosmetic(True)
-                line.setPen(pen)
-                line.setZValue(60)
-                line.setLine(start.x(), start.y(), start.x(), start.y())
-                self.canvas.scene().addItem(line)
-                self._drag = {"src": item.node_id, "line": line, "start": start}
-                return True
+            self._press = (item, pos) if item is not None else None
+            return False
         if et == QEvent.MouseMove:
             pos = event.position().toPoint()
+            if self._drag is None and self._press is not None and event.buttons() & Qt.LeftButton:
+                item, at = self._press
+                if (pos - at).manhattanLength() >= QApplication.startDragDistance():
+                    self._press = None
+                    self._start_drag(item)
             if self._drag is not None:
                 s = self._drag["start"]
                 p = self.canvas.mapToScene(pos)
@@ -430,7 +440,10 @@ class EditActions(QObject):
             if not event.buttons() and self._model_ready():
                 self._show_port(self._port_at(pos))
             return False
-        if et == QEvent.MouseButtonRelease and self._drag is not None and event.button() == Qt.LeftButton:
+        if et == QEvent.MouseButtonRelease and event.button() == Qt.LeftButton:
+            self._press = None
+            if self._drag is None:
+                return False
             drag, self._drag = self._drag, None
             line = drag["line"]
             if line.scene() is not None:
@@ -441,7 +454,7 @@ class EditActions(QObject):
                 src, dst = drag["src"], target.node_id
                 # after the release has been handled: a slot menu must not run inside the event
                 QTimer.singleShot(0, lambda: self.connect(src, dst))
-            return True
+            return False  # the view still sees the release (its press went to the source node)
         if et == QEvent.Leave:
             self._show_port(None)
         return False

@@ -112,8 +112,9 @@ def test_edit_connect_by_drag_from_output_port(window, qtbot):
     qtbot.mouseMove(vp, pos=port)
     assert window.edit_actions._port_dot is not None  # hovering the port shows it
     qtbot.mousePress(vp, Qt.LeftButton, pos=port)
-    assert window.edit_actions._drag is not None
+    assert window.edit_actions._drag is None and window.document.selection == [pool]  # still a click
     qtbot.mouseMove(vp, pos=target)
+    assert window.edit_actions._drag is not None
     assert "connect-target" in window.canvas.node_items[add].highlights
     qtbot.mouseRelease(vp, Qt.LeftButton, pos=target)
     qtbot.waitUntil(lambda: g.node(add).inputs[1] == "pool1_out", timeout=3000)
