@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QListWidgetItem,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -67,6 +68,8 @@ class AddNodeDialog(QDialog):
         self.doc_label.setTextFormat(Qt.PlainText)
         self.doc_label.setStyleSheet("color: #46505a;")
         self.name_edit = QLineEdit(placeholderText="automatic")
+        self.outputs_spin = QSpinBox()
+        self.outputs_spin.setToolTip("How many outputs the node has (ops such as Split take a variable number)")
         self.inputs_form = QFormLayout()
         self.attr_table = QTableWidget(0, 3)
         self.attr_table.setHorizontalHeaderLabels(["Attribute", "Type", "Value"])
@@ -85,6 +88,8 @@ class AddNodeDialog(QDialog):
         rv.addWidget(self.doc_label)
         form = QFormLayout()
         form.addRow("Node name", self.name_edit)
+        form.addRow("Outputs", self.outputs_spin)
+        self._outputs_label = form.labelForField(self.outputs_spin)
         rv.addLayout(form)
         rv.addWidget(QLabel("<b>Inputs</b>"))
         rv.addLayout(self.inputs_form)
@@ -191,6 +196,11 @@ class AddNodeDialog(QDialog):
             for c, it in enumerate((name, kind, value)):
                 self.attr_table.setItem(r, c, it)
         self.attr_table.resizeColumnToContents(0)
+        variable = spec.max_output > spec.min_output
+        self.outputs_spin.setRange(max(spec.min_output, 1), min(spec.max_output, 64))
+        self.outputs_spin.setValue(max(spec.min_output, 1))
+        self.outputs_spin.setVisible(variable)
+        self._outputs_label.setVisible(variable)
 
     def set_attribute_text(self, name: str, text: str) -> None:
         """Type a value into an attribute row (for scripts and tests)."""
@@ -220,7 +230,8 @@ class AddNodeDialog(QDialog):
             attributes[a.name] = parse_attribute_text(text, a.type, a.name, like=a.default)
         name = self.name_edit.text().strip() or None
         insert_on = self.insert_on if self.insert_on and self.insert_on_box.isChecked() and self.insert_on in inputs else None
-        return InsertNode(self.graph, spec.op_type, inputs, attributes, domain=spec.domain, name=name, insert_on=insert_on)
+        return InsertNode(self.graph, spec.op_type, inputs, attributes, domain=spec.domain, name=name, insert_on=insert_on,
+                          num_outputs=self.outputs_spin.value())
 
     def apply(self) -> bool:
         """Insert the node; on refusal show why and stay open. True when inserted."""

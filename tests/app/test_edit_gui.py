@@ -182,3 +182,17 @@ def test_edit_unsaved_changes_are_asked_about_on_close(window, qtbot, monkeypatc
     assert asked == ["Save the changes to mlp.onnx first?"] and g.find_node("relu0") is None
     window.undo_action.trigger()  # back to the saved state: closing asks nothing
     assert window.close() and len(asked) == 1
+
+
+def test_edit_add_node_dialog_variable_outputs(window, qtbot):
+    g = open_model(window, qtbot, "tiny_transformer")
+    dialog = window.edit_actions.add_node(inputs=["ln1.shift_out"], exec_dialog=False)
+    qtbot.addWidget(dialog)
+    dialog.select_op("Split")
+    assert dialog.outputs_spin.isVisibleTo(dialog)
+    dialog.outputs_spin.setValue(2)
+    dialog.set_attribute_text("axis", "-1")
+    assert dialog.apply(), dialog.status.text()
+    split = g.node(dialog.edit.node_id)
+    assert split.outputs == ["Split_1_out0", "Split_1_out1"]
+    assert [v.shape for v in split.output_values] == [("batch", 16, 16), ("batch", 16, 16)]
