@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
-READABLE_SCALE = 0.35  # opening a graph whose fit is smaller than this starts at 100 % instead
+READABLE_SCALE = 0.7  # opening a graph whose fit is smaller than this starts at 100 % (top) instead
 CHUNK_SECONDS = 0.025  # item creation time slice on the UI thread
 SYNC_ITEMS = 1500  # scenes up to this many items are built in one go
 OVERVIEW_ITEMS = 800  # from this many items (nodes + edges) on: overview image + items made on demand

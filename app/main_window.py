@@ -494,6 +494,9 @@ def run(model_path: str | None) -> int:
     app.aboutToQuit.connect(cancel_all)
     w = MainWindow()
     w.show()
+    w.raise_()
+    w.activateWindow()
+    w.canvas.setFocus()
     if model_path:
         w.open_model(model_path)
     return app.exec()

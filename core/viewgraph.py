@@ -176,10 +176,22 @@ def _formal_input_names(op_type: str, domain: str, opset: int) -> list[str]:
             import onnx
 
             schema = onnx.defs.get_schema(op_type, opset, domain)
-            _FORMAL_INPUTS[key] = [p.name for p in schema.inputs]
+            names = [p.name for p in schema.inputs]
+            if schema.inputs and schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                names[-1] += "*"
+            _FORMAL_INPUTS[key] = names
         except Exception:  # noqa: BLE001 - custom ops have no schema
             _FORMAL_INPUTS[key] = []
     return _FORMAL_INPUTS[key]
+
+
+def _formal_name(formal: list[str], i: int) -> str:
+    """Input i's schema name; a variadic last input (marked '*') gets an index: inputs[2]."""
+    if formal and formal[-1].endswith("*") and i >= len(formal) - 1:
+        return f"{formal[-1][:-1]}[{i - len(formal) + 1}]"
+    if i < len(formal):
+        return formal[i]
+    return f"in{i}"
 
 
 def _badge(formal: str, value) -> str:
@@ -278,7 +290,7 @@ def from_graph(graph) -> ViewGraph:
             input_names.append(name)
             if name in consts:
                 formal = _formal_input_names(op_type, n.domain, opset)
-                badges.append(_badge(formal[i] if i < len(formal) else f"in{i}", v))
+                badges.append(_badge(_formal_name(formal, i), v))
                 badge_tensors.append(name)
                 continue
             src = producer_of.get(name)
@@ -391,7 +403,7 @@ def node_facts(graph, node_id: int) -> list[tuple[str, str, str]]:
         rows.append(("Attributes", k, _attr_text(v)))
     formal = _formal_input_names(n.op_type, n.domain, graph.opset)
     for i, v in enumerate(n.input_values):
-        role = formal[i] if i < len(formal) else f"in{i}"
+        role = _formal_name(formal, i)
         if v is None:
             rows.append(("Inputs", role, "(omitted)"))
             continue
