@@ -50,9 +50,19 @@ def test_samples_with_real_weights_match_onnxruntime(name):
 
 
 @pytest.mark.slow
-def test_squeezenet_matches_onnxruntime():
-    art = compile_model(light("squeezenet"), "cpu")
-    _check(art, light("squeezenet"))
+def test_squeezenet_with_random_weights_matches_onnxruntime():
+    """The light models' ConstantOfShape weights make outputs nearly input-independent; with seeded
+    random weights the comparison means something."""
+    from core import load_model
+    from core.verify import with_random_weights
+
+    graph = with_random_weights(load_model(light("squeezenet")), seed=0)
+    art = compile_model(graph, "cpu")
+    model = onnx.load_from_string(art.model_bytes)
+    feeds = random_feeds(model, seed=1)
+    ours, ref = art.run(feeds), ort_run(model, feeds)
+    assert np.abs(ref[0]).max() > 0 and ref[0].std() > 0
+    np.testing.assert_allclose(ours[0], ref[0], rtol=1e-3, atol=1e-4)
 
 
 def _tiny(op: str, tmp_path, **attrs):
