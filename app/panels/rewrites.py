@@ -382,12 +382,17 @@ class RewritesPanel(QWidget):
                 try:
                     pv.verify(before=before)
                 except WorkbenchError as e:
-                    return pv, None, str(e)
+                    return pv, None, str(e), None
             job.check()
-            return pv, None if apply else preview_view(pv, before), ""
+            if apply:
+                return pv, None, "", None
+            # the copy for the next preview, made here rather than when the user asks
+            return pv, preview_view(pv, before), "", SpareCopy(graph)
 
         def done(result):
-            pv, view, error = result
+            pv, view, error, next_spare = result
+            if next_spare is not None and self.spare is None:
+                self.spare = next_spare
             if pv.base is not self.graph or pv.is_stale:
                 self._set_result("The model changed while the preview was computed; preview again.")
                 return
