@@ -63,3 +63,18 @@ def test_unsupported_op_is_explained(window, qtbot, tmp_path):
     panel.start()
     qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=60_000)
     assert "LpNormalization" in panel.status.text() and panel.result is None
+
+
+def test_cuda_compile_without_gpu_offers_export(window, qtbot):
+    from core.compile import _gpu_present
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    panel.target.setCurrentIndex(panel.target.findData("cuda"))
+    panel.start()
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=120_000)
+    assert panel.artifact is not None and panel.artifact.target == "cuda" and panel.export_btn.isEnabled()
+    if not _gpu_present():
+        assert panel.result is None and "No GPU here" in panel.status.text()
+        labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
+        assert "Parameters" in labels and "Latency median" not in labels
