@@ -607,7 +607,7 @@ def compile_model(
 
     steps = [(spec.name, spec) for spec in front if spec.enabled]
     if tune_trials > 0 or tune_db is not None:
-        tuning = _tuning_pass(tvm_target, tune_trials, tune_db)
+        tuning = _tuning_pass(tvm_target, tune_trials, tune_db, report, cancel)
         idx = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
         steps.insert(idx, tuning)
     fused = prefused = None
@@ -824,15 +824,25 @@ def _host_cuda_arch() -> str | None:
         return None
 
 
-def _tuning_pass(tvm_target, trials: int, db):
-    try:
-        from . import schedules
-    except ImportError:  # pragma: no cover
-        return None
+def _tuning_pass(tvm_target, trials: int, db, report: Progress, cancel: Callable[[], bool] | None):
+    """core.schedules' tuning (MetaSchedule into a persistent database, then applied), with this
+    compile's progress (tuning takes the 5-55 % stretch) and cancel."""
+    from . import schedules
+
     fn = getattr(schedules, "tuning_pass", None)
     if fn is None:
-        raise WorkbenchError("tuning is not available yet in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
-    return ("MetaSchedule tuning", fn(tvm_target, trials=trials, database=db))
+        raise WorkbenchError("tuning is not available in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
+    kwargs = {"trials": trials, "database": str(db) if db is not None else None}
+    try:
+        import inspect
+
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        params = {}
+    if "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs["progress"] = lambda frac, msg="": report(f"tuning: {msg}" if msg else "tuning", 0.05 + 0.5 * float(frac))
+        kwargs["cancel"] = cancel
+    return ("MetaSchedule tuning", fn(tvm_target, **kwargs))
 
 
 # --------------------------------------------------------------------------------------------
