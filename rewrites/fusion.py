@@ -169,6 +169,8 @@ class FuseGelu(PatternRule):
     span = 5
     pattern_text = "Mul(Mul(x, Add(Erf(Div(x, sqrt2)), 1)), 0.5)"
     commute = True
+    anchor_ops = frozenset({"Erf"})
+    anchor_depth = 3
 
     def p1(self, op, x, s, one, half):
         return op.Mul(op.Mul(x, op.Add(op.Erf(op.Div(x, s)), one)), half)
@@ -233,6 +235,8 @@ class FuseLayerNorm(PatternRule):
     span = 8
     pattern_text = "Add(Mul(Div(x - mean(x), Sqrt(mean((x - mean)^2) + eps)), gamma), beta)"
     commute = True
+    anchor_ops = frozenset({"Sqrt"})
+    anchor_depth = 3
 
     def pattern(self, op, x, two, eps, gamma, beta):
         mean = op.ReduceMean(x, _allow_other_inputs=True, _outputs=["mean"])

@@ -297,6 +297,32 @@ class PatternRule(RewriteRule):
     """
 
     commute: bool = False
+    # A rare op every match contains (Erf for GELU), and how many consumer steps below it the
+    # root can be: the engine then only tries roots near one, instead of trying dozens of
+    # commuted variants at every Mul of a big model.
+    anchor_ops: frozenset[str] = frozenset()
+    anchor_depth: int = 0
+
+    def candidates(self, graph: Graph) -> Iterator[ir.Node]:
+        if not self.anchor_ops:
+            yield from super().candidates(graph)
+            return
+        g = graph.model.graph
+        near: set[int] = set()
+        frontier = [n for n in g if n.op_type in self.anchor_ops]
+        for _ in range(self.anchor_depth + 1):
+            nxt = []
+            for n in frontier:
+                if id(n) in near:
+                    continue
+                near.add(id(n))
+                nxt.extend(c for o in n.outputs for c in o.consumers() if c.graph is g)
+            frontier = nxt
+        if not near:
+            return
+        for n in reversed(list(g)):
+            if id(n) in near and (not self.root_ops or n.op_type in self.root_ops):
+                yield n
 
     @abstractmethod
     def pattern(self, op, *args, **kwargs):
