@@ -4,7 +4,8 @@
 
     ONNX graph -> Relax import -> one stage per enabled pass of the pipeline (core.pipeline:
     graph passes, LegalizeOps, FuseOps/FuseTIR, ScheduleTIR, the VM lowering) -> target code
-    (LLVM IR and assembly for CPU, CUDA C for GPU: generating CUDA source needs no GPU).
+    (LLVM IR for CPU, plus assembly with `assembly=True`; CUDA C and the host's LLVM IR for CUDA:
+    generating CUDA source needs no GPU).
 
 Each Stage has its IR text (TVMScript for Relax/TIR), a ViewGraph of that IR (built lazily; see
 core.relax_view), the seconds the step took (measured with a tvm.instrument PassInstrument, which
@@ -21,7 +22,8 @@ Lineage is recorded at import (core.tvm_import) and carried from stage to stage:
 
 Editing the pipeline and lowering again reuses a `LoweringCache`: a stage is keyed by the model's
 bytes, the target and the enabled passes up to it, so disabling pass k recomputes from k on.
-`cancel()` is polled between steps; `progress(done, total, name)` reports each one.
+`cancel()` is polled between steps (a step itself, e.g. LLVM codegen, runs to its end);
+`progress(done, total, name)` reports each one.
 """
 from __future__ import annotations
 
