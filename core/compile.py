@@ -842,7 +842,10 @@ def _tuning_pass(tvm_target, trials: int, db, report: Progress, cancel: Callable
     if "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs["progress"] = lambda frac, msg="": report(f"tuning: {msg}" if msg else "tuning", 0.05 + 0.5 * float(frac))
         kwargs["cancel"] = cancel
-    return ("MetaSchedule tuning", fn(tvm_target, **kwargs))
+    try:
+        return ("MetaSchedule tuning", fn(tvm_target, **kwargs))
+    except ImportError as e:
+        raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
 
 
 # --------------------------------------------------------------------------------------------
