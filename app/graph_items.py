@@ -207,6 +207,14 @@ class EdgeItem(QGraphicsItem):
         self.path = path
         self.arrow = self._arrowhead(points)
         self._bounds = path.boundingRect().united(self.arrow.boundingRect()).adjusted(-3, -3, 3, 3)
+        self._label_at: QPointF | None = None
+        if edge.detail:
+            # the shape label (hover / zoomed in) sits right of the curve's midpoint: inside bounds
+            self._label_at = path.pointAtPercent(0.5)
+            _, metrics = _fonts()
+            tw = metrics[2].horizontalAdvance(edge.detail) + 12
+            th = metrics[2].height() + 2
+            self._bounds = self._bounds.united(QRectF(self._label_at.x(), self._label_at.y() - th / 2, tw, th))
         self._shape: QPainterPath | None = None
         self.highlight: QColor | None = None
         self.hovered = False
@@ -267,7 +275,7 @@ class EdgeItem(QGraphicsItem):
         if (lod >= SHAPE_LOD or self.hovered) and self.edge.detail:
             fonts, metrics = _fonts()
             painter.setFont(fonts[2])
-            mid = self.path.pointAtPercent(0.5)
+            mid = self._label_at if self._label_at is not None else self.path.pointAtPercent(0.5)
             text = self.edge.detail
             tw = metrics[2].horizontalAdvance(text)
             th = metrics[2].height()

@@ -245,14 +245,19 @@ def from_graph(graph) -> ViewGraph:
     edges: list[ViewEdge] = []
     producer_of: dict[str, object] = {}
     texts: dict[int, tuple[str, str, str]] = {}  # id(ir value) -> (dims text, dtype, "[a, b]")
+    by_type: dict[tuple, tuple[str, str, str]] = {}
 
     def text_of(v) -> tuple[str, str, str]:
         key = id(v.ir)
         t = texts.get(key)
         if t is None:
             shape = v.shape
-            shape_text = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
-            t = texts[key] = (_dims_text(shape), _dtype_text(v), shape_text)
+            dtype = _dtype_text(v)
+            t = by_type.get((shape, dtype))  # big graphs repeat a few shapes thousands of times
+            if t is None:
+                shape_text = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+                t = by_type[(shape, dtype)] = (_dims_text(shape), dtype, shape_text)
+            texts[key] = t
         return t
 
     for v in graph.inputs:

@@ -49,3 +49,12 @@ def test_save_as_clears_dirty_and_reopens(window, tmp_path, qtbot):
     n = len(doc.graph)
     assert window.open_model(str(out), wait=True)
     assert len(window.document.graph) == n
+
+
+def test_closing_with_unsaved_edits_asks(window, messages):
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    doc = window.document
+    relu = next(n for n in doc.graph.nodes if n.op_type == "Relu")
+    doc.push(DeleteNode(doc.graph, relu.id, bridge=True))
+    assert window.close()  # the fixture answers Discard
+    assert messages and "Save the changes to small_cnn.onnx" in messages[-1]

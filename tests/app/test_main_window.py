@@ -108,3 +108,13 @@ def test_drop_an_onnx_file_opens_it(window, qtbot):
     qtbot.waitUntil(lambda: window.document.graph is not None and not window.canvas.busy and window.canvas.view is not None, timeout=10000)
     assert window.document.path.name == "mlp.onnx"
     assert window.recent_files()[0].endswith("mlp.onnx")
+
+
+def test_cancel_keeps_the_open_model(window, qtbot):
+    assert window.open_model(str(sample("mlp")), wait=True)
+    assert window.open_model(str(light("densenet121")))  # starts in the background
+    assert window.cancel_button.isVisible() or window._load_job is not None
+    window.cancel_work()
+    qtbot.waitUntil(lambda: window._load_job is None, timeout=20000)
+    assert window.document.graph.path.name == "mlp.onnx"
+    assert len(window.canvas.view.nodes) < 20
