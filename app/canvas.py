@@ -619,6 +619,13 @@ class GraphCanvas(QGraphicsView):
         super().mousePressEvent(event)
 
     def mouseDoubleClickEvent(self, event) -> None:
+        if self.overview_active():
+            # the overview is a picture: double-click dives in to 100 % where the user points
+            target = self.mapToScene(event.position().toPoint())
+            self._set_scale(1.0)
+            self.centerOn(target)
+            event.accept()
+            return
         item = self.itemAt(event.position().toPoint())
         if isinstance(item, NodeItem):
             self.nodeActivated.emit(item.node_id)

@@ -126,3 +126,20 @@ def test_big_graph_draws_an_overview_and_makes_items_on_demand(window, tmp_path)
     bar.next_hit()
     assert c.node_items[far].isSelected() and c._visible(far)
     assert ("Node", "name", "add140") in window.panels["inspector"].widget().rows()
+
+
+def test_clicking_an_edge_picks_its_tensor(window, qtbot):
+    from PySide6.QtCore import Qt
+
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    c = window.canvas
+    c.zoom_100()
+    edge = next(e for e in c.edge_items if e.edge.label and not str(e.edge.src).startswith("input:"))
+    mid = edge.path.pointAtPercent(0.5)
+    c.centerOn(mid)
+    qtbot.mouseClick(c.viewport(), Qt.LeftButton, pos=c.mapFromScene(mid))
+    assert window.document.selected_tensor == edge.edge.label
+    assert edge.highlight is not None
+    assert edge.edge.src in c.node_items and "tensor" in c.node_items[edge.edge.src].highlights
+    rows = window.panels["inspector"].widget().rows()
+    assert ("Tensor", "name", edge.edge.label) in rows and ("Tensor", "kind", "activation") in rows
