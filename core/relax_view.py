@@ -315,7 +315,7 @@ _SBLOCK = re.compile(r'^(\s*)with T\.(?:s?block)\("([^"]+)"\)')
 _READS = re.compile(r"T\.reads\((.*)\)\s*$")
 _WRITES = re.compile(r"T\.writes\((.*)\)\s*$")
 _BUF = re.compile(r"([A-Za-z_]\w*)\[")
-_PARAM_BUF = re.compile(r"([A-Za-z_]\w*): T\.Buffer\(\(([^)]*)\)")
+_PARAM_BUF = re.compile(r"([A-Za-z_]\w*): T\.Buffer\(\((.*?)\),\s*\"")
 
 
 def _tir_function_view(fname: str, text_lines: list[str], span, lineage, title: str) -> ViewGraph:
@@ -324,21 +324,16 @@ def _tir_function_view(fname: str, text_lines: list[str], span, lineage, title: 
     edges: list[ViewEdge] = []
     origin = _as_lineage(lineage).of_function(fname)
     header = " ".join(text_lines[start - 1:start + 2])
-    params = _PARAM_BUF.findall(header)
-    writer: dict[str, str] = {}
-    for pname, dims in params:
-        vid = f"buffer:{pname}"
-        writer[pname] = vid
-        shape = "×".join(re.sub(r"T\.int(32|64)\((\w+)", r"\2", d).replace(")", "").strip() for d in dims.split(",") if d.strip())
-        nodes.append(ViewNode(id=vid, label=pname, detail=shape, category="io", data={"kind": "buffer", "line": start}))
-    blocks: list[tuple[str, int, list[str], list[str]]] = []
+    params = [(name, re.sub(r"T\.int(?:32|64)\((\w+)\)", r"\1", dims)) for name, dims in _PARAM_BUF.findall(header)]
+    blocks: list[list] = []
     current = None
     for ln in range(start, end + 1):
         line = text_lines[ln - 1]
         m = _SBLOCK.match(line)
         if m:
             current = [m.group(2), ln, [], []]
-            blocks.append(current)
+            if m.group(2) != "root":
+                blocks.append(current)
             continue
         if current is None:
             continue
@@ -348,7 +343,16 @@ def _tir_function_view(fname: str, text_lines: list[str], span, lineage, title: 
         w = _WRITES.search(line)
         if w:
             current[3] = _BUF.findall(w.group(1))
-    read_by_output: set[str] = set()
+    written = {buf for b in blocks for buf in b[3]}
+    writer: dict[str, str] = {}
+    for pname, dims in params:
+        if pname in written:
+            continue  # an output of the kernel: drawn at the end
+        vid = f"buffer:{pname}"
+        writer[pname] = vid
+        shape = "×".join(d.strip() for d in dims.split(",") if d.strip())
+        nodes.append(ViewNode(id=vid, label=pname, detail=shape, category="io", tooltip=f"input buffer {pname} [{shape}]",
+                              data={"kind": "buffer", "line": start}))
     for k, (bname, ln, reads, writes) in enumerate(blocks):
         nid = f"block{k}:{bname}"
         nodes.append(ViewNode(id=nid, label=bname, detail=", ".join(dict.fromkeys(writes)), category=relax_category(bname),
@@ -360,15 +364,13 @@ def _tir_function_view(fname: str, text_lines: list[str], span, lineage, title: 
                 edges.append(ViewEdge(src=src, dst=nid, label=buf))
         for buf in dict.fromkeys(writes):
             writer[buf] = nid
-            read_by_output.add(buf)
-    param_names = [p for p, _ in params]
-    for pname in param_names:
-        src = writer.get(pname)
-        if src is not None and src != f"buffer:{pname}":
-            # a parameter the kernel writes: its output
+    for pname, dims in params:
+        if pname in written and pname in writer:
             out_id = f"out:{pname}"
-            nodes.append(ViewNode(id=out_id, label=pname, detail="output", category="io", data={"kind": "buffer", "line": start}))
-            edges.append(ViewEdge(src=src, dst=out_id, label=pname))
+            shape = "×".join(d.strip() for d in dims.split(",") if d.strip())
+            nodes.append(ViewNode(id=out_id, label=pname, detail=shape, category="io", tooltip=f"output buffer {pname} [{shape}]",
+                                  data={"kind": "buffer", "line": start}))
+            edges.append(ViewEdge(src=writer[pname], dst=out_id, label=pname))
     return ViewGraph(title=title, nodes=nodes, edges=edges, data={"source": "tir", "function": fname})
 
 
