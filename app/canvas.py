@@ -442,7 +442,7 @@ class GraphCanvas(QGraphicsView):
         painter.fillRect(rect, self.backgroundBrush())
         if self._lazy is not None and self.overview_active():
             painter.setRenderHint(QPainter.SmoothPixmapTransform, True)
-            painter.drawImage(self._lazy.rect, self._lazy.image)
+            painter.drawImage(self._lazy.rect, self._lazy.image_for(self.zoom()))
 
     def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
         if self._lazy is None or not self.overview_active() or self.layout_result is None:
@@ -709,6 +709,22 @@ class DisplayExtras:
         # below this zoom the image is drawn instead of items: its own resolution, but never
         # so far in that the visible area holds more than a few hundred boxes
         self.switch_scale = max(image.width() / max(rect.width(), 1.0), 0.04)
+        self._mips: dict[int, QImage] = {0: image}
+
+    def image_for(self, zoom: float) -> QImage:
+        """The image at about the resolution `zoom` needs: shrinking 8192 pixels to 600 in one
+        bilinear step drops whole boxes, so smaller views use smooth (area-averaged) copies at
+        powers of two, made once each."""
+        scale = self.image.width() / max(self.rect.width(), 1.0)
+        level = 0
+        while level < 8 and zoom * (2 ** (level + 1)) <= scale:
+            level += 1
+        mip = self._mips.get(level)
+        if mip is None:
+            w = max(1, self.image.width() >> level)
+            h = max(1, self.image.height() >> level)
+            mip = self._mips[level] = self.image.scaled(w, h, Qt.IgnoreAspectRatio, Qt.SmoothTransformation)
+        return mip
 
 
 def prepare_display(view: ViewGraph, result: Layout, job: Job | None = None) -> DisplayExtras | None:
@@ -770,9 +786,8 @@ def render_overview(view: ViewGraph, result: Layout, max_px: int, job: Job | Non
         b = boxes.get(n.id)
         if b is None:
             continue
-        fill, accent = category_colors(n.category)
-        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h), fill)
-        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, 6, b.h), accent)
+        # strong colours: this image is only seen shrunk, where pastel boxes would vanish
+        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h), category_colors(n.category)[1])
         if job is not None and k % 2000 == 0:
             job.check()
     p.end()

@@ -76,5 +76,8 @@ def run(args) -> int:
     if not image.save(out, "PNG"):
         raise WorkbenchError(f"{args.output} cannot be written.")
     window.close()
+    from app.workers import cancel_all
+
+    cancel_all()  # panels may still be counting matches in the background: stop them before exit
     print(out)
     return 0

@@ -151,6 +151,13 @@ def _key_detail(node, out_shape: str) -> str:
     if op in ("Concat", "Softmax", "LogSoftmax", "Gather", "Split", "Flatten", "ArgMax", "ArgMin", "CumSum"):
         if "axis" in attrs:
             return f"axis {attrs['axis']}"
+    if op.startswith("Reduce") or op in ("ArgMax", "ArgMin"):
+        axes = attrs.get("axes")
+        if axes is None and len(node.input_values) > 1 and node.input_values[1] is not None:
+            data = node.input_values[1].numpy() if node.input_values[1].is_initializer else None
+            axes = None if data is None else data.reshape(-1).tolist()
+        if axes is not None:
+            return "axes " + ",".join(str(int(a)) for a in axes) + ("" if attrs.get("keepdims", 1) else " drop")
     if op == "Transpose" and "perm" in attrs:
         return "perm " + ",".join(str(int(x)) for x in attrs["perm"])
     if op == "Cast" and "to" in attrs:

@@ -28,10 +28,11 @@ def window(qtbot, tmp_path, messages):
     # job that the next test's event loop then destroys while it runs (Qt aborts on that).
     from shiboken6 import Shiboken
 
-    from app.workers import Job
+    from app.workers import Job, cancel_all
 
     w.close()
     for job in w.findChildren(Job):
         job.cancel()
         job.wait(10000)
+    cancel_all()  # jobs have no Qt parent (see app.workers): wait for every one still running
     Shiboken.delete(w)

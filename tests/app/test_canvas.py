@@ -2,6 +2,7 @@
 screenshot command built on it."""
 from __future__ import annotations
 
+import pytest
 from PySide6.QtGui import QColor, QImage
 
 from core.viewgraph import ViewEdge, ViewGraph, ViewNode
@@ -69,6 +70,7 @@ def test_render_at_every_level_of_detail(window):
         assert len(colours) > 3, z
 
 
+@pytest.mark.slow  # a fresh process that starts the whole window with every panel (~5-10 s)
 def test_screenshot_command_writes_png(tmp_path):
     out = tmp_path / "shot.png"
     r = run_cli("screenshot", str(sample("small_cnn")), "-o", str(out), "--size", "900x700")
