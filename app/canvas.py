@@ -34,6 +34,7 @@ Signals::
 """
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Hashable, Iterable
@@ -270,10 +271,14 @@ class GraphCanvas(QGraphicsView):
         t0 = time.perf_counter()
 
         def work(job: Job):
-            sizes = {n.id: node_size(n, measure) for n in view.nodes}
-            job.check()
-            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"))
-            return result, prepare_display(view, result, job)
+            gc.disable()  # see MainWindow.open_model: GC passes over big heaps stall the UI thread
+            try:
+                sizes = {n.id: node_size(n, measure) for n in view.nodes}
+                job.check()
+                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"))
+                return result, prepare_display(view, result, job)
+            finally:
+                gc.enable()
 
         job = Job(work, "Laying out the graph", self)
         self._job = job

@@ -299,21 +299,28 @@ class MainWindow(QMainWindow):
             phases = {}
             t = time.perf_counter()
             job.report(0.02, f"Loading {Path(path).name}")
-            graph = load_model(path)
-            # the model's hundreds of thousands of IR objects live as long as it is open: take
-            # them out of the cyclic GC's scans (otherwise every full collection walks them all)
-            gc.freeze()
-            phases["load"], t = time.perf_counter() - t, time.perf_counter()
-            job.check()
-            job.report(0.3, "Building the view")
-            view = from_graph(graph)
-            sizes = {n.id: node_size(n, measure) for n in view.nodes}
-            phases["view"], t = time.perf_counter() - t, time.perf_counter()
-            job.check()
-            result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"))
-            phases["layout"], t = time.perf_counter() - t, time.perf_counter()
-            extras = prepare_display(view, result, job)
-            phases["overview"] = time.perf_counter() - t
+            # Loading builds hundreds of thousands of IR objects that live as long as the model
+            # is open: no cyclic GC passes over them while they are made (each full pass holds
+            # the GIL, i.e. stalls the UI), and afterwards they leave the GC's scans for good.
+            # The view and layout add a few hundred thousand more; the same holds for them.
+            gc.disable()
+            try:
+                graph = load_model(path)
+                gc.freeze()
+                phases["load"], t = time.perf_counter() - t, time.perf_counter()
+                job.check()
+                job.report(0.3, "Building the view")
+                view = from_graph(graph)
+                sizes = {n.id: node_size(n, measure) for n in view.nodes}
+                phases["view"], t = time.perf_counter() - t, time.perf_counter()
+                job.check()
+                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"))
+                phases["layout"], t = time.perf_counter() - t, time.perf_counter()
+                extras = prepare_display(view, result, job)
+                phases["overview"] = time.perf_counter() - t
+            finally:
+                gc.freeze()
+                gc.enable()
             self.last_open_phases = phases
             return graph, view, result, extras
 
