@@ -46,6 +46,8 @@ def _graph_input_behind(v: ir.Value) -> str | None:
 
 
 def not_constant_reason(v: ir.Value, role: str) -> str:
+    if v.is_graph_input() and v.const_value is None:
+        return f"{role} '{v.name}' is a graph input, not a constant"
     src = _graph_input_behind(v)
     behind = f" (it depends on graph input '{src}')" if src else ""
     return f"{role} '{v.name}' is not a constant{behind}"

@@ -114,6 +114,10 @@ def explain(graph: Graph, rule: RewriteRule, node_id: int) -> WhyNot:
             if att.ok and covers:
                 m = Match(rule.id, r.meta[_ID], tuple(n.meta[_ID] for n in att.nodes), rule.summary(att))
                 return WhyNot(rule.id, node_id, True, f"{rule.id} applies here: {m.summary}.", m)
+            if att.ok:
+                # a match downstream that only reads this node's result
+                att = type(att)(False, att.nodes, f"{node_label(node)} only feeds a {rule.id} match (at {node_label(r)}); it is an input of the pattern, not part of it.", 3)
+                covers = True
             # rank: condition failures that cover the node, then the node's own root attempt
             key = (att.stage if covers else att.stage - 2, r is node)
             if best_key is None or key > best_key:

@@ -179,3 +179,14 @@ def test_fuse_transpose_matmul_why_not_on_other_perms():
 
     reason = explain(g, get_rule("fuse-transpose-matmul"), g.nodes[0].id).reason
     assert "perm [1, 0, 2]" in reason
+
+
+def test_why_not_on_a_node_that_only_feeds_a_match():
+    from core.rewrite import explain
+    from rewrites import get_rule
+
+    g = load_model(sample("tiny_transformer"))
+    w = explain(g, get_rule("fuse-gelu"), g.find_node("ffn.up.add").id)
+    assert not w.matches and "only feeds a fuse-gelu match" in w.reason and "gelu.half_mul" in w.reason
+    w = explain(g, get_rule("fuse-gelu"), g.find_node("gelu.erf").id)
+    assert w.matches and g.find_node("gelu.erf").id in w.match.node_ids
