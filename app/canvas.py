@@ -104,6 +104,7 @@ class GraphCanvas(QGraphicsView):
         self._created_cells: set = set()
         self._edge_item_of: dict[int, EdgeItem] = {}
         self._overlay_max = 0.0
+        self._degree: tuple[dict, dict] = ({}, {})
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -335,6 +336,12 @@ class GraphCanvas(QGraphicsView):
         self.view = view
         self.layout_result = result
         self._lazy = extras
+        out_deg: dict = {}
+        in_deg: dict = {}
+        for e in view.edges:
+            out_deg[e.src] = out_deg.get(e.src, 0) + 1
+            in_deg[e.dst] = in_deg.get(e.dst, 0) + 1
+        self._degree = (out_deg, in_deg)
         self._created_cells = set()
         self._edge_item_of = {}
         self.node_items = {}
@@ -391,7 +398,10 @@ class GraphCanvas(QGraphicsView):
         pts = self.layout_result.routes[index]
         if len(pts) < 2:
             return None
-        item = EdgeItem(self.view.edges[index], pts)
+        edge = self.view.edges[index]
+        fan_out = self._degree[0].get(edge.src, 0) > 1
+        fan_in = self._degree[1].get(edge.dst, 0) > 1
+        item = EdgeItem(edge, pts, 0.5 if fan_out == fan_in else (0.72 if fan_out else 0.28), in_fan=fan_out or fan_in)
         self._decorate_edge(item)
         if not self._layer.visible:
             item.setVisible(False)

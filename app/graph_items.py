@@ -196,8 +196,12 @@ class EdgeItem(QGraphicsItem):
 
     PEN = None
 
-    def __init__(self, edge: ViewEdge, points: list[tuple[float, float]]):
+    def __init__(self, edge: ViewEdge, points: list[tuple[float, float]], label_at: float = 0.5, in_fan: bool = False):
+        """`label_at`: where along the curve the shape label sits (0 = source, 1 = target).
+        Edges of a fan (several leaving one box or entering one box) show their label on hover
+        only: side by side, a fan's labels would cover each other."""
         super().__init__()
+        self.in_fan = in_fan
         self.edge = edge
         path = QPainterPath(QPointF(*points[0]))
         for i in range(1, len(points) - 2, 3):
@@ -210,7 +214,7 @@ class EdgeItem(QGraphicsItem):
         self._label_at: QPointF | None = None
         if edge.detail:
             # the shape label (hover / zoomed in) sits right of the curve's midpoint: inside bounds
-            self._label_at = path.pointAtPercent(0.5)
+            self._label_at = path.pointAtPercent(label_at)
             _, metrics = _fonts()
             tw = metrics[2].horizontalAdvance(edge.detail) + 12
             th = metrics[2].height() + 2
@@ -272,11 +276,12 @@ class EdgeItem(QGraphicsItem):
         painter.setPen(Qt.NoPen)
         painter.setBrush(color)
         painter.drawPolygon(self.arrow)
-        if (lod >= SHAPE_LOD or self.hovered) and self.edge.detail:
+        if self.edge.detail and (self.hovered or (lod >= SHAPE_LOD and not self.in_fan)):
             fonts, metrics = _fonts()
             painter.setFont(fonts[2])
             mid = self._label_at if self._label_at is not None else self.path.pointAtPercent(0.5)
-            text = self.edge.detail
+            # float32 is the common case: zoomed-in labels say only the unusual; hover says all
+            text = self.edge.detail if self.hovered else self.edge.detail.removesuffix(" float32")
             tw = metrics[2].horizontalAdvance(text)
             th = metrics[2].height()
             box = QRectF(mid.x() + 4, mid.y() - th / 2, tw + 6, th)
