@@ -3,8 +3,15 @@
 By default it shows the open document's ONNX graph (`core.viewgraph.from_graph`) and redraws
 itself whenever the document changes (an edit, undo or redo) or is replaced (a model opened).
 Layout runs on a worker thread (`core.layout.layout`: dot for model-sized graphs, a layered
-fallback for huge ones) and items are added to a fresh scene in time-sliced chunks, so the UI
-stays responsive on 10,000-node graphs; until the new scene is ready the old one stays on screen.
+fallback for big ones); until it is done the old scene stays on screen.
+
+Big views (OVERVIEW_ITEMS nodes + edges or more, e.g. DenseNet-121) are drawn lazily: the worker
+also renders the whole graph into an overview image, which is what a zoomed-out view paints, and
+node/edge items are created only for the part of the scene the viewport reaches. So on big views
+`canvas.node_items` / `canvas.edge_items` hold only the items made so far: read positions from
+`canvas.layout_result.boxes[id]` (centre x, y and w, h), and call `canvas.select(ids)` or
+`canvas.center_on(id)`, which create what they need. Decorations (highlights, overlay, ghosts)
+are kept by id and applied to items whenever they are created.
 
 API for panels and other views (everything takes view node ids: ONNX node ids in the model view,
 whatever ids the shown ViewGraph uses otherwise)::
@@ -22,12 +29,14 @@ whatever ids the shown ViewGraph uses otherwise)::
     canvas.clear_ghosts()
     canvas.fit() / canvas.zoom_100() / canvas.zoom_by(f) / canvas.zoom()
     canvas.find_bar.open()                 the Ctrl+F search bar
+    canvas.node_items[id] / layout_result  items made so far / every node's box (see above)
+    canvas.busy                            a layout is running (tests: wait for viewShown)
 
 Signals::
 
     nodeActivated(id)          double-click or Enter on a node
     viewSelectionChanged(list) the selected view node ids changed (any mode)
-    viewShown(object)          a ViewGraph finished drawing (after layout and item creation)
+    viewShown(object)          a ViewGraph is on screen (after its layout)
     zoomChanged(float)         the scale changed (1.0 = 100 %)
     busyChanged(bool, str)     layout started/finished (the main window shows progress)
     progressed(float, str)     layout progress, 0..1
@@ -39,11 +48,10 @@ import logging
 import time
 from collections.abc import Hashable, Iterable
 
-from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QKeySequence, QPainter, QPainterPath, QPen, QShortcut
 from PySide6.QtWidgets import (
     QFrame,
-    QGraphicsItem,
     QGraphicsScene,
     QGraphicsView,
     QHBoxLayout,
@@ -68,8 +76,6 @@ logger = logging.getLogger(__name__)
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
 READABLE_SCALE = 0.7  # opening a graph whose fit is smaller than this starts at 100 % (top) instead
-CHUNK_SECONDS = 0.025  # item creation time slice on the UI thread
-SYNC_ITEMS = 1500  # scenes up to this many items are built in one go
 OVERVIEW_ITEMS = 800  # from this many items (nodes + edges) on: overview image + items made on demand
 OVERVIEW_MAX_PX = 8192  # longest side of that image
 

@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QSizePolicy,
     QToolButton,
-    QWidget,
 )
 
 from core import WorkbenchError, load_model
