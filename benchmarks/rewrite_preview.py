@@ -58,7 +58,7 @@ def bench(graph, label: str, runs: int) -> list[tuple]:
             warm.append((time.perf_counter() - t0) * 1000)
             warm_cpu.append((time.process_time() - c0) * 1000)
         cold_ms = _median_ms(lambda: preview(graph, rule, matches), runs)
-        rows.append((label, len(graph), rule.id, len(matches), len(pv.applied), find_ms, statistics.median(warm), statistics.median(warm_cpu), cold_ms, copy_ms))
+        rows.append((label, len(graph), rule.id, len(matches), len(pv.applied), find_ms, statistics.median(warm), min(warm), statistics.median(warm_cpu), cold_ms, copy_ms))
     return rows
 
 
@@ -76,14 +76,15 @@ def main(argv=None) -> int:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average {load:.1f} on {os.cpu_count()} CPUs (wall times grow with it; cpu ms much less)\n")
-    head = f"{'model':<26} {'nodes':>5}  {'rule':<22} {'matches':>7} {'applied':>7} {'find ms':>8} {'preview ms':>10} {'cpu ms':>7} {'cold ms':>8} {'copy ms':>8}  target"
+    head = f"{'model':<26} {'nodes':>5}  {'rule':<22} {'matches':>7} {'applied':>7} {'find ms':>8} {'preview ms':>10} {'best':>6} {'cpu ms':>7} {'cold ms':>8} {'copy ms':>8}  target"
     print(head)
     print("-" * len(head))
-    for label, n, rule, m, a, f, w, wc, c, cp in rows:
+    for label, n, rule, m, a, f, w, wb, wc, c, cp in rows:
         ok = "ok" if w <= TARGET_MS else "MISSED"
-        print(f"{label:<26} {n:>5}  {rule:<22} {m:>7} {a:>7} {f:>8.1f} {w:>10.1f} {wc:>7.1f} {c:>8.1f} {cp:>8.1f}  {ok} (<= {TARGET_MS:.0f} ms)")
-    print("\npreview ms: wall time of the rewrite on a copy prepared in advance (the GUI's path; cpu ms: its")
-    print("process CPU time); cold ms: a fresh copy included; copy ms: the copy alone.")
+        print(f"{label:<26} {n:>5}  {rule:<22} {m:>7} {a:>7} {f:>8.1f} {w:>10.1f} {wb:>6.1f} {wc:>7.1f} {c:>8.1f} {cp:>8.1f}  {ok} (<= {TARGET_MS:.0f} ms)")
+    print("\npreview ms: median wall time of the rewrite on a copy prepared in advance (the GUI's path;")
+    print("best: the fastest run; cpu ms: median process CPU time); cold ms: a fresh copy included;")
+    print("copy ms: the copy alone. The target is judged on the median wall time.")
     return 0
 
 

@@ -195,7 +195,9 @@ def _constant_of_shape(node, inputs, opset):
         raise TooLarge()
     fill = _attr(node, "value")
     fill = np.zeros(1, dtype=np.float32) if fill is None else np.asarray(fill).reshape(-1)
-    return [np.full(shape, fill[0], dtype=fill.dtype)]
+    # a read-only broadcast view: no memory until someone computes with it (weights of the
+    # light models are all ConstantOfShape; folding reads them once)
+    return [np.broadcast_to(fill[:1].reshape(()), shape)]
 
 
 def _unsqueeze(node, inputs, opset):
