@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/lowering.py                  # ResNet-50, every stage, CPU (goal: <= 10 s)
     .venv/bin/python benchmarks/lowering.py --model M.onnx --target cuda
     .venv/bin/python benchmarks/lowering.py --sweep          # the nine light models + the samples, CPU and CUDA
+    .venv/bin/python benchmarks/lowering.py --disable ScheduleTIR   # what the rest costs
 
 The end-to-end figure is wall time around core.lowering.lower (ONNX listing, import, every pass,
 TVMScript printing of every stage, target code); graph views are built on demand by the GUI and are
@@ -27,13 +28,15 @@ def _light_dir() -> Path:
     return Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 
 
-def one(model: Path, target: str, views: bool = True) -> float:
+def one(model: Path, target: str, views: bool = True, disable: frozenset[str] = frozenset()) -> float:
     from core import load_model
     from core.lowering import lower
+    from core.pipeline import default_pipeline
 
     graph = load_model(model)
+    specs = [s.toggled(False) if s.name in disable else s for s in default_pipeline(target)]
     t0, c0 = time.perf_counter(), time.process_time()
-    stages = lower(graph, target)
+    stages = lower(graph, target, specs)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"{model.name} -> {target}: {len(stages)} stages")
     print(f"{'#':>2}  {'stage':<26} {'level':<15} {'seconds':>8} {'lines':>8}")
@@ -78,11 +81,12 @@ def main() -> int:
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--target", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--sweep", action="store_true")
+    p.add_argument("--disable", default="", help="passes to switch off, e.g. ScheduleTIR (to see what one step costs)")
     args = p.parse_args()
     if args.sweep:
         return sweep()
     model = args.model or (_light_dir() / "light_resnet50.onnx")
-    one(model, args.target)
+    one(model, args.target, disable=frozenset(x for x in args.disable.split(",") if x))
     return 0
 
 
