@@ -176,3 +176,20 @@ def test_compile_from_the_same_pipeline_matches_onnxruntime():
     feeds = random_feeds(graph.to_proto())
     got = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()]).numpy()
     np.testing.assert_allclose(got, ort_run(graph.to_proto(), feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_cpu_codegen_defines_every_kernel_once(mlp_stages):
+    import re
+
+    import tvm
+
+    from core.lowering import _cpu_code_parallel
+    from core.target import make_target
+
+    _, _, stages = mlp_stages
+    mod = next(s for s in stages if s.name == "VMFinalize").mod
+    kernels = {gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)}
+    (name, language, text), = _cpu_code_parallel(mod, make_target("cpu"), False, 2)
+    assert (name, language) == ("LLVM IR", "llvm") and text.count("; ---- kernels") == 2
+    defined = re.findall(r"^define [^@]*@\"?__tvm_ffi_([\w.]+?)\"?\(", text, re.M)
+    assert sorted(defined) == sorted(kernels)
