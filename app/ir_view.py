@@ -17,9 +17,10 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextFormat
 from PySide6.QtWidgets import QPlainTextEdit, QTextEdit
 
-__all__ = ["IRView", "changed_lines", "HIGHLIGHT_LIMIT", "DIFF_LIMIT"]
+__all__ = ["IRView", "changed_lines", "HIGHLIGHT_LIMIT", "DIFF_LIMIT", "DISPLAY_LIMIT"]
 
 HIGHLIGHT_LIMIT = 600_000  # characters
+DISPLAY_LIMIT = 8_000_000  # characters shown (DenseNet-121's LLVM IR is 24 MB: ~3 s to lay out)
 DIFF_LIMIT = 800_000  # characters, each side
 CHANGED_BG = QColor("#e6f6e6")
 SELECTED_BG = QColor("#fff1b8")
@@ -158,6 +159,10 @@ class IRView(QPlainTextEdit):
             body, language, changed = self.diff_text() or "(no change from the previous stage)\n", "diff", set()
         else:
             body, language, changed = self.text, self.language, self.changed
+        if len(body) > DISPLAY_LIMIT:
+            cut = body.rfind("\n", 0, DISPLAY_LIMIT) + 1
+            rest = body.count("\n", cut)
+            body = body[:cut] + f"\n… {rest} more lines ({(len(body) - cut) / 1e6:.1f} MB) not shown here: `main.py lower MODEL --dump DIR` writes all of it.\n"
         self.highlighted = len(body) <= HIGHLIGHT_LIMIT
         self._hl.configure(language if self.highlighted else "", changed if self.highlighted else set())
         self.setExtraSelections([])

@@ -443,10 +443,9 @@ class LoweringPanel(QWidget):
         canvas = self.window.canvas
         if self.current.index == 0 or canvas.mode == "model":
             if self.current.index == 0 and isinstance(ids[0], int):
-                node = self._node(ids[0])
-                line = node.data.get("line") if node is not None else None
-                if line:
-                    self.ir.show_lines(line, line)
+                lines = self.current.lines_of(ids[0])  # the stage's own view knows the listing's lines
+                if lines:
+                    self.ir.show_lines(*lines)
             return
         node = self._node(ids[0])
         if node is None:

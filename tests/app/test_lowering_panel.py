@@ -34,6 +34,14 @@ def test_stages_lineage_expand_and_keys(window, qtbot):
     assert panel.stage_tree.topLevelItemCount() == len(names) and names[-1] == "LLVM IR"
     assert "stages" in panel.status.text()
 
+    # the ONNX stage: the model itself; clicking a node shows its line of the listing
+    panel.select_stage(0)
+    assert window.canvas.mode == "model"
+    node = window.document.graph.find_node("linear1.matmul")
+    window.canvas.select([node.id])
+    qtbot.waitUntil(lambda: panel.ir.marked is not None)
+    assert "linear1.matmul" in panel.ir.marked_text()
+
     fuse = names.index("FuseTIR")
     panel.select_stage(fuse)
     _wait_view(panel, qtbot, f"{fuse}.")
