@@ -68,6 +68,7 @@ CUDA_SOURCE = "kernels.cu"
 FORMAT_VERSION = 1
 RTOL = 1e-3
 ATOL = 1e-4
+SCALE_RTOL = 1e-4  # see compare_outputs
 
 # nvcc targets for the exported fatbin: machine code for A100 (sm_80) and H100/H200 (sm_90) plus
 # PTX that the driver JIT-compiles on any other GPU from sm_80 on. MLCWB_CUDA_ARCHS=sm_86,sm_89
@@ -132,8 +133,16 @@ def random_feeds(specs: list[TensorSpec], seed: int = 0, dims: dict[str, int] | 
     return feeds
 
 
-def compare_outputs(ours: list[np.ndarray], reference: list[np.ndarray], rtol: float = RTOL, atol: float = ATOL) -> tuple[bool, float, int]:
-    """(all close, max abs error, index of the first output that differs or -1)."""
+def compare_outputs(
+    ours: list[np.ndarray], reference: list[np.ndarray], rtol: float = RTOL, atol: float = ATOL, scale_rtol: float = SCALE_RTOL
+) -> tuple[bool, float, int]:
+    """(all close, max abs error, index of the first output that differs or -1).
+
+    An output matches when every element is close (rtol, atol), or when its largest error is
+    below `scale_rtol` of the output's own magnitude (max |reference|): long float32 reductions
+    (VGG-19's 25088-wide Gemm with random weights: outputs up to ~4000) summed in another order
+    differ by ~1e-2 on elements that happen to be near zero, which is float32 rounding, not a
+    wrong conversion; a wrong conversion errs on the scale of the values themselves."""
     worst = 0.0
     first_bad = -1
     if len(ours) != len(reference):
@@ -157,6 +166,10 @@ def compare_outputs(ours: list[np.ndarray], reference: list[np.ndarray], rtol: f
             if np.isnan(diff).any():
                 err = float("inf")
             close = bool(np.all(both_nan | np.isclose(af, bf, rtol=rtol, atol=atol)))
+            if not close and np.isfinite(err):
+                finite = bf[np.isfinite(bf)]
+                scale = float(np.abs(finite).max()) if finite.size else 0.0
+                close = err <= atol + scale_rtol * scale
         worst = max(worst, err)
         if not close and first_bad < 0:
             first_bad = i

@@ -116,3 +116,13 @@ def test_progress_reports_each_step():
     assert names[0] == "import to Relax" and names[-1] == "done" and "code generation" in names
     fracs = [f for _, f in steps]
     assert fracs == sorted(fracs)
+
+
+def test_compare_outputs_tells_float32_summation_noise_from_wrong_results():
+    ref = np.array([4000.0, 0.3, -1000.0], np.float32)
+    # 0.01 off on a near-zero element of an output ~4000 wide: float32 reduction order, accepted
+    assert compare_outputs([ref + np.array([0, 0.01, 0], np.float32)], [ref])[0]
+    # 1 % off everywhere: a wrong result, refused
+    ok, err, first = compare_outputs([ref * 1.01], [ref])
+    assert not ok and err == pytest.approx(40.0) and first == 0
+    assert not compare_outputs([np.zeros(3, np.float32)], [np.ones(3, np.float32)])[0]
