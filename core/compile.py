@@ -880,7 +880,11 @@ def verify_artifact(
     ref = ort_run(art.model_bytes, feeds)
     ours = art.run(feeds)
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
-    result = {"checked": True, "inputs": "seeded random", "dims": dims or {}, "rtol": rtol, "atol": atol, "max_abs_err": err}
+    scale = max((float(np.abs(r).max()) for r in ref if r.size and np.issubdtype(r.dtype, np.number)), default=0.0)
+    result = {
+        "checked": True, "inputs": "seeded random", "dims": dims or {}, "rtol": rtol, "atol": atol,
+        "scale_rtol": SCALE_RTOL, "max_abs_err": err, "output_scale": scale,
+    }
     if ok:
         return result
     _check_cancel(cancel)
