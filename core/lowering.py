@@ -27,6 +27,7 @@ bytes, the target and the enabled passes up to it, so disabling pass k recompute
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import time
@@ -281,10 +282,15 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
         first: dict = {}
         last: dict = {}
         # exact groups: a fused function called once holds its group's bindings themselves
+        index_of: dict = {}
+        for k, o in enumerate(orphans):
+            index_of[o] = k
+            if Lineage.stable_name(o.name):
+                index_of.setdefault(o.name, k)
         for v in fresh:
             f = callee_of.get(v)
             if f and callers.get(f) == 1:
-                ks = [k for k, o in enumerate(orphans) if in_group(o, inner_vars.get(f, ()))]
+                ks = sorted({index_of[item] for item in inner_vars.get(f, ()) if item in index_of})
                 for k in ks:
                     owner[k] = v
                 if ks:
@@ -295,21 +301,33 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
                 owner[end + 1] = v
                 last[v] = end + 1
         # bindings without an exact group take the unowned orphans between their grouped neighbours
+        lo_before = []  # highest group end among fresh[:j]
+        running = -1
+        for u in fresh:
+            lo_before.append(running)
+            if u in last:
+                running = max(running, last[u])
+        hi_after = [n] * len(fresh)  # lowest group start among fresh[j+1:]
+        running = n
+        for j in range(len(fresh) - 1, -1, -1):
+            hi_after[j] = running
+            if fresh[j] in first:
+                running = min(running, first[fresh[j]])
         for j, u in enumerate(fresh):
             if u in last:
                 continue
-            lo = max((last[v] for v in fresh[:j] if v in last), default=-1)
-            hi = min((first[v] for v in fresh[j + 1:] if v in first), default=n)
-            for k in range(lo + 1, hi):
-                owner.setdefault(k, u)
+            for k in range(lo_before[j] + 1, hi_after[j]):
+                if k not in owner:
+                    owner[k] = u
+        ends = sorted((end, j) for j, w in enumerate(fresh) if (end := last.get(w)) is not None)
         for k, o in enumerate(orphans):
             ids = prev.of_var(o)
             if not ids:
                 continue
             v = owner.get(k)
-            if v is None:
-                before = [w for w in fresh if w in last and last[w] <= k]
-                v = before[-1] if before else fresh[0]
+            if v is None:  # the group that ends last before it
+                at = bisect.bisect_right(ends, (k, len(fresh)))
+                v = fresh[ends[at - 1][1]] if at else fresh[0]
             by_var.setdefault(v, set()).update(ids)
 
 

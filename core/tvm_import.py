@@ -142,9 +142,11 @@ def _importer_class():
             return name
 
         def _construct_nodes(self, graph):
+            # variables that exist before a node converts (graph inputs, earlier results): a node
+            # whose output is one of them (Identity, a no-op Reshape) made no binding of its own
+            seen = {v.name for v in self._nodes.values() if isinstance(v, relax.Var)}
             for index, node in enumerate(graph.node):
                 node_id = self.node_ids[index]
-                before = {k: v for k, v in self._nodes.items()}
                 try:
                     super()._construct_nodes(SimpleNamespace(node=[node]))
                 except WorkbenchError:
@@ -164,9 +166,9 @@ def _importer_class():
                     if isinstance(expr, (relax.Call, relax.TupleGetItem)):
                         expr = self.bb.emit(expr, name_hint=self._fresh(out))
                         self._nodes[out] = expr
-                    if isinstance(expr, relax.Var) and (out not in before or not before[out].same_as(expr)):
-                        if not any(v is not None and isinstance(v, relax.Var) and v.same_as(expr) for v in before.values()):
-                            self.marker_of[expr.name] = node_id
+                    if isinstance(expr, relax.Var) and expr.name not in seen:
+                        self.marker_of[expr.name] = node_id
+                        seen.add(expr.name)
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             fix = _CONVERTERS.get(op_name)
