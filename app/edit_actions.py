@@ -84,6 +84,7 @@ class EditActions(QObject):
         self.slot_chooser: Callable[[int, list[tuple[int, str]]], int | None] = self._choose_slot_menu
         self.output_chooser: Callable[[int, list[str]], str | None] = self._choose_output_menu
         self.ask: Callable[[str, str, list[str]], str] = self._ask_box
+        self.show_menu: Callable[[QMenu, object], None] = lambda menu, global_pos: menu.exec(global_pos)
         self._overwrite_ok: set[Path] = set()
         self._drag: dict | None = None
         self._press: tuple | None = None  # (port item, viewport pos) until the pointer moves
@@ -404,14 +405,14 @@ class EditActions(QObject):
                 item = self.canvas.node_items[sel[0]] if sel else None
                 menu = self.context_menu(item)
                 at = self.canvas.mapFromScene(item.sceneBoundingRect().center()) if item is not None else self.canvas.viewport().rect().center()
-                menu.exec(self.canvas.viewport().mapToGlobal(at))
+                self.show_menu(menu, self.canvas.viewport().mapToGlobal(at))
                 return True
             return False
         if et == QEvent.ContextMenu and self._model_ready():
             item = self.canvas.itemAt(event.pos())
             menu = self.context_menu(item)
             if menu is not None:
-                menu.exec(event.globalPos())
+                self.show_menu(menu, event.globalPos())
                 return True
             return False
         if et == QEvent.MouseButtonPress and event.button() == Qt.LeftButton and self._model_ready():
@@ -618,7 +619,7 @@ class EditActions(QObject):
         tree = self._inspector()
         menu = self.inspector_menu(tree.itemAt(pos))
         if menu is not None and not menu.isEmpty():
-            menu.exec(tree.viewport().mapToGlobal(pos))
+            self.show_menu(menu, tree.viewport().mapToGlobal(pos))
 
     def inspector_menu(self, item: QTreeWidgetItem | None) -> QMenu | None:
         graph = self.document.graph

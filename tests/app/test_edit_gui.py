@@ -196,3 +196,23 @@ def test_edit_add_node_dialog_variable_outputs(window, qtbot):
     split = g.node(dialog.edit.node_id)
     assert split.outputs == ["Split_1_out0", "Split_1_out1"]
     assert [v.shape for v in split.output_values] == [("batch", 16, 16), ("batch", 16, 16)]
+
+
+def test_edit_context_menu_acts_on_the_clicked_node(window, qtbot):
+    from PySide6.QtGui import QContextMenuEvent
+    from PySide6.QtWidgets import QApplication
+
+    g = open_model(window, qtbot, "mlp")
+    relu = g.find_node("relu1").id
+    window.canvas.fit()
+    shown = []
+    window.edit_actions.show_menu = lambda menu, pos: shown.append(menu)  # record instead of blocking in exec()
+    _, body = port_and_body(window, relu)
+    event = QContextMenuEvent(QContextMenuEvent.Reason.Mouse, body, window.canvas.viewport().mapToGlobal(body))
+    QApplication.sendEvent(window.canvas.viewport(), event)
+    assert window.document.selection == [relu]  # right-click selects what it points at
+    actions = {a.text().replace("&", ""): a for a in shown[0].actions()}
+    assert {"Delete", "Delete and Reconnect", "Insert Node After…", "Add Node…"} <= set(actions)
+    actions["Make 'relu1_out' a Graph Output"].trigger()
+    assert [v.name for v in g.outputs] == ["logits", "relu1_out"]
+    assert window.undo_action.text().replace("&", "") == "Undo Add graph output 'relu1_out'"
