@@ -1,0 +1,456 @@
+"""MetaSchedule tuning with a budget, a persistent database, progress and cancel, and RPC scale-out.
+
+Why a layer over `tvm.s_tir.meta_schedule`: TVM's one-call tuners spend a trial budget over all
+kernels with no wall-clock limit, no way to stop them from a GUI, and they start every kernel's
+search from scratch. Here:
+
+* **Database**: a folder per target (`<root>/<target key>/`, a MetaSchedule JSONDatabase) holding
+  tuning records keyed by the kernel's structure (workload) - so the same conv shape is tuned
+  once and reused by every later compile, of this model or another one. `progress.json` beside
+  it records trials spent per workload, which makes tuning resumable: a rerun continues where a
+  cancelled or timed-out one stopped and skips kernels that already had their trials.
+* **Seeded from the default schedules**: before a kernel is tuned, core.schedules' rule is applied
+  to it, measured, and committed as the first record. The search starts from it (MetaSchedule
+  draws its initial population from the database) and applying the database picks the fastest
+  record, so a tuned kernel is never slower than the default one.
+* **Budget**: kernels are tuned most expensive first (measured default time x how often the model
+  calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
+  `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
+* **Scale-out**: pass `runner=rpc_runner(host, port, key)` to measure candidates on machines
+  registered with a TVM RPC tracker (see `rpc_runner`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import WorkbenchError
+
+__all__ = [
+    "TaskResult",
+    "TuningReport",
+    "default_database_root",
+    "target_key",
+    "database_dir",
+    "open_database",
+    "extract_tasks",
+    "tune_module",
+    "apply_database_pass",
+    "tuning_pass",
+    "rpc_runner",
+]
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_FILE = "progress.json"
+
+
+@dataclass
+class TaskResult:
+    """One kernel's tuning: default-schedule time, best time in the database, trials spent."""
+
+    name: str
+    workload: str  # structural hash of the kernel, the database key
+    weight: int  # how many times the model calls it
+    default_ms: float | None = None
+    best_ms: float | None = None
+    trials: int = 0  # trials spent on it in total (this run and earlier ones)
+    reused: bool = False  # already tuned by an earlier run: nothing spent now
+
+
+@dataclass
+class TuningReport:
+    database: str
+    seconds: float = 0.0
+    cancelled: bool = False
+    out_of_time: bool = False
+    tasks: list[TaskResult] = field(default_factory=list)
+
+    def summary(self) -> str:
+        tuned = sum(1 for t in self.tasks if t.trials)
+        reused = sum(1 for t in self.tasks if t.reused)
+        state = "cancelled" if self.cancelled else "budget spent" if self.out_of_time else "done"
+        return f"{tuned}/{len(self.tasks)} kernels tuned ({reused} reused from the database), {self.seconds:.0f} s, {state}"
+
+
+def default_database_root() -> Path:
+    """Where tuning records live unless a folder is given: shared by all models and runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlc-workbench" / "tuning"
+
+
+def target_key(target) -> str:
+    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
+    kind = target.kind.name
+    attrs = target.attrs
+    parts = [kind]
+    for key in ("mcpu", "arch", "num-cores"):
+        if key in attrs:
+            parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
+
+
+def database_dir(root, target) -> Path:
+    return Path(root if root is not None else default_database_root()) / target_key(target)
+
+
+def open_database(root, target):
+    """The JSON tuning database for `target` under `root` (created when missing)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    folder = database_dir(root, target)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkbenchError(f"cannot use tuning database folder '{folder}': {exc.strerror}.") from exc
+    return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
+
+
+def _load_progress(folder: Path) -> dict[str, dict]:
+    try:
+        return json.loads((folder / PROGRESS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
+    tmp = folder / (PROGRESS_FILE + ".tmp")
+    tmp.write_text(json.dumps(progress, indent=1, sort_keys=True))
+    tmp.replace(folder / PROGRESS_FILE)
+
+
+def _worker_initializer():
+    """A builder-worker initializer (a closure, so cloudpickle ships it by value to a worker that
+    cannot import this package) that imports TVM's tensor intrinsics quickly.
+
+    Why: building any kernel imports `tvm.s_tir.tensor_intrin`, which parses ~250 TVMScript
+    functions, each calling `inspect.stack()` - and that reads source files for every frame.
+    Measured here: 143 s under load, longer than the builder's timeout, so every build timed
+    out. With a stack that skips source lookup the import takes ~13 s, once per worker.
+    """
+
+    def initialize():
+        import inspect
+        import sys
+
+        def light_stack(context=1):
+            frame, frames = sys._getframe(1), []
+            while frame is not None:
+                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
+                frame = frame.f_back
+            return frames
+
+        if "tvm.s_tir.tensor_intrin" in sys.modules:
+            return
+        original = inspect.stack
+        inspect.stack = light_stack
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        finally:
+            inspect.stack = original
+
+    return initialize
+
+
+def _prepare(mod):
+    """Mark weights as layout free (so tuned kernels may prepack them), as schedule_pass does."""
+    from tvm import relax
+
+    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
+
+
+def extract_tasks(mod, target) -> list:
+    """MetaSchedule's tuning tasks for the fused module (one per distinct kernel), minus those
+    already scheduled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(_prepare(mod), target)
+    out = []
+    for task in tasks:
+        func = task.dispatched[0]["main"]
+        if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+            continue
+        out.append(task)
+    return out
+
+
+def _workload_key(task_mod) -> str:
+    import tvm_ffi  # TVM 0.27 keeps structural_hash in tvm_ffi, not tvm.ir
+
+    return f"{tvm_ffi.structural_hash(task_mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _measure_default(task_mod, target, builder, runner):
+    """(seconds, Schedule) of core.schedules' default schedule for one task, or (None, None)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .schedules import cpu_rules
+
+    func = task_mod["main"]
+    for rule in cpu_rules():
+        try:
+            sch = rule.apply(func, target)
+        except Exception:  # noqa: BLE001
+            continue
+        if sch is not None:
+            break
+    else:
+        return None, None
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target)])[0]
+    if built.error_msg:
+        logger.info("default schedule did not build: %s", built.error_msg.splitlines()[0])
+        return None, None
+    args_info = ms.arg_info.ArgInfo.from_prim_func(func)
+    result = runner.run([ms.runner.RunnerInput(built.artifact_path, _device_type(target), args_info)])[0].result()
+    if result.error_msg:
+        logger.info("default schedule did not run: %s", result.error_msg)
+        return None, None
+    secs = [float(s) for s in result.run_secs]
+    return sum(secs) / len(secs), sch
+
+
+def _device_type(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def _best_seconds(database, task_mod) -> float | None:
+    if not database.has_workload(task_mod):
+        return None
+    records = database.get_top_k(database.commit_workload(task_mod), 1)
+    if not records or not records[0].run_secs:
+        return None
+    secs = [float(s) for s in records[0].run_secs]
+    return sum(secs) / len(secs)
+
+
+def _make_callback(deadline: float, cancel: Callable[[], bool] | None, state: dict, on_round):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.ir.utils import derived_object
+
+    @derived_object
+    class _StopWhenAsked(ms.measure_callback.PyMeasureCallback):
+        """Counts measured trials; stops the task once time is up or the user cancelled."""
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            state["trials"] += len(measure_candidates)
+            on_round()
+            if (cancel is not None and cancel()) or time.monotonic() >= deadline:
+                state["stopped"] = True
+                task_scheduler.terminate_task(task_id)
+
+    return _StopWhenAsked()
+
+
+def tune_module(
+    mod,
+    target,
+    database=None,
+    *,
+    budget_s: float = 600.0,
+    trials_per_task: int = 64,
+    trials_per_round: int = 16,
+    runner=None,
+    builder=None,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    seed: int = 0,
+) -> TuningReport:
+    """Tune the kernels of a fused Relax+TIR module into the database folder `database`.
+
+    `mod` is the module after FuseTIR (what schedule_pass receives). Returns a TuningReport;
+    the records are in the database whatever happened (cancel, budget, a failing kernel).
+    """
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    start = time.monotonic()
+    deadline = start + budget_s
+    report_progress = progress or (lambda fraction, message: None)
+    folder = database_dir(database, target)
+    db = open_database(database, target)
+    saved = _load_progress(folder)
+    report = TuningReport(database=str(folder))
+
+    report_progress(0.0, "extracting kernels")
+    tasks = extract_tasks(mod, target)
+    _worker_initializer()()  # the search's x86 rules read tensor intrinsics in this process too
+    builder = builder or ms.builder.LocalBuilder(max_workers=1, timeout_sec=120, initializer=_worker_initializer())
+    runner = runner or ms.runner.LocalRunner(timeout_sec=60)
+    work_dir = str(folder / "logs")
+
+    # Measure what the defaults cost where nothing is known yet, to tune where the time goes.
+    entries = []
+    for index, task in enumerate(tasks):
+        task_mod = task.dispatched[0]
+        key = _workload_key(task_mod)
+        result = TaskResult(name=task.task_name, workload=key, weight=int(task.weight))
+        result.trials = int(saved.get(key, {}).get("trials", 0))
+        result.default_ms = saved.get(key, {}).get("default_ms")
+        result.best_ms = None if (best := _best_seconds(db, task_mod)) is None else best * 1e3
+        entries.append((task, task_mod, result))
+        report.tasks.append(result)
+    todo = [e for e in entries if e[2].trials < trials_per_task]
+    for _, _, result in entries:
+        if result.trials >= trials_per_task:
+            result.reused = True
+    for index, (task, task_mod, result) in enumerate(todo):
+        if cancel is not None and cancel():
+            report.cancelled = True
+            break
+        if time.monotonic() >= deadline:
+            report.out_of_time = True
+            break
+        if result.default_ms is None:
+            report_progress(0.1 * index / max(len(todo), 1), f"measuring default schedule of {result.name}")
+            secs, sch = _measure_default(task_mod, target, builder, runner)
+            if secs is not None:
+                result.default_ms = secs * 1e3
+                workload = db.commit_workload(task_mod)
+                db.commit_tuning_record(
+                    ms.database.TuningRecord(
+                        sch.trace, workload, [secs], target, ms.arg_info.ArgInfo.from_prim_func(task_mod["main"])
+                    )
+                )
+                saved.setdefault(result.workload, {})["default_ms"] = result.default_ms
+                _save_progress(folder, saved)
+    todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
+
+    for index, (task, task_mod, result) in enumerate(todo):
+        if report.cancelled or report.out_of_time:
+            break
+        if cancel is not None and cancel():
+            report.cancelled = True
+            break
+        if time.monotonic() >= deadline:
+            report.out_of_time = True
+            break
+        remaining = trials_per_task - result.trials
+        state = {"trials": 0, "stopped": False}
+
+        def on_round(index=index, result=result, state=state):
+            elapsed = time.monotonic() - start
+            report_progress(
+                min(0.99, 0.1 + 0.9 * max(index / len(todo), elapsed / budget_s)),
+                f"tuning {result.name}: {result.trials + state['trials']} trials",
+            )
+
+        on_round()
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            [task], work_dir=work_dir, num_threads=_cores(target), seed=seed
+        )
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=weights,
+                work_dir=work_dir,
+                max_trials_global=remaining,
+                max_trials_per_task=remaining,
+                num_trials_per_iter=min(trials_per_round, remaining),
+                builder=builder,
+                runner=runner,
+                database=db,
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _make_callback(deadline, cancel, state, on_round)],
+                task_scheduler="round-robin",
+            )
+        except Exception as exc:  # noqa: BLE001 - one kernel that cannot be tuned keeps its default
+            if state["stopped"]:  # the scheduler complains about the task we stopped: expected
+                pass
+            else:
+                logger.warning("tuning %s failed: %s", result.name, str(exc).splitlines()[0] if str(exc) else exc)
+        result.trials += state["trials"]
+        best = _best_seconds(db, task_mod)
+        result.best_ms = None if best is None else best * 1e3
+        # A task stopped early keeps its count below the target, so a rerun resumes it.
+        saved.setdefault(result.workload, {}).update({"trials": result.trials, "name": result.name})
+        _save_progress(folder, saved)
+        if state["stopped"]:
+            if cancel is not None and cancel():
+                report.cancelled = True
+            else:
+                report.out_of_time = True
+    report.seconds = time.monotonic() - start
+    report_progress(1.0, report.summary())
+    _ = tvm
+    return report
+
+
+def _cores(target) -> int:
+    from .target import host_cores
+
+    cores = target.attrs.get("num-cores") if target.attrs is not None else None
+    return int(cores) if cores else host_cores()
+
+
+def apply_database_pass(target, database=None):
+    """A module pass that schedules every kernel the database holds a record for (the fastest
+    one), marking it scheduled; kernels it does not know are left to schedule_pass."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
+    def _pass(mod, _ctx):
+        folder = database_dir(database, target)
+        if not (folder / "database_workload.json").exists():
+            return mod
+        db = open_database(database, target)
+        mod = _prepare(mod)
+        with target, db:
+            return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+
+    return _pass
+
+
+def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None):
+    """What compile inserts before its "scheduled TIR" step: tune (when `trials` > 0; `trials`
+    per kernel, `budget_s` in all, default 10 minutes) into the database folder, then apply it."""
+    import tvm
+
+    apply = apply_database_pass(target, database)
+
+    @tvm.transform.module_pass(opt_level=0, name="MetaScheduleTuning")
+    def _pass(mod, _ctx):
+        if trials > 0:
+            report = tune_module(
+                mod,
+                target,
+                database,
+                budget_s=600.0 if budget_s is None else budget_s,
+                trials_per_task=trials,
+                progress=progress,
+                cancel=cancel,
+                runner=runner,
+            )
+            logger.info("tuning: %s", report.summary())
+        return apply(mod)
+
+    return _pass
+
+
+def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):
+    """A MetaSchedule runner that measures candidates on the devices registered under `key`
+    with the TVM RPC tracker at tracker_host:tracker_port.
+
+    Scale-out recipe (every machine needs the same TVM version):
+
+        python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190               # one machine
+        python -m tvm.exec.rpc_server --tracker HOST:9190 --key cpu-znver3      # each device
+        python -m tvm.exec.query_rpc_tracker --host HOST --port 9190            # check
+
+    then `tune_module(..., runner=rpc_runner(HOST, 9190, "cpu-znver3"))`. Candidates are built
+    here (for the target given, which must describe the devices) and sent to the servers.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=tracker_host, tracker_port=int(tracker_port), tracker_key=key, session_timeout_sec=session_timeout_s
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
+        max_workers=max_workers,
+    )
