@@ -409,9 +409,9 @@ def coerce_attribute(name: str, attr_type: ir.AttributeType, value: Any, where: 
         arr = np.asarray(value)
     except Exception:  # noqa: BLE001
         arr = None
-    if arr is None or arr.dtype == object:
-        raise EditError(f"Attribute '{name}' of {where} takes a tensor; {value!r} cannot be read as one.")
-    return ir.AttrTensor(name, ir.Tensor(arr))
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise EditError(f"Attribute '{name}' of {where} takes a numeric tensor; {value!r} is not one.")
+    return ir.AttrTensor(name, ir.Tensor(np.ascontiguousarray(arr)))
 
 
 def _infer_type(value: Any) -> ir.AttributeType:

@@ -21,6 +21,7 @@ from core.edits import (
     SetInput,
     SetInputShape,
     available_ops,
+    coerce_attribute,
     op_spec,
     parse_attribute_text,
     parse_shape_text,
@@ -310,6 +311,9 @@ def test_edit_attribute_text_parsing():
     assert parse_attribute_text("[[1, 2]]", T.TENSOR, like=np.zeros(1, np.int64)).dtype == np.int64
     with pytest.raises(EditError, match="'two' is not a valid int for attribute 'axis'"):
         parse_attribute_text("two", T.INT, "axis")
+    assert coerce_attribute("value", T.TENSOR, [1.5]).value.numpy().dtype == np.float64
+    with pytest.raises(EditError, match="'value' of the node takes a numeric tensor"):
+        coerce_attribute("value", T.TENSOR, "x")  # would not serialize
     assert parse_shape_text("[batch, 3, ?, 224]") == ["batch", 3, None, 224]
     with pytest.raises(EditError, match="'-1' is not a dimension"):
         parse_shape_text("-1, 3")

@@ -57,6 +57,7 @@ def random_edit(g: Graph, rng: random.Random, step: int):
             ir.AttributeType.INTS: lambda: [rng.randint(1, 3) for _ in range(rng.randint(1, 4))],
             ir.AttributeType.FLOATS: lambda: [round(rng.uniform(0, 1), 3)],
             ir.AttributeType.STRING: lambda: rng.choice(["NOTSET", "SAME_UPPER", "bogus"]),
+            ir.AttributeType.TENSOR: lambda: rng.choice([[0.5], "x"]),
         }.get(a.type, lambda: "x")()
         return SetAttribute(g, n.id, a.name, value)
     if kind == "rename_node" and nodes:
