@@ -23,6 +23,7 @@ An exported artifact folder holds:
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -32,6 +33,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -110,6 +112,31 @@ class TensorSpec:
 
     def concrete_shape(self, dims: dict[str, int] | None = None, default: int = 1) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else int((dims or {}).get(d, default)) for d in self.shape)
+
+
+
+@contextlib.contextmanager
+def quiet_tvm_scope_warnings():
+    """Drop the "Scope Saving:" / "Scope Loaded:" lines TVM 0.27's VM executable writes to stderr
+    for every function it saves or loads (leftover debug output, dozens per model); every other
+    line written to stderr meanwhile is passed through afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if b"Scope Saving" not in line and b"Scope Loaded" not in line:
+                    os.write(2, line)
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,9 +420,11 @@ class Artifact:
             if self.folder.resolve() != folder.resolve():
                 shutil.copy2(self.folder / LIBRARY, lib_path)
         elif self.target == "cuda":
-            _export_cuda_library(self.library, lib_path, self.manifest)
+            with quiet_tvm_scope_warnings():
+                _export_cuda_library(self.library, lib_path, self.manifest)
         else:
-            self.library.export_library(str(lib_path))
+            with quiet_tvm_scope_warnings():
+                self.library.export_library(str(lib_path))
         if self.cuda_source:
             (folder / CUDA_SOURCE).write_text(self.cuda_source)
         if self.model_bytes is not None:
@@ -978,7 +1007,8 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
             )
         _register_cuda_compile_callback()
     try:
-        lib = tvm.runtime.load_module(str(lib_path))
+        with quiet_tvm_scope_warnings():
+            lib = tvm.runtime.load_module(str(lib_path))
     except Exception as e:  # noqa: BLE001
         raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
     src_model = folder / manifest.get("source_model", SOURCE_MODEL)

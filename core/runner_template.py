@@ -46,6 +46,28 @@ def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
     return feeds
 
 
+def _load_module(tvm, path: str):
+    """tvm.runtime.load_module, without the "Scope Loaded:" line TVM 0.27 prints per function."""
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return tvm.runtime.load_module(path)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            return tvm.runtime.load_module(path)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if b"Scope Loaded" not in line:
+                    os.write(2, line)
+
+
 def _flatten(out) -> list:
     if hasattr(out, "numpy"):
         return [out.numpy()]
@@ -97,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
     if kind == "cuda" and not dev.exist:
         return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
-    lib = tvm.runtime.load_module(os.path.join(HERE, manifest.get("library", "model.so")))
+    lib = _load_module(tvm, os.path.join(HERE, manifest.get("library", "model.so")))
     vm = relax.VirtualMachine(lib, dev)
 
     args_dev = []

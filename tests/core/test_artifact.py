@@ -95,7 +95,7 @@ def test_runner_source_imports_nothing_else():
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0])
-    assert roots <= {"__future__", "argparse", "json", "os", "sys", "time", "numpy", "tvm"}
+    assert roots <= {"__future__", "argparse", "json", "os", "sys", "tempfile", "time", "numpy", "tvm"}
 
 
 def test_compile_and_run_cli(tmp_path):
