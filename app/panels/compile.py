@@ -313,6 +313,14 @@ class CompilePanel(QWidget):
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
+        # a refusal names the node (unsupported op, or where the results first differ): show it
+        import re
+
+        m = re.search(r"node '([^']+)'", message or "")
+        ids = self._node_ids([m.group(1)]) if m else []
+        if ids:
+            self.window.document.set_selection(ids)
+            self.window.canvas.center_on(ids[0])
 
     def _cancelled(self) -> None:
         self._busy(False)

@@ -63,6 +63,8 @@ def test_unsupported_op_is_explained(window, qtbot, tmp_path):
     panel.start()
     qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=60_000)
     assert "LpNormalization" in panel.status.text() and panel.result is None
+    norm = window.document.graph.find_node("norm")
+    assert list(window.document.selection) == [norm.id]
 
 
 def test_cuda_compile_without_gpu_offers_export(window, qtbot):
