@@ -1,6 +1,7 @@
 """Compile & Run: compile the open model for CPU or CUDA, measure it beside onnxruntime, export it.
 
 * Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compile.compile_model`
+  with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
@@ -232,6 +233,18 @@ class CompilePanel(QWidget):
                 out.append(getattr(edit, "description", cmd.text()))
         return out
 
+    def _lowering_pipeline(self, target: str):
+        """The Lowering panel's pass list (its edits included) when it is set to this target, so
+        what the user stepped through is what gets compiled; None (the default) otherwise."""
+        dock = getattr(self.window, "panels", {}).get("lowering")
+        panel = dock.widget() if dock is not None else None
+        try:
+            if panel is not None and panel.target_box.currentText() == target:
+                return panel.specs()
+        except (AttributeError, RuntimeError):  # a lowering panel without that API
+            pass
+        return None
+
     def _shortcut(self) -> None:
         if self.dock is not None:
             self.dock.show()
@@ -246,6 +259,7 @@ class CompilePanel(QWidget):
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
         rewrites = self._rewrites_applied()
+        pipeline = self._lowering_pipeline(target)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
 
         def work(job: Job):
@@ -261,7 +275,7 @@ class CompilePanel(QWidget):
             from core.compile import _gpu_present, compile_model
 
             art = compile_model(
-                model, target, rewrites=rewrites, cancel=job.is_cancelled,
+                model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled,
                 progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"),
             )
             if target == "cuda" and not _gpu_present():

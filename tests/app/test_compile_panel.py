@@ -80,3 +80,17 @@ def test_cuda_compile_without_gpu_offers_export(window, qtbot):
         assert panel.result is None and "No GPU here" in panel.status.text()
         labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
         assert "Parameters" in labels and "Latency median" not in labels
+
+
+def test_compile_uses_the_lowering_panels_pipeline(window):
+    from core.pipeline import PassSpec
+
+    lowering = window.panels.get("lowering")
+    if lowering is None:
+        return
+    lp = lowering.widget()
+    lp.target_box.setCurrentText("cpu")
+    specs = [PassSpec(s.name, enabled=(s.name != "FuseOps" and s.enabled)) for s in lp.specs()]
+    lp.set_specs(specs)
+    assert _panel(window)._lowering_pipeline("cpu") == specs
+    assert _panel(window)._lowering_pipeline("cuda") is None
