@@ -66,7 +66,7 @@ def random_edit(g: Graph, rng: random.Random, step: int):
         return RenameTensor(g, rng.choice(g.values).name, f"t_{step}")
     if kind == "add_output" and g.values:
         return AddGraphOutput(g, rng.choice(g.values).name)
-    if kind == "remove_output":
+    if kind == "remove_output" and g.outputs:
         return RemoveGraphOutput(g, rng.choice(g.outputs).name)
     if kind == "input_shape" and g.inputs:
         v = rng.choice(g.inputs)
