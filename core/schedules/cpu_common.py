@@ -128,22 +128,35 @@ def _is_at_root(sch, block) -> bool:
 
 
 def schedule_injective(sch, block, lanes: int) -> None:
-    """Parallelize and vectorize a spatial block: all its loops fused into one, split by the
-    vector width when it divides the extent, the outer part spread over the cores."""
+    """Parallelize and vectorize a spatial block.
+
+    The innermost loop is vectorized only when the vector width divides it (a vector that
+    straddles rows turns every index into a division and every load into a gather); the loops
+    outside it are fused and spread over the cores.
+    """
     loops = sch.get_loops(block)
     if not loops:
         return
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    extent = const_int(sch.get(fused).extent)
-    if extent is None:
+    extents = [const_int(sch.get(loop).extent) for loop in loops]
+    if any(e is None for e in extents):
         return
-    if extent % lanes == 0 and extent >= lanes:
-        outer, inner = sch.split(fused, [None, lanes])
+    total = 1
+    for e in extents:
+        total *= e
+    inner = loops[-1]
+    outer_loops = list(loops[:-1])
+    if extents[-1] % lanes == 0:
+        if extents[-1] > lanes:
+            inner_outer, inner = sch.split(inner, [None, lanes])
+            outer_loops.append(inner_outer)
         sch.vectorize(inner)
-    else:
-        outer = fused
-    if extent >= PARALLEL_MIN_WORK:
-        sch.parallel(outer)
+    if total >= PARALLEL_MIN_WORK:
+        if len(outer_loops) > 1:
+            sch.parallel(sch.fuse(*outer_loops))
+        elif outer_loops:
+            sch.parallel(outer_loops[0])
+        else:  # one loop the vector width does not divide
+            sch.parallel(inner)
 
 
 def schedule_reduction(sch, block, lanes: int) -> None:

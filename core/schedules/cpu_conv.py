@@ -14,9 +14,12 @@ The rule matches a `conv2d_nchw` / `group_conv2d_nchw` block as LegalizeOps writ
 5. padding stays a separate vectorized copy (inlining it would put a branch in the inner loop);
    a padding-free copy is inlined away.
 
-It does not match (returns None) when: there is no such block; shapes are symbolic; the output
-channels per group are not a multiple of the vector width (depthwise convs: the generic rule
-handles those); or the weight is not read as weight[oc, ic, kh, kw].
+Depthwise convs and groups whose channel count no vector divides take a second form: vectors
+along the output row (the input is contiguous there), a few output channels unrolled, weights
+broadcast, same accumulate-then-write-back-with-epilogue structure.
+
+It does not match (returns None) when: there is no such block; shapes are symbolic; neither form
+has a usable tile; or the weight is not read as weight[oc, ic, kh, kw].
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ from .cpu_common import (
     vector_lanes,
 )
 
-__all__ = ["Conv2dNCHW", "choose_conv_tile"]
+__all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,17 +48,19 @@ VECTOR_REGISTERS = 16  # AVX/AVX2 and NEON-sized register files; AVX-512 has 32,
 def choose_conv_tile(out_channels_per_group: int, out_width: int, lanes: int) -> tuple[int, int] | None:
     """(VB, T): output channels per vector block and output columns per register tile.
 
-    Maximizes FMAs per load, (VB/lanes * T) / (VB/lanes + T), among tiles whose accumulators
-    plus the weight vectors and one broadcast fit in the register file, T dividing the width.
+    Maximizes useful FMA lanes per load, (VB/lanes * T) / (registers per row + T), among tiles
+    whose accumulators plus the weight vectors and one broadcast fit in the register file, with
+    VB dividing the channels of a group and T dividing the width. A half-width vector (VB =
+    lanes/2) is the fallback for channel counts like 68 that no full vector divides.
     """
     best = None
-    for regs_per_row in (2, 1):
-        vb = lanes * regs_per_row
-        if out_channels_per_group % vb:
+    for vb in (2 * lanes, lanes, lanes // 2):
+        if vb < 2 or out_channels_per_group % vb:
             continue
+        regs_per_row = max(1, vb // lanes)
         max_t = (VECTOR_REGISTERS - regs_per_row - 1) // regs_per_row
         t = max(d for d in range(1, min(max_t, out_width) + 1) if out_width % d == 0)
-        score = (regs_per_row * t) / (regs_per_row + t)
+        score = (vb / lanes * t) / (regs_per_row + t)
         if best is None or score > best[0] + 1e-9:
             best = (score, vb, t)
     return None if best is None else (best[1], best[2])
@@ -99,19 +104,20 @@ class Conv2dNCHW:
             return None
         groups = data_channels // in_channels_per_group
         lanes = vector_lanes(target)
-        tile = choose_conv_tile(out_channels // groups, out_width, lanes)
+        oc_per_group = out_channels // groups
+        if oc_per_group % lanes:
+            # Depthwise and odd group widths (shufflenet's 34, 68 channels per group): vectors
+            # along the output row instead, a few output channels unrolled.
+            width_tile = choose_width_tile(out_channels, out_width, lanes)
+            if width_tile is not None:
+                return self._schedule_width_vectorized(sch, conv, data_region, width_tile, lanes)
+        tile = choose_conv_tile(oc_per_group, out_width, lanes)
         if tile is None:
             return None
         vb, t = tile
 
         # A padding-free copy of the input (1x1 convs, 'valid' convs) is dead weight: inline it.
-        for producer in sch.get_producers(conv):
-            producer_stmt = sch.get(producer)
-            if producer_stmt.writes[0].source.same_as(data_region.source):
-                if [str(s) for s in producer_stmt.writes[0].source.shape] == [
-                    str(s) for s in producer_stmt.reads[0].source.shape
-                ]:
-                    sch.compute_inline(producer)
+        self._inline_padding_free_copy(sch, conv, data_region)
 
         pack_read_buffer(
             sch,
@@ -142,3 +148,47 @@ class Conv2dNCHW:
         pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
         schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
         return sch
+
+    @staticmethod
+    def _inline_padding_free_copy(sch, conv, data_region) -> None:
+        for producer in sch.get_producers(conv):
+            producer_stmt = sch.get(producer)
+            if producer_stmt.writes[0].source.same_as(data_region.source) and [
+                str(x) for x in producer_stmt.writes[0].source.shape
+            ] == [str(x) for x in producer_stmt.reads[0].source.shape]:
+                sch.compute_inline(producer)
+
+    def _schedule_width_vectorized(self, sch, conv, data_region, tile, lanes):
+        """Vectors along the output row (VX columns), FB output channels unrolled, weights
+        broadcast: loops n, oc/FB, oh (parallel) | ow/VX | ic, kh, kw | FB | VX."""
+        fb, vx = tile
+        self._inline_padding_free_copy(sch, conv, data_region)
+        writeback = cache_write_and_inline_epilogue(sch, conv)
+        n, oc, oh, ow, ic, kh, kw = sch.get_loops(conv)
+        oc_outer, oc_inner = sch.split(oc, [None, fb])
+        ow_outer, ow_inner = sch.split(ow, [None, vx])
+        sch.reorder(n, oc_outer, oh, ow_outer, ic, kh, kw, oc_inner, ow_inner)
+        sch.reverse_compute_at(writeback, ow_outer)
+        sch.parallel(sch.fuse(n, oc_outer, oh))
+        sch.vectorize(ow_inner)
+        sch.unroll(oc_inner)
+        init = sch.decompose_reduction(conv, ic)
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+        wb_loops = sch.get_loops(writeback)[2:]
+        if wb_loops:
+            sch.vectorize(wb_loops[-1])
+        pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
+        schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
+        return sch
+
+
+def choose_width_tile(out_channels: int, out_width: int, lanes: int) -> tuple[int, int] | None:
+    """(FB, VX) for the row-vectorized convolution: VX the widest divisor of the output width
+    up to the vector width (at least 4), FB output channels (a divisor of all of them, up to 8)
+    whose accumulators fill the register file."""
+    vx = max(d for d in range(1, lanes + 1) if out_width % d == 0)
+    if vx < 4:
+        return None
+    fb = max(d for d in range(1, 9) if out_channels % d == 0)
+    return fb, vx
