@@ -94,6 +94,8 @@ def schedule_pass(target):
             relax.transform.SplitLayoutRewritePreproc(),
             # ...which are evaluated now, so the compiled model carries prepacked weights
             relax.transform.FoldConstant(),
+            # and the packing kernels, now unused, go
+            relax.transform.DeadCodeElimination(),
         ],
         name="DefaultCPUSchedule",
     )
