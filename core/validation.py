@@ -32,7 +32,7 @@ from .errors import InvalidModelError
 from .graph import Graph
 from .onnx_io import KNOWN_DOMAINS, _without_external_data, save_model
 
-__all__ = ["Problem", "check", "refresh", "problems_by_node", "save_checked"]
+__all__ = ["Problem", "PreparedCheck", "check", "prepare", "refresh", "problems_by_node", "save_checked"]
 
 logger = logging.getLogger(__name__)
 
@@ -129,24 +129,34 @@ def _spec(graph: Graph, n: ir.Node):
     return op_spec(n.op_type, domain, int(version)) if version is not None else None
 
 
-def _checker_context(graph: Graph, proto: onnx.ModelProto):
+def _checker_context(proto: onnx.ModelProto):
     ctx = onnx.checker.C.CheckerContext()
     ctx.ir_version = proto.ir_version
     ctx.opset_imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in proto.opset_import}
     return ctx
 
 
-def _nodes_against_schemas(graph: Graph, proto: onnx.ModelProto, flagged: set) -> list[Problem]:
+@dataclass(frozen=True)
+class _NodeRef:
+    """What a message needs to know about a node, taken on the Graph's thread."""
+
+    label: str
+    node_id: int | None
+    domain: str
+    name: str
+
+
+def _nodes_against_schemas(nodes: list[_NodeRef], proto: onnx.ModelProto, flagged: set) -> list[Problem]:
     out: list[Problem] = []
-    ctx = _checker_context(graph, proto)
+    ctx = _checker_context(proto)
     lex = onnx.checker.C.LexicalScopeContext()
-    for n, np_ in zip(graph.model.graph, proto.graph.node):
-        if (n.domain or "") not in KNOWN_DOMAINS or n.meta.get(_ID) in flagged:
+    for n, np_ in zip(nodes, proto.graph.node):
+        if n.domain not in KNOWN_DOMAINS or n.node_id in flagged:
             continue  # custom ops: nothing to check them against; flagged ones: said already
         try:
             onnx.checker.C.check_node(np_.SerializeToString(), ctx, lex)
         except onnx.checker.ValidationError as e:
-            out.append(Problem(_label(n), f"does not fit its op schema: {_clean(str(e))}", n.meta.get(_ID)))
+            out.append(Problem(n.label, f"does not fit its op schema: {_clean(str(e))}", n.node_id))
     return out
 
 
@@ -168,18 +178,18 @@ def _whole_model(proto: onnx.ModelProto) -> list[Problem]:
     return []
 
 
-def _inference(graph: Graph, proto: onnx.ModelProto) -> list[Problem]:
+def _inference(nodes: list[_NodeRef], proto: onnx.ModelProto) -> list[Problem]:
     try:
         onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=True)
         return []
     except Exception as e:  # noqa: BLE001 - inference raises several types; the text is what counts
         text = str(e)
-    by_name = {n.name: n for n in graph.model.graph if n.name}
+    by_name = {n.name: n for n in nodes if n.name}
     found: list[Problem] = []
     for m in _INFERENCE_LINE.finditer(text):
         node = by_name.get(m.group("name").strip())
-        subject = _label(node) if node is not None else f"{m.group('op')} node"
-        found.append(Problem(subject, f"fails shape inference: {_clean(m.group('msg'))}", node.meta.get(_ID) if node else None))
+        subject = node.label if node is not None else f"{m.group('op')} node"
+        found.append(Problem(subject, f"fails shape inference: {_clean(m.group('msg'))}", node.node_id if node else None))
     roots = [p for p in found if _ECHO not in p.reason]
     if roots:
         return roots
@@ -188,25 +198,49 @@ def _inference(graph: Graph, proto: onnx.ModelProto) -> list[Problem]:
     return [Problem("the model", f"fails shape inference: {_clean(text)}")]
 
 
+@dataclass
+class PreparedCheck:
+    """A check split in two: `prepare` reads the Graph (on the thread that owns it, fast: the
+    structural checks and one serialization); `finish` runs the ONNX checker and strict shape
+    inference on the serialized copy only, so a GUI can run it on a worker thread."""
+
+    problems: list[Problem]
+    proto: onnx.ModelProto | None
+    nodes: list[_NodeRef]
+    revision: int
+
+    def finish(self) -> list[Problem]:
+        problems, proto = list(self.problems), self.proto
+        if proto is None:
+            return problems
+        flagged = {p.node_id for p in problems if p.node_id is not None}
+        if problems:
+            return problems + _nodes_against_schemas(self.nodes, proto, flagged)
+        whole = _whole_model(proto)
+        if whole:
+            return _nodes_against_schemas(self.nodes, proto, flagged) or whole
+        return _inference(self.nodes, proto)
+
+
+def prepare(graph: Graph) -> PreparedCheck:
+    """The Graph-reading half of `check` (see PreparedCheck)."""
+    problems = _structure(graph)
+    nodes = [_NodeRef(_label(n), n.meta.get(_ID), n.domain or "", n.name or "") for n in graph.model.graph]
+    try:
+        proto = graph.to_proto()
+    except Exception as e:  # noqa: BLE001 - the IR can hold states protobuf cannot
+        return PreparedCheck(problems + [Problem("the model", f"cannot be serialized: {_clean(str(e))}")], None, nodes, graph.revision)
+    if proto.ByteSize() >= _TWO_GB:
+        proto = None  # the checkers cannot take it in memory; structure is what we know
+    return PreparedCheck(problems, proto, nodes, graph.revision)
+
+
 def check(graph: Graph) -> list[Problem]:
     """Every problem found, structural ones first; [] for a valid model.
 
     The per-node schema check serializes each node, so on a model that is otherwise fine it
     runs only when the whole-model checker (one call) fails, to say which node it meant."""
-    problems = _structure(graph)
-    try:
-        proto = graph.to_proto()
-    except Exception as e:  # noqa: BLE001 - the IR can hold states protobuf cannot
-        return problems + [Problem("the model", f"cannot be serialized: {_clean(str(e))}")]
-    if proto.ByteSize() >= _TWO_GB:
-        return problems  # the checkers cannot take it in memory; structure is what we know
-    flagged = {p.node_id for p in problems if p.node_id is not None}
-    if problems:
-        return problems + _nodes_against_schemas(graph, proto, flagged)
-    whole = _whole_model(proto)
-    if whole:
-        return _nodes_against_schemas(graph, proto, flagged) or whole
-    return _inference(graph, proto)
+    return prepare(graph).finish()
 
 
 def refresh(graph: Graph) -> list[Problem]:

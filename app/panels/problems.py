@@ -1,7 +1,8 @@
 """Problems: what is wrong with the edited model, one line per problem, naming the node.
 
 After every edit, undo or redo (and when a model is opened) the model is checked with
-`core.validation.check` (debounced, so a burst of undos checks once). Each problem is listed with
+`core.validation` (debounced, so a burst of undos checks once; on big models the checker and
+strict shape inference run on a worker thread). Each problem is listed with
 its node; the nodes are outlined on the canvas (highlight role "problem"). Double-click a row to
 select and show its node. The dock title carries the count, so a broken model is visible even
 when the panel is tabbed away.
@@ -13,7 +14,9 @@ import logging
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
-from core.validation import Problem, check
+from core.validation import Problem, prepare
+
+from ..workers import Job
 
 __all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
 
@@ -21,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 PROBLEM_COLOR = "#d62728"
+ASYNC_NODES = 1500  # from this size the slow half of the check runs on a worker thread
 
 
 class ProblemsPanel(QTreeWidget):
@@ -29,6 +33,7 @@ class ProblemsPanel(QTreeWidget):
         self.window = window
         self.dock = dock
         self.problems: list[Problem] = []
+        self._job: Job | None = None
         self.setColumnCount(2)
         self.setHeaderLabels(["Where", "Problem"])
         self.setRootIsDecorated(False)
@@ -44,14 +49,38 @@ class ProblemsPanel(QTreeWidget):
         self.recheck()
 
     def recheck(self) -> None:
-        """Check the model now (normally triggered, debounced, by document changes)."""
+        """Check the model now (normally triggered, debounced, by document changes).
+
+        The Graph-reading half runs here; on big models the checker and strict shape inference
+        run on a worker thread and a result for an older revision is dropped."""
         self._timer.stop()
         graph = self.window.document.graph
+        if graph is None:
+            self._show_problems([])
+            return
         try:
-            self.problems = check(graph) if graph is not None else []
+            prepared = prepare(graph)
         except Exception as e:  # noqa: BLE001 - a checker crash must not take the editor down
             logger.exception("validation failed")
-            self.problems = [Problem("the checker", f"failed: {e}")]
+            self._show_problems([Problem("the checker", f"failed: {e}")])
+            return
+        if prepared.proto is None or len(prepared.nodes) < ASYNC_NODES:
+            self._show_problems(prepared.finish())
+            return
+        job = Job(lambda _job: prepared.finish(), "Checking the model", self)
+        self._job = job
+        job.done.connect(lambda problems: self._job_done(job, graph, prepared.revision, problems))
+        job.failed.connect(lambda message: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {message}")]))
+        job.start()
+
+    def _job_done(self, job, graph, revision: int, problems: list[Problem]) -> None:
+        if job is not self._job or graph is not self.window.document.graph or graph.revision != revision:
+            return  # the model changed meanwhile: a newer check is on its way
+        self._job = None
+        self._show_problems(problems)
+
+    def _show_problems(self, problems: list[Problem]) -> None:
+        self.problems = problems
         self.clear()
         icon = self.style().standardIcon(QStyle.SP_MessageBoxWarning)
         for p in self.problems:

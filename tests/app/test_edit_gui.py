@@ -216,3 +216,19 @@ def test_edit_context_menu_acts_on_the_clicked_node(window, qtbot):
     actions["Make 'relu1_out' a Graph Output"].trigger()
     assert [v.name for v in g.outputs] == ["logits", "relu1_out"]
     assert window.undo_action.text().replace("&", "") == "Undo Add graph output 'relu1_out'"
+
+
+def test_edit_problems_checked_on_a_worker_for_big_models(window, qtbot, monkeypatch):
+    import app.panels.problems as problems_module
+
+    monkeypatch.setattr(problems_module, "ASYNC_NODES", 0)  # treat the sample as big
+    g = open_model(window, qtbot)
+    panel = window.panels["problems"].widget()
+    window.canvas.select([g.find_node("stem.relu").id])
+    window.edit_actions.delete_action.trigger()
+    window.undo_action.trigger()  # a burst: only the final state may be shown
+    window.redo_action.trigger()
+    qtbot.waitUntil(lambda: panel.topLevelItemCount() == 1 and panel._job is None, timeout=5000)
+    assert panel.problems[0].node_id == g.find_node("pool1").id
+    window.undo_action.trigger()
+    qtbot.waitUntil(lambda: panel.topLevelItemCount() == 0 and panel._job is None, timeout=5000)
