@@ -83,3 +83,19 @@ def test_cancel_stops_the_layout():
 
     with pytest.raises(LayoutCancelled):
         layout(big, _sizes(big), "layered", cancel=cancel)
+
+
+def test_falls_back_when_dot_is_missing_or_fails(monkeypatch, tmp_path):
+    import core.layout as L
+
+    view = from_graph(load_model(sample("small_cnn")))
+    monkeypatch.setattr(L, "find_dot", lambda: None)
+    lo = layout(view, _sizes(view))
+    assert lo.method == "layered" and "dot not found" in lo.notes[0]
+    broken = tmp_path / "dot"
+    broken.write_text("#!/bin/sh\necho 'Error: syntax error' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(L, "find_dot", lambda: str(broken))
+    lo = layout(view, _sizes(view))
+    assert lo.method == "layered" and "syntax error" in lo.notes[0]
+    _assert_no_overlap(lo)
