@@ -11,6 +11,7 @@ Two methods, one result type:
 
 ``method="auto"`` picks `dot` up to `DOT_NODE_LIMIT` nodes (measured: benchmarks/canvas.py) and
 falls back to `layered` beyond it, or when `dot` is missing, fails, or runs past its time budget.
+The environment variable MLCWB_LAYOUT=dot|layered overrides the automatic choice.
 
 No Qt here: box sizes come in from the caller (the canvas measures its labels with its fonts), so
 the same layout serves the screenshot command, tests and scripts. Coordinates are in scene units
@@ -100,6 +101,8 @@ def layout(
     progress = progress or (lambda f: None)
     notes: list[str] = []
     result: Layout | None = None
+    if method == "auto" and os.environ.get("MLCWB_LAYOUT") in ("dot", "layered"):
+        method = os.environ["MLCWB_LAYOUT"]  # to compare the two on a given model
     if method not in ("auto", "dot", "layered"):
         raise ValueError(f"unknown layout method {method!r}")
     use_dot = method == "dot" or (method == "auto" and len(view.nodes) <= DOT_NODE_LIMIT)
@@ -466,21 +469,43 @@ def _layered_layout(view, sizes, cancel, progress) -> Layout:
     margin = 8.0
     ox = -min_x + margin
     boxes = {ids[v]: Box(x[v] + ox, y_of_layer[node_layer[v]] + margin, width_of[v], height_of[v]) for v in range(n_real)}
+    # ports: a box's outgoing edges leave its bottom side spread out in the order of where they
+    # head (and incoming ones enter the top likewise), instead of all from one centre point
+    def toward(chain, k):
+        v = chain[k]
+        return x[v] if v >= n_real else boxes[ids[v]].x - ox
+
+    out_ports: dict[int, list[tuple[float, int]]] = {}
+    in_ports: dict[int, list[tuple[float, int]]] = {}
+    for k, chain in enumerate(chains):
+        if len(chain) >= 2 and chain[0] != chain[-1]:
+            out_ports.setdefault(chain[0], []).append((toward(chain, 1), k))
+            in_ports.setdefault(chain[-1], []).append((toward(chain, -2), k))
+    port_x: dict[tuple[str, int], float] = {}
+    for side, table in (("out", out_ports), ("in", in_ports)):
+        for v, lst in table.items():
+            if len(lst) < 2:
+                continue
+            lst.sort()
+            spread = min(width_of[v] * 0.6, 16.0 * (len(lst) - 1))
+            for j, (_, k) in enumerate(lst):
+                port_x[(side, k)] = -spread / 2 + spread * j / (len(lst) - 1)
+
     routes: list[list[tuple[float, float]]] = []
-    for e, chain in zip(view.edges, chains):
+    for k, (e, chain) in enumerate(zip(view.edges, chains)):
         if not chain:
             routes.append([])
             continue
         a, b = chain[0], chain[-1]
         ba, bb = boxes[ids[a]], boxes[ids[b]]
-        pts = [(ba.x, ba.y + ba.h / 2)]
+        pts = [(ba.x + port_x.get(("out", k), 0.0), ba.y + ba.h / 2)]
         for d in chain[1:-1]:
             # a long edge runs straight down through each row it crosses and bends only in the
             # gaps between rows, so it never cuts through a box beside it
             lyr = node_layer[d]
             pts.append((x[d] + ox, y_of_layer[lyr] + margin - half_band[lyr]))
             pts.append((x[d] + ox, y_of_layer[lyr] + margin + half_band[lyr]))
-        pts.append((bb.x, bb.y - bb.h / 2))
+        pts.append((bb.x + port_x.get(("in", k), 0.0), bb.y - bb.h / 2))
         routes.append(_smooth(pts))
     return Layout(boxes, routes, max_x - min_x + 2 * margin, cur - RANK_SEP + 2 * margin, "layered")
 
