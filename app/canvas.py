@@ -875,7 +875,7 @@ class Minimap(QWidget):
             # huge graph: shrink the overview image instead of drawing 10,000 boxes again
             p.setRenderHint(QPainter.SmoothPixmapTransform, True)
             r = canvas._lazy.rect
-            p.drawImage(QRectF(r.x() * sx + ox, r.y() * sy + oy, r.width() * sx, r.height() * sy), canvas._lazy.image)
+            p.drawImage(QRectF(r.x() * sx + ox, r.y() * sy + oy, r.width() * sx, r.height() * sy), canvas._lazy.image_for(max(sx, sy)))
         else:
             for n in canvas.view.nodes:
                 b = boxes.get(n.id)
