@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current, fail, node_label, static_shape
-from core.rewrite.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS
+from core.rewrite.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS, lazy_tensor
 from core.rewrite.rule import add_initializer, dtype_of
 
 from ._util import not_constant_reason, require_constant, require_is_constant
@@ -118,7 +118,9 @@ class FoldConstants(RewriteRule):
         news = []
         for o, arr in zip(node.outputs, arrays):
             name = o.name
-            tmp = ir.Value(name=ctx.unique_name(f"{name}_folded"), shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=ir.tensor(np.ascontiguousarray(arr)))
+            tmp_name = ctx.unique_name(f"{name}_folded")
+            tensor = lazy_tensor(lambda a=arr: a, arr.dtype, arr.shape, tmp_name)  # ConstantOfShape results are views
+            tmp = ir.Value(name=tmp_name, shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)), const_value=tensor)
             add_initializer(ctx, tmp)
             ir.convenience.replace_all_uses_with(o, tmp, replace_graph_outputs=True)
             news.append((tmp, name))
@@ -176,11 +178,13 @@ class FoldConvBatchNorm(PatternRule):
         cout = W.shape[0]
         B = require_constant(conv.inputs[2], "the Conv bias") if len(conv.inputs) > 2 and conv.inputs[2] is not None else np.zeros(cout, W.dtype)
         eps = bn.attributes.get_float("epsilon", 1e-5)
-        # the per-channel factor in float64; the big multiply in the weight's own type
+        # the per-channel factor in float64; the big multiply (lazy: done when the numbers are
+        # first needed) in the weight's own type
         s = require_constant(scale, "the BN scale").astype(np.float64) / np.sqrt(require_constant(var, "the BN variance").astype(np.float64) + eps)
-        W2 = W * s.astype(W.dtype).reshape((cout,) + (1,) * (W.ndim - 1))
+        factor = s.astype(W.dtype).reshape((cout,) + (1,) * (W.ndim - 1))
         B2 = ((B.astype(np.float64) - require_constant(mean, "the BN mean")) * s + require_constant(bias, "the BN bias")).astype(W.dtype)
         base = conv.name or w.name or "conv"
-        wv = op.initializer(ir.tensor(W2, name=ctx.unique_name(f"{base}.weight_folded")))
+        wname = ctx.unique_name(f"{base}.weight_folded")
+        wv = op.initializer(lazy_tensor(lambda: W * factor, W.dtype, W.shape, wname), wname)
         bv = op.initializer(ir.tensor(B2, name=ctx.unique_name(f"{base}.bias_folded")))
         return op.Conv(x, wv, bv, **{k: a for k, a in conv.attributes.items()})

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-__all__ = ["ConstantEvaluator", "is_constant_value", "NONDETERMINISTIC_OPS"]
+__all__ = ["ConstantEvaluator", "is_constant_value", "lazy_tensor", "NONDETERMINISTIC_OPS"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,17 @@ NONDETERMINISTIC_OPS = frozenset(
 )
 # Larger results are not worth materializing as initializers (and would bloat the file).
 MAX_ELEMENTS = 64 * 1024 * 1024
+
+
+def lazy_tensor(compute, dtype: np.dtype, shape, name: str | None = None) -> ir.LazyTensor:
+    """An initializer tensor whose numbers are computed on first use (saving, verifying, a later
+    rule reading them) and then kept: a preview that folds DenseNet's weights only rearranges
+    the graph, it does not multiply 8 M numbers the user may never apply."""
+
+    def materialize() -> ir.Tensor:
+        return ir.tensor(np.ascontiguousarray(compute()), name=name)
+
+    return ir.LazyTensor(materialize, dtype=ir.DataType.from_numpy(np.dtype(dtype)), shape=ir.Shape(list(shape)), cache=True, name=name)
 
 
 class TooLarge(Exception):
