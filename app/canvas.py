@@ -66,7 +66,7 @@ from core.viewgraph import ViewGraph, find_nodes, from_graph
 
 from .document import Document
 from .graph_items import EdgeItem, NodeItem, node_size
-from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
+from .style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure, category_colors
 from .workers import Job
 
 __all__ = ["GraphCanvas", "Minimap", "FindBar"]
@@ -129,6 +129,15 @@ class GraphCanvas(QGraphicsView):
         self.legend = QLabel(self)
         self.legend.setStyleSheet("QLabel { background: rgba(255,255,255,230); border: 1px solid #c9ced4; border-radius: 4px; padding: 4px 8px; }")
         self.legend.hide()
+        self.key = QLabel(self)  # colour key of the op categories (View ▸ Colour Key)
+        self.key.setStyleSheet(self.legend.styleSheet())
+        self.key.setText(
+            "&nbsp;".join(
+                f"<span style='color:{CATEGORY_COLORS[c][1]}'>■</span>&nbsp;{c}"
+                for c in ("convolution", "matmul", "elementwise", "activation", "normalization", "pooling", "shape", "other")
+            )
+        )
+        self.key.hide()
         self.horizontalScrollBar().valueChanged.connect(self.minimap.update)
         self.verticalScrollBar().valueChanged.connect(self.minimap.update)
 
@@ -687,8 +696,19 @@ class GraphCanvas(QGraphicsView):
         self.zoomChanged.emit(self.zoom())
         self.minimap.update()
 
+    def show_key(self, on: bool) -> None:
+        """Show or hide the colour key (bottom left)."""
+        self.key.setVisible(on)
+        self._place_key()
+
+    def _place_key(self) -> None:
+        self.key.adjustSize()
+        vp = self.viewport().geometry()
+        self.key.move(vp.left() + 10, vp.bottom() - self.key.height() - 10)
+
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
+        self._place_key()
         self.minimap.place()
         self.find_bar.place()
 
