@@ -31,7 +31,7 @@ import bisect
 import hashlib
 import logging
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -220,115 +220,144 @@ def _function_bindings(func):
 
 
 def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_of: dict) -> None:
-    """Bindings of the previous `main` that vanished (fused away, replaced) hand their origins to
-    the new bindings that took their place, between the same surviving neighbours: each vanished
-    binding goes to the new binding already covering the nearest binding before it (FuseOps
-    replaces a group by one call whose output stands where the group's last binding stood)."""
+    """Bindings of the previous `main` that vanished (fused away, re-created) hand their origins
+    to the new bindings that took their place.
+
+    A new binding calling a fused function stands for a group of old bindings: those the function
+    still holds (same Var, or a new Var with the import's name), grown along the data flow with
+    the kernels the function calls (conv2d, then the subtract that reads it, ...). A group found
+    nothing that way (a function shared by identical blocks) is seeded by its arguments: the
+    first vanished binding of a needed kernel that reads what the call reads. Groups may
+    interleave (two branches imported side by side); data flow keeps them apart.
+    """
     if prev_mod is None:
         return
     try:
-        old = [b.var for b in _function_bindings(prev_mod["main"])]
-        new = [b.var for b in _function_bindings(mod["main"])]
+        old_bindings = _function_bindings(prev_mod["main"])
+        new_bindings = _function_bindings(mod["main"])
     except Exception:  # noqa: BLE001 - no main
         return
-    anchors = set(new) & set(old)
+    from .relax_view import Lineage, _vars_in
 
-    def segments(seq):
-        seg: list = []
-        out = {}
-        for v in seq:
-            if v in anchors:
-                out[v] = seg
-                seg = []
-            else:
-                seg.append(v)
-        out[None] = seg
-        return out
-
-    old_segs = segments(old)
-    new_segs = segments(new)
-    callers: dict[str, int] = {}
-    for v in new:
-        if callee_of.get(v):
-            callers[callee_of[v]] = callers.get(callee_of[v], 0) + 1
-    from .relax_view import Lineage
-
-    # a fused function's bindings are the group's own (same Var, or a new Var of the same
-    # import-chosen name: FuseOps re-creates them)
-    inner_vars: dict[str, set] = {}
-    for gv, func in mod.functions.items():
-        inner = set()
-        for b in _function_bindings(func):
-            inner.add(b.var)
-            if Lineage.stable_name(b.var.name):
-                inner.add(b.var.name)
-        inner_vars[gv.name_hint] = inner
-
-    def in_group(o, group) -> bool:
-        return o in group or (Lineage.stable_name(o.name) and o.name in group)
-    for anchor, orphans in old_segs.items():
-        fresh = new_segs.get(anchor, [])
-        if not orphans or not fresh:
-            continue
-        n = len(orphans)
-        if n == len(fresh) and all(o.name == f.name or not Lineage.stable_name(o.name) for o, f in zip(orphans, fresh)):
-            # the same bindings, re-created (ToNonDataflow makes every variable anew): pair them up
-            for o, f in zip(orphans, fresh):
-                ids = prev.of_var(o)
-                if ids:
-                    by_var.setdefault(f, set()).update(ids)
-            continue
-        owner: dict[int, object] = {}
-        first: dict = {}
-        last: dict = {}
-        # exact groups: a fused function called once holds its group's bindings themselves
-        index_of: dict = {}
-        for k, o in enumerate(orphans):
-            index_of[o] = k
-            if Lineage.stable_name(o.name):
-                index_of.setdefault(o.name, k)
-        for v in fresh:
-            f = callee_of.get(v)
-            if f and callers.get(f) == 1:
-                ks = sorted({index_of[item] for item in inner_vars.get(f, ()) if item in index_of})
-                for k in ks:
-                    owner[k] = v
-                if ks:
-                    first[v], last[v] = min(ks), max(ks)
-        # the group's output binding was replaced by the call: the orphan right after the group
-        for v, end in last.items():
-            if end + 1 < n and end + 1 not in owner:
-                owner[end + 1] = v
-                last[v] = end + 1
-        # bindings without an exact group take the unowned orphans between their grouped neighbours
-        lo_before = []  # highest group end among fresh[:j]
-        running = -1
-        for u in fresh:
-            lo_before.append(running)
-            if u in last:
-                running = max(running, last[u])
-        hi_after = [n] * len(fresh)  # lowest group start among fresh[j+1:]
-        running = n
-        for j in range(len(fresh) - 1, -1, -1):
-            hi_after[j] = running
-            if fresh[j] in first:
-                running = min(running, first[fresh[j]])
-        for j, u in enumerate(fresh):
-            if u in last:
-                continue
-            for k in range(lo_before[j] + 1, hi_after[j]):
-                if k not in owner:
-                    owner[k] = u
-        ends = sorted((end, j) for j, w in enumerate(fresh) if (end := last.get(w)) is not None)
-        for k, o in enumerate(orphans):
+    old_set = {b.var for b in old_bindings}
+    new_set = {b.var for b in new_bindings}
+    orphans = [b.var for b in old_bindings if b.var not in new_set]
+    fresh = [b.var for b in new_bindings if b.var not in old_set]
+    if not orphans or not fresh:
+        return
+    if len(orphans) == len(fresh) and all(o.name == f.name or not Lineage.stable_name(o.name) for o, f in zip(orphans, fresh)):
+        # the same bindings, re-created (ToNonDataflow makes every variable anew): pair them up
+        for o, f in zip(orphans, fresh):
             ids = prev.of_var(o)
-            if not ids:
-                continue
-            v = owner.get(k)
-            if v is None:  # the group that ends last before it
-                at = bisect.bisect_right(ends, (k, len(fresh)))
-                v = fresh[ends[at - 1][1]] if at else fresh[0]
-            by_var.setdefault(v, set()).update(ids)
+            if ids:
+                by_var.setdefault(f, set()).update(ids)
+        return
+    old_value = {b.var: b.value for b in old_bindings}
+    new_value = {b.var: b.value for b in new_bindings}
+    kind = {o: _callee(old_value[o]) for o in orphans}
+    inputs = {o: set(_vars_in(old_value[o])) for o in orphans}
+    index: dict = {}
+    for k, o in enumerate(orphans):
+        index[o] = k
+        if Lineage.stable_name(o.name):
+            index.setdefault(o.name, k)
+
+    callers: dict[str, int] = {}
+    for v in new_set:
+        f = callee_of.get(v)
+        if f:
+            callers[f] = callers.get(f, 0) + 1
+    group: dict[str, list] = {}  # function -> the kernels its bindings call
+    inner: dict[str, set] = {}  # function -> its binding Vars and import-chosen names
+    for gv, func in mod.functions.items():
+        bl = _function_bindings(func)
+        group[gv.name_hint] = [c for c in (_callee(b.value) for b in bl) if c] if bl else [gv.name_hint]
+        names = set()
+        for b in bl:
+            names.add(b.var)
+            if Lineage.stable_name(b.var.name):
+                names.add(b.var.name)
+        inner[gv.name_hint] = names
+
+    owner: dict[int, object] = {}
+    owned: dict = {u: [] for u in fresh}
+    need = {u: Counter(group.get(callee_of.get(u), ())) for u in fresh}
+
+    def take(k: int, u) -> None:
+        owner[k] = u
+        owned[u].append(k)
+        c = kind[orphans[k]]
+        if need[u].get(c):
+            need[u][c] -= 1
+
+    def wanted(u, o) -> bool:
+        return bool(need[u].get(kind[o]))
+
+    for u in fresh:  # 1. bindings a fused function (called once) kept
+        f = callee_of.get(u)
+        if f and callers.get(f) == 1:
+            for item in inner.get(f, ()):
+                k = index.get(item)
+                if k is not None and k not in owner:
+                    take(k, u)
+    replaced: dict = {}  # new var -> the old var it stands for
+    for u in fresh:  # 2. seed by the call's arguments, grow along the data flow
+        if not owned[u] and need[u]:
+            reads = set()
+            for a in _vars_in(new_value[u]):
+                if a in old_set:
+                    reads.add(a)
+                elif a in replaced:
+                    reads.add(replaced[a])
+            for k, o in enumerate(orphans):
+                if k not in owner and wanted(u, o) and inputs[o] & reads:
+                    take(k, u)
+                    break
+        if owned[u]:
+            mine = {orphans[k] for k in owned[u]}
+            for k in range(min(owned[u]), len(orphans)):
+                o = orphans[k]
+                if k not in owner and wanted(u, o) and inputs[o] & mine:
+                    take(k, u)
+                    mine.add(o)
+            replaced[u] = orphans[max(owned[u])]
+    # 3. a vanished binding and a new one of the same name (unique on both sides) are one
+    # binding rebuilt (LowerAllocTensor keeps `alloc3`, `storage1` but makes new variables)
+    old_names = Counter(o.name for o in orphans)
+    new_by_name: dict[str, list] = {}
+    for f in fresh:
+        new_by_name.setdefault(f.name, []).append(f)
+    for k, o in enumerate(orphans):
+        same = new_by_name.get(o.name, [])
+        if k not in owner and old_names[o.name] == 1 and len(same) == 1:
+            owner[k] = same[0]
+    # 4. the rest: the first new binding after the same surviving neighbour (allocations,
+    # storage: bindings a pass replaced one for one in place)
+    first_fresh_after: dict = {}
+    pending_anchor = None
+    for b in new_bindings:
+        if b.var in old_set:
+            pending_anchor = b.var
+        elif pending_anchor not in first_fresh_after:
+            first_fresh_after[pending_anchor] = b.var
+    anchor = None
+    for b in old_bindings:
+        o = b.var
+        if o in new_set:
+            anchor = o
+            continue
+        k = index[o]
+        ids = prev.of_var(o)
+        if not ids:
+            continue
+        u = owner.get(k)
+        if u is None and kind[o] is None:
+            continue  # bookkeeping (an allocation, a storage) with no heir: its kernel call has the origin
+        if u is None:
+            u = first_fresh_after.get(anchor)
+        if u is None:
+            u = fresh[0]
+        by_var.setdefault(u, set()).update(ids)
 
 
 def propagate_lineage(mod, prev, prev_mod=None):

@@ -193,3 +193,42 @@ def test_chunked_cpu_codegen_defines_every_kernel_once(mlp_stages):
     assert (name, language) == ("LLVM IR", "llvm") and text.count("; ---- kernels") == 2
     defined = re.findall(r"^define [^@]*@\"?__tvm_ffi_([\w.]+?)\"?\(", text, re.M)
     assert sorted(defined) == sorted(kernels)
+
+
+def test_lineage_of_shared_fused_functions_in_interleaved_branches():
+    """Two identical conv+bn+relu branches, whose bindings the importer interleaves (conv a, conv b,
+    bn a, bn b, ...), each keep their own ONNX nodes through FuseOps (matched along the data flow)."""
+    import numpy as np
+    import onnx_ir as ir
+    from onnx import numpy_helper
+
+    from core.graph import Graph
+    from core.lowering import lower
+
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+    for b in ("a", "b"):
+        inits.append(numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w_{b}"))
+        for p in ("s", "bias", "m", "v"):
+            inits.append(numpy_helper.from_array((np.abs(rng.standard_normal(4)) + 0.5).astype(np.float32), f"{p}_{b}"))
+        nodes.append(helper.make_node("Conv", ["x", f"w_{b}"], [f"c_{b}"], name=f"conv_{b}", pads=[1, 1, 1, 1]))
+    for b in ("a", "b"):
+        nodes.append(helper.make_node("BatchNormalization", [f"c_{b}", f"s_{b}", f"bias_{b}", f"m_{b}", f"v_{b}"], [f"n_{b}"], name=f"bn_{b}"))
+    for b in ("a", "b"):
+        nodes.append(helper.make_node("Relu", [f"n_{b}"], [f"r_{b}"], name=f"relu_{b}"))
+    nodes.append(helper.make_node("Add", ["r_a", "r_b"], ["y"], name="join"))
+    g = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    graph = Graph(ir.from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+    graph.infer_shapes()
+    stages = lower(graph, "cpu", target_code=False)
+    fused = next(s for s in stages if s.name == "FuseTIR")
+    ids = {n.name: n.id for n in graph.nodes}
+    convs = [n for n in fused.view.nodes if n.data.get("callee", "") and "conv2d" in n.data["callee"]]
+    assert len(convs) == 2
+    for node in convs:
+        branch, other = ("a", "b") if ids["conv_a"] in node.origin else ("b", "a")
+        # its own branch (FuseOps may fuse the join into one of them), none of the other's
+        assert {ids[f"conv_{branch}"], ids[f"bn_{branch}"], ids[f"relu_{branch}"]} <= set(node.origin) <= \
+            {ids[f"conv_{branch}"], ids[f"bn_{branch}"], ids[f"relu_{branch}"], ids["join"]}
+    assert {i for n in convs for i in n.origin} == set(ids.values())
