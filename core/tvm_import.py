@@ -125,8 +125,9 @@ def _importer_class():
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
     class LineageImporter(fe.ONNXGraphImporter):
-        def __init__(self, *args, node_ids: list[int], node_labels: list[str], **kwargs):
+        def __init__(self, *args, node_ids: list[int], node_labels: list[str], where: str = "", **kwargs):
             super().__init__(*args, **kwargs)
+            self.where = where
             self.node_ids = node_ids
             self.node_labels = node_labels
             self.marker_of: dict[str, int] = {}  # output var name -> ONNX node id
@@ -154,7 +155,7 @@ def _importer_class():
                 except Exception as e:  # noqa: BLE001 - the frontend raises anything; name the node
                     first = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
                     raise UnsupportedOpError(
-                        f"node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
+                        f"{self.where}node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
                         f"frontend: {first.rstrip('.')}.",
                         op_type=node.op_type,
                         node_name=self.node_labels[index],
@@ -220,10 +221,11 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
     proto: onnx.ModelProto = graph.to_proto()
     nodes = graph.nodes
     known = supported_ops()
+    where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""
     for n in nodes:
         if n.op_type not in known:
             raise UnsupportedOpError(
-                f"node '{n.label}' uses op '{n.op_type}'"
+                f"{where}node '{n.label}' uses op '{n.op_type}'"
                 + (f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else "")
                 + ", which TVM's ONNX frontend cannot import.",
                 op_type=n.op_type,
@@ -240,6 +242,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
         sanitize=True,
         node_ids=[n.id for n in nodes],
         node_labels=[n.label for n in nodes],
+        where=where,
     )
     sink = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
