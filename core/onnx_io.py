@@ -68,6 +68,7 @@ def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelLoadError(f"{p} is not an ONNX model: it has no {'graph' if not proto.HasField('graph') else 'opset imports'}.")
     _check_external_data(proto, p)
+    _check_tensor_sizes(proto, p)
     try:
         # onnx_ir logs its own warning for dangling inputs; validate_graph explains them better
         ir_logger = logging.getLogger("onnx_ir")
@@ -119,6 +120,50 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
         if offset < 0 or (length is not None and length < 0) or offset + (length or 0) > size:
             raise InvalidModelError(
                 f"{path}: tensor '{t.name}' reads bytes {offset}..{offset + (length or 0)} of '{loc}', which has only {size} bytes."
+            )
+
+
+# elements per stored value of the typed fields, by data type (raw_data is checked in bits)
+_TYPED_FIELD = {
+    1: ("float_data", 1), 14: ("float_data", 2), 11: ("double_data", 1), 15: ("double_data", 2),
+    7: ("int64_data", 1), 12: ("uint64_data", 1), 13: ("uint64_data", 1), 8: ("string_data", 1),
+    **{t: ("int32_data", 1) for t in (2, 3, 4, 5, 6, 9, 10, 16, 17, 18, 19, 20, 24)},
+}
+_SUB_BYTE_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
+
+
+def _check_tensor_sizes(proto: onnx.ModelProto, path: Path) -> None:
+    """Refuse tensors whose stored data does not fill their shape: readers (numpy, TVM's importer,
+    onnxruntime) would fail later with an internal error, or read past the data."""
+    from onnx.external_data_helper import _get_all_tensors
+
+    for t in _get_all_tensors(proto):
+        if t.data_location == onnx.TensorProto.EXTERNAL or t.HasField("segment") or any(d < 0 for d in t.dims):
+            continue  # external data is checked against its file; negative dims get their own sentence
+        count = 1
+        for d in t.dims:
+            count *= d
+        shape = "[" + ", ".join(str(d) for d in t.dims) + "]"
+        type_name = onnx.TensorProto.DataType.Name(t.data_type) if t.data_type in onnx.TensorProto.DataType.values() else str(t.data_type)
+        if t.raw_data:
+            bits = _SUB_BYTE_BITS.get(t.data_type)
+            if bits is None:
+                if t.data_type == onnx.TensorProto.STRING or t.data_type not in _TYPED_FIELD:
+                    continue
+                bits = 8 * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+            need = (count * bits + 7) // 8
+            if len(t.raw_data) != need:
+                raise InvalidModelError(
+                    f"{path}: tensor '{t.name}' holds {len(t.raw_data)} bytes of data, but its shape {shape} of {type_name} needs {need}."
+                )
+            continue
+        field, per = _TYPED_FIELD.get(t.data_type, (None, 1))
+        if field is None:
+            continue
+        have = len(getattr(t, field))
+        if have != count * per:
+            raise InvalidModelError(
+                f"{path}: tensor '{t.name}' holds {have // per} values, but its shape {shape} of {type_name} needs {count}."
             )
 
 
@@ -236,6 +281,14 @@ def save_model(graph: Graph, path: str | os.PathLike) -> None:
             f.write(proto.SerializeToString(deterministic=True))
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file 0600; give it the mode a plain open() would (or keep the old file's)
+        try:
+            mode = p.stat().st_mode & 0o777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

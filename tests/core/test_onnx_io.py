@@ -204,3 +204,16 @@ def test_bad_input_exits_2_on_the_command_line(tmp_path):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and str(path) in lines[0] and needle in lines[0], (case, r.stderr)
         assert r.stdout == ""
+
+
+def test_saved_file_gets_normal_permissions(tmp_path):
+    import os
+
+    g = load_model(SAMPLES_DIR / "mlp.onnx")
+    save_model(g, tmp_path / "new.onnx")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "new.onnx").stat().st_mode & 0o777 == 0o666 & ~umask
+    (tmp_path / "new.onnx").chmod(0o640)
+    save_model(g, tmp_path / "new.onnx")
+    assert (tmp_path / "new.onnx").stat().st_mode & 0o777 == 0o640
