@@ -27,7 +27,6 @@ bytes, the target and the enabled passes up to it, so disabling pass k recompute
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
 import logging
 import time
