@@ -44,6 +44,7 @@ __all__ = [
     "apply_database_pass",
     "tuning_pass",
     "rpc_runner",
+    "local_builder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -126,13 +127,13 @@ def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
 
 
 def _worker_initializer():
-    """A builder-worker initializer (a closure, so cloudpickle ships it by value to a worker that
-    cannot import this package) that imports TVM's tensor intrinsics quickly.
+    """Import TVM's tensor intrinsics quickly (a closure, so it can also be shipped by value to
+    a worker process that cannot import this package).
 
-    Why: building any kernel imports `tvm.s_tir.tensor_intrin`, which parses ~250 TVMScript
-    functions, each calling `inspect.stack()` - and that reads source files for every frame.
-    Measured here: 143 s under load, longer than the builder's timeout, so every build timed
-    out. With a stack that skips source lookup the import takes ~13 s, once per worker.
+    Why: MetaSchedule's default build and every TuneContext import `tvm.s_tir.tensor_intrin`,
+    which parses ~250 TVMScript functions, each calling `inspect.stack()` - and that reads
+    source files for every frame. Measured here: 143 s under load, longer than the builder's
+    timeout, so every build timed out. With a stack that skips source lookup: ~13 s.
     """
 
     def initialize():
@@ -156,6 +157,28 @@ def _worker_initializer():
             inspect.stack = original
 
     return initialize
+
+
+def _build_without_intrinsics():
+    """MetaSchedule's default_build minus its import of every tensor intrinsic (see
+    _worker_initializer), which CPU float kernels never use; a closure, shipped by value."""
+
+    def build(mod, target, _params):
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        # measure the kernel, not its one-off weight repacking (as default_build does)
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm_build(mod, target=target)
+
+    return build
+
+
+def local_builder():
+    """A one-worker LocalBuilder that starts in seconds (no tensor-intrinsic import)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(max_workers=1, timeout_sec=120, f_build=_build_without_intrinsics())
 
 
 def _prepare(mod):
@@ -206,7 +229,11 @@ def _measure_default(task_mod, target, builder, runner):
     if built.error_msg:
         logger.info("default schedule did not build: %s", built.error_msg.splitlines()[0])
         return None, None
-    args_info = ms.arg_info.ArgInfo.from_prim_func(func)
+    # what the builder measures: the kernel taking its weights already packed
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
+    args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
     result = runner.run([ms.runner.RunnerInput(built.artifact_path, _device_type(target), args_info)])[0].result()
     if result.error_msg:
         logger.info("default schedule did not run: %s", result.error_msg)
@@ -279,8 +306,7 @@ def tune_module(
 
     report_progress(0.0, "extracting kernels")
     tasks = extract_tasks(mod, target)
-    _worker_initializer()()  # the search's x86 rules read tensor intrinsics in this process too
-    builder = builder or ms.builder.LocalBuilder(max_workers=1, timeout_sec=120, initializer=_worker_initializer())
+    builder = builder or local_builder()
     runner = runner or ms.runner.LocalRunner(timeout_sec=60)
     work_dir = str(folder / "logs")
 
@@ -312,11 +338,8 @@ def tune_module(
             if secs is not None:
                 result.default_ms = secs * 1e3
                 workload = db.commit_workload(task_mod)
-                db.commit_tuning_record(
-                    ms.database.TuningRecord(
-                        sch.trace, workload, [secs], target, ms.arg_info.ArgInfo.from_prim_func(task_mod["main"])
-                    )
-                )
+                db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [secs], target))
+                result.best_ms = result.default_ms if result.best_ms is None else min(result.best_ms, result.default_ms)
                 saved.setdefault(result.workload, {})["default_ms"] = result.default_ms
                 _save_progress(folder, saved)
     todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
@@ -341,6 +364,7 @@ def tune_module(
             )
 
         on_round()
+        _worker_initializer()()  # TuneContext imports every tensor intrinsic: do it the fast way
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             [task], work_dir=work_dir, num_threads=_cores(target), seed=seed
         )
