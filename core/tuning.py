@@ -9,10 +9,11 @@ search from scratch. Here:
   once and reused by every later compile, of this model or another one. `progress.json` beside
   it records trials spent per workload, which makes tuning resumable: a rerun continues where a
   cancelled or timed-out one stopped and skips kernels that already had their trials.
-* **Seeded from the default schedules**: before a kernel is tuned, core.schedules' rule is applied
-  to it, measured, and committed as the first record. The search starts from it (MetaSchedule
-  draws its initial population from the database) and applying the database picks the fastest
-  record, so a tuned kernel is never slower than the default one.
+* **Measured against the default schedules**: before a kernel is tuned, core.schedules' rule is
+  applied to it and measured the same way (progress.json keeps the figure). Applying the
+  database uses a tuned record only where it beats that default, so tuning never makes a kernel
+  slower. (The search itself is not seeded with the default's trace: MetaSchedule's
+  layout-rewrite postprocessor fails on a trace that already packs the weights.)
 * **Budget**: kernels are tuned most expensive first (measured default time x how often the model
   calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
   `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
@@ -336,10 +337,10 @@ def tune_module(
             report_progress(0.1 * index / max(len(todo), 1), f"measuring default schedule of {result.name}")
             secs, sch = _measure_default(task_mod, target, builder, runner)
             if secs is not None:
+                # Kept beside the database, not in it: MetaSchedule's layout-rewrite postprocessor
+                # cannot replay a trace that already packs the weights (its search fails on such
+                # a seed), so the default competes with the tuned records when they are applied.
                 result.default_ms = secs * 1e3
-                workload = db.commit_workload(task_mod)
-                db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [secs], target))
-                result.best_ms = result.default_ms if result.best_ms is None else min(result.best_ms, result.default_ms)
                 saved.setdefault(result.workload, {})["default_ms"] = result.default_ms
                 _save_progress(folder, saved)
     todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
@@ -411,11 +412,19 @@ def _cores(target) -> int:
     return int(cores) if cores else host_cores()
 
 
-def apply_database_pass(target, database=None):
-    """A module pass that schedules every kernel the database holds a record for (the fastest
-    one), marking it scheduled; kernels it does not know are left to schedule_pass."""
+def _task_module(func):
+    """The IRModule MetaSchedule's task extraction makes of a kernel (its workload key)."""
     import tvm
-    from tvm import relax
+
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def apply_database_pass(target, database=None):
+    """A module pass that gives every kernel the database knows its fastest tuned schedule -
+    unless the default schedule measured faster (then schedule_pass schedules it as usual).
+    Kernels it applies are marked scheduled; the rest are left to schedule_pass."""
+    import tvm
+    from tvm import s_tir
 
     @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
     def _pass(mod, _ctx):
@@ -423,9 +432,30 @@ def apply_database_pass(target, database=None):
         if not (folder / "database_workload.json").exists():
             return mod
         db = open_database(database, target)
+        saved = _load_progress(folder)
         mod = _prepare(mod)
-        with target, db:
-            return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        updated = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
+                continue
+            task_mod = _task_module(func)
+            best = _best_seconds(db, task_mod)
+            if best is None:
+                continue
+            default_ms = saved.get(_workload_key(task_mod), {}).get("default_ms")
+            if default_ms is not None and default_ms <= best * 1e3:
+                continue
+            record = db.get_top_k(db.commit_workload(task_mod), 1)[0]
+            sch = s_tir.Schedule(task_mod)
+            try:
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+            except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
+                logger.warning("tuning record for %s does not apply: %s", gvar.name_hint, exc)
+                continue
+            updated[gvar] = sch.mod["main"].without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+        for gvar, func in updated.items():
+            mod[gvar] = func
+        return mod
 
     return _pass
 
