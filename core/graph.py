@@ -395,17 +395,18 @@ class Graph:
             yield from n.outputs
 
     # ---- shapes --------------------------------------------------------------------------
-    def infer_shapes(self) -> None:
+    def infer_shapes(self, proto: onnx.ModelProto | None = None) -> None:
         """Fill in shapes/dtypes the file leaves out, using ONNX shape inference.
 
         Results go into each value's non-serialized meta, so saving writes back the model as it
-        was. Problems are kept in `shape_problems` (a model with unknown shapes still opens).
+        was. `proto` may pass the graph already serialized (as loaded), to skip serializing it. Problems are kept in `shape_problems` (a model with unknown shapes still opens).
         """
         self.shape_problems = []
         for v in self._all_values(self.model.graph):
             v.meta.pop(_INFERRED, None)
         try:
-            proto = self.to_proto()
+            if proto is None:
+                proto = self.to_proto()
             inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
         except Exception as e:  # noqa: BLE001 - inference is advisory; keep the model open
             self.shape_problems.append(f"shape inference failed: {str(e).strip().splitlines()[0]}")

@@ -83,8 +83,9 @@ def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
     ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
     graph = Graph(model, p)
     graph.value_info_names = {vi.name for vi in proto.graph.value_info}
-    validate_graph(graph, p)
-    graph.infer_shapes()
+    # the parsed proto is the model: check and infer on it instead of serializing the graph again
+    validate_graph(graph, p, proto=proto)
+    graph.infer_shapes(proto=proto)
     return graph
 
 
@@ -167,9 +168,12 @@ def _check_tensor_sizes(proto: onnx.ModelProto, path: Path) -> None:
             )
 
 
-def validate_graph(graph: Graph, path: str | os.PathLike | None = None) -> None:
+def validate_graph(graph: Graph, path: str | os.PathLike | None = None, proto: onnx.ModelProto | None = None) -> None:
     """Structural checks with readable messages: undeclared domains, dangling inputs, cycles,
-    duplicate outputs; then onnx.checker for the rest (op schemas, attribute types)."""
+    duplicate outputs; then onnx.checker for the rest (op schemas, attribute types).
+
+    `proto`, when given, is the graph already serialized (as loaded); it is not modified.
+    """
     where = f"{path}: " if path is not None else ""
     g = graph.model.graph
     declared = set(graph.model.opset_imports)
@@ -220,7 +224,7 @@ def validate_graph(graph: Graph, path: str | os.PathLike | None = None) -> None:
         if v.name not in available and v.name not in producer_of:
             raise InvalidModelError(f"{where}graph output '{v.name}' is not produced by any node.")
     try:
-        proto = _without_external_data(graph.to_proto())
+        proto = _without_external_data(proto if proto is not None else graph.to_proto())
         if proto.ByteSize() < _TWO_GB:
             onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -234,6 +238,11 @@ def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
     location was vetted at load, so check the structure with empty stand-ins instead."""
     from onnx.external_data_helper import _get_all_tensors
 
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(proto)):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)  # the caller's proto stays intact (shape inference reads it next)
+    proto = copy
     for t in _get_all_tensors(proto):
         if t.data_location == onnx.TensorProto.EXTERNAL:
             del t.external_data[:]
