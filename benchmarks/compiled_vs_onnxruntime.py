@@ -86,8 +86,23 @@ def relax_to_fused_tir(proto):
     )(mod)
 
 
+def build_vm_workbench(proto, target, database: str | None = None):
+    """Compile `proto` the way the workbench does (core.compile: its pass pipeline, whose
+    "scheduled TIR" step is core.schedules, and a tuning database when given)."""
+    import tempfile
+
+    from core.compile import compile_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        path.write_bytes(proto.SerializeToString())
+        artifact = compile_model(str(path), "cpu", verify=False, tune_db=database)
+    return artifact.vm()
+
+
 def build_vm(proto, target, database: str | None = None, schedule: bool = True):
-    """Compile `proto` for `target` with core.schedules (and a tuning database when given)."""
+    """Compile `proto` for `target` with core.schedules (and a tuning database when given),
+    through this file's own minimal pipeline (--pipeline own)."""
     import tvm
     from tvm import relax
 
@@ -167,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=host_cores())
     parser.add_argument("--tune-db", default=None, help="tuning database folder (core.tuning)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
+    parser.add_argument(
+        "--pipeline",
+        choices=("workbench", "own"),
+        default="workbench",
+        help="workbench: compile with core.compile (what the app and CLI run); own: this file's minimal pass list",
+    )
     args = parser.parse_args(argv)
 
     import os
@@ -188,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     # told the same through TVM_THREAD_POOL_SPIN_COUNT=0 below), so each is timed on its own.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     header = f"{'model':<18}{'ort ms':>10}{'untuned ms':>12}{'x ort':>8}{'tuned ms':>10}{'x ort':>8}  check"
-    print(f"target {target}  threads {args.threads}")
+    print(f"target {target}  threads {args.threads}  pipeline {args.pipeline}")
     print(header)
     print("-" * len(header))
     untuned_ratios, tuned_ratios = [], []
@@ -197,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         feeds = _feeds(proto)
         session = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
         t0 = time.perf_counter()
-        vm = build_vm(proto, target)
+        build = build_vm_workbench if args.pipeline == "workbench" else build_vm
+        vm = build(proto, target)
         build_s = time.perf_counter() - t0
         err = _check(vm, session, feeds)
         _, probe = measure(vm, session, feeds, runs=1, warmup=1)
@@ -210,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                 from core.tuning import tune_module
 
                 tune_module(relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60)
-            tvm_tuned = build_vm(proto, target, database=args.tune_db)
+            tvm_tuned = build(proto, target, database=args.tune_db)
             terr = _check(tvm_tuned, session, feeds)
             tuned_ms, ort_ms2 = measure(tvm_tuned, session, feeds, runs=_runs_for(ours_ms, args.seconds, args.runs))
             tuned_ratios.append(tuned_ms / ort_ms2)
