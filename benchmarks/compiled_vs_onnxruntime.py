@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=host_cores())
     parser.add_argument("--tune-db", default=None, help="tuning database folder (core.tuning)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
+    parser.add_argument("--tune-trials", type=int, default=16, help="trials per kernel when tuning (spread the budget)")
     parser.add_argument(
         "--pipeline",
         choices=("workbench", "own"),
@@ -231,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.tune_minutes > 0:
                 from core.tuning import tune_module
 
-                tune_module(relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60)
+                report = tune_module(
+                    relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
+                )
+                print(f"  tuning {name}: {report.summary()}", flush=True)
             tvm_tuned = build(proto, target, database=args.tune_db)
             terr = _check(tvm_tuned, session, feeds)
             tuned_ms, ort_ms2 = measure(tvm_tuned, session, feeds, runs=_runs_for(ours_ms, args.seconds, args.runs))
