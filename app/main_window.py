@@ -86,6 +86,9 @@ class MainWindow(QMainWindow):
         from .edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
+        from .autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
+
+        self.autosaver = Autosaver(self)
         self._default_geometry()
         geometry = self.settings.value("window/geometry")
         if geometry is not None:
@@ -456,6 +459,7 @@ class MainWindow(QMainWindow):
         if not self._confirm_discard():
             event.ignore()
             return
+        self.autosaver.stop()  # a clean close leaves no autosave to recover
         self.cancel_work()
         for job in self.findChildren(Job):  # panels' jobs too: a running QThread must not be destroyed
             job.cancel()
@@ -498,11 +502,16 @@ def run(model_path: str | None) -> int:
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(ORG_NAME)
     app.aboutToQuit.connect(cancel_all)
+    from . import autosave, crash
+
+    crash.install()  # unexpected errors: a dialog, and the app goes on (app.crash)
     w = MainWindow()
     w.show()
     w.raise_()
     w.activateWindow()
     w.canvas.setFocus()
+    if autosave.offer_recovery(w):  # a crashed session's unsaved edits come first
+        model_path = None
     if model_path:
         w.open_model(model_path)
     return app.exec()

@@ -335,30 +335,63 @@ def _worker(target: str) -> None:
         format_summary(summarize(load_model(path)))
 
     def do_lower(path):
+        # what `lower MODEL` and the Lowering panel run: core.lowering.lower(graph, "cpu"), every
+        # stage down to LLVM IR; LoweringError / UnsupportedOpError are WorkbenchErrors
         from core import load_model
         from core.lowering import lower
-        from core.target import make_target
 
-        lower(load_model(path), make_target("cpu"))
+        lower(load_model(path), "cpu")
 
     def do_gui(path):
+        # the GUI's load path: MainWindow.open_model loads, builds the view and lays it out on a
+        # worker thread; wait=True runs the event loop until the model is drawn or refused. A
+        # refusal is a warning box (patched to record its text); an exception in any slot or
+        # thread reaches sys.excepthook / threading.excepthook (recorded: that is a traceback).
+        import threading
+
         from PySide6.QtWidgets import QApplication, QMessageBox
 
         from app.main_window import MainWindow
 
         app = QApplication.instance() or QApplication([])
-        shown = []
-        QMessageBox.warning = staticmethod(lambda *a, **k: shown.append(a[2] if len(a) > 2 else ""))
-        QMessageBox.critical = staticmethod(lambda *a, **k: shown.append(a[2] if len(a) > 2 else ""))
-        w = handlers.setdefault("window", MainWindow())
-        ok = w.open_model(str(path))
-        if hasattr(w, "wait_until_loaded"):
-            w.wait_until_loaded()
-        app.processEvents()
-        if not ok and shown:
-            raise WorkbenchError(shown[-1])
-        if shown:
-            raise WorkbenchError(shown[-1])
+        if "window" not in handlers:
+            shown, escaped = handlers.setdefault("shown", []), handlers.setdefault("escaped", [])
+
+            def record_box(*a, **k):
+                shown.append(str(a[2]) if len(a) > 2 else str(k.get("text", "")))
+                return QMessageBox.Ok
+
+            QMessageBox.warning = staticmethod(record_box)
+            QMessageBox.critical = staticmethod(record_box)
+            QMessageBox.information = staticmethod(record_box)
+            QMessageBox.question = staticmethod(lambda *a, **k: QMessageBox.Discard)
+            sys.excepthook = lambda t, v, tb: escaped.append(f"{t.__name__}: {v}")
+            threading.excepthook = lambda a: escaped.append(f"{a.exc_type.__name__}: {a.exc_value}")
+            from PySide6.QtCore import QSettings
+
+            settings = QSettings(str(Path(tempfile.mkdtemp(prefix="hostile-gui-")) / "settings.ini"), QSettings.IniFormat)
+            handlers["window"] = MainWindow(settings=settings)
+        w, shown, escaped = handlers["window"], handlers["shown"], handlers["escaped"]
+        shown.clear()
+        escaped.clear()
+        before = w.document.graph
+        ok = w.open_model(str(path), wait=True)
+        for _ in range(3):  # let panels react to the new model (queued slots, timers at 0 ms)
+            app.processEvents()
+        if escaped:
+            raise RuntimeError(f"exception escaped into the event loop: {escaped[0]}")
+        if ok:
+            if w.document.graph is None or w.document.graph is before or w.canvas.view is None:
+                raise RuntimeError("open_model reported success but the window shows no new model")
+            return
+        if len(shown) != 1:
+            raise RuntimeError(f"a refused open showed {len(shown)} messages: {shown[:3]}")
+        if w.document.graph is not before:
+            raise RuntimeError("a refused open replaced the open model")
+        message = shown[0]
+        if "internal error" in message or "Traceback" in message:
+            raise RuntimeError(message)
+        raise WorkbenchError(message)
 
     fn = {"inspect": do_inspect, "lower": do_lower, "gui": do_gui}[target]
     for line in sys.stdin:

@@ -261,6 +261,9 @@ class CompilePanel(QWidget):
         rewrites = self._rewrites_applied()
         pipeline = self._lowering_pipeline(target)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
+        autosaver = getattr(self.window, "autosaver", None)
+        if autosaver is not None:
+            autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
             from core.compile import CompileCancelled
