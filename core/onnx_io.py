@@ -106,8 +106,9 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
             raise InvalidModelError(f"{path}: tensor '{t.name}' stores its data externally but names no file.")
         target = (base / loc).resolve()
         if os.path.isabs(loc) or not target.is_relative_to(base):
+            link = f" (a link to {target})" if not os.path.isabs(loc) and (base / loc).is_symlink() else ""
             raise InvalidModelError(
-                f"{path}: tensor '{t.name}' points its external data at '{loc}', outside the model's folder; refusing to read it."
+                f"{path}: tensor '{t.name}' points its external data at '{loc}'{link}, outside the model's folder; refusing to read it."
             )
         if not target.is_file():
             raise InvalidModelError(f"{path}: tensor '{t.name}' needs the external data file '{loc}', which is missing.")
