@@ -9,7 +9,7 @@ HELP = "measure latency, memory and per-kernel time of a compiled model (optiona
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", help="ONNX model file (compiled first) or an exported artifact folder")
+    p.add_argument("model", help="ONNX model file (compiled first) or an exported artifact folder (its compiled library is executed: use only artifacts you built or trust)")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="target when compiling a model (cuda needs a GPU to run)")
     p.add_argument("--runs", type=int, default=20, metavar="N", help="timed runs after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed warm-up runs (default 3)")

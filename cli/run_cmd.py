@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import os
 
-HELP = "run an exported artifact on inputs from a .npz file and write the outputs by name"
+HELP = ("run an exported artifact on inputs from a .npz file and write the outputs by name "
+        "(loading an artifact executes its compiled library: run only artifacts you built or trust)")
 
 
 def add_arguments(p) -> None:

@@ -983,7 +983,12 @@ def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray
 
 
 def load_artifact(folder: str | os.PathLike) -> Artifact:
-    """Load an exported artifact folder (manifest + library) for running and measuring."""
+    """Load an exported artifact folder (manifest + library) for running and measuring.
+
+    Loading runs native code: the library is a shared object the dynamic loader maps and whose
+    initializers run at once, so only load artifacts you built or trust (a GUI path that loads one must ask first). The
+    library must lie inside the folder; a manifest naming one elsewhere is refused.
+    """
     import tvm
 
     folder = Path(folder)
@@ -996,7 +1001,10 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
         manifest = json.loads(man_path.read_text())
     except (OSError, ValueError) as e:
         raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
-    lib_path = folder / manifest.get("library", LIBRARY)
+    library = manifest.get("library", LIBRARY)
+    lib_path = folder / str(library)
+    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
+        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
     if not lib_path.is_file():
         raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
     target = manifest.get("target", {}).get("kind", "cpu")

@@ -89,3 +89,22 @@ def test_hostile_external_data_through_a_symlink_out_of_the_folder_is_refused(tm
     (folder / "weights.bin").unlink()
     (folder / "weights.bin").write_bytes(raw)
     assert load_model(folder / "model.onnx").find_node is not None
+
+
+def test_hostile_artifact_manifest_cannot_point_the_library_outside_its_folder(tmp_path):
+    # loading an artifact executes its library: a manifest must not pick an arbitrary .so elsewhere
+    import json
+
+    from core.compile import LIBRARY, MANIFEST, load_artifact
+    from core.errors import WorkbenchError
+
+    (tmp_path / "elsewhere.so").write_bytes(b"\x7fELF not really")
+    art = tmp_path / "artifact"
+    art.mkdir()
+    (art / LIBRARY).write_bytes(b"")
+    for library in ("../elsewhere.so", str(tmp_path / "elsewhere.so")):
+        (art / MANIFEST).write_text(json.dumps({"library": library, "target": {"kind": "cpu"}}))
+        with pytest.raises(WorkbenchError, match="outside the artifact folder; refusing to load it"):
+            load_artifact(art)
+    r = run_cli("run", "--help")
+    assert "executes its compiled library" in " ".join(r.stdout.split())
