@@ -24,6 +24,12 @@ Registered converters take precedence over the frontend's for every import. The 
 `core/tvm_converters.py`, when it exists, is imported before the first import so its fixes (made by
 calling `register_converter` at module level) always apply, in lowering and compile alike.
 
+Model-local functions (the rewrite rules' `mlc.workbench.LinearRelu`, `GemmRelu`, `Gelu` below
+opset 20) are inlined before import: the frontend knows no local functions (and would convert a
+`Gelu` of any domain as ONNX's). Inlining replaces each call node in place by its body, in order,
+so every node of the inlined graph still belongs to one node of the user's graph: bindings of an
+inlined body map back to the workbench id of the call node, and errors name the call node.
+
 An op neither the frontend nor a registered converter can convert raises
 `core.errors.UnsupportedOpError` naming the op and the node.
 """
@@ -125,11 +131,12 @@ def _importer_class():
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
     class LineageImporter(fe.ONNXGraphImporter):
-        def __init__(self, *args, node_ids: list[int], node_labels: list[str], where: str = "", **kwargs):
+        def __init__(self, *args, node_ids: list[int], node_labels: list[str], node_names: list[str], where: str = "", **kwargs):
             super().__init__(*args, **kwargs)
             self.where = where
             self.node_ids = node_ids
             self.node_labels = node_labels
+            self.node_names = node_names
             self.marker_of: dict[str, int] = {}  # output var name -> ONNX node id
             self._taken: set[str] = set()
 
@@ -158,7 +165,7 @@ def _importer_class():
                         f"{self.where}node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
                         f"frontend: {first.rstrip('.')}.",
                         op_type=node.op_type,
-                        node_name=self.node_labels[index],
+                        node_name=self.node_names[index],
                     ) from e
                 for out in node.output:
                     if not out or out not in self._nodes:
@@ -208,6 +215,69 @@ def _free_var_names(expr) -> list[str]:
     return names
 
 
+def _inline_local_functions(proto) -> tuple[Any, list[int], list[str]]:
+    """(model with local functions inlined, the index of the user's node each inlined node came
+    from, the function each came through ('' for the user's own nodes)).
+
+    onnx.inliner replaces a call node in place by its body (recursively), so walking the user's
+    nodes and counting the nodes each expands to gives the mapping; the count is checked."""
+    import onnx.inliner
+
+    if not proto.functions:
+        return proto, list(range(len(proto.graph.node))), [""] * len(proto.graph.node)
+    funcs = {(f.domain, f.name): f for f in proto.functions}
+    sizes: dict[tuple[str, str], int] = {}
+
+    def expanded(node, depth: int = 0) -> int:
+        key = (node.domain, node.op_type)
+        f = funcs.get(key)
+        if f is None:
+            return 1
+        if key not in sizes:
+            if depth > 64:
+                raise WorkbenchError(f"local function '{node.op_type}' calls itself; it cannot be inlined for TVM.")
+            sizes[key] = sum(expanded(n, depth + 1) for n in f.node)
+        return sizes[key]
+
+    origin: list[int] = []
+    via: list[str] = []
+    for index, node in enumerate(proto.graph.node):
+        count = expanded(node)
+        origin.extend([index] * count)
+        via.extend([node.op_type if (node.domain, node.op_type) in funcs else ""] * count)
+    try:
+        inlined = onnx.inliner.inline_local_functions(proto)
+    except Exception as e:  # noqa: BLE001 - onnx raises its own C++ errors
+        raise WorkbenchError(f"the model's local functions cannot be inlined for TVM: {str(e).strip() or type(e).__name__}.") from e
+    if len(inlined.graph.node) != len(origin):  # pragma: no cover - the inliner expands in place
+        raise WorkbenchError("internal: inlining the model's local functions did not expand them in place.")
+    return inlined, origin, via
+
+
+_SCALAR_CONSTANT_ATTRS = {"value_float": ("f", "float32", True), "value_floats": ("floats", "float32", False),
+                          "value_int": ("i", "int64", True), "value_ints": ("ints", "int64", False)}
+
+
+def _constants_as_tensors(proto) -> None:
+    """Rewrite Constant nodes given as value_float(s)/value_int(s) (ONNX >= 12; the rewrite rules'
+    function bodies use them) into the `value` tensor form, the only one TVM's frontend reads."""
+    from onnx import helper, numpy_helper
+    import numpy as np
+
+    for node in proto.graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        spec = _SCALAR_CONSTANT_ATTRS.get(attr.name)
+        if spec is None:
+            continue
+        field_name, dtype, scalar = spec
+        raw = getattr(attr, field_name)
+        array = np.array(raw if scalar else list(raw), dtype=dtype)
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
+
+
 def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[str, list] | None = None) -> ImportResult:
     """Import a core.graph.Graph into a Relax IRModule, recording lineage.
 
@@ -220,19 +290,22 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
     t0 = time.perf_counter()
     proto: onnx.ModelProto = graph.to_proto()
     nodes = graph.nodes
-    known = supported_ops()
-    where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""
-    for n in nodes:
-        if n.op_type not in known:
-            raise UnsupportedOpError(
-                f"{where}node '{n.label}' uses op '{n.op_type}'"
-                + (f" (domain {n.domain})" if n.domain not in ("", "ai.onnx") else "")
-                + ", which TVM's ONNX frontend cannot import.",
-                op_type=n.op_type,
-                node_name=n.label,
-            )
     if len(proto.graph.node) != len(nodes):  # pragma: no cover - to_proto keeps nodes 1:1
         raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
+    proto, origin, via = _inline_local_functions(proto)
+    _constants_as_tensors(proto)
+    known = supported_ops()
+    where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""
+    labels = [nodes[i].label + (f" (inside local function {via[k]})" if via[k] else "") for k, i in enumerate(origin)]
+    for k, pn in enumerate(proto.graph.node):
+        if pn.op_type not in known:
+            raise UnsupportedOpError(
+                f"{where}node '{labels[k]}' uses op '{pn.op_type}'"
+                + (f" (domain {pn.domain})" if pn.domain not in ("", "ai.onnx") else "")
+                + ", which TVM's ONNX frontend cannot import.",
+                op_type=pn.op_type,
+                node_name=nodes[origin[k]].label,
+            )
 
     opset = graph.opset or 1
     importer = _importer_class()(
@@ -240,8 +313,9 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
         "float32",
         keep_params_in_input=keep_params_in_input,
         sanitize=True,
-        node_ids=[n.id for n in nodes],
-        node_labels=[n.label for n in nodes],
+        node_ids=[nodes[i].id for i in origin],
+        node_labels=labels,
+        node_names=[nodes[i].label for i in origin],
         where=where,
     )
     sink = io.StringIO()

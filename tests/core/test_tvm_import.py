@@ -91,3 +91,52 @@ def test_registered_converter_takes_over_and_is_removable():
         unregister_converter("Celu")
     with pytest.raises(UnsupportedOpError):
         import_graph(_graph_of(_celu_model()))
+
+
+def test_local_functions_from_rewrites_are_inlined_with_lineage_to_the_call_node():
+    """fuse-linear-relu's mlc.workbench.LinearRelu and fuse-gelu's local Gelu (opset < 20, with
+    value_float Constants in its body) import, lower and compile; the fused kernel's lineage names
+    the call node in the user's graph."""
+    from core.compile import compile_model
+    from core.lowering import lower
+    from core.rewrite.engine import run_rules
+    from core.tvm_import import import_graph
+    from rewrites import get_rules
+
+    g = load_model(sample("mlp"))
+    run_rules(g, get_rules("fuse-linear-relu"))
+    fused = [n for n in g.nodes if n.op_type == "LinearRelu"]
+    assert len(fused) == 2
+    result = import_graph(g)
+    assert set(result.bindings_of_node) >= {n.id for n in fused}
+    assert all(result.lineage[name] == [fused[0].id] for name in result.bindings_of_node[fused[0].id])
+    stages = lower(g, "cpu")
+    fuse_tir = next(s for s in stages if s.name == "FuseTIR")
+    kernels = {name: ids for name, ids in fuse_tir.lineage.as_dict().items() if name.startswith("@fused") and "relu" in name}
+    assert sorted(ids for ids in kernels.values()) == sorted([[n.id] for n in fused])
+    art = compile_model(g, "cpu")
+    assert art.manifest["verification"]["checked"]
+    assert sorted(v for k, v in art.kernel_lineage.items() if "relu" in k) == sorted([[n.label] for n in fused])
+
+    t = load_model(sample("tiny_transformer"))
+    run_rules(t, get_rules("fuse-gelu"))
+    gelu = next(n for n in t.nodes if n.op_type == "Gelu")
+    assert gelu.domain == "mlc.workbench"
+    art = compile_model(t, "cpu")
+    assert art.manifest["verification"]["checked"]
+    assert any(gelu.label in names and "erf" in kernel for kernel, names in art.kernel_lineage.items())
+
+
+def test_unsupported_op_inside_a_local_function_names_the_call_node():
+    from core.tvm_import import import_graph
+
+    fn = onnx.parser.parse_function('<domain: "my.fns", opset_import: ["": 17]>\nTwice (x) => (y) {\n  r = Relu(x)\n  y = Celu(r)\n}')
+    node = helper.make_node("Twice", ["x"], ["y"], name="call_site", domain="my.fns")
+    graph = helper.make_graph([node], "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.fns", 1)],
+                              functions=[fn])
+    with pytest.raises(UnsupportedOpError) as info:
+        import_graph(_graph_of(model))
+    assert info.value.op_type == "Celu" and info.value.node_name == "call_site"
+    assert "call_site" in str(info.value) and "Twice" in str(info.value)
