@@ -236,12 +236,16 @@ def main(argv: list[str] | None = None) -> int:
                     relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
                 )
                 print(f"  tuning {name}: {report.summary()}", flush=True)
+            from core.tuning import database_coverage
+
+            covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
+        if args.tune_db and covered:
             tvm_tuned = build(proto, target, database=args.tune_db)
             terr = _check(tvm_tuned, session, feeds)
             tuned_ms, ort_ms2 = measure(tvm_tuned, session, feeds, runs=_runs_for(ours_ms, args.seconds, args.runs))
             tuned_ratios.append(tuned_ms / ort_ms2)
             tuned_cell, tuned_ratio_cell = f"{tuned_ms:>10.2f}", f"{tuned_ms / ort_ms2:>8.2f}"
-            tuned_note = "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
+            tuned_note = f" tuned {covered}/{kernels} kernels" + ("" if terr <= 0 else f" tuned MISMATCH {terr:.2e}")
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
         print(f"{name:<18}{ort_ms:>10.2f}{ours_ms:>12.2f}{ratio:>8.2f}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
         del vm, session

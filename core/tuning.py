@@ -43,6 +43,7 @@ __all__ = [
     "extract_tasks",
     "tune_module",
     "apply_database_pass",
+    "database_coverage",
     "tuning_pass",
     "rpc_runner",
     "local_builder",
@@ -417,6 +418,23 @@ def _task_module(func):
     import tvm
 
     return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def database_coverage(mod, target, database=None) -> tuple[int, int]:
+    """(kernels of the fused module the database holds tuned records for, kernels in all)."""
+    import tvm
+
+    folder = database_dir(database, target)
+    if not (folder / "database_workload.json").exists():
+        total = sum(1 for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+        return 0, total
+    db = open_database(database, target)
+    known = total = 0
+    for _, func in _prepare(mod).functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            total += 1
+            known += _best_seconds(db, _task_module(func)) is not None
+    return known, total
 
 
 def apply_database_pass(target, database=None):
