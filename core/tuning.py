@@ -295,7 +295,6 @@ def tune_module(
     `mod` is the module after FuseTIR (what schedule_pass receives). Returns a TuningReport;
     the records are in the database whatever happened (cancel, budget, a failing kernel).
     """
-    import tvm
     from tvm.s_tir import meta_schedule as ms
 
     start = time.monotonic()
@@ -314,7 +313,7 @@ def tune_module(
 
     # Measure what the defaults cost where nothing is known yet, to tune where the time goes.
     entries = []
-    for index, task in enumerate(tasks):
+    for task in tasks:
         task_mod = task.dispatched[0]
         key = _workload_key(task_mod)
         result = TaskResult(name=task.task_name, workload=key, weight=int(task.weight))
@@ -402,7 +401,6 @@ def tune_module(
                 report.out_of_time = True
     report.seconds = time.monotonic() - start
     report_progress(1.0, report.summary())
-    _ = tvm
     return report
 
 

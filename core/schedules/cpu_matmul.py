@@ -74,7 +74,7 @@ class Matmul:
         if len(stmt.reads) != 2:
             return None
         iters = [str(iv.var) for iv in stmt.iter_vars]
-        i_var, j_var, k_var = iters[-3], iters[-2], iters[-1]
+        j_var, k_var = iters[-2], iters[-1]
         b_index = None
         for index, region in enumerate(stmt.reads):
             names = [str(r.min) for r in region.region]
@@ -117,6 +117,5 @@ class Matmul:
         wb_loops = sch.get_loops(writeback)[1:]
         if wb_loops and cols % lanes == 0:
             sch.vectorize(wb_loops[-1])
-        _ = i_var
         schedule_remaining_blocks(sch, lanes)
         return sch
