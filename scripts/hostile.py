@@ -458,12 +458,17 @@ def run_cases(cases, targets: list[str], timeout: float = 30.0, log=None) -> dic
     failures = []
     workers = {t: _Worker(t) for t in targets}
     slowest = {t: 0.0 for t in targets}
+    slowest_case = {t: "" for t in targets}
+    busy = {t: 0.0 for t in targets}  # seconds spent per target, worker start-ups included
     try:
         for i, (path, kind) in enumerate(cases):
             for t in targets:
+                t0 = time.perf_counter()
                 r = workers[t].run(path, timeout)
+                busy[t] += time.perf_counter() - t0
                 results[t][r["outcome"]] += 1
-                slowest[t] = max(slowest[t], r.get("seconds", 0.0))
+                if r.get("seconds", 0.0) > slowest[t]:
+                    slowest[t], slowest_case[t] = r.get("seconds", 0.0), f"{path} ({kind}, {r['outcome']})"
                 if r["outcome"] not in ("ok", "error"):
                     failures.append({"case": str(path), "kind": kind, "target": t, **r})
             if log and (i + 1) % 50 == 0:
@@ -471,7 +476,8 @@ def run_cases(cases, targets: list[str], timeout: float = 30.0, log=None) -> dic
     finally:
         for w in workers.values():
             w.stop()
-    return {"results": {t: dict(c) for t, c in results.items()}, "slowest_s": slowest, "failures": failures}
+    return {"results": {t: dict(c) for t, c in results.items()}, "slowest_s": slowest, "slowest_case": slowest_case,
+            "target_seconds": {t: round(v, 1) for t, v in busy.items()}, "failures": failures}
 
 
 def main(argv=None) -> int:

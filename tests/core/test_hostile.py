@@ -108,3 +108,14 @@ def test_hostile_artifact_manifest_cannot_point_the_library_outside_its_folder(t
             load_artifact(art)
     r = run_cli("run", "--help")
     assert "executes its compiled library" in " ".join(r.stdout.split())
+
+
+def test_hostile_text_that_is_not_utf8_is_refused_at_load(tmp_path):
+    # found by the full run: a flipped byte in the doc string loaded, then saving or lowering
+    # failed inside onnx_ir's serializer with an internal error
+    data = SAMPLES["mlp"]().SerializeToString()
+    at = data.index(b"symbolic batch")
+    path = tmp_path / "flipped.onnx"
+    path.write_bytes(data[:at] + b"\xff" + data[at + 1:])
+    with pytest.raises(InvalidModelError, match="the model's doc_string .* is not valid UTF-8 text"):
+        load_model(path)
