@@ -96,6 +96,8 @@ class MainWindow(QMainWindow):
         state = self.settings.value("window/state")
         if state is not None:
             self.restoreState(state)
+        else:  # dock sizes only stick once the window has its real size: again right after showing
+            QTimer.singleShot(250, self._default_dock_sizes)
         self._update_title()
 
     # ---- panels ------------------------------------------------------------------------------
@@ -128,14 +130,23 @@ class MainWindow(QMainWindow):
             self.resize(min(1600, int(avail.width() * 0.92)), min(1000, int(avail.height() * 0.92)))
         else:
             self.resize(1400, 900)
+        self._default_dock_sizes()
+
+    def _default_dock_sizes(self) -> None:
+        """The canvas dominates: a narrow rule list on the left, the inspector on the right, and
+        the bottom tabs (Compile & Run, Lowering, Problems) about a fifth of the height."""
+        width, height = max(self.width(), 800), max(self.height(), 600)
+        sizes = {Qt.LeftDockWidgetArea: min(300, width // 6), Qt.RightDockWidgetArea: min(330, width // 5),
+                 Qt.BottomDockWidgetArea: max(170, min(240, height // 5)), Qt.TopDockWidgetArea: 160}
         by_area: dict = {}
         for dock in self.findChildren(QDockWidget):
-            by_area.setdefault(self.dockWidgetArea(dock), []).append(dock)
+            if not dock.isFloating():
+                by_area.setdefault(self.dockWidgetArea(dock), []).append(dock)
         for area, docks in by_area.items():
             if area in (Qt.LeftDockWidgetArea, Qt.RightDockWidgetArea):
-                self.resizeDocks(docks, [320] * len(docks), Qt.Horizontal)
+                self.resizeDocks(docks, [sizes[area]] * len(docks), Qt.Horizontal)
             elif area in (Qt.BottomDockWidgetArea, Qt.TopDockWidgetArea):
-                self.resizeDocks(docks, [230] * len(docks), Qt.Vertical)
+                self.resizeDocks(docks, [sizes[area]] * len(docks), Qt.Vertical)
 
     def add_panel(self, dock: QDockWidget, area: Qt.DockWidgetArea = Qt.RightDockWidgetArea) -> None:
         """Dock a panel and list it in the View menu. Panels on the same side become tabs."""
@@ -193,6 +204,10 @@ class MainWindow(QMainWindow):
         minimap = QAction("Overview Map", self, checkable=True, checked=True)
         minimap.toggled.connect(self._toggle_minimap)
         view_menu.addAction(minimap)
+        self.key_action = QAction("Colour &Key", self, checkable=True, checked=False)
+        self.key_action.setToolTip("Show which colour stands for which kind of op")
+        self.key_action.toggled.connect(self.canvas.show_key)
+        view_menu.addAction(self.key_action)
         view_menu.addSeparator()
         self.panels_menu = view_menu.addMenu("&Panels")
         self.view_menu = view_menu
@@ -305,6 +320,10 @@ class MainWindow(QMainWindow):
             # is open: no cyclic GC passes over them while they are made (each full pass holds
             # the GIL, i.e. stalls the UI), and afterwards they leave the GC's scans for good.
             # The view and layout add a few hundred thousand more; the same holds for them.
+            # Models replaced earlier were unfrozen above and are garbage in reference cycles:
+            # one collection first frees them (skipping it froze every old model for good: a
+            # leak of ~3 MB per open, see scripts/open_close_memory.py).
+            gc.collect()
             gc.disable()
             try:
                 graph = load_model(path)

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QProgressBar,
+    QScrollArea,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -81,7 +82,7 @@ class KernelChart(QWidget):
     def set_kernels(self, kernels: list[dict], top: int = 16) -> None:
         self.kernels = list(kernels[:top])
         self.selected = -1
-        self.setMinimumHeight(max(120, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
+        self.setMinimumHeight(max(60, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
         self.updateGeometry()
         self.update()
 
@@ -192,19 +193,30 @@ class CompilePanel(QWidget):
         self.table.setSelectionMode(QTableWidget.NoSelection)
         self.chart = KernelChart()
 
+        # one row of controls with the progress bar at its end, and a short results area: the
+        # dock stays low so the canvas keeps most of the window (the chart scrolls when long)
+        self.target.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.target.setMinimumContentsLength(14)
+        self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.heat):
             row.addWidget(w)
-        row.addStretch(1)
+        row.addWidget(self.progress, 1)
+        self.table.setMinimumHeight(60)
+        self.chart.setMinimumHeight(60)
+        chart_scroll = QScrollArea()
+        chart_scroll.setWidgetResizable(True)
+        chart_scroll.setFrameShape(QScrollArea.NoFrame)
+        chart_scroll.setWidget(self.chart)
+        chart_scroll.setMinimumHeight(60)
         split = QSplitter(Qt.Horizontal)
         split.addWidget(self.table)
-        split.addWidget(self.chart)
+        split.addWidget(chart_scroll)
         split.setStretchFactor(0, 2)
         split.setStretchFactor(1, 3)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
-        lay.addWidget(self.progress)
         lay.addWidget(self.status)
         lay.addWidget(split, 1)
 

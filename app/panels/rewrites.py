@@ -108,6 +108,7 @@ class RewritesPanel(QWidget):
 
         buttons = QHBoxLayout()
         for b in (self.preview_button, self.apply_button, self.apply_all_button, self.why_button):
+            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 14)  # style minimum (80 px) kept the dock wide
             buttons.addWidget(b)
         buttons2 = QHBoxLayout()
         self.status = QLabel("")
