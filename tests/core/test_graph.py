@@ -4,6 +4,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from core import load_model
 from tests.conftest import light, sample
@@ -83,3 +84,18 @@ def test_clone_is_independent_and_keeps_ids():
     assert c.to_bytes() == g.to_bytes()
     c.model.graph.remove(next(iter(c.model.graph)), safe=False)
     assert len(c) == len(g) - 1
+
+
+def test_clone_keeps_inferred_shapes_value_info_and_fresh_ids_apart():
+    g = load_model(sample("small_cnn"))
+    c = g.clone()
+    for a, b in zip(g.values, c.values):
+        assert a.name == b.name and a.shape == b.shape and a.dtype == b.dtype
+        assert a.ir is not b.ir
+    assert any("wb.inferred" in v.ir.meta and v.ir.shape is None for v in c.values)  # shapes the file leaves out
+    assert c.value_info_names == g.value_info_names
+    # ids made after the copy never name a node that exists in the other graph
+    node_c = ir.Node("", "Relu", [c.inputs[0].ir], name="extra")
+    c.model.graph.append(node_c)
+    c.changed()
+    assert c.find_node("extra").id not in {n.id for n in g.nodes}
