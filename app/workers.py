@@ -80,6 +80,20 @@ class Job(QThread):
 
     def _finished(self) -> None:
         _RUNNING.discard(self)
+        # A finished job keeps no hold on what its work used: slots are often lambdas that name
+        # the job (a reference cycle through Qt that keeps the Job alive), and they and the work
+        # closure would keep a whole replaced model with it (scripts/open_close_memory.py).
+        # Queued results were delivered before `finished` (same thread, posted earlier).
+        self.work = None
+        import warnings
+
+        for signal in (self.done, self.failed, self.cancelled, self.progressed):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                try:
+                    signal.disconnect()
+                except (RuntimeError, TypeError):
+                    pass
 
     @property
     def cancelled_requested(self) -> bool:
