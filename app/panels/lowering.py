@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDockWidget,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -91,9 +92,10 @@ class LoweringPanel(QWidget):
         self.stage_tree.setHeaderLabels(["#", "Stage", "Level", "Seconds"])
         self.stage_tree.setRootIsDecorated(False)
         self.stage_tree.setUniformRowHeights(True)
-        self.stage_tree.setColumnWidth(0, 26)
-        self.stage_tree.setColumnWidth(1, 165)
-        self.stage_tree.setColumnWidth(2, 108)
+        header = self.stage_tree.header()  # ~18 rows: fit the columns to their text, the stage name takes the rest
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.Stretch)
         self.stage_tree.currentItemChanged.connect(self._stage_selected)
         self.hide_unchanged = QCheckBox("Hide unchanged stages")
         self.hide_unchanged.toggled.connect(self._apply_filter)
@@ -244,9 +246,9 @@ class LoweringPanel(QWidget):
         if self.dock is not None:
             self.dock.show()
             self.dock.raise_()
-            if self.dock.height() < 380 and not self.dock.isFloating():
-                # stage list, IR and passes need room; the canvas keeps the rest
-                self.window.resizeDocks([self.dock], [max(380, self.window.height() // 2)], Qt.Vertical)
+            if self.dock.height() < 340 and not self.dock.isFloating():
+                # stage list, IR and passes need room; the canvas (which draws the stage) keeps the larger part
+                self.window.resizeDocks([self.dock], [max(340, int(self.window.height() * 0.4))], Qt.Vertical)
         snapshot = graph.clone()  # the user may keep editing while this runs
         target = self.target_box.currentText()
         cache = self.cache

@@ -24,6 +24,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -74,7 +75,10 @@ class RewritesPanel(QWidget):
         self.rule_list.setHeaderLabels(["Rule", "Matches"])
         self.rule_list.setRootIsDecorated(False)
         self.rule_list.setAlternatingRowColors(True)
-        self.rule_list.setColumnWidth(0, 190)
+        header = self.rule_list.header()  # the rule name takes what the dock has; no sideways scrolling
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
         for r in self.rules:
             item = QTreeWidgetItem([r.id, "…"])
             item.setData(0, Qt.UserRole, r.id)
@@ -134,6 +138,11 @@ class RewritesPanel(QWidget):
         split.addWidget(self.match_list)
         split.addWidget(self.result)
         split.setSizes([200, 90, 320])
+        # when the dock is short the explanation box gives way first, then the match list
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setStretchFactor(2, 2)
+        self.rule_list.setMinimumHeight(120)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(split, 1)
