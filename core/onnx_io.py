@@ -133,6 +133,7 @@ _TYPED_FIELD = {
     **{t: ("int32_data", 1) for t in (2, 3, 4, 5, 6, 9, 10, 16, 17, 18, 19, 20, 24)},
 }
 _SUB_BYTE_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}
+_KNOWN_DATA_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
 
 
 def _check_tensor_sizes(proto: onnx.ModelProto, path: Path) -> None:
@@ -141,6 +142,8 @@ def _check_tensor_sizes(proto: onnx.ModelProto, path: Path) -> None:
     from onnx.external_data_helper import _get_all_tensors
 
     for t in _get_all_tensors(proto):
+        if t.data_type not in _KNOWN_DATA_TYPES:
+            raise InvalidModelError(f"{path}: tensor '{t.name}' has an unknown data type ({t.data_type}).")
         if t.data_location == onnx.TensorProto.EXTERNAL or t.HasField("segment") or any(d < 0 for d in t.dims):
             continue  # external data is checked against its file; negative dims get their own sentence
         count = 1

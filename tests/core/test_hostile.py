@@ -119,3 +119,12 @@ def test_hostile_text_that_is_not_utf8_is_refused_at_load(tmp_path):
     path.write_bytes(data[:at] + b"\xff" + data[at + 1:])
     with pytest.raises(InvalidModelError, match="the model's doc_string .* is not valid UTF-8 text"):
         load_model(path)
+
+
+def test_hostile_tensor_of_an_unknown_data_type_is_refused(tmp_path):
+    # found by the full run: an initializer retyped to 999 loaded, and serializing it failed later
+    m = SAMPLES["mlp"]()
+    m.graph.initializer[-1].data_type = 999
+    onnx.save(m, tmp_path / "m.onnx")
+    with pytest.raises(InvalidModelError, match=r"tensor '.*' has an unknown data type \(999\)"):
+        load_model(tmp_path / "m.onnx")
