@@ -9,7 +9,7 @@ stage) it shows the view node's own label, detail and lineage.
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDockWidget, QTreeWidget, QTreeWidgetItem
+from PySide6.QtWidgets import QDockWidget, QLabel, QTreeWidget, QTreeWidgetItem
 
 from core.viewgraph import node_facts, tensor_facts
 
@@ -30,6 +30,12 @@ class InspectorPanel(QTreeWidget):
         self.setWordWrap(False)
         self.setColumnWidth(0, 130)
         self.setTextElideMode(Qt.ElideMiddle)
+        # empty state: a word-wrapped hint over the (empty) table, readable at any dock width
+        self.empty_hint = QLabel(self.viewport())
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
+        self.empty_hint.setStyleSheet(f"color: {self.palette().placeholderText().color().name()}; padding: 12px 10px;")
+        self.empty_hint.hide()
         doc = window.document
         doc.selectionChanged.connect(lambda _ids: self.refresh())
         doc.tensorSelected.connect(lambda _name: self.refresh())
@@ -41,6 +47,8 @@ class InspectorPanel(QTreeWidget):
 
     def rows(self) -> list[tuple[str, str, str]]:
         """What is shown, as (section, key, value) rows (for tests and copy/paste)."""
+        if self.topLevelItemCount() == 0 and self.empty_hint.text():
+            return [("Inspector", "", self.empty_hint.text())]
         out = []
         for i in range(self.topLevelItemCount()):
             top = self.topLevelItem(i)
@@ -51,18 +59,26 @@ class InspectorPanel(QTreeWidget):
                 out.append((top.text(0), ch.text(0), ch.text(1)))
         return out
 
+    def _place_hint(self) -> None:
+        self.empty_hint.setGeometry(0, 0, self.viewport().width(), max(60, self.viewport().height() // 2))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._place_hint()
+
     def refresh(self) -> None:
         rows = self._facts()
         self.setUpdatesEnabled(False)
         self.clear()
         sections: dict[str, QTreeWidgetItem] = {}
         if len(rows) == 1 and rows[0][0] == "Inspector":  # a hint, not facts
-            hint = QTreeWidgetItem([rows[0][2]])
-            self.addTopLevelItem(hint)
-            hint.setFirstColumnSpanned(True)
-            hint.setForeground(0, self.palette().placeholderText())
+            self.empty_hint.setText(rows[0][2])
+            self._place_hint()
+            self.empty_hint.show()
             self.setUpdatesEnabled(True)
             return
+        self.empty_hint.hide()
+        self.empty_hint.setText("")
         for section, key, value in rows:
             top = sections.get(section)
             if top is None:
