@@ -201,8 +201,20 @@ def extract_tasks(mod, target) -> list:
         func = task.dispatched[0]["main"]
         if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
             continue
+        if not _static_shapes(func):
+            # MetaSchedule measures on concrete tensors; a symbolic batch dimension keeps the
+            # kernel on its default schedule.
+            continue
         out.append(task)
     return out
+
+
+def _static_shapes(func) -> bool:
+    for param in func.params:
+        shape = getattr(param, "shape", None)
+        if shape is not None and any(not isinstance(getattr(dim, "value", None), int) for dim in shape):
+            return False
+    return True
 
 
 def _workload_key(task_mod) -> str:
@@ -227,6 +239,16 @@ def _measure_default(task_mod, target, builder, runner):
             break
     else:
         return None, None
+    try:
+        return _build_and_run(sch, func, target, builder, runner)
+    except Exception as exc:  # noqa: BLE001 - no default figure: the kernel is tuned all the same
+        logger.info("could not measure the default schedule: %s", exc)
+        return None, None
+
+
+def _build_and_run(sch, func, target, builder, runner):
+    from tvm.s_tir import meta_schedule as ms
+
     built = builder.build([ms.builder.BuilderInput(sch.mod, target)])[0]
     if built.error_msg:
         logger.info("default schedule did not build: %s", built.error_msg.splitlines()[0])
