@@ -143,3 +143,13 @@ def test_rpc_runner_measures_through_a_loopback_tracker(tmp_path, target):
     finally:
         server.terminate()
         tracker.terminate()
+
+
+def test_kernels_with_symbolic_shapes_are_left_to_the_default_schedule(tmp_path, target):
+    from core import samples
+    from core.tuning import extract_tasks, tune_module
+
+    mod = _fused(samples.mlp())  # batch dimension is symbolic
+    assert extract_tasks(mod, target) == []
+    report = tune_module(mod, target, tmp_path, budget_s=30)
+    assert report.tasks == [] and not report.cancelled
