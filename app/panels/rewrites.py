@@ -117,6 +117,7 @@ class RewritesPanel(QWidget):
         buttons2 = QHBoxLayout()
         self.status = QLabel("")
         self.status.setObjectName("rewrite-status")
+        self.status.setWordWrap(True)  # a long status must not widen the dock (and shrink the canvas)
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(90)
