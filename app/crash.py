@@ -96,7 +96,7 @@ class CrashDialog(QDialog):
         self.message.setText(
             f"<b>Something went wrong inside MLC Workbench:</b> {_escape(self._summary)}{more}<br><br>"
             f"The application keeps running; the open model and its undo history are as they were. "
-            f"{_escape(self._saved_note)}<br>Please send the report (Copy report) with the steps that led here."
+            f"{_escape(self._saved_note)}<br><br>Please send the report (Copy report) with the steps that led here."
         )
         self.details.setPlainText("\n\n".join(self.reports))
 
@@ -153,8 +153,10 @@ def report_exception(exc_type, exc_value, tb) -> None:
     report = format_report(exc_type, exc_value, tb)
     logger.error("unexpected error:\n%s", report)
     bridge = _state["bridge"]
-    if bridge is not None and threading.current_thread() is not threading.main_thread():
-        bridge.reported.emit(f"{exc_type.__name__}: {exc_value}", report)  # queued to the UI thread
+    if bridge is not None:
+        # queued: the dialog is made by the event loop, on the UI thread, after the failing slot
+        # has unwound (showing it from inside the hook left it unpainted under X11)
+        bridge.reported.emit(f"{exc_type.__name__}: {exc_value}", report)
         return
     _show(f"{exc_type.__name__}: {exc_value}", report)
 
