@@ -93,6 +93,7 @@ def test_registered_converter_takes_over_and_is_removable():
         import_graph(_graph_of(_celu_model()))
 
 
+@pytest.mark.slow
 def test_local_functions_from_rewrites_are_inlined_with_lineage_to_the_call_node():
     """fuse-linear-relu's mlc.workbench.LinearRelu and fuse-gelu's local Gelu (opset < 20, with
     value_float Constants in its body) import, lower and compile; the fused kernel's lineage names
