@@ -68,15 +68,16 @@ class EditCommand(QUndoCommand):
 
 def changes_shapes(edit: Edit) -> bool:
     """Whether an edit can change any tensor's shape or type, i.e. needs shape inference again
-    (0.1 s on DenseNet, ~0.9 s at 10k nodes, on the UI thread). Renames cannot: inferred shapes
-    live in the meta of the renamed node's values / the renamed value itself, which stay the same
-    objects. An edit may say so itself with a `changes_shapes` attribute; unknown edits infer."""
+    (0.1 s on DenseNet, ~0.9 s at 10k nodes, on the UI thread). Renames and graph-output changes
+    cannot: inferred shapes live in the meta of the values, which stay the same objects (a new
+    graph output is declared with the shape already inferred for it). An edit may say so itself
+    with a `changes_shapes` attribute; unknown edits infer."""
     own = getattr(edit, "changes_shapes", None)
     if own is not None:
         return bool(own)
     from core import edits
 
-    if isinstance(edit, (edits.RenameNode, edits.RenameTensor)):
+    if isinstance(edit, (edits.RenameNode, edits.RenameTensor, edits.AddGraphOutput, edits.RemoveGraphOutput)):
         return False
     if isinstance(edit, edits.CompoundEdit):
         return any(changes_shapes(e) for e in edit.edits)
