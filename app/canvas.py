@@ -131,8 +131,8 @@ class GraphCanvas(QGraphicsView):
         self.legend.hide()
         self.key = QLabel(self)  # colour key of the op categories (View ▸ Colour Key)
         self.key.setStyleSheet(self.legend.styleSheet())
-        self.key.setText(
-            "&nbsp;".join(
+        self.key.setText(  # entries wrap as wholes on a narrow canvas (see _place_key)
+            "&nbsp; ".join(
                 f"<span style='color:{CATEGORY_COLORS[c][1]}'>■</span>&nbsp;{c}"
                 for c in ("convolution", "matmul", "elementwise", "activation", "normalization", "pooling", "shape", "other")
             )
@@ -702,8 +702,14 @@ class GraphCanvas(QGraphicsView):
         self._place_key()
 
     def _place_key(self) -> None:
-        self.key.adjustSize()
         vp = self.viewport().geometry()
+        # one line when it fits beside the minimap, else wrapped to the room there is
+        room = vp.width() - 20 - (self.minimap.width() + 10 if self.minimap.image is not None and self.minimap.enabled_by_user else 0)
+        self.key.setWordWrap(False)
+        self.key.adjustSize()
+        if self.key.width() > room > 80:
+            self.key.setWordWrap(True)
+            self.key.resize(room, self.key.heightForWidth(room))
         self.key.move(vp.left() + 10, vp.bottom() - self.key.height() - 10)
 
     def resizeEvent(self, event) -> None:
