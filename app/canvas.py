@@ -704,7 +704,7 @@ class GraphCanvas(QGraphicsView):
     def _place_key(self) -> None:
         vp = self.viewport().geometry()
         # one line when it fits beside the minimap, else wrapped to the room there is
-        room = vp.width() - 20 - (self.minimap.width() + 10 if self.minimap.image is not None and self.minimap.enabled_by_user else 0)
+        room = vp.width() - 20  # the minimap has a strip of its own beside the viewport
         self.key.setWordWrap(False)
         self.key.adjustSize()
         if self.key.width() > room > 80:
@@ -876,7 +876,7 @@ class Minimap(QWidget):
         lo = canvas.layout_result
         if lo is None or canvas.view is None or not lo.boxes:
             self.image = None
-            self.hide()
+            self._show(False)
             return
         rect = canvas.scene().sceneRect()
         # aspect kept within 1:4 so very tall graphs still get a usable width
@@ -921,18 +921,29 @@ class Minimap(QWidget):
 
     def place(self) -> None:
         if self.image is None or not self.enabled_by_user:
-            self.hide()
+            self._show(False)
             return
-        vp = self.canvas.viewport().geometry()
-        self.move(vp.right() - self.width() - 10, vp.bottom() - self.height() - 10)
         fits = self.canvas.fit_scale() >= self.canvas.zoom() * 0.999
-        self.setVisible(not fits)
+        self._show(not fits)
+
+    def _show(self, on: bool) -> None:
+        """Show or hide the map in a strip of its own right of the viewport (the canvas's
+        viewport margin), so it never covers the graph. Stable: the strip only narrows the
+        viewport, which cannot make a graph that did not fit fit."""
+        margin = self.width() + 16 if on else 0
+        if self.canvas.viewportMargins().right() != margin:
+            self.canvas.setViewportMargins(0, 0, margin, 0)
+        if on:
+            vp = self.canvas.viewport().geometry()
+            self.move(vp.right() + 9, vp.bottom() - self.height() - 6)
+        if on != self.isVisible():
+            self.setVisible(on)
 
     def update(self) -> None:  # noqa: D401 - also re-evaluate visibility when the view moves
         if self.image is not None and self.enabled_by_user:
             fits = self.canvas.fit_scale() >= self.canvas.zoom() * 0.999
             if fits == self.isVisible():
-                self.setVisible(not fits)
+                self._show(not fits)
         super().update()
 
     def paintEvent(self, event) -> None:
