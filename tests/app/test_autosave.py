@@ -95,6 +95,7 @@ CRASHING_SESSION = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_autosave_recovery_after_a_crash(autosave_dir, window, qtbot, tmp_path):
     src = _model_copy(tmp_path)
     original = src.read_bytes()

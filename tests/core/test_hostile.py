@@ -91,6 +91,7 @@ def test_hostile_external_data_through_a_symlink_out_of_the_folder_is_refused(tm
     assert load_model(folder / "model.onnx").find_node is not None
 
 
+@pytest.mark.slow
 def test_hostile_artifact_manifest_cannot_point_the_library_outside_its_folder(tmp_path):
     # loading an artifact executes its library: a manifest must not pick an arbitrary .so elsewhere
     import json
