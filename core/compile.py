@@ -52,6 +52,7 @@ __all__ = [
     "CompiledMismatchError",
     "compile_model",
     "load_artifact",
+    "check_artifact_folder",
     "random_feeds",
     "compare_outputs",
     "MANIFEST",
@@ -992,21 +993,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     import tvm
 
     folder = Path(folder)
-    man_path = folder / MANIFEST
-    if not folder.is_dir():
-        raise WorkbenchError(f"{folder} is not an artifact folder (expected a folder with {MANIFEST} and {LIBRARY}).")
-    if not man_path.is_file():
-        raise WorkbenchError(f"{folder} has no {MANIFEST}; it is not an exported artifact.")
-    try:
-        manifest = json.loads(man_path.read_text())
-    except (OSError, ValueError) as e:
-        raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
-    library = manifest.get("library", LIBRARY)
-    lib_path = folder / str(library)
-    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
-        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
-    if not lib_path.is_file():
-        raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
+    manifest, lib_path = check_artifact_folder(folder)
     target = manifest.get("target", {}).get("kind", "cpu")
     if target == "cuda":
         if not _gpu_present():
@@ -1032,6 +1019,33 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
         kernel_lineage=manifest.get("kernel_lineage", {}),
         folder=folder,
     )
+
+
+def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
+    """The manifest and library path of an artifact folder, checked without loading anything.
+
+    Reads only JSON and file metadata, so a GUI can refuse a bad folder before it asks the user
+    whether to run the native code inside; `load_artifact` runs the same checks.
+    """
+    folder = Path(folder)
+    man_path = folder / MANIFEST
+    if not folder.is_dir():
+        raise WorkbenchError(f"{folder} is not an artifact folder (expected a folder with {MANIFEST} and {LIBRARY}).")
+    if not man_path.is_file():
+        raise WorkbenchError(f"{folder} has no {MANIFEST}; it is not an exported artifact.")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
+    if not isinstance(manifest, dict):
+        raise WorkbenchError(f"{man_path} is not an artifact manifest (expected a JSON object).")
+    library = manifest.get("library", LIBRARY)
+    lib_path = folder / str(library)
+    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
+        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
+    if not lib_path.is_file():
+        raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
+    return manifest, lib_path
 
 
 def _register_cuda_compile_callback() -> None:

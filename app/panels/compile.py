@@ -11,6 +11,9 @@
   by kernel time per ONNX node (each kernel's time split over its nodes, through lineage).
 * Export writes the artifact folder (library, manifest with the measured figures, run.py, the
   compiled ONNX model, CUDA source); "Save optimized ONNX" saves the (rewritten) model itself.
+* "Open Artifact…" measures an exported artifact folder. Loading one runs the native code inside
+  it (model.so), so the panel first refuses a bad folder (one sentence, nothing changes) and then
+  asks, Cancel by default; only "Load and Run" loads it and times it on seeded random inputs.
 
 A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
 says so and offers Export.
@@ -29,6 +32,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMessageBox,
     QProgressBar,
     QScrollArea,
     QPushButton,
@@ -173,6 +177,8 @@ class CompilePanel(QWidget):
         self.export_btn = QPushButton("Export…")
         self.export_btn.setEnabled(False)
         self.save_onnx_btn = QPushButton("Save optimized ONNX…")
+        self.open_artifact_btn = QPushButton("Open Artifact…")
+        self.open_artifact_btn.setToolTip("Open Compiled Artifact: load an exported folder (manifest.json + model.so) and measure it")
         self.heat = QCheckBox("Heat on graph")
         self.heat.setChecked(True)
         self.progress = QProgressBar()
@@ -199,7 +205,7 @@ class CompilePanel(QWidget):
         self.target.setMinimumContentsLength(14)
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
-        for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.heat):
+        for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         self.table.setMinimumHeight(60)
@@ -224,6 +230,7 @@ class CompilePanel(QWidget):
         self.cancel_btn.clicked.connect(self.cancel)
         self.export_btn.clicked.connect(self.export_dialog)
         self.save_onnx_btn.clicked.connect(self.save_onnx_dialog)
+        self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
         self.heat.toggled.connect(self._apply_heat)
         self.chart.kernelClicked.connect(self._select_kernel)
         # F5 compiles and runs from anywhere in the window (and raises this panel)
@@ -318,6 +325,7 @@ class CompilePanel(QWidget):
 
     def _busy(self, on: bool) -> None:
         self.compile_btn.setEnabled(not on)
+        self.open_artifact_btn.setEnabled(not on)
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
         self.export_btn.setEnabled(not on and self.artifact is not None)
@@ -397,6 +405,11 @@ class CompilePanel(QWidget):
         if res is not None:
             rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
+        self._fill_table(rows)
+        self.chart.set_kernels(res.kernels if res is not None else [])
+        self._apply_heat()
+
+    def _fill_table(self, rows: list[tuple[str, str, str]]) -> None:
         self.table.setRowCount(len(rows))
         for r, cells in enumerate(rows):
             for c, text in enumerate(cells):
@@ -404,8 +417,6 @@ class CompilePanel(QWidget):
                 if c:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 self.table.setItem(r, c, item)
-        self.chart.set_kernels(res.kernels if res is not None else [])
-        self._apply_heat()
 
     def _node_ids(self, labels) -> list[int]:
         graph = self.window.document.graph
@@ -495,6 +506,112 @@ class CompilePanel(QWidget):
             self._failed(str(e))
             return
         self.status.setText(f"Saved the optimized model to {path}.")
+
+
+    # -- open a compiled artifact ------------------------------------------------------------
+
+    def open_artifact_dialog(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open Compiled Artifact (a folder with manifest.json)")
+        if folder:
+            self.open_artifact(folder)
+
+    def confirmation_box(self, folder: str) -> QMessageBox:
+        """The question asked before loading: loading maps model.so, which runs its code at once."""
+        from core.compile import LIBRARY
+
+        box = QMessageBox(QMessageBox.Warning, "Load compiled artifact?", f"Load and run the compiled artifact in\n{folder}?", parent=self)
+        box.setInformativeText(
+            f"Loading it executes the compiled native code inside it ({LIBRARY}) with the workbench's "
+            "permissions. Only load artifacts you built yourself or trust."
+        )
+        box.load_button = box.addButton("Load and Run", QMessageBox.AcceptRole)
+        cancel = box.addButton(QMessageBox.Cancel)
+        box.setDefaultButton(cancel)
+        box.setEscapeButton(cancel)
+        return box
+
+    def confirm_load(self, folder: str) -> bool:
+        box = self.confirmation_box(folder)
+        box.exec()
+        return box.clickedButton() is box.load_button
+
+    def open_artifact(self, folder: str) -> None:
+        """Check `folder`, ask, then load the artifact and time it on a worker thread."""
+        from core import compile as core_compile
+
+        if self.job is not None and self.job.isRunning():
+            return
+        try:
+            core_compile.check_artifact_folder(folder)
+        except WorkbenchError as e:
+            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
+            return
+        if not self.confirm_load(folder):
+            self.status.setText(f"Did not load {folder}.")
+            return
+        try:
+            art = core_compile.load_artifact(folder)
+        except WorkbenchError as e:
+            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
+            return
+        runs = self.runs.value()
+        vs_ort = self.vs_ort.isChecked() and art.model_bytes is not None
+
+        def work(job: Job):
+            from core.bench import benchmark
+            from core.compile import CompileCancelled
+
+            try:
+                return art, benchmark(
+                    art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                    progress=lambda step, frac: job.report(frac, f"measure: {step}"),
+                )
+            except CompileCancelled:
+                raise JobCancelled() from None
+
+        self.job = Job(work, title="Run artifact", parent=self)
+        self.job.progressed.connect(self._progress)
+        self.job.done.connect(self._artifact_done)
+        self.job.failed.connect(self._failed)
+        self.job.cancelled.connect(self._cancelled)
+        self._busy(True)
+        self.status.setStyleSheet("")
+        self.status.setText(f"Running the artifact in {folder}…")
+        self.job.start()
+
+    def _artifact_done(self, result) -> None:
+        art, res = result
+        # the table now describes the artifact, not the open model: drop the compile's heat
+        self.artifact = self.result = None
+        self.stale = False
+        self._busy(False)
+        self.progress.setValue(1000)
+        self.progress.setFormat("done")
+        self.window.canvas.set_overlay(None)
+        ort = res.ort_latency_ms or {}
+        rows = [
+            (label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–")
+            for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min"))
+        ]
+        rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
+        if res.ratio is not None:
+            rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
+        mem = res.memory
+        rows += [
+            ("Parameters", _mb(mem.get("params_bytes")), ""),
+            ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
+            ("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""),
+        ]
+        self._fill_table(rows)
+        self.chart.set_kernels(res.kernels)
+        dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
+        match = ""
+        if res.outputs_match_ort is not None:
+            match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
+        self.status.setText(
+            f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
+            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}."
+        )
 
 
 def create_panel(window) -> QDockWidget:

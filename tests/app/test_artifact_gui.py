@@ -1,0 +1,87 @@
+"""Open Compiled Artifact in the Compile & Run panel: a bad folder is refused in one sentence,
+the confirmation defaults to Cancel and nothing is loaded unless "Load and Run" is pressed, and
+a loaded artifact's latency lands in the results table."""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from tests.conftest import sample
+
+
+@pytest.fixture(scope="module")
+def artifact_folder(tmp_path_factory):
+    from core.compile import compile_model
+
+    folder = tmp_path_factory.mktemp("artifact") / "mlp"
+    compile_model(str(sample("mlp")), "cpu").export(folder)
+    return folder
+
+
+def _answer(button_text: str, seen: list):
+    """Press `button_text` on the modal confirmation once it is up (the real dialog, run modally)."""
+
+    def press():
+        box = QApplication.activeModalWidget()
+        if not isinstance(box, QMessageBox):
+            QTimer.singleShot(20, press)
+            return
+        seen.append((box.text() + "\n" + box.informativeText(), box.defaultButton().text()))
+        next(b for b in box.buttons() if b.text() == button_text).click()
+
+    QTimer.singleShot(20, press)
+
+
+def _record_loads(monkeypatch):
+    import core.compile
+
+    calls: list = []
+    real = core.compile.load_artifact
+    monkeypatch.setattr(core.compile, "load_artifact", lambda folder: calls.append(folder) or real(folder))
+    return calls
+
+
+def test_cancel_loads_nothing(window, qtbot, monkeypatch, artifact_folder):
+    panel = window.panels["compile"].widget()
+    calls = _record_loads(monkeypatch)
+    seen: list = []
+    _answer("Cancel", seen)
+    panel.open_artifact(str(artifact_folder))
+    text, default = seen[0]
+    assert str(artifact_folder) in text and "model.so" in text and "executes" in text and "trust" in text
+    assert default == "Cancel"
+    assert calls == [] and panel.job is None and panel.table.rowCount() == 0
+
+
+def test_load_and_run_shows_latency(window, qtbot, monkeypatch, artifact_folder):
+    panel = window.panels["compile"].widget()
+    panel.runs.setValue(3)
+    calls = _record_loads(monkeypatch)
+    seen: list = []
+    _answer("Load and Run", seen)
+    panel.open_artifact(str(artifact_folder))
+    assert calls == [str(artifact_folder)]
+    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.compile_btn.isEnabled(), timeout=30_000)
+    labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
+    for label in ("Latency median", "Latency p90"):
+        cell = panel.table.item(labels.index(label), 1).text()
+        assert cell.endswith(" ms") and float(cell.split()[0]) > 0
+    assert panel.table.item(labels.index("Runs"), 1).text() == "3"
+    assert str(artifact_folder) in panel.status.text() and "match onnxruntime" in panel.status.text()
+
+
+def test_folder_without_manifest_is_refused(window, qtbot, monkeypatch, messages, tmp_path):
+    panel = window.panels["compile"].widget()
+    calls = _record_loads(monkeypatch)
+    monkeypatch.setattr(type(panel), "confirm_load", lambda self, folder: pytest.fail("asked about a bad folder"))
+    panel.open_artifact(str(tmp_path))
+    assert messages == [f"{tmp_path} has no manifest.json; it is not an exported artifact."]
+    assert calls == [] and panel.job is None
+
+
+def test_library_outside_the_folder_is_refused(window, messages, tmp_path):
+    panel = window.panels["compile"].widget()
+    (tmp_path / "manifest.json").write_text('{"library": "../evil.so"}')
+    panel.open_artifact(str(tmp_path))
+    assert len(messages) == 1 and "outside the artifact folder" in messages[0] and panel.job is None
