@@ -180,6 +180,9 @@ class MainWindow(QMainWindow):
         self.save_action = self._action(file_menu, "&Save", self.save, QKeySequence.Save)
         self.save_as_action = self._action(file_menu, "Save &As…", self.save_as, QKeySequence.SaveAs)
         file_menu.addSeparator()
+        self._action(file_menu, "Open Compiled &Artifact…", self._open_compiled_artifact,
+                     tip="Load an exported artifact folder (runs its native code, after asking) and measure it")
+        file_menu.addSeparator()
         self._action(file_menu, "&Quit", self.close, QKeySequence.Quit)
         self.file_menu = file_menu
 
@@ -211,6 +214,14 @@ class MainWindow(QMainWindow):
         view_menu.addSeparator()
         self.panels_menu = view_menu.addMenu("&Panels")
         self.view_menu = view_menu
+
+    def _open_compiled_artifact(self) -> None:
+        """File > Open Compiled Artifact: the Compile & Run panel asks, loads and measures."""
+        dock = self.panels.get("compile")
+        if dock is not None:
+            dock.show()
+            dock.raise_()
+            dock.widget().open_artifact_dialog()
 
     def _toggle_minimap(self, on: bool) -> None:
         self.canvas.minimap.enabled_by_user = on

@@ -85,3 +85,13 @@ def test_library_outside_the_folder_is_refused(window, messages, tmp_path):
     (tmp_path / "manifest.json").write_text('{"library": "../evil.so"}')
     panel.open_artifact(str(tmp_path))
     assert len(messages) == 1 and "outside the artifact folder" in messages[0] and panel.job is None
+
+
+def test_file_menu_opens_the_panels_dialog(window, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    picked: list = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: picked.append(a[1]) or "")
+    action = next(a for a in window.file_menu.actions() if a.text() == "Open Compiled &Artifact…")
+    action.trigger()
+    assert picked and "manifest.json" in picked[0] and window.panels["compile"].isVisible()
