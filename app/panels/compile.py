@@ -386,24 +386,7 @@ class CompilePanel(QWidget):
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
             self.status.setText(f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
-        rows: list[tuple[str, str, str]] = []
-        if res is not None:
-            ort = res.ort_latency_ms or {}
-            for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min")):
-                rows.append((label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–"))
-            rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
-            if res.ratio is not None:
-                rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
-            mem = res.memory
-        else:
-            mem = dict(m.get("memory_estimate") or {})
-        rows += [
-            ("Parameters", _mb(mem.get("params_bytes")), ""),
-            ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
-            ("Activations, unplanned", _mb(mem.get("unplanned_bytes")), ""),
-        ]
-        if res is not None:
-            rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
+        rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
         self._fill_table(rows)
         self.chart.set_kernels(res.kernels if res is not None else [])
@@ -588,21 +571,7 @@ class CompilePanel(QWidget):
         self.progress.setValue(1000)
         self.progress.setFormat("done")
         self.window.canvas.set_overlay(None)
-        ort = res.ort_latency_ms or {}
-        rows = [
-            (label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–")
-            for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min"))
-        ]
-        rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
-        if res.ratio is not None:
-            rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
-        mem = res.memory
-        rows += [
-            ("Parameters", _mb(mem.get("params_bytes")), ""),
-            ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
-            ("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""),
-        ]
-        self._fill_table(rows)
+        self._fill_table(_result_rows(res))
         self.chart.set_kernels(res.kernels)
         dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
         match = ""
@@ -612,6 +581,28 @@ class CompilePanel(QWidget):
             f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
             f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}."
         )
+
+
+def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str, str]]:
+    """Table rows (label, ours, onnxruntime) for a benchmark result; without one (nothing could
+    run here), only the compile-time memory estimate."""
+    rows: list[tuple[str, str, str]] = []
+    if res is not None:
+        ort = res.ort_latency_ms or {}
+        for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min")):
+            rows.append((label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–"))
+        rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
+        if res.ratio is not None:
+            rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
+    mem = res.memory if res is not None else (memory_estimate or {})
+    rows += [
+        ("Parameters", _mb(mem.get("params_bytes")), ""),
+        ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
+        ("Activations, unplanned", _mb(mem.get("unplanned_bytes")), ""),
+    ]
+    if res is not None:
+        rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
+    return rows
 
 
 def create_panel(window) -> QDockWidget:
