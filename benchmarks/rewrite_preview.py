@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import onnx  # noqa: E402
 
 from core import load_model  # noqa: E402
-from core.rewrite import SpareCopy, fast_clone, find_matches, preview  # noqa: E402
+from core.rewrite import SpareCopy, find_matches, preview  # noqa: E402
 from core.verify import with_random_weights  # noqa: E402
 from rewrites import all_rules  # noqa: E402
 
@@ -43,7 +43,7 @@ def _median_ms(fn, runs: int) -> float:
 
 def bench(graph, label: str, runs: int) -> list[tuple]:
     rows = []
-    copy_ms = _median_ms(lambda: fast_clone(graph), runs)
+    copy_ms = _median_ms(lambda: graph.clone(), runs)
     for rule in all_rules():
         t0 = time.perf_counter()
         matches = find_matches(graph, rule)

@@ -274,9 +274,8 @@ def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:  
 
     from .graph import Graph
     from .rewrite.constants import ConstantEvaluator
-    from .rewrite.engine import fast_clone
 
-    g: Graph = fast_clone(graph)
+    g: Graph = graph.clone()
     model = g.model
     ev = ConstantEvaluator(model)
     rng = np.random.default_rng(seed)

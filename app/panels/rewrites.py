@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import WorkbenchError
-from core.rewrite import RewriteEdit, SpareCopy, explain, fast_clone, find_matches, preview
+from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
@@ -387,7 +387,7 @@ class RewritesPanel(QWidget):
             job.report(0.1, f"Rewriting a copy ({rule.id})…")
             pv = preview(graph, rule, matches, spare=spare)
             job.check()
-            before = fast_clone(graph)  # read the original here, not the live graph the UI owns
+            before = graph.clone()  # read the original here, not the live graph the UI owns
             if pv.applied:
                 job.report(0.5, "Verifying with onnxruntime…")
                 try:

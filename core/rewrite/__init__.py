@@ -10,7 +10,7 @@ The rule library lives in `rewrites/` (one module per family, registered in
 from __future__ import annotations
 
 from .constants import ConstantEvaluator, is_constant_value
-from .engine import Preview, SpareCopy, RewriteEdit, RuleReport, apply_rewrite, explain, fast_clone, find_matches, preview, run_rules
+from .engine import Preview, SpareCopy, RewriteEdit, RuleReport, apply_rewrite, explain, find_matches, preview, run_rules
 from .rule import WB_DOMAIN, Attempt, ConditionFailed, Match, PatternRule, RewriteRule, RuleContext, WhyNot, current, fail, node_label, rank, static_shape
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
     "apply_rewrite",
     "run_rules",
     "RuleReport",
-    "fast_clone",
     "SpareCopy",
     "ConstantEvaluator",
     "is_constant_value",

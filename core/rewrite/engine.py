@@ -37,7 +37,6 @@ __all__ = [
     "Preview",
     "RewriteEdit",
     "apply_rewrite",
-    "fast_clone",
     "SpareCopy",
     "RuleReport",
     "run_rules",
@@ -137,12 +136,6 @@ def explain(graph: Graph, rule: RewriteRule, node_id: int) -> WhyNot:
 
 
 # ---- preview -----------------------------------------------------------------------------------
-def fast_clone(graph: Graph) -> Graph:
-    """A copy of the graph with the same node ids, inferred shapes and value_info filter:
-    `Graph.clone` (onnx_ir's in-memory clone). Kept under this name for the engine's callers."""
-    return graph.clone()
-
-
 @dataclass
 class Preview:
     """A rewrite before it happens: the rewritten copy and what changed, in node ids.
@@ -220,7 +213,7 @@ class SpareCopy:
     def __init__(self, graph: Graph):
         self.base = graph
         self.revision = graph.revision
-        self.copy: Graph | None = fast_clone(graph)
+        self.copy: Graph | None = graph.clone()
 
     def take(self, graph: Graph) -> Graph | None:
         if self.copy is None or graph is not self.base or graph.revision != self.revision:
@@ -238,7 +231,7 @@ def preview(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = N
     matches = list(matches)
     clone = spare.take(graph) if spare is not None else None
     if clone is None:
-        clone = fast_clone(graph)
+        clone = graph.clone()
     ctx = RuleContext(clone, ConstantEvaluator(clone.model))
     applied: list[Match] = []
     skipped: list[tuple[Match, str]] = []
