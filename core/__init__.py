@@ -8,6 +8,9 @@ from __future__ import annotations
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
 from .graph import Graph, Node, Value
 from .onnx_io import load_model, save_model
+from .target import use_host_cores
+
+use_host_cores()  # before TVM's thread pool exists (see core.target.use_host_cores)
 
 __all__ = [
     "Graph",

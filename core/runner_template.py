@@ -77,6 +77,13 @@ def _flatten(out) -> list:
     return result
 
 
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="run.py",
@@ -112,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         feeds = _random_inputs(np, manifest, dims, args.seed)
 
+    # TVM's thread pool starts half as many threads as there are CPUs on x86 (it assumes
+    # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
+    # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
+    os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
     import tvm
     from tvm import relax
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["make_target", "host_cpu", "host_cores", "TARGET_KINDS"]
+__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "TARGET_KINDS"]
 
 TARGET_KINDS = ("cpu", "cuda")
 
@@ -23,6 +23,19 @@ def host_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
+
+
+def use_host_cores() -> None:
+    """Make TVM's CPU thread pool run host_cores() threads, the count compiled code is built for
+    (the target's num-cores).
+
+    Why: on x86 TVM's runtime assumes every two CPUs are one hyperthreaded core and starts half
+    as many threads as there are CPUs - one on a 2-CPU machine, which halved every measured
+    latency's parallelism. The pool is created once, at the first parallel kernel (compile runs
+    some: weight packing), so this runs when `core` is imported. A TVM_NUM_THREADS the user set
+    wins.
+    """
+    os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
 
 
 def make_target(kind: str = "cpu", cuda_arch: str = "sm_80"):
