@@ -103,16 +103,23 @@ def cache_write_and_inline_epilogue(sch, block):
     are scheduled later by `schedule_remaining_blocks`.
     """
     writeback = sch.cache_write(block, 0, "local")
-    progress = True
-    while progress:
-        progress = False
-        for consumer in sch.get_consumers(writeback):
-            try:
-                sch.reverse_compute_inline(consumer)
-                progress = True
-                break
-            except Exception:  # noqa: BLE001 - a consumer that is not a pure elementwise tail
-                continue
+    params = {str(p.name) for p in sch.mod["main"].params}
+    while True:
+        consumers = sch.get_consumers(writeback)
+        # Only a tail that is the sole reader of what the write-back produces, and otherwise
+        # reads only the function's inputs, is folded in. (TVM would also fold one of two
+        # readers - GELU's x * (erf(x/sqrt 2) + 1) reads x twice - and leave the other reading a
+        # buffer nothing writes any more.)
+        if len(consumers) != 1:
+            break
+        produced = sch.get(writeback).writes[0].source
+        reads = [r.source for r in sch.get(consumers[0]).reads]
+        if any(not buf.same_as(produced) and str(buf.name) not in params for buf in reads):
+            break
+        try:
+            sch.reverse_compute_inline(consumers[0])
+        except Exception:  # noqa: BLE001 - a consumer that is not a pure elementwise tail
+            break
     return writeback
 
 

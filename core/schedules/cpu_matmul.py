@@ -10,7 +10,8 @@ reduction iterator, as LegalizeOps writes `matmul`. The schedule:
 3. loops: batch, i/TI, j/VB (fused, parallel) | k | TI (unrolled) | VB (vectorized);
 4. the accumulator is written back once with bias, activation etc. inlined.
 
-Not matched (None): symbolic shapes, a column count that is not a multiple of the vector
+Symbolic batch or row counts (a model's batch dimension) keep one row per tile. Not matched
+(None): symbolic columns or reduction, a column count that is not a multiple of the vector
 width, or a body that is not a product of two reads.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ __all__ = ["Matmul", "choose_matmul_tile"]
 logger = logging.getLogger(__name__)
 
 VECTOR_REGISTERS = 16
+# Multiply-adds below which one thread beats waking the pool (measured on the mlp sample: a
+# 784x128 GEMV runs in ~10 us alone, a parallel launch without spinning threads costs ~20 us).
+PARALLEL_MIN_WORK_MATMUL = 1 << 18
 
 
 def choose_matmul_tile(rows: int, cols: int, lanes: int) -> tuple[int, int] | None:
@@ -68,7 +72,9 @@ class Matmul:
         if block is None:
             return None
         extents = iter_extents(sch, block)
-        if any(e is None for e in extents):
+        # columns and the reduction must be static; batch and rows may be symbolic (a model's
+        # batch dimension): then rows are taken one at a time
+        if extents[-2] is None or extents[-1] is None:
             return None
         stmt = sch.get(block)
         if len(stmt.reads) != 2:
@@ -87,7 +93,7 @@ class Matmul:
         transposed = b_names[-1] == k_var  # B[..., j, k]
         rows, cols = extents[-3], extents[-2]
         lanes = vector_lanes(target)
-        tile = choose_matmul_tile(rows, cols, lanes)
+        tile = choose_matmul_tile(1 if rows is None else rows, cols, lanes)
         if tile is None:
             return None
         ti, vb = tile
@@ -108,7 +114,13 @@ class Matmul:
         sch.reorder(*batch, i_outer, j_outer, k, i_inner, j_inner)
         sch.reverse_compute_at(writeback, j_outer)
         parallel = sch.fuse(*batch, i_outer, j_outer)
-        sch.parallel(parallel)
+        # symbolic batch/rows count as 1: the common deployment case, where a parallel launch
+        # (waking the pool's threads, tens of microseconds) costs more than a small GEMV saves
+        work = cols * extents[-1]
+        for extent in extents[:-2]:
+            work *= extent or 1
+        if work >= PARALLEL_MIN_WORK_MATMUL:
+            sch.parallel(parallel)
         sch.vectorize(j_inner)
         sch.unroll(i_inner)
         init = sch.decompose_reduction(block, k)
