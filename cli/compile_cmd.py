@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-db DIR]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR]`."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,9 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
     p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
-    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="MetaSchedule trials (0: no tuning)")
+    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="MetaSchedule trials per kernel (0: no tuning; cpu target only)")
+    # read as text and checked in run(): a bad value is one sentence and exit 2, not argparse's usage dump
+    p.add_argument("--tune-minutes", metavar="M", help="tuning budget for the whole model in minutes (default 10; needs --tune-trials)")
     p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
@@ -31,14 +33,36 @@ def parse_dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
+def parse_tune_minutes(text: str | None, trials: int) -> float | None:
+    """--tune-minutes as seconds (None: compile's default budget); one sentence when it is wrong."""
+    import math
+
+    from core.errors import WorkbenchError
+
+    if text is None:
+        return None
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = float("nan")
+    if not math.isfinite(minutes) or minutes <= 0:
+        raise WorkbenchError(f"--tune-minutes must be a positive number of minutes, not '{text}'.")
+    if trials <= 0:
+        raise WorkbenchError("--tune-minutes is the tuning budget and needs --tune-trials N (trials per kernel) to tune anything.")
+    return minutes * 60.0
+
+
 def run(args) -> int:
-    from core.compile import compile_model
+    from core.errors import WorkbenchError
 
     dims = parse_dims(args.dim)
     if args.tune_trials < 0:
-        from core.errors import WorkbenchError
-
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
+    if args.tune_trials > 0 and args.target != "cpu":
+        raise WorkbenchError(f"--tune-trials works for --target cpu only; MetaSchedule tuning is not available for {args.target} here.")
+    budget_s = parse_tune_minutes(args.tune_minutes, args.tune_trials)
+
+    from core.compile import compile_model
 
     def progress(step: str, frac: float) -> None:
         if not args.json:
@@ -51,6 +75,7 @@ def run(args) -> int:
         verify_dims=dims or None,
         tune_trials=args.tune_trials,
         tune_db=args.tune_db,
+        tune_budget_s=budget_s,
         progress=progress,
     )
     measured = None
@@ -69,11 +94,16 @@ def run(args) -> int:
             "compile_seconds": m.get("compile_seconds"),
             "memory_estimate": m.get("memory_estimate"),
             "measured": m.get("measured"),
+            "tuning": m.get("tuning"),
         }))
     else:
         v = m.get("verification", {})
         check = f"matches onnxruntime (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
         print(f"compiled {args.model} for {args.target} in {m.get('compile_seconds')} s; {check}")
+        tuning = m.get("tuning")
+        if tuning:
+            done = f"{tuning['summary']}; " if tuning.get("summary") else ""
+            print(f"tuning: {done}{tuning['kernels_from_database']}/{tuning['kernels']} kernels use tuned schedules (database {tuning['database']})")
         print(f"artifact: {folder} ({', '.join(m.get('files', []))})")
         print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
     return 0

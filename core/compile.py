@@ -607,6 +607,7 @@ def compile_model(
     rewrites: list[str] | None = None,
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
+    tune_budget_s: float | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -619,7 +620,12 @@ def compile_model(
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
     default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
     that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
-    `tune_trials` > 0 or a `tune_db` folder applies MetaSchedule through core.schedules.
+    `tune_trials` > 0 tunes each kernel with MetaSchedule (that many trials per kernel, within
+    `tune_budget_s` seconds for the model, default 600) into the database folder `tune_db`
+    (default core.tuning.default_database_root()) and compiles with the tuned schedules; a
+    `tune_db` without trials only applies that database. Tuning is for the cpu target; it
+    reports through `progress` (5-55 %) and stops after the measuring round in which `cancel()`
+    turns True.
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with CompileCancelled at the next step.
     """
@@ -630,6 +636,7 @@ def compile_model(
 
     if target not in TARGET_KINDS:
         raise WorkbenchError(f"unknown target '{target}': choose one of {', '.join(TARGET_KINDS)}.")
+    tune_budget = _check_tuning_options(target, tune_trials, tune_budget_s)
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
@@ -649,15 +656,16 @@ def compile_model(
     passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(imported.seconds, 4)})
 
     steps = [(spec.name, spec) for spec in front if spec.enabled]
+    tuning_step = tune_at = None
     if tune_trials > 0 or tune_db is not None:
-        tuning = _tuning_pass(tvm_target, tune_trials, tune_db, report, cancel)
-        idx = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
-        steps.insert(idx, tuning)
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget, report, cancel)
+        tune_at = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
+        steps.insert(tune_at, ("MetaSchedule tuning", tuning_step))
     fused = prefused = None
     with tvm_target:
         for i, (name, spec) in enumerate(steps):
             _check_cancel(cancel)
-            report(name, 0.05 + 0.55 * i / max(len(steps), 1))
+            report(name, _step_fraction(i, len(steps), tune_at))
             t0 = time.perf_counter()
             p = pl.make_pass(spec, tvm_target) if isinstance(spec, pl.PassSpec) else spec
             if name == "FuseOps":
@@ -695,7 +703,7 @@ def compile_model(
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
         "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,
-        "tuning": {"trials": tune_trials, "database": str(tune_db) if tune_db else None} if (tune_trials or tune_db) else None,
+        "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget, tune_db, tvm_target),
         "kernel_lineage": lineage,
     }
     art = Artifact(
@@ -727,6 +735,22 @@ def compile_model(
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float, db, tvm_target) -> dict | None:
+    """The manifest's record of tuning: options, database folder, and what it gave this compile."""
+    if step is None:
+        return None
+    from .tuning import database_dir
+
+    return {
+        "trials": int(trials),
+        "budget_s": budget_s if trials > 0 else None,
+        "database": str(database_dir(db, tvm_target)),
+        "summary": step.summary,
+        "kernels": step.kernels,
+        "kernels_from_database": step.from_database,
+    }
 
 
 _GENERIC_VAR = re.compile(r"^(lv|gv)\d*$")
@@ -867,28 +891,89 @@ def _host_cuda_arch() -> str | None:
         return None
 
 
-def _tuning_pass(tvm_target, trials: int, db, report: Progress, cancel: Callable[[], bool] | None):
-    """core.schedules' tuning (MetaSchedule into a persistent database, then applied), with this
-    compile's progress (tuning takes the 5-55 % stretch) and cancel."""
-    from . import schedules
+DEFAULT_TUNE_BUDGET_S = 600.0  # the issue's 10 minutes per model
+# compile's progress while tuning: the steps before it, the tuning itself, the steps after it
+_TUNE_START, _TUNE_END, _AFTER_TUNE_END = 0.05, 0.55, 0.60
 
-    fn = getattr(schedules, "tuning_pass", None)
-    if fn is None:
-        raise WorkbenchError("tuning is not available in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
-    kwargs = {"trials": trials, "database": str(db) if db is not None else None}
-    try:
-        import inspect
 
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        params = {}
-    if "progress" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs["progress"] = lambda frac, msg="": report(f"tuning: {msg}" if msg else "tuning", 0.05 + 0.5 * float(frac))
-        kwargs["cancel"] = cancel
-    try:
-        return ("MetaSchedule tuning", fn(tvm_target, **kwargs))
-    except ImportError as e:
-        raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
+def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
+    """The tuning budget in seconds, after checking the options; one sentence when one is wrong."""
+    import math
+    import numbers
+
+    if isinstance(tune_trials, bool) or not isinstance(tune_trials, numbers.Integral) or tune_trials < 0:
+        raise WorkbenchError(f"tune_trials must be a whole number of trials per kernel, 0 or more, not {tune_trials!r}.")
+    if tune_budget_s is None:
+        budget = DEFAULT_TUNE_BUDGET_S
+    else:
+        try:
+            budget = float(tune_budget_s)
+        except (TypeError, ValueError):
+            budget = float("nan")
+        if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
+            raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
+    if tune_trials > 0 and target != "cpu":
+        raise WorkbenchError(f"MetaSchedule tuning is available for the cpu target only, not {target}; compile for {target} without tuning trials.")
+    return budget
+
+
+class _TuningStep:
+    """The tuning pass as a compile step, keeping what compile reports about it: the tuning
+    report's one-line summary (its last progress message) and, after the pass, how many kernels
+    got a schedule from the tuning database (counted, not taken from the report)."""
+
+    def __init__(self, tvm_target, trials: int, db, budget_s: float, report: Progress, cancel: Callable[[], bool] | None):
+        from . import schedules
+
+        fn = getattr(schedules, "tuning_pass", None)
+        if fn is None:
+            raise WorkbenchError("tuning is not available in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
+        self.summary: str | None = None
+        self.kernels = self.from_database = 0
+        self._report = report
+
+        def progress(frac, msg=""):
+            frac = min(max(float(frac), 0.0), 1.0)
+            if frac >= 1.0 and msg:
+                self.summary = msg
+            report(f"tuning: {msg}" if msg else "tuning", _TUNE_START + (_TUNE_END - _TUNE_START) * frac)
+
+        try:
+            self._pass = fn(tvm_target, trials=trials, database=str(db) if db is not None else None, budget_s=budget_s, progress=progress, cancel=cancel)
+        except ImportError as e:
+            raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
+
+    def __call__(self, mod):
+        before = _scheduled_kernels(mod)[0]
+        mod = self._pass(mod)
+        scheduled, self.kernels = _scheduled_kernels(mod)
+        self.from_database = max(0, scheduled - before)
+        return mod
+
+
+def _scheduled_kernels(mod) -> tuple[int, int]:
+    """(kernels already scheduled, kernels in all) of a Relax+TIR module."""
+    import tvm
+
+    scheduled = total = 0
+    for _, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            total += 1
+            scheduled += func.attrs is not None and "tirx.is_scheduled" in func.attrs
+    return scheduled, total
+
+
+def _step_fraction(i: int, n: int, tune_at: int | None) -> float:
+    """Progress fraction at the start of compile step i of n. Without tuning the steps share
+    5-60 %; with it the tuning step (at tune_at) owns 5-55 %, the steps before it 2-5 % and those
+    after it 55-60 %, so the bar never runs backwards."""
+    if tune_at is None:
+        return 0.05 + 0.55 * i / max(n, 1)
+    if i < tune_at:
+        return 0.02 + (_TUNE_START - 0.02) * i / max(tune_at, 1)
+    if i == tune_at:
+        return _TUNE_START
+    return _TUNE_END + (_AFTER_TUNE_END - _TUNE_END) * (i - tune_at - 1) / max(n - tune_at - 1, 1)
 
 
 # --------------------------------------------------------------------------------------------

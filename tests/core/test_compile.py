@@ -126,3 +126,77 @@ def test_compare_outputs_tells_float32_summation_noise_from_wrong_results():
     ok, err, first = compare_outputs([ref * 1.01], [ref])
     assert not ok and err == pytest.approx(40.0) and first == 0
     assert not compare_outputs([np.zeros(3, np.float32)], [np.ones(3, np.float32)])[0]
+
+
+# -- tuning options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [0, -5, float("nan"), float("inf"), "ten"])
+def test_a_bad_tuning_budget_is_one_sentence(budget):
+    from core.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match=r"^the tuning budget must be a positive number of seconds, not .*\.$"):
+        compile_model(sample("mlp"), "cpu", tune_trials=4, tune_budget_s=budget)
+
+
+def test_tuning_is_refused_for_cuda():
+    from core.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match="cpu target only"):
+        compile_model(sample("mlp"), "cuda", tune_trials=4)
+
+
+def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp_path):
+    """compile hands trials, budget, database, progress and cancel to core.schedules.tuning_pass,
+    maps its progress into 5-55 % without the bar running backwards, and records what it did."""
+    from core import schedules
+
+    seen = {}
+
+    def fake_tuning_pass(target, trials=0, database=None, **options):
+        import tvm
+
+        seen.update(trials=trials, database=database, **options)
+
+        @tvm.transform.module_pass(opt_level=0, name="FakeTuning")
+        def _pass(mod, _ctx):
+            options["progress"](0.0, "extracting kernels")
+            options["progress"](0.5, "tuning fused_matmul_add: 16 trials")
+            options["progress"](1.0, "1/2 kernels tuned (0 reused from the database), 3 s, done")
+            return mod
+
+        return _pass
+
+    monkeypatch.setattr(schedules, "tuning_pass", fake_tuning_pass)
+    steps = []
+    art = compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_budget_s=90, tune_db=tmp_path,
+                        progress=lambda s, f: steps.append((s, f)), cancel=lambda: False)
+    assert seen["trials"] == 8 and seen["budget_s"] == 90.0 and seen["database"] == str(tmp_path) and callable(seen["cancel"])
+    fracs = [f for _, f in steps]
+    assert fracs == sorted(fracs)
+    assert ("tuning: tuning fused_matmul_add: 16 trials", pytest.approx(0.3)) in steps
+    tuning = art.manifest["tuning"]
+    assert tuning["trials"] == 8 and tuning["budget_s"] == 90.0 and tuning["database"].startswith(str(tmp_path))
+    assert tuning["summary"].startswith("1/2 kernels tuned") and tuning["kernels"] >= 1 and tuning["kernels_from_database"] == 0
+    assert "MetaSchedule tuning" in [p["name"] for p in art.manifest["passes"]]
+    # the default budget is the issue's 10 minutes per model
+    compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_db=tmp_path)
+    assert seen["budget_s"] == 600.0
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tune-trials", "4", "--tune-minutes", "0"], "--tune-minutes must be a positive number of minutes, not '0'."),
+        (["--tune-trials", "4", "--tune-minutes", "soon"], "--tune-minutes must be a positive number of minutes, not 'soon'."),
+        (["--tune-minutes", "5"], "--tune-minutes is the tuning budget and needs --tune-trials N"),
+        (["--tune-trials", "4", "--target", "cuda"], "--tune-trials works for --target cpu only"),
+    ],
+)
+def test_cli_tune_minutes_bad_values_exit_2_with_one_sentence(args, message, capsys, tmp_path):
+    from cli import run_cli
+
+    assert run_cli(["compile", str(sample("mlp")), "-o", str(tmp_path / "out"), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.endswith(".")
+    assert not (tmp_path / "out").exists()
