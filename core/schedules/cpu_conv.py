@@ -71,10 +71,8 @@ class Conv2dNCHW:
 
     name = "cpu.Conv2dNCHW"
 
-    def apply(self, func, target):
-        from tvm import s_tir
-
-        sch = s_tir.Schedule(func)
+    def _match(self, sch, target) -> dict | None:
+        """What the rule needs to know about the function's convolution, or None (no match)."""
         conv = None
         for block in root_blocks(sch):
             if sch.get(block).name_hint in CONV_BLOCK_NAMES and iter_kinds(sch, block) == "SSSSRRR":
@@ -85,7 +83,6 @@ class Conv2dNCHW:
         extents = iter_extents(sch, conv)
         if any(e is None for e in extents):
             return None
-        _, out_channels, _, out_width, _, _, _ = extents
         stmt = sch.get(conv)
         if len(stmt.reads) != 2:
             return None
@@ -103,8 +100,70 @@ class Conv2dNCHW:
         if data_channels is None or in_channels_per_group is None:
             return None
         groups = data_channels // in_channels_per_group
-        lanes = vector_lanes(target)
-        oc_per_group = out_channels // groups
+        return {
+            "conv": conv,
+            "extents": extents,
+            "data_region": data_region,
+            "weight": weight,
+            "groups": groups,
+            "icpg": in_channels_per_group,
+            "ocpg": extents[1] // groups,
+            "lanes": vector_lanes(target),
+        }
+
+    def candidates(self, func, target) -> list[dict]:
+        """Configs worth measuring for `func` (template tuning), the default first: register
+        tiles (VB channels x TH rows x T columns) that keep 6-14 accumulators in registers,
+        each with the input unblocked or blocked by 8/16 channels; [] when the rule does not
+        match or takes the row-vectorized form (which has no knobs)."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        info = self._match(sch, target)
+        if info is None:
+            return []
+        lanes, ocpg, icpg = info["lanes"], info["ocpg"], info["icpg"]
+        _, _, out_height, out_width, _, kh, kw = info["extents"]
+        if ocpg % lanes:
+            return []
+        default = choose_conv_tile(ocpg, out_width, lanes)
+        if default is None:
+            return []
+        tiles = []
+        for vb in (lanes, 2 * lanes):
+            if ocpg % vb:
+                continue
+            regs = vb // lanes
+            for th in (d for d in (1, 2, 3, 4, 7) if out_height % d == 0):
+                for t in (d for d in range(1, 15) if out_width % d == 0):
+                    acc = th * t * regs
+                    if 6 <= acc and acc + regs + 1 <= VECTOR_REGISTERS:
+                        tiles.append((vb, th, t, acc))
+        # most accumulators first (latency hiding), then wider rows (fewer input loads)
+        tiles.sort(key=lambda x: (-x[3], x[1]))
+        blocks = [0] + [b for b in (8, 16) if icpg % b == 0 and icpg > b]
+        configs = [{"vb": default[0], "t": default[1], "th": 1, "icb": 0}]
+        for vb, th, t, _ in tiles[:6]:
+            for icb in blocks:
+                config = {"vb": vb, "t": t, "th": th, "icb": icb}
+                if config not in configs:
+                    configs.append(config)
+        if kh * kw > 1:
+            configs.append({**configs[0], "unroll_kw": True})
+        return configs
+
+    def apply(self, func, target, config: dict | None = None):
+        """The scheduled function, or None when the rule does not match. `config` (one of
+        `candidates`) overrides the tile the heuristics pick, as template tuning does."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        info = self._match(sch, target)
+        if info is None:
+            return None
+        conv, extents, data_region, weight = info["conv"], info["extents"], info["data_region"], info["weight"]
+        lanes, oc_per_group, in_channels_per_group = info["lanes"], info["ocpg"], info["icpg"]
+        _, out_channels, _, out_width, _, _, _ = extents
         if oc_per_group % lanes:
             # Depthwise and odd group widths (shufflenet's 34, 68 channels per group): vectors
             # along the output row instead, a few output channels unrolled.
@@ -115,25 +174,66 @@ class Conv2dNCHW:
         if tile is None:
             return None
         vb, t = tile
+        th, icb, unroll_kw = 1, 0, False
+        if config is not None and config.get("form", "packed") == "packed":
+            vb, t, th = int(config["vb"]), int(config["t"]), int(config.get("th", 1))
+            icb, unroll_kw = int(config.get("icb", 0)), bool(config.get("unroll_kw", False))
+            out_height = extents[2]
+            if oc_per_group % vb or vb % lanes and vb != lanes // 2 or out_width % t or out_height % th:
+                raise ValueError(f"tile {config} does not divide the convolution")
+            if icb and (in_channels_per_group % icb or info["groups"] > 1):
+                raise ValueError(f"input channel block {icb} does not divide {in_channels_per_group}")
 
         # A padding-free copy of the input (1x1 convs, 'valid' convs) is dead weight: inline it.
         self._inline_padding_free_copy(sch, conv, data_region)
 
-        pack_read_buffer(
-            sch,
-            conv,
-            1,
-            lambda o, i, h, w: (o // vb, i, h, w, o % vb),
-            layout_free=weight.name in layout_free_params(sch),
-        )
+        if icb:
+            pack_read_buffer(
+                sch,
+                conv,
+                1,
+                lambda o, i, h, w: (o // vb, i // icb, h, w, i % icb, o % vb),
+                layout_free=weight.name in layout_free_params(sch),
+            )
+            # the input, blocked by channel (NCHW{icb}c), once per call: the icb channels of a
+            # pixel the inner loop broadcasts are then one cache line, not icb planes apart
+            data_copy = sch.cache_read(conv, 0, "global")
+            sch.transform_layout(conv, ("read", 0), lambda n, c, h, w: (n, c // icb, h, w, c % icb))
+            for producer in sch.get_producers(data_copy):
+                try:
+                    sch.compute_inline(producer)  # the padding, folded into the copy
+                except Exception:  # noqa: BLE001 - stays a separate pass
+                    pass
+        else:
+            pack_read_buffer(
+                sch,
+                conv,
+                1,
+                lambda o, i, h, w: (o // vb, i, h, w, o % vb),
+                layout_free=weight.name in layout_free_params(sch),
+            )
         writeback = cache_write_and_inline_epilogue(sch, conv)
 
         n, oc, oh, ow, ic, kh, kw = sch.get_loops(conv)
         oc_outer, oc_inner = sch.split(oc, [None, vb])
         ow_outer, ow_inner = sch.split(ow, [None, t])
-        sch.reorder(n, oc_outer, oh, ow_outer, ic, kh, kw, ow_inner, oc_inner)
+        if icb:
+            ic_outer, ic_inner = sch.split(ic, [None, icb])
+            reduction = [ic_outer, kh, kw, ic_inner]
+        else:
+            reduction = [ic, kh, kw]
+        if th > 1:  # a 2-D register tile: TH output rows x T columns
+            oh_outer, oh_inner = sch.split(oh, [None, th])
+            sch.reorder(n, oc_outer, oh_outer, ow_outer, *reduction, oh_inner, ow_inner, oc_inner)
+            sch.unroll(oh_inner)
+        else:
+            oh_outer = oh
+            sch.reorder(n, oc_outer, oh, ow_outer, *reduction, ow_inner, oc_inner)
+        if unroll_kw:
+            sch.unroll(reduction[-1])
+        ic = reduction[0]
         sch.reverse_compute_at(writeback, ow_outer)
-        parallel = sch.fuse(n, oc_outer, oh)
+        parallel = sch.fuse(n, oc_outer, oh_outer)
         sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
@@ -141,7 +241,9 @@ class Conv2dNCHW:
         init_loops = sch.get_loops(init)
         sch.vectorize(init_loops[-1])
         sch.unroll(init_loops[-2])
-        # Write-back: the tile's [1, VB, 1, T] loops; keep the contiguous T innermost, unrolled.
+        if th > 1:
+            sch.unroll(init_loops[-3])
+        # Write-back: the tile's [1, VB, TH, T] loops; keep the contiguous T innermost, unrolled.
         wb_loops = sch.get_loops(writeback)[2:]  # below the parallel loop and ow/T
         if wb_loops:
             sch.unroll(wb_loops[-1])

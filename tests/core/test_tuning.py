@@ -153,3 +153,89 @@ def test_kernels_with_symbolic_shapes_are_left_to_the_default_schedule(tmp_path,
     assert extract_tasks(mod, target) == []
     report = tune_module(mod, target, tmp_path, budget_s=30)
     assert report.tasks == [] and not report.cancelled
+
+
+def _conv_model() -> onnx.ModelProto:
+    """conv 3x3 (32 -> 32 channels, 14x14) + bias + relu: a kernel the conv template has knobs for."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((32,)).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 14, 14])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.slow
+def test_template_search_measures_the_default_and_applies_the_best_config(tmp_path, target):
+    import json
+
+    import tvm
+    from tvm import relax
+
+    from core.schedules import schedule_pass
+    from core.schedules.cpu_conv import Conv2dNCHW
+    from core.tuning import TEMPLATES_FILE, _prepare, apply_database_pass, database_coverage, database_dir, tune_module
+
+    model = _conv_model()
+    mod = _fused(model)
+    report = tune_module(mod, target, tmp_path, budget_s=300, trials_per_task=0)
+    conv = next(t for t in report.tasks if "conv2d" in t.name)
+    # every candidate of the template was measured, the default config among them
+    records = json.loads((database_dir(tmp_path, target) / TEMPLATES_FILE).read_text())
+    record = records[conv.workload]
+    prepared = _prepare(mod)
+    func = next(f for g, f in prepared.functions_items() if "conv2d" in g.name_hint)
+    candidates = Conv2dNCHW().candidates(func, target)
+    assert record["complete"] and len(record["measured"]) == len(candidates) > 3
+    assert record["measured"][0][0] == candidates[0] and record["default_ms"] == record["measured"][0][1]
+    assert record["ms"] == min(ms for _, ms in record["measured"] if ms is not None) <= record["default_ms"]
+    assert conv.template_config == record["config"] and conv.tuned_ms <= conv.default_ms
+    assert database_coverage(mod, target, tmp_path)[0] >= 1
+
+    # a second run reuses the record: nothing measured again
+    again = tune_module(_fused(model), target, tmp_path, budget_s=300, trials_per_task=0)
+    assert next(t for t in again.tasks if "conv2d" in t.name).reused
+
+    with target:
+        scheduled = schedule_pass(target)(apply_database_pass(target, tmp_path)(mod))
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 32, 14, 14)).astype(np.float32)}
+    ours = vm["main"](tvm.runtime.tensor(feeds["x"])).numpy()
+    np.testing.assert_allclose(ours, ort_run(model, feeds)[0], rtol=1e-3, atol=1e-4)
+
+
+def test_every_conv_candidate_computes_the_same(target):
+    """Each template config is a different schedule of the same computation."""
+    import tvm
+
+    from core.schedules.cpu_conv import Conv2dNCHW
+    from core.tuning import _prepare
+
+    func = next(f for g, f in _prepare(_fused(_conv_model())).functions_items() if "conv2d" in g.name_hint)
+    rule = Conv2dNCHW()
+    configs = rule.candidates(func, target)
+    assert any(c.get("icb") for c in configs) and any(c.get("th", 1) > 1 for c in configs)
+    rng = np.random.default_rng(7)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32) for p in func.params]
+    outputs = []
+    for config in configs[:: max(1, len(configs) // 6)]:
+        sch = rule.apply(func, target, config)
+        lib = tvm.tirx.build(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}), target)
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        lib["main"](*tensors)
+        outputs.append(tensors[-1].numpy())
+    for out in outputs[1:]:
+        np.testing.assert_allclose(out, outputs[0], rtol=1e-4, atol=1e-4)
