@@ -200,6 +200,12 @@ def _measure_schedules(schedules: list, target, builder, runner) -> list[float |
     return out
 
 
+def _current_space(record: dict) -> bool:
+    """True when `record` searched the rule's present candidate space (else it is redone)."""
+    rule = _template_rule(record.get("rule", ""))
+    return rule is not None and record.get("space") == getattr(rule, "space_version", 0)
+
+
 def _has_template(func, target) -> bool:
     return any(rule.candidates(func, target) for rule in _template_rules())
 
@@ -237,6 +243,7 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
     default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
     return {
         "rule": rule.name,
+        "space": getattr(rule, "space_version", 0),
         "config": best_config,
         "ms": best_ms,
         "default_ms": default_ms,
@@ -471,7 +478,7 @@ def tune_module(
     span = 0.6 if trials_per_task > 0 else 1.0  # of the progress bar
     for index, (task, task_mod, result) in enumerate(by_work):
         record = templates.get(result.workload)
-        if record is not None and record.get("complete"):
+        if record is not None and record.get("complete") and _current_space(record):
             result.reused = True
         elif not (report.cancelled or report.out_of_time):
             if cancel is not None and cancel():

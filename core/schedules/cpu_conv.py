@@ -70,6 +70,8 @@ class Conv2dNCHW:
     """Register-blocked direct convolution with a prepacked weight (see module docstring)."""
 
     name = "cpu.Conv2dNCHW"
+    # bumped whenever `candidates` changes, so tuning records from an older space are redone
+    space_version = 1
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
