@@ -4,6 +4,12 @@
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
+* "Tune (MetaSchedule)" (CPU only) tunes every kernel before scheduling: a budget in minutes for
+  the model, trials per kernel, and the tuning database folder (shared by all models; another one
+  can be chosen for this session). Tuning runs inside the compile job: its progress shows in the
+  bar and the status line, and Cancel stops it after the measuring round in progress (records
+  measured so far stay in the database, so the next tuned compile resumes). The results table
+  says how many kernels run on tuned schedules.
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
@@ -28,6 +34,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
+    QDoubleSpinBox,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
@@ -54,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time per node (ms)"
+_TUNE_CPU_ONLY = "MetaSchedule tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
 
 
 def _mb(n) -> str:
@@ -160,6 +168,9 @@ class CompilePanel(QWidget):
         self.artifact = None
         self.result = None
         self.stale = False
+        self._tuning_job = False  # the running (or last) compile tunes
+        self._tuning_now = False  # its latest progress came from the tuning step
+        self._busy_now = False
 
         self.target = QComboBox()
         self.target.addItem("CPU (LLVM, this host)", "cpu")
@@ -181,6 +192,7 @@ class CompilePanel(QWidget):
         self.open_artifact_btn.setToolTip("Open Compiled Artifact: load an exported folder (manifest.json + model.so) and measure it")
         self.heat = QCheckBox("Heat on graph")
         self.heat.setChecked(True)
+        self._make_tune_controls()
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
@@ -208,6 +220,10 @@ class CompilePanel(QWidget):
         for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
+        tune_row = QHBoxLayout()
+        for w in (self.tune, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+            tune_row.addWidget(w)
+        tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
         self.chart.setMinimumHeight(60)
         chart_scroll = QScrollArea()
@@ -223,6 +239,7 @@ class CompilePanel(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
+        lay.addLayout(tune_row)
         lay.addWidget(self.status)
         lay.addWidget(split, 1)
 
@@ -232,12 +249,88 @@ class CompilePanel(QWidget):
         self.save_onnx_btn.clicked.connect(self.save_onnx_dialog)
         self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
         self.heat.toggled.connect(self._apply_heat)
+        self.tune.toggled.connect(self._update_tune_controls)
+        self.target.currentIndexChanged.connect(self._update_tune_controls)
+        self.tune_db_btn.clicked.connect(self.choose_tune_db)
+        self._update_tune_controls()
         self.chart.kernelClicked.connect(self._select_kernel)
         # F5 compiles and runs from anywhere in the window (and raises this panel)
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
         doc.graphReplaced.connect(self._reset)
+
+    # -- tuning controls -------------------------------------------------------------------
+
+    def _make_tune_controls(self) -> None:
+        from core.tuning import default_database_root
+
+        self.tune = QCheckBox("Tune (MetaSchedule)")
+        self.tune_minutes = QDoubleSpinBox()
+        self.tune_minutes.setRange(0.1, 24 * 60)
+        self.tune_minutes.setDecimals(1)
+        self.tune_minutes.setValue(10.0)
+        self.tune_minutes.setPrefix("budget ")
+        self.tune_minutes.setSuffix(" min")
+        self.tune_trials = QSpinBox()
+        self.tune_trials.setRange(1, 100_000)
+        self.tune_trials.setValue(64)
+        self.tune_trials.setSingleStep(16)
+        self.tune_trials.setSuffix(" trials per kernel")
+        self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
+        self.tune_db_label = QLabel()
+        self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.tune_db_btn = QPushButton("…")
+        self.tune_db_btn.setFixedWidth(QFontMetrics(self.tune_db_btn.font()).horizontalAdvance("…") + 24)
+        # what each control says on CPU; on CUDA they all say why they are off
+        self._tune_tips = {
+            self.tune: "Tune every kernel with MetaSchedule before compiling (records go to the database and are reused)",
+            self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
+            self.tune_trials: "Candidate schedules measured per kernel (in rounds of 16); kernels already tuned this far are reused",
+            self.tune_db_btn: "Choose the tuning database folder (for this session)",
+        }
+
+    def set_tune_db(self, folder: str) -> None:
+        self.tune_db_path = str(folder)
+        self._show_tune_db()
+
+    def choose_tune_db(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Tuning database folder", self.tune_db_path)
+        if folder:
+            self.set_tune_db(folder)
+
+    def tuning_available(self) -> bool:
+        return self.target.currentData() == "cpu"
+
+    def _update_tune_controls(self, *_args) -> None:
+        busy = self._busy_now
+        cpu = self.tuning_available()
+        self.tune.setEnabled(cpu and not busy)
+        on = cpu and self.tune.isChecked() and not busy
+        for w in (self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+            w.setEnabled(on)
+        for w, tip in self._tune_tips.items():
+            w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
+        self._show_tune_db()
+
+    def _show_tune_db(self) -> None:
+        if not self.tuning_available():
+            self.tune_db_label.setText("tuning: CPU target only")
+            self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
+            return
+        fm = QFontMetrics(self.tune_db_label.font())
+        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 320))
+        self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
+
+    def tuning_options(self) -> dict:
+        """compile_model's tuning keywords for the controls' state (empty: no tuning)."""
+        if not (self.tune.isChecked() and self.tuning_available()):
+            return {}
+        return {
+            "tune_trials": self.tune_trials.value(),
+            "tune_budget_s": round(self.tune_minutes.value() * 60.0, 3),
+            "tune_db": self.tune_db_path,
+        }
 
     # -- compile + bench ------------------------------------------------------------------
 
@@ -279,6 +372,8 @@ class CompilePanel(QWidget):
         vs_ort = self.vs_ort.isChecked()
         rewrites = self._rewrites_applied()
         pipeline = self._lowering_pipeline(target)
+        tuning = self.tuning_options()
+        self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
         autosaver = getattr(self.window, "autosaver", None)
         if autosaver is not None:
@@ -298,7 +393,7 @@ class CompilePanel(QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled,
-                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"),
+                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **tuning,
             )
             if target == "cuda" and not _gpu_present():
                 return art, None
@@ -310,18 +405,28 @@ class CompilePanel(QWidget):
             return art, res
 
         self.job = Job(work, title="Compile & Run", parent=self)
-        self.job.progressed.connect(self._progress)
+        self.job.progressed.connect(self._compile_progress)
         self.job.done.connect(self._done)
         self.job.failed.connect(self._failed)
         self.job.cancelled.connect(self._cancelled)
         self._busy(True)
-        self.status.setText(f"Compiling for {target.upper()}…")
+        self.status.setStyleSheet("")
+        if tuning:
+            self.status.setText(
+                f"Compiling for {target.upper()} with MetaSchedule tuning (budget {self.tune_minutes.value():g} min, "
+                f"{tuning['tune_trials']} trials per kernel)…"
+            )
+        else:
+            self.status.setText(f"Compiling for {target.upper()}…")
         self.job.start()
 
     def cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
-            self.status.setText("Cancelling (at the end of the current step)…")
+            if self._tuning_now:
+                self.status.setText("Cancelling: tuning stops after the measuring round in progress…")
+            else:
+                self.status.setText("Cancelling (at the end of the current step)…")
 
     def _busy(self, on: bool) -> None:
         self.compile_btn.setEnabled(not on)
@@ -331,10 +436,32 @@ class CompilePanel(QWidget):
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self.progress.setValue(0)
+        else:
+            self._tuning_now = False
+        # a flag, not job.isRunning(): the thread outlives the signal that ends the work
+        self._busy_now = on
+        self._update_tune_controls()
 
     def _progress(self, frac: float, text: str) -> None:
         self.progress.setValue(int(frac * 1000))
-        self.progress.setFormat(text)
+        # elided to the bar (a long kernel name would wrap the text out of sight); all of it in the tooltip
+        shown = QFontMetrics(self.progress.font()).elidedText(text, Qt.ElideMiddle, max(40, self.progress.width() - 16))
+        self.progress.setFormat(shown.replace("%", "%%"))
+        self.progress.setToolTip(text)
+
+    def _compile_progress(self, frac: float, text: str) -> None:
+        """The bar, and while tuning also the status line: a tuning step lasts minutes and its
+        message (kernel, trials so far) is longer than the bar shows."""
+        tuning = text.startswith("compile: tuning")
+        if tuning:
+            # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
+            message = text.removeprefix("compile: tuning").lstrip(": ") or "starting"
+            detail = message.removeprefix("tuning ")
+            text = f"compile: tuning {detail}" if detail != message else f"compile: tuning: {message}"
+            if not self.job.is_cancelled():
+                self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it after the current measuring round.")
+        self._progress(frac, text)
+        self._tuning_now = tuning
 
     def _done(self, result) -> None:
         self.artifact, self.result = result
@@ -363,7 +490,10 @@ class CompilePanel(QWidget):
         self._busy(False)
         self.progress.setValue(0)
         self.progress.setFormat("cancelled")
-        self.status.setText("Cancelled.")
+        if self._tuning_job:
+            self.status.setText("Cancelled. Tuning records measured so far stay in the database; the next tuned compile resumes from them.")
+        else:
+            self.status.setText("Cancelled.")
 
     # -- results -------------------------------------------------------------------------
 
@@ -378,6 +508,9 @@ class CompilePanel(QWidget):
             check = f"not checked against onnxruntime: {v.get('reason')}"
         fixes = m.get("converter_fixes") or []
         extra = f"; converter fixes used: {', '.join(fixes)}" if fixes else ""
+        tuning = m.get("tuning") or {}
+        if tuning.get("kernels"):
+            extra += f"; {tuning.get('kernels_from_database', 0)} of {tuning['kernels']} kernels on tuned schedules"
         if res is None:
             self.status.setText(
                 f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{extra}. "
@@ -388,6 +521,7 @@ class CompilePanel(QWidget):
             self.status.setText(f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
         rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
+        rows += _tuning_rows(m.get("tuning"))
         self._fill_table(rows)
         self.chart.set_kernels(res.kernels if res is not None else [])
         self._apply_heat()
@@ -399,6 +533,7 @@ class CompilePanel(QWidget):
                 item = QTableWidgetItem(text)
                 if c:
                     item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setToolTip(text)  # long cells (the tuning summary) are elided
                 self.table.setItem(r, c, item)
 
     def _node_ids(self, labels) -> list[int]:
@@ -602,6 +737,19 @@ def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, st
     ]
     if res is not None:
         rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
+    return rows
+
+
+def _tuning_rows(tuning: dict | None) -> list[tuple[str, str, str]]:
+    """Table rows about tuning, from the manifest's record: what the tuning run did (its own
+    summary) and how many kernels of this compile run on schedules from the database."""
+    if not tuning:
+        return []
+    rows = []
+    if tuning.get("trials"):
+        rows.append(("Tuning", tuning.get("summary") or f"{tuning['trials']} trials per kernel", ""))
+    if tuning.get("kernels"):
+        rows.append(("Kernels on tuned schedules", f"{tuning.get('kernels_from_database', 0)} of {tuning['kernels']} (from the database)", ""))
     return rows
 
 

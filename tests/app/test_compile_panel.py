@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import sample
 
 
@@ -94,3 +96,119 @@ def test_compile_uses_the_lowering_panels_pipeline(window):
     lp.set_specs(specs)
     assert _panel(window)._lowering_pipeline("cpu") == specs
     assert _panel(window)._lowering_pipeline("cuda") is None
+
+
+# -- tuning ---------------------------------------------------------------------------------
+
+
+def _fake_tuning_compile(monkeypatch, calls: list):
+    """compile_model replaced by one that records its keywords, reports tuning progress the way
+    core.compile does and waits for cancel (a tuning run that never ends by itself)."""
+    import time
+
+    import core.compile as core_compile
+
+    def fake(model, target, **kwargs):
+        calls.append(kwargs)
+        progress, cancel = kwargs["progress"], kwargs["cancel"]
+        progress("MetaSchedule tuning", 0.05)
+        trials = 0
+        while not cancel():
+            trials += 16
+            progress(f"tuning: tuning fused_conv2d_add_relu: {trials} trials", 0.05 + 0.5 * min(trials / 1000, 0.9))
+            time.sleep(0.02)
+        raise core_compile.CompileCancelled("compile cancelled.")
+
+    monkeypatch.setattr(core_compile, "compile_model", fake)
+
+
+def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, monkeypatch, tmp_path):
+    calls: list[dict] = []
+    _fake_tuning_compile(monkeypatch, calls)
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    assert not panel.tune.isChecked() and not panel.tune_minutes.isEnabled()
+    assert panel.tune_minutes.value() == 10 and panel.tune_trials.value() == 64
+    from core.tuning import default_database_root
+
+    assert panel.tune_db_path == str(default_database_root())
+    panel.tune.setChecked(True)
+    assert panel.tune_minutes.isEnabled() and panel.tune_trials.isEnabled() and panel.tune_db_btn.isEnabled()
+    panel.tune_minutes.setValue(2.5)
+    panel.tune_trials.setValue(32)
+    panel.set_tune_db(str(tmp_path / "db"))
+    assert "db" in panel.tune_db_label.text()
+    panel.start()
+    assert not panel.tune.isEnabled() and not panel.tune_trials.isEnabled()
+    qtbot.waitUntil(lambda: "trials" in panel.progress.format(), timeout=20_000)
+    kwargs = calls[0]
+    assert kwargs["tune_trials"] == 32 and kwargs["tune_budget_s"] == 150.0 and kwargs["tune_db"] == str(tmp_path / "db")
+    assert panel.progress.toolTip().startswith("compile: tuning fused_conv2d_add_relu: ") and "trials" in panel.progress.format()
+    assert 0 < panel.progress.value() < 700
+    assert "Tuning (budget 2.5 min)" in panel.status.text() and "trials" in panel.status.text()
+    panel.cancel()
+    assert "measuring round" in panel.status.text()
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=20_000)
+    assert panel.result is None and panel.progress.format() == "cancelled"
+    assert "stay in the database" in panel.status.text()
+    assert panel.tune.isEnabled() and panel.tune_trials.isEnabled()
+    # unchecked: no tuning keywords at all
+    panel.tune.setChecked(False)
+    assert panel.tuning_options() == {}
+
+
+def test_tune_controls_are_disabled_for_cuda(window):
+    panel = _panel(window)
+    panel.tune.setChecked(True)
+    panel.target.setCurrentIndex(panel.target.findData("cuda"))
+    assert not panel.tune.isEnabled() and not panel.tune_minutes.isEnabled() and not panel.tune_db_btn.isEnabled()
+    assert "CPU target only" in panel.tune.toolTip() and "CPU target only" in panel.tune_trials.toolTip()
+    assert panel.tune_db_label.text() == "tuning: CPU target only"
+    assert panel.tuning_options() == {}
+    panel.target.setCurrentIndex(panel.target.findData("cpu"))
+    assert panel.tune.isEnabled() and panel.tune_minutes.isEnabled()
+    assert "CPU target only" not in panel.tune.toolTip() and panel.tune_db_label.text().startswith("database: ")
+
+
+def test_results_table_reports_tuning(window):
+    from types import SimpleNamespace
+
+    panel = _panel(window)
+    tuning = {"trials": 64, "budget_s": 600.0, "database": "/db/llvm", "kernels": 23, "kernels_from_database": 12,
+              "summary": "5/23 kernels tuned (7 reused from the database), 600 s, budget spent"}
+    panel.artifact = SimpleNamespace(target="cuda", manifest={"compile_seconds": 1.0, "verification": {}, "tuning": tuning})
+    panel.result = None
+    panel._show_results()
+    rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text() for r in range(panel.table.rowCount())}
+    assert rows["Tuning"] == tuning["summary"]
+    assert rows["Kernels on tuned schedules"].startswith("12 of 23")
+    assert "12 of 23 kernels on tuned schedules" in panel.status.text()
+    panel.artifact.manifest["tuning"] = None
+    panel._show_results()
+    assert not any(panel.table.item(r, 0).text().startswith("Tuning") for r in range(panel.table.rowCount()))
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_real_tuning_run_within_a_round(window, qtbot, tmp_path):
+    """A real MetaSchedule run on small_cnn: Cancel while a kernel's first round of 16 trials is
+    measured ends the job after that round: its second round and the kernels after it never run."""
+    import time
+
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    panel = _panel(window)
+    panel.tune.setChecked(True)
+    panel.tune_trials.setValue(32)  # two rounds of 16 per kernel
+    panel.tune_minutes.setValue(20)  # far more than the test waits: only Cancel can end it early
+    panel.set_tune_db(str(tmp_path / "db"))
+    panel.start()
+    qtbot.waitUntil(lambda: panel.progress.toolTip().startswith("compile: tuning ") and "trials" in panel.progress.toolTip(), timeout=600_000)
+    panel.cancel()
+    t0 = time.monotonic()
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=300_000)
+    waited = time.monotonic() - t0
+    assert panel.progress.format() == "cancelled" and panel.result is None
+    # one round is ~30-90 s on 2 busy cores (MetaSchedule's search cannot be interrupted)
+    assert waited < 300, f"tuning went on for {waited:.0f} s after Cancel"
+    progress = json.loads(next((tmp_path / "db").glob("*/progress.json")).read_text())
+    tuned = {v.get("name"): v["trials"] for v in progress.values() if v.get("trials")}
+    assert len(tuned) <= 1 and all(t <= 16 for t in tuned.values()), progress  # the round in flight only
