@@ -445,7 +445,7 @@ class CompilePanel(QWidget):
     def _progress(self, frac: float, text: str) -> None:
         self.progress.setValue(int(frac * 1000))
         # elided to the bar (a long kernel name would wrap the text out of sight); all of it in the tooltip
-        shown = QFontMetrics(self.progress.font()).elidedText(text, Qt.ElideMiddle, max(40, self.progress.width() - 16))
+        shown = QFontMetrics(self.progress.font()).elidedText(text, Qt.ElideMiddle, max(40, self.progress.width() - 28))
         self.progress.setFormat(shown.replace("%", "%%"))
         self.progress.setToolTip(text)
 
@@ -457,7 +457,7 @@ class CompilePanel(QWidget):
             # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
             message = text.removeprefix("compile: tuning").lstrip(": ") or "starting"
             detail = message.removeprefix("tuning ")
-            text = f"compile: tuning {detail}" if detail != message else f"compile: tuning: {message}"
+            text = f"tuning {detail}" if detail != message else f"tuning: {message}"
             if not self.job.is_cancelled():
                 self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it after the current measuring round.")
         self._progress(frac, text)

@@ -143,7 +143,7 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     qtbot.waitUntil(lambda: "trials" in panel.progress.format(), timeout=20_000)
     kwargs = calls[0]
     assert kwargs["tune_trials"] == 32 and kwargs["tune_budget_s"] == 150.0 and kwargs["tune_db"] == str(tmp_path / "db")
-    assert panel.progress.toolTip().startswith("compile: tuning fused_conv2d_add_relu: ") and "trials" in panel.progress.format()
+    assert panel.progress.toolTip().startswith("tuning fused_conv2d_add_relu: ") and "trials" in panel.progress.format()
     assert 0 < panel.progress.value() < 700
     assert "Tuning (budget 2.5 min)" in panel.status.text() and "trials" in panel.status.text()
     panel.cancel()
@@ -190,25 +190,32 @@ def test_results_table_reports_tuning(window):
 
 @pytest.mark.slow
 def test_cancel_stops_a_real_tuning_run_within_a_round(window, qtbot, tmp_path):
-    """A real MetaSchedule run on small_cnn: Cancel while a kernel's first round of 16 trials is
-    measured ends the job after that round: its second round and the kernels after it never run."""
+    """A real tuning run on small_cnn with a 20-minute budget: Cancel as soon as kernels are
+    being tuned (template search or MetaSchedule) ends the job after the batch or round in
+    flight; no kernel gets a second MetaSchedule round."""
     import time
 
     assert window.open_model(str(sample("small_cnn")), wait=True)
     panel = _panel(window)
     panel.tune.setChecked(True)
-    panel.tune_trials.setValue(32)  # two rounds of 16 per kernel
+    panel.tune_trials.setValue(32)  # two MetaSchedule rounds of 16 per kernel
     panel.tune_minutes.setValue(20)  # far more than the test waits: only Cancel can end it early
     panel.set_tune_db(str(tmp_path / "db"))
     panel.start()
-    qtbot.waitUntil(lambda: panel.progress.toolTip().startswith("compile: tuning ") and "trials" in panel.progress.toolTip(), timeout=600_000)
+
+    def tuning_work_started():
+        tip = panel.progress.toolTip()
+        return tip.startswith("tuning") and "extracting kernels" not in tip
+
+    qtbot.waitUntil(tuning_work_started, timeout=600_000)
     panel.cancel()
+    assert "measuring round" in panel.status.text()
     t0 = time.monotonic()
-    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=300_000)
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=400_000)
     waited = time.monotonic() - t0
     assert panel.progress.format() == "cancelled" and panel.result is None
-    # one round is ~30-90 s on 2 busy cores (MetaSchedule's search cannot be interrupted)
+    # a MetaSchedule round is ~30-110 s on 2 busy cores (its search cannot be interrupted)
     assert waited < 300, f"tuning went on for {waited:.0f} s after Cancel"
-    progress = json.loads(next((tmp_path / "db").glob("*/progress.json")).read_text())
-    tuned = {v.get("name"): v["trials"] for v in progress.values() if v.get("trials")}
-    assert len(tuned) <= 1 and all(t <= 16 for t in tuned.values()), progress  # the round in flight only
+    saved = next((tmp_path / "db").glob("*/progress.json"), None)
+    progress = json.loads(saved.read_text()) if saved is not None else {}
+    assert sum(v.get("trials", 0) for v in progress.values()) <= 16, progress  # the round in flight at most
