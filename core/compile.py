@@ -930,7 +930,6 @@ class _TuningStep:
             raise WorkbenchError("tuning is not available in this build (core.schedules has no tuning_pass); compile without --tune-trials.")
         self.summary: str | None = None
         self.kernels = self.from_database = 0
-        self._report = report
 
         def progress(frac, msg=""):
             frac = min(max(float(frac), 0.0), 1.0)
