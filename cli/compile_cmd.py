@@ -11,9 +11,9 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
     p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
-    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="MetaSchedule trials per kernel (0: no tuning; cpu target only)")
+    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="tune, with N MetaSchedule trials per kernel after the template search (cpu target only; budget 10 minutes unless --tune-minutes)")
     # read as text and checked in run(): a bad value is one sentence and exit 2, not argparse's usage dump
-    p.add_argument("--tune-minutes", metavar="M", help="tuning budget for the whole model in minutes (default 10; needs --tune-trials)")
+    p.add_argument("--tune-minutes", metavar="M", help="tune for up to M minutes for the whole model: template search, then --tune-trials N MetaSchedule trials per kernel if given (cpu target only)")
     p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
@@ -47,8 +47,6 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
         minutes = float("nan")
     if not math.isfinite(minutes) or minutes <= 0:
         raise WorkbenchError(f"--tune-minutes must be a positive number of minutes, not '{text}'.")
-    if trials <= 0:
-        raise WorkbenchError("--tune-minutes is the tuning budget and needs --tune-trials N (trials per kernel) to tune anything.")
     return minutes * 60.0
 
 
@@ -58,8 +56,8 @@ def run(args) -> int:
     dims = parse_dims(args.dim)
     if args.tune_trials < 0:
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
-    if args.tune_trials > 0 and args.target != "cpu":
-        raise WorkbenchError(f"--tune-trials works for --target cpu only; MetaSchedule tuning is not available for {args.target} here.")
+    if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target != "cpu":
+        raise WorkbenchError(f"tuning (--tune-trials, --tune-minutes) works for --target cpu only, not {args.target}.")
     budget_s = parse_tune_minutes(args.tune_minutes, args.tune_trials)
 
     from core.compile import compile_model

@@ -620,12 +620,13 @@ def compile_model(
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
     default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
     that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
-    `tune_trials` > 0 tunes each kernel with MetaSchedule (that many trials per kernel, within
-    `tune_budget_s` seconds for the model, default 600) into the database folder `tune_db`
-    (default core.tuning.default_database_root()) and compiles with the tuned schedules; a
-    `tune_db` without trials only applies that database. Tuning is for the cpu target; it
-    reports through `progress` (5-55 %) and stops after the measuring round in which `cancel()`
-    turns True.
+    Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
+    every candidate config of the schedule rules' templates is measured, then MetaSchedule
+    searches `tune_trials` schedules per kernel with the time left; the records go to the
+    database folder `tune_db` (default core.tuning.default_database_root()) and the compile
+    uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
+    database. Tuning is for the cpu target; it reports through `progress` (5-55 %) and stops
+    after the measuring round in which `cancel()` turns True.
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with CompileCancelled at the next step.
     """
@@ -657,8 +658,9 @@ def compile_model(
 
     steps = [(spec.name, spec) for spec in front if spec.enabled]
     tuning_step = tune_at = None
-    if tune_trials > 0 or tune_db is not None:
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget, report, cancel)
+    tune = tune_trials > 0 or tune_budget_s is not None
+    if tune or tune_db is not None:
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
         tune_at = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
         steps.insert(tune_at, ("MetaSchedule tuning", tuning_step))
     fused = prefused = None
@@ -703,7 +705,7 @@ def compile_model(
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
         "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,
-        "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget, tune_db, tvm_target),
+        "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
         "kernel_lineage": lineage,
     }
     art = Artifact(
@@ -737,7 +739,7 @@ def compile_model(
     return art
 
 
-def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float, db, tvm_target) -> dict | None:
+def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:
     """The manifest's record of tuning: options, database folder, and what it gave this compile."""
     if step is None:
         return None
@@ -745,7 +747,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float, d
 
     return {
         "trials": int(trials),
-        "budget_s": budget_s if trials > 0 else None,
+        "budget_s": budget_s,
         "database": str(database_dir(db, tvm_target)),
         "summary": step.summary,
         "kernels": step.kernels,
@@ -912,8 +914,8 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
             budget = float("nan")
         if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
             raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
-    if tune_trials > 0 and target != "cpu":
-        raise WorkbenchError(f"MetaSchedule tuning is available for the cpu target only, not {target}; compile for {target} without tuning trials.")
+    if (tune_trials > 0 or tune_budget_s is not None) and target != "cpu":
+        raise WorkbenchError(f"tuning is available for the cpu target only, not {target}; compile for {target} without tuning.")
     return budget
 
 
@@ -922,7 +924,7 @@ class _TuningStep:
     report's one-line summary (its last progress message) and, after the pass, how many kernels
     got a schedule from the tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float, report: Progress, cancel: Callable[[], bool] | None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
         from . import schedules
 
         fn = getattr(schedules, "tuning_pass", None)

@@ -548,7 +548,7 @@ def tune_module(
         on_round()
         _worker_initializer()()  # TuneContext imports every tensor intrinsic: do it the fast way
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            [task], work_dir=work_dir, num_threads=_cores(target), seed=seed
+            [task], work_dir=work_dir, num_threads=_cores(target), seed=seed, strategy=_search_strategy()
         )
         try:
             ms.tune_tasks(
@@ -583,6 +583,15 @@ def tune_module(
     report.seconds = time.monotonic() - start
     report_progress(1.0, report.summary())
     return report
+
+
+def _search_strategy():
+    """MetaSchedule's evolutionary search, sized for a few cores: a quarter of the default
+    population and half its generations. The defaults (512, 4) spend 70-90 s per round of 16
+    candidates on 2 cores before anything is measured - and a round cannot be cancelled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.search_strategy.EvolutionarySearch(population_size=128, genetic_num_iters=2, init_min_unmeasured=16)
 
 
 def _work_estimate(func) -> int:
@@ -716,15 +725,17 @@ def _apply_search_record(db, task_mod, name: str):
 
 
 def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None):
-    """What compile inserts before its "scheduled TIR" step: tune (when `trials` > 0; `trials`
-    per kernel, `budget_s` in all, default 10 minutes) into the database folder, then apply it."""
+    """What compile inserts before its "scheduled TIR" step: tune into the database folder, then
+    apply it. Tuning runs when `budget_s` is given (seconds for the model) or `trials` > 0
+    (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
+    with neither, the database is only applied."""
     import tvm
 
     apply = apply_database_pass(target, database)
 
     @tvm.transform.module_pass(opt_level=0, name="MetaScheduleTuning")
     def _pass(mod, _ctx):
-        if trials > 0:
+        if trials > 0 or budget_s is not None:
             report = tune_module(
                 mod,
                 target,

@@ -4,9 +4,10 @@
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
-* "Tune (MetaSchedule)" (CPU only) tunes every kernel before scheduling: a budget in minutes for
-  the model, trials per kernel, and the tuning database folder (shared by all models; another one
-  can be chosen for this session). Tuning runs inside the compile job: its progress shows in the
+* "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
+  which every candidate config of the schedule templates is measured first and MetaSchedule then
+  searches the given trials per kernel (0: template search only), and the tuning database folder
+  (shared by all models; another one can be chosen for this session). Tuning runs inside the compile job: its progress shows in the
   bar and the status line, and Cancel stops it after the measuring round in progress (records
   measured so far stay in the database, so the next tuned compile resumes). The results table
   says how many kernels run on tuned schedules.
@@ -265,7 +266,7 @@ class CompilePanel(QWidget):
     def _make_tune_controls(self) -> None:
         from core.tuning import default_database_root
 
-        self.tune = QCheckBox("Tune (MetaSchedule)")
+        self.tune = QCheckBox("Tune")
         self.tune_minutes = QDoubleSpinBox()
         self.tune_minutes.setRange(0.1, 24 * 60)
         self.tune_minutes.setDecimals(1)
@@ -273,10 +274,11 @@ class CompilePanel(QWidget):
         self.tune_minutes.setPrefix("budget ")
         self.tune_minutes.setSuffix(" min")
         self.tune_trials = QSpinBox()
-        self.tune_trials.setRange(1, 100_000)
+        self.tune_trials.setRange(0, 100_000)
         self.tune_trials.setValue(64)
         self.tune_trials.setSingleStep(16)
-        self.tune_trials.setSuffix(" trials per kernel")
+        self.tune_trials.setSuffix(" search trials per kernel")
+        self.tune_trials.setSpecialValueText("template search only")
         self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
         self.tune_db_label = QLabel()
         self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -284,9 +286,11 @@ class CompilePanel(QWidget):
         self.tune_db_btn.setFixedWidth(QFontMetrics(self.tune_db_btn.font()).horizontalAdvance("…") + 24)
         # what each control says on CPU; on CUDA they all say why they are off
         self._tune_tips = {
-            self.tune: "Tune every kernel with MetaSchedule before compiling (records go to the database and are reused)",
+            self.tune: "Tune every kernel before compiling: measure each candidate config of the schedule templates, "
+            "then search with MetaSchedule (records go to the database and are reused)",
             self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
-            self.tune_trials: "Candidate schedules measured per kernel (in rounds of 16); kernels already tuned this far are reused",
+            self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
+            "0: template search only); kernels already tuned this far are reused",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
         }
 

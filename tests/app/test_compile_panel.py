@@ -152,6 +152,10 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     assert panel.result is None and panel.progress.format() == "cancelled"
     assert "stay in the database" in panel.status.text()
     assert panel.tune.isEnabled() and panel.tune_trials.isEnabled()
+    # 0 search trials: template search only, still a tuning run (the budget is passed)
+    panel.tune_trials.setValue(0)
+    assert panel.tune_trials.text() == "template search only"
+    assert panel.tuning_options()["tune_trials"] == 0 and panel.tuning_options()["tune_budget_s"] == 150.0
     # unchecked: no tuning keywords at all
     panel.tune.setChecked(False)
     assert panel.tuning_options() == {}

@@ -182,6 +182,12 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
     # the default budget is the 10 minutes per model
     compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_db=tmp_path)
     assert seen["budget_s"] == 600.0
+    # a budget alone tunes too (template search only, no MetaSchedule trials)...
+    art = compile_model(sample("mlp"), "cpu", verify=False, tune_budget_s=120, tune_db=tmp_path)
+    assert seen["trials"] == 0 and seen["budget_s"] == 120.0 and art.manifest["tuning"]["budget_s"] == 120.0
+    # ...and a database alone is only applied
+    art = compile_model(sample("mlp"), "cpu", verify=False, tune_db=tmp_path)
+    assert seen["trials"] == 0 and seen["budget_s"] is None and art.manifest["tuning"]["budget_s"] is None
 
 
 @pytest.mark.parametrize(
@@ -189,8 +195,8 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
     [
         (["--tune-trials", "4", "--tune-minutes", "0"], "--tune-minutes must be a positive number of minutes, not '0'."),
         (["--tune-trials", "4", "--tune-minutes", "soon"], "--tune-minutes must be a positive number of minutes, not 'soon'."),
-        (["--tune-minutes", "5"], "--tune-minutes is the tuning budget and needs --tune-trials N"),
-        (["--tune-trials", "4", "--target", "cuda"], "--tune-trials works for --target cpu only"),
+        (["--tune-minutes", "5", "--target", "cuda"], "tuning (--tune-trials, --tune-minutes) works for --target cpu only, not cuda."),
+        (["--tune-trials", "4", "--target", "cuda"], "tuning (--tune-trials, --tune-minutes) works for --target cpu only, not cuda."),
     ],
 )
 def test_cli_tune_minutes_bad_values_exit_2_with_one_sentence(args, message, capsys, tmp_path):
