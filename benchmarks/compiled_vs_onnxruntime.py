@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=host_cores())
     parser.add_argument("--tune-db", default=None, help="tuning database folder (core.tuning)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
-    parser.add_argument("--tune-trials", type=int, default=16, help="trials per kernel when tuning (spread the budget)")
+    parser.add_argument("--tune-trials", type=int, default=0, help="MetaSchedule trials per kernel after the template search (0: template search only)")
     parser.add_argument(
         "--pipeline",
         choices=("workbench", "own"),
