@@ -136,30 +136,35 @@ def open_database(root, target):
     return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
 
 
-def _load_progress(folder: Path) -> dict[str, dict]:
+def _load_json(folder: Path, name: str) -> dict[str, dict]:
+    """A record file of the database folder ({} when missing or unreadable)."""
     try:
-        return json.loads((folder / PROGRESS_FILE).read_text())
+        return json.loads((folder / name).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:
+    """Write a record file whole, through a temporary file (a crash never leaves half of one)."""
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
+    tmp.replace(folder / name)
+
+
+def _load_progress(folder: Path) -> dict[str, dict]:
+    return _load_json(folder, PROGRESS_FILE)
 
 
 def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
-    tmp = folder / (PROGRESS_FILE + ".tmp")
-    tmp.write_text(json.dumps(progress, indent=1, sort_keys=True))
-    tmp.replace(folder / PROGRESS_FILE)
+    _save_json(folder, PROGRESS_FILE, progress)
 
 
 def _load_templates(folder: Path) -> dict[str, dict]:
-    try:
-        return json.loads((folder / TEMPLATES_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
+    return _load_json(folder, TEMPLATES_FILE)
 
 
 def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
-    tmp = folder / (TEMPLATES_FILE + ".tmp")
-    tmp.write_text(json.dumps(templates, indent=1, sort_keys=True))
-    tmp.replace(folder / TEMPLATES_FILE)
+    _save_json(folder, TEMPLATES_FILE, templates)
 
 
 def _template_rules() -> list:
