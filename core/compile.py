@@ -921,8 +921,8 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
 
 class _TuningStep:
     """The tuning pass as a compile step, keeping what compile reports about it: the tuning
-    report's one-line summary (its last progress message) and, after the pass, how many kernels
-    got a schedule from the tuning database (counted, not taken from the report)."""
+    report's one-line summary and, after the pass, how many kernels got a schedule from the
+    tuning database (counted, not taken from the report)."""
 
     def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
         from . import schedules
@@ -940,7 +940,15 @@ class _TuningStep:
             report(f"tuning: {msg}" if msg else "tuning", _TUNE_START + (_TUNE_END - _TUNE_START) * frac)
 
         try:
-            self._pass = fn(tvm_target, trials=trials, database=str(db) if db is not None else None, budget_s=budget_s, progress=progress, cancel=cancel)
+            self._pass = fn(
+                tvm_target,
+                trials=trials,
+                database=str(db) if db is not None else None,
+                budget_s=budget_s,
+                progress=progress,
+                cancel=cancel,
+                on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
+            )
         except ImportError as e:
             raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
 

@@ -729,11 +729,11 @@ def _apply_search_record(db, task_mod, name: str):
     return sch.mod["main"]
 
 
-def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None):
+def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None, on_report=None):
     """What compile inserts before its "scheduled TIR" step: tune into the database folder, then
     apply it. Tuning runs when `budget_s` is given (seconds for the model) or `trials` > 0
     (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
-    with neither, the database is only applied."""
+    with neither, the database is only applied. `on_report(TuningReport)` hears how it went."""
     import tvm
 
     apply = apply_database_pass(target, database)
@@ -752,6 +752,8 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
                 runner=runner,
             )
             logger.info("tuning: %s", report.summary())
+            if on_report is not None:
+                on_report(report)
         return apply(mod)
 
     return _pass
