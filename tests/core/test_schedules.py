@@ -184,10 +184,13 @@ def test_tile_choices_fit_the_register_file():
     from core.schedules.cpu_conv import choose_conv_tile, choose_width_tile
     from core.schedules.cpu_matmul import choose_matmul_tile
 
-    for channels, width in [(64, 55), (16, 56), (1000, 13), (256, 7), (512, 14), (68, 14)]:
-        vb, t = choose_conv_tile(channels, width, 8)
-        assert channels % vb == 0 and width % t == 0
-        assert max(1, vb // 8) * (t + 1) + 1 <= 16  # accumulators + weight vectors + broadcast
+    for channels, height, width in [(64, 55, 55), (16, 56, 56), (1000, 13, 13), (256, 7, 7), (512, 14, 14), (68, 14, 14), (128, 27, 27)]:
+        vb, t, th = choose_conv_tile(channels, width, 8, height)
+        assert channels % vb == 0 and width % t == 0 and height % th == 0
+        regs = max(1, vb // 8)
+        assert regs * th * t + regs + 1 <= 16  # accumulators + weight vectors + broadcast
+    assert choose_conv_tile(128, 27, 8, 27) == (8, 9, 1)  # 9 accumulators, not 16x3's 6
+    assert choose_conv_tile(256, 14, 8, 14) == (16, 2, 2)  # a 2x2 pixel tile of 2 vectors
     assert choose_conv_tile(1, 14, 8) is None  # depthwise: no channel vector at all...
     assert choose_width_tile(136, 28, 8) == (8, 7)  # ...so vectors run along the row
     assert choose_width_tile(16, 13, 8) is None  # a prime width leaves no useful row vector
