@@ -53,6 +53,7 @@ __all__ = [
     "tuning_pass",
     "rpc_runner",
     "local_builder",
+    "local_runner",
 ]
 
 logger = logging.getLogger(__name__)
@@ -200,8 +201,8 @@ def _measure_schedules(schedules: list, target, builder, runner) -> list[float |
         if result.error_msg:
             logger.info("candidate did not run: %s", result.error_msg.splitlines()[0])
             continue
-        secs = [float(s) for s in result.run_secs]
-        out[index] = sum(secs) / len(secs)
+        secs = sorted(float(s) for s in result.run_secs)
+        out[index] = secs[len(secs) // 2]  # the median of the repeats: one slow run does not count
     return out
 
 
@@ -246,6 +247,16 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
         return None
     best_config, best_ms = min(timed, key=lambda x: x[1])
     default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
+    if default_ms is not None and best_config != configs[0] and not (cancel is not None and cancel()):
+        # A winner picked from a dozen noisy measurements is partly luck: measure it and the
+        # default once more, side by side, and keep it only on the pessimistic figure (its
+        # slower run) against the default's faster run.
+        again = _measure_schedules([rule.apply(func, target, best_config), rule.apply(func, target, configs[0])], target, builder, runner)
+        if again[0] is not None and again[1] is not None:
+            best_ms = max(best_ms, again[0] * 1e3)
+            default_ms = min(default_ms, again[1] * 1e3)
+            if best_ms >= default_ms:
+                best_config, best_ms = configs[0], default_ms
     return {
         "rule": rule.name,
         "space": getattr(rule, "space_version", 0),
@@ -314,6 +325,14 @@ def local_builder(workers: int | None = None):
 
     workers = workers or max(1, min(2, host_cores()))
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
+
+
+def local_runner():
+    """A LocalRunner measuring each candidate as 3 repeats of >= 40 ms (medians are kept)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
 
 
 def _prepare(mod):
@@ -463,7 +482,7 @@ def tune_module(
     report_progress(0.0, "extracting kernels")
     tasks = extract_tasks(mod, target)
     builder = builder or local_builder()
-    runner = runner or ms.runner.LocalRunner(timeout_sec=60)
+    runner = runner or local_runner()
     work_dir = str(folder / "logs")
 
     # Measure what the defaults cost where nothing is known yet, to tune where the time goes.

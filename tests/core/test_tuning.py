@@ -201,7 +201,11 @@ def test_template_search_measures_the_default_and_applies_the_best_config(tmp_pa
     candidates = Conv2dNCHW().candidates(func, target)
     assert record["complete"] and len(record["measured"]) == len(candidates) > 3
     assert record["measured"][0][0] == candidates[0] and record["default_ms"] == record["measured"][0][1]
-    assert record["ms"] == min(ms for _, ms in record["measured"] if ms is not None) <= record["default_ms"]
+    fastest = min(record["measured"], key=lambda m: m[1] if m[1] is not None else float("inf"))
+    # the fastest config is kept only if it still beats the default when both are measured again
+    assert record["config"] in (fastest[0], candidates[0]) and record["ms"] <= record["default_ms"]
+    if record["config"] == fastest[0] != candidates[0]:
+        assert record["ms"] >= fastest[1]  # the pessimistic of its two measurements
     assert conv.template_config == record["config"] and conv.tuned_ms <= conv.default_ms
     assert database_coverage(mod, target, tmp_path)[0] >= 1
 
