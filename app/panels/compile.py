@@ -7,10 +7,10 @@
 * "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
-  (shared by all models; another one can be chosen for this session). Tuning runs inside the compile job: its progress shows in the
-  bar and the status line, and Cancel stops it after the measuring round in progress (records
-  measured so far stay in the database, so the next tuned compile resumes). The results table
-  says how many kernels run on tuned schedules.
+  (shared by all models; another one can be chosen for this session). Tuning runs inside the
+  compile job: its progress shows in the bar and the status line, and Cancel stops it after the
+  measuring round in progress (records measured so far stay in the database, so the next tuned
+  compile resumes). The results table says how many kernels run on tuned schedules.
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time per node (ms)"
-_TUNE_CPU_ONLY = "MetaSchedule tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
+_TUNE_CPU_ONLY = "Tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
 
 
 def _mb(n) -> str:
@@ -416,9 +416,9 @@ class CompilePanel(QWidget):
         self._busy(True)
         self.status.setStyleSheet("")
         if tuning:
+            search = f"{tuning['tune_trials']} search trials per kernel" if tuning["tune_trials"] else "template search only"
             self.status.setText(
-                f"Compiling for {target.upper()} with MetaSchedule tuning (budget {self.tune_minutes.value():g} min, "
-                f"{tuning['tune_trials']} trials per kernel)…"
+                f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
             )
         else:
             self.status.setText(f"Compiling for {target.upper()}…")
