@@ -200,7 +200,8 @@ def test_template_search_measures_the_default_and_applies_the_best_config(tmp_pa
     func = next(f for g, f in prepared.functions_items() if "conv2d" in g.name_hint)
     candidates = Conv2dNCHW().candidates(func, target)
     assert record["complete"] and len(record["measured"]) == len(candidates) > 3
-    assert record["measured"][0][0] == candidates[0] and record["default_ms"] == record["measured"][0][1]
+    # the default's figure: its first measurement, or a faster one from the side-by-side check
+    assert record["measured"][0][0] == candidates[0] and record["default_ms"] <= record["measured"][0][1]
     fastest = min(record["measured"], key=lambda m: m[1] if m[1] is not None else float("inf"))
     # the fastest config is kept only if it still beats the default when both are measured again
     assert record["config"] in (fastest[0], candidates[0]) and record["ms"] <= record["default_ms"]
