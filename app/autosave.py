@@ -136,13 +136,7 @@ class Autosaver(QObject):
 
     def discard(self) -> None:
         """Remove this session's autosave (the edits were saved or dropped, or the window closed)."""
-        for p in (self.model_path, self.info_path, self.model_path.with_name(self.model_path.name + ".data")):
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                logger.warning("cannot remove autosave %s: %s", p, e)
+        _remove_files(self.model_path, self.info_path)
         self._saved_changes = -1
 
     def stop(self) -> None:
@@ -167,11 +161,18 @@ class Recovery:
         return f"{name} with {self.edits} unsaved edit{'s' if self.edits != 1 else ''} (autosaved {when})"
 
     def remove(self) -> None:
-        for p in (self.model, self.info, self.model.with_name(self.model.name + ".data")):
-            try:
-                p.unlink()
-            except OSError:
-                pass
+        _remove_files(self.model, self.info)
+
+
+def _remove_files(model: Path, info: Path) -> None:
+    """Delete an autosave: the model, its external-data file and its info (missing ones are fine)."""
+    for p in (model, info, model.with_name(model.name + ".data")):
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            logger.warning("cannot remove autosave %s: %s", p, e)
 
 
 def pending_recoveries(folder: str | os.PathLike | None = None) -> list[Recovery]:

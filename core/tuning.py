@@ -212,6 +212,17 @@ def _current_space(record: dict) -> bool:
     return rule is not None and record.get("space") == getattr(rule, "space_version", 0)
 
 
+def _stop(report, cancel, deadline: float) -> bool:
+    """True once the user cancelled or the budget ran out (and the report says which)."""
+    if report.cancelled or report.out_of_time:
+        return True
+    if cancel is not None and cancel():
+        report.cancelled = True
+    elif time.monotonic() >= deadline:
+        report.out_of_time = True
+    return report.cancelled or report.out_of_time
+
+
 def _has_template(func, target) -> bool:
     return any(rule.candidates(func, target) for rule in _template_rules())
 
@@ -375,47 +386,20 @@ def _workload_key(task_mod) -> str:
     return f"{tvm_ffi.structural_hash(task_mod) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def _measure_default(task_mod, target, builder, runner):
-    """(seconds, Schedule) of core.schedules' default schedule for one task, or (None, None)."""
-    from tvm.s_tir import meta_schedule as ms
+def _measure_default(task_mod, target, builder, runner) -> float | None:
+    """Seconds of core.schedules' default schedule for one task, or None."""
+    from .schedules import schedule_cpu_func
 
-    from .schedules import cpu_rules
+    scheduled, _rule = schedule_cpu_func(task_mod["main"], target)
+    if scheduled is None:
+        return None
+    from tvm import s_tir
 
-    func = task_mod["main"]
-    for rule in cpu_rules():
-        try:
-            sch = rule.apply(func, target)
-        except Exception:  # noqa: BLE001
-            continue
-        if sch is not None:
-            break
-    else:
-        return None, None
     try:
-        return _build_and_run(sch, func, target, builder, runner)
+        return _measure_schedules([s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))], target, builder, runner)[0]
     except Exception as exc:  # noqa: BLE001 - no default figure: the kernel is tuned all the same
         logger.info("could not measure the default schedule: %s", exc)
-        return None, None
-
-
-def _build_and_run(sch, func, target, builder, runner):
-    from tvm.s_tir import meta_schedule as ms
-
-    built = builder.build([ms.builder.BuilderInput(sch.mod, target)])[0]
-    if built.error_msg:
-        logger.info("default schedule did not build: %s", built.error_msg.splitlines()[0])
-        return None, None
-    # what the builder measures: the kernel taking its weights already packed
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
-    args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
-    result = runner.run([ms.runner.RunnerInput(built.artifact_path, _device_type(target), args_info)])[0].result()
-    if result.error_msg:
-        logger.info("default schedule did not run: %s", result.error_msg)
-        return None, None
-    secs = [float(s) for s in result.run_secs]
-    return sum(secs) / len(secs), sch
+        return None
 
 
 def _device_type(target) -> str:
@@ -504,12 +488,8 @@ def tune_module(
         record = templates.get(result.workload)
         if record is not None and record.get("complete") and _current_space(record):
             result.reused = True
-        elif not (report.cancelled or report.out_of_time):
-            if cancel is not None and cancel():
-                report.cancelled = True
-            elif time.monotonic() >= deadline:
-                report.out_of_time = True
-            elif _has_template(task_mod["main"], target):
+        elif not _stop(report, cancel, deadline):
+            if _has_template(task_mod["main"], target):
                 report_progress(span * index / max(len(by_work), 1), f"template search: {result.name}")
                 found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline)
                 if found is not None:
@@ -530,17 +510,11 @@ def tune_module(
         if trials_per_task > 0 and result.trials >= trials_per_task:
             result.reused = True
     for index, (task, task_mod, result) in enumerate(todo):
-        if report.cancelled or report.out_of_time:
-            break
-        if cancel is not None and cancel():
-            report.cancelled = True
-            break
-        if time.monotonic() >= deadline:
-            report.out_of_time = True
+        if _stop(report, cancel, deadline):
             break
         if result.default_ms is None:
             report_progress(0.6, f"measuring default schedule of {result.name}")
-            secs, sch = _measure_default(task_mod, target, builder, runner)
+            secs = _measure_default(task_mod, target, builder, runner)
             if secs is not None:
                 # Kept beside the database, not in it: MetaSchedule's layout-rewrite postprocessor
                 # cannot replay a trace that already packs the weights (its search fails on such
@@ -551,13 +525,7 @@ def tune_module(
     todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
 
     for index, (task, task_mod, result) in enumerate(todo):
-        if report.cancelled or report.out_of_time:
-            break
-        if cancel is not None and cancel():
-            report.cancelled = True
-            break
-        if time.monotonic() >= deadline:
-            report.out_of_time = True
+        if _stop(report, cancel, deadline):
             break
         remaining = trials_per_task - result.trials
         state = {"trials": 0, "stopped": False}

@@ -408,21 +408,26 @@ class CompilePanel(QWidget):
             art.manifest["measured"] = measured_for_manifest(res)
             return art, res
 
-        self.job = Job(work, title="Compile & Run", parent=self)
-        self.job.progressed.connect(self._compile_progress)
-        self.job.done.connect(self._done)
-        self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(self._cancelled)
-        self._busy(True)
-        self.status.setStyleSheet("")
         if tuning:
             search = f"{tuning['tune_trials']} search trials per kernel" if tuning["tune_trials"] else "template search only"
-            self.status.setText(
-                f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
-            )
+            text = f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
         else:
-            self.status.setText(f"Compiling for {target.upper()}…")
-        self.job.start()
+            text = f"Compiling for {target.upper()}…"
+        self._start_job(Job(work, title="Compile & Run", parent=self), self._done, text, self._compile_progress)
+
+    def _start_job(self, job: Job, done, status: str | None, progressed=None) -> None:
+        """Run `job` as the panel's one background job: progress in the bar, done/failed/cancelled
+        to their slots, the controls busy until it ends."""
+        self.job = job
+        job.progressed.connect(progressed or self._progress)
+        job.done.connect(done)
+        job.failed.connect(self._failed)
+        job.cancelled.connect(self._cancelled)
+        self._busy(True)
+        if status is not None:
+            self.status.setStyleSheet("")
+            self.status.setText(status)
+        job.start()
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -601,14 +606,13 @@ class CompilePanel(QWidget):
             job.report(0.1, "exporting")
             return str(art.export(folder, measured=art.manifest.get("measured")))
 
-        self.job = Job(work, title="Export", parent=self)
-        self.job.progressed.connect(self._progress)
-        self.job.done.connect(lambda path: (self._busy(False), self.progress.setValue(1000), self.progress.setFormat("exported"),
-                                            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")))
-        self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(self._cancelled)
-        self._busy(True)
-        self.job.start()
+        def exported(path):
+            self._busy(False)
+            self.progress.setValue(1000)
+            self.progress.setFormat("exported")
+            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
+
+        self._start_job(Job(work, title="Export", parent=self), exported, None)
 
     def export_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export the compiled artifact into folder")
@@ -691,15 +695,7 @@ class CompilePanel(QWidget):
             except CompileCancelled:
                 raise JobCancelled() from None
 
-        self.job = Job(work, title="Run artifact", parent=self)
-        self.job.progressed.connect(self._progress)
-        self.job.done.connect(self._artifact_done)
-        self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(self._cancelled)
-        self._busy(True)
-        self.status.setStyleSheet("")
-        self.status.setText(f"Running the artifact in {folder}…")
-        self.job.start()
+        self._start_job(Job(work, title="Run artifact", parent=self), self._artifact_done, f"Running the artifact in {folder}…")
 
     def _artifact_done(self, result) -> None:
         art, res = result
