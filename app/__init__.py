@@ -6,6 +6,6 @@ __all__ = ["run_gui"]
 
 def run_gui(model_path: str | None = None) -> int:
     """Start the application, open `model_path` if given, and run the event loop."""
-    from .main_window import run
+    from app.main_window import run
 
     return run(model_path)

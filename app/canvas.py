@@ -1,8 +1,8 @@
-"""The graph canvas: a QGraphicsView that draws any `core.viewgraph.ViewGraph`.
+"""The graph canvas: a QGraphicsView that draws any `core.views.viewgraph.ViewGraph`.
 
-By default it shows the open document's ONNX graph (`core.viewgraph.from_graph`) and redraws
+By default it shows the open document's ONNX graph (`core.views.viewgraph.from_graph`) and redraws
 itself whenever the document changes (an edit, undo or redo) or is replaced (a model opened).
-Layout runs on a worker thread (`core.layout.layout`: dot for model-sized graphs, a layered
+Layout runs on a worker thread (`core.views.layout.layout`: dot for model-sized graphs, a layered
 fallback for big ones); until it is done the old scene stays on screen.
 
 Big views (OVERVIEW_ITEMS nodes + edges or more, e.g. DenseNet-121) are drawn lazily: the worker
@@ -61,13 +61,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.layout import Layout, layout
-from core.viewgraph import ViewGraph, find_nodes, from_graph
+from core.views.layout import Layout, layout
+from core.views.viewgraph import ViewGraph, find_nodes, from_graph
 
-from .document import Document
-from .graph_items import EdgeItem, NodeItem, node_size
-from .style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure, category_colors
-from .workers import Job
+from app.document import Document
+from app.graph_items import EdgeItem, NodeItem, node_size
+from app.style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure, category_colors
+from app.workers import Job
 
 __all__ = ["GraphCanvas", "Minimap", "FindBar"]
 

@@ -132,7 +132,7 @@ def _autosave_all() -> str:
 
 def _write_report_file(report: str) -> str:
     try:
-        from .autosave import autosave_dir
+        from app.autosave import autosave_dir
 
         folder = autosave_dir().parent / "crash-reports"
         folder.mkdir(parents=True, exist_ok=True)

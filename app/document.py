@@ -1,7 +1,7 @@
 """The open model as the GUI sees it: one `Document` per window.
 
 A Document holds the core `Graph`, the file path, the selection and a `QUndoStack`. Every change
-to the graph goes through `Document.push(edit)` with a `core.history.Edit`: the edit is wrapped in
+to the graph goes through `Document.push(edit)` with a `core.model.history.Edit`: the edit is wrapped in
 a QUndoCommand, so Undo/Redo, the dirty mark and the views all follow from the stack. Views
 listen to the signals and never mutate the Graph themselves.
 
@@ -22,7 +22,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from core import Graph, WorkbenchError, load_model, save_model
-from core.history import Edit
+from core.model.history import Edit
 
 __all__ = ["Document", "EditCommand", "changes_shapes"]
 
@@ -75,7 +75,7 @@ def changes_shapes(edit: Edit) -> bool:
     own = getattr(edit, "changes_shapes", None)
     if own is not None:
         return bool(own)
-    from core import edits
+    from core.model import edits
 
     if isinstance(edit, (edits.RenameNode, edits.RenameTensor, edits.AddGraphOutput, edits.RemoveGraphOutput)):
         return False

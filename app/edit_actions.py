@@ -1,5 +1,5 @@
 """Editing in the GUI: actions, keys, the canvas context menu, drag-to-connect, inspector editing,
-and the save guard. Every change is a `core.edits` command pushed with `Document.push`; nothing
+and the save guard. Every change is a `core.model.edits` command pushed with `Document.push`; nothing
 here touches the Graph itself.
 
 Keys (active while the canvas has focus, so text fields keep their own Delete/F2):
@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import EditError, WorkbenchError
-from core.edits import (
+from core.model.edits import (
     AddGraphOutput,
     CompoundEdit,
     DeleteNode,
@@ -60,9 +60,9 @@ from core.edits import (
     parse_attribute_text,
     parse_shape_text,
 )
-from core.validation import check
+from core.model.validation import check
 
-from .graph_items import EdgeItem, NodeItem
+from app.graph_items import EdgeItem, NodeItem
 
 __all__ = ["EditActions", "PORT_COLOR"]
 
@@ -225,7 +225,7 @@ class EditActions(QObject):
 
     def add_node(self, inputs: list[str] | None = None, insert_on: str | None = None, op_type: str = "", exec_dialog: bool = True):
         """Open the Add Node dialog (returned; with exec_dialog=False it is only shown, for tests)."""
-        from .dialogs.add_node import AddNodeDialog
+        from app.dialogs.add_node import AddNodeDialog
 
         if self.document.graph is None:
             return None

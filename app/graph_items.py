@@ -14,9 +14,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetricsF, QPainter, QPainterPath, QPainterPathStroker, QPen, QPolygonF, QStaticText
 from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 
-from core.viewgraph import ViewEdge, ViewNode
+from core.views.viewgraph import ViewEdge, ViewNode
 
-from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
+from app.style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
 
 __all__ = ["NodeItem", "EdgeItem", "node_size", "BADGE_MAX_WIDTH"]
 

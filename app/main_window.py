@@ -35,13 +35,13 @@ from PySide6.QtWidgets import (
 )
 
 from core import WorkbenchError, load_model
-from core.layout import layout
-from core.viewgraph import from_graph
+from core.views.layout import layout
+from core.views.viewgraph import from_graph
 
-from .canvas import GraphCanvas, prepare_display
-from .document import Document
-from .graph_items import node_size
-from .workers import Job
+from app.canvas import GraphCanvas, prepare_display
+from app.document import Document
+from app.graph_items import node_size
+from app.workers import Job
 
 __all__ = ["MainWindow", "run"]
 
@@ -83,10 +83,10 @@ class MainWindow(QMainWindow):
 
         if load_panels:
             self._create_panels()
-        from .edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
+        from app.edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
-        from .autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
+        from app.autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
 
         self.autosaver = Autosaver(self)
         self._default_geometry()
@@ -102,7 +102,7 @@ class MainWindow(QMainWindow):
 
     # ---- panels ------------------------------------------------------------------------------
     def _create_panels(self) -> None:
-        from .panels import PANELS
+        from app.panels import PANELS
 
         for name in PANELS:
             try:
@@ -526,13 +526,13 @@ class MainWindow(QMainWindow):
 
 
 def run(model_path: str | None) -> int:
-    from .workers import cancel_all
+    from app.workers import cancel_all
 
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName(APP_NAME)
     app.setOrganizationName(ORG_NAME)
     app.aboutToQuit.connect(cancel_all)
-    from . import autosave, crash
+    from app import autosave, crash
 
     crash.install()  # unexpected errors: a dialog, and the app goes on (app.crash)
     w = MainWindow()

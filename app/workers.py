@@ -16,7 +16,7 @@ from typing import Any
 from PySide6.QtCore import QThread, Signal
 
 from core.errors import WorkbenchError
-from core.layout import LayoutCancelled
+from core.views.layout import LayoutCancelled
 
 __all__ = ["Job", "JobCancelled", "cancel_all"]
 

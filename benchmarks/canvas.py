@@ -186,8 +186,8 @@ def repaint_at_100(path: Path, repeats: int = 30) -> dict:
 def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
     """dot vs layered seconds by node count on the generated CNN-like graph (box sizes fixed)."""
     from core import load_model
-    from core.layout import layout
-    from core.viewgraph import from_graph
+    from core.views.layout import layout
+    from core.views.viewgraph import from_graph
 
     rows = []
     with tempfile.TemporaryDirectory() as d:

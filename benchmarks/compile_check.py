@@ -25,10 +25,12 @@ def main() -> int:
     import onnx
 
     from core import load_model
-    from core.bench import benchmark
+    from core.compiler.bench import benchmark
     import numpy as np
 
-    from core.compile import compile_model, ort_run, random_feeds
+    from core.compiler.compile import compile_model
+
+    from core.compiler.reference import ort_run, random_feeds
     from core.errors import WorkbenchError
     from core.verify import with_random_weights
 
@@ -77,7 +79,7 @@ def main() -> int:
 
 def _logits(graph):
     """The graph with a final Softmax removed (its input becomes the graph output)."""
-    from core.onnx_io import load_model_bytes
+    from core.model.onnx_io import load_model_bytes
 
     proto = graph.to_proto()
     g = proto.graph

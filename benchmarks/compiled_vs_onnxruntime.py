@@ -1,7 +1,7 @@
 """Latency of the workbench's compiled CPU code against onnxruntime, side by side in one process.
 
-For each model (the nine light models shipped in the onnx wheel, and core.samples' models with
-seeded random weights) it prints onnxruntime ms, ours untuned ms (core.schedules' default CPU
+For each model (the nine light models shipped in the onnx wheel, and core.model.samples' models with
+seeded random weights) it prints onnxruntime ms, ours untuned ms (core.compiler.schedules' default CPU
 rules), ours tuned ms (when a tuning database is given and holds records for the model's
 kernels), their ratios to onnxruntime and the geometric means. Latencies are medians of
 warmed-up runs, ours and onnxruntime alternating run by run with the same thread count, so
@@ -42,7 +42,7 @@ def light_models() -> dict[str, Path]:
 
 
 def sample_models() -> dict:
-    from core import samples
+    from core.model import samples
 
     return {name: fn for name, fn in samples.SAMPLES.items()} if hasattr(samples, "SAMPLES") else {}
 
@@ -87,11 +87,11 @@ def relax_to_fused_tir(proto):
 
 
 def build_vm_workbench(proto, target, database: str | None = None):
-    """Compile `proto` the way the workbench does (core.compile: its pass pipeline, whose
-    "scheduled TIR" step is core.schedules, and a tuning database when given)."""
+    """Compile `proto` the way the workbench does (core.compiler.compile: its pass pipeline, whose
+    "scheduled TIR" step is core.compiler.schedules, and a tuning database when given)."""
     import tempfile
 
-    from core.compile import compile_model
+    from core.compiler.compile import compile_model
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
@@ -101,17 +101,17 @@ def build_vm_workbench(proto, target, database: str | None = None):
 
 
 def build_vm(proto, target, database: str | None = None, schedule: bool = True):
-    """Compile `proto` for `target` with core.schedules (and a tuning database when given),
+    """Compile `proto` for `target` with core.compiler.schedules (and a tuning database when given),
     through this file's own minimal pipeline (--pipeline own)."""
     import tvm
     from tvm import relax
 
-    from core.schedules import schedule_pass
+    from core.compiler.schedules import schedule_pass
 
     mod = relax_to_fused_tir(proto)
     with target:
         if database is not None:
-            from core.tuning import tuning_pass
+            from core.compiler.tuning import tuning_pass
 
             mod = tuning_pass(target, trials=0, database=database)(mod)
         if schedule:
@@ -173,21 +173,21 @@ def _runs_for(ms: float, budget_s: float, cap: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
-    from core.target import host_cores, make_target
+    from core.compiler.target import host_cores, make_target
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="", help="comma-separated subset (default: all)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per model (capped by --seconds)")
     parser.add_argument("--seconds", type=float, default=6.0, help="time budget per model for timed runs")
     parser.add_argument("--threads", type=int, default=host_cores())
-    parser.add_argument("--tune-db", default=None, help="tuning database folder (core.tuning)")
+    parser.add_argument("--tune-db", default=None, help="tuning database folder (core.compiler.tuning)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
     parser.add_argument("--tune-trials", type=int, default=0, help="MetaSchedule trials per kernel after the template search (0: template search only)")
     parser.add_argument(
         "--pipeline",
         choices=("workbench", "own"),
         default="workbench",
-        help="workbench: compile with core.compile (what the app and CLI run); own: this file's minimal pass list",
+        help="workbench: compile with core.compiler.compile (what the app and CLI run); own: this file's minimal pass list",
     )
     args = parser.parse_args(argv)
 
@@ -230,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         tuned_cell, tuned_ratio_cell, tuned_note = f"{'-':>10}", f"{'-':>8}", ""
         if args.tune_db:
             if args.tune_minutes > 0:
-                from core.tuning import tune_module
+                from core.compiler.tuning import tune_module
 
                 report = tune_module(
                     relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
                 )
                 print(f"  tuning {name}: {report.summary()}", flush=True)
-            from core.tuning import database_coverage
+            from core.compiler.tuning import database_coverage
 
             covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
         if args.tune_db and covered:

@@ -23,7 +23,10 @@ def main() -> int:
     import onnx
 
     from core import load_model
-    from core.compile import _gpu_present, compare_outputs, compile_model, load_artifact, ort_run, random_feeds
+    from core.compiler.artifact import load_artifact
+    from core.compiler.compile import compile_model
+    from core.compiler.reference import compare_outputs, ort_run, random_feeds
+    from core.compiler.target import gpu_present
     from core.errors import WorkbenchError
     from core.verify import with_random_weights
 
@@ -32,7 +35,7 @@ def main() -> int:
     ap.add_argument("--models", default="")
     ap.add_argument("--out", default="", help="keep the exported artifacts here (default: a temporary folder)")
     args = ap.parse_args()
-    if not _gpu_present():
+    if not gpu_present():
         print("gpu_check: no CUDA GPU visible to TVM here; skipped.")
         return 0
     import tvm

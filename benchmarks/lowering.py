@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/lowering.py --sweep          # the nine light models + the samples, CPU and CUDA
     .venv/bin/python benchmarks/lowering.py --disable ScheduleTIR   # what the rest costs
 
-The end-to-end figure is wall time around core.lowering.lower (ONNX listing, import, every pass,
+The end-to-end figure is wall time around core.compiler.lowering.lower (ONNX listing, import, every pass,
 TVMScript printing of every stage, target code); graph views are built on demand by the GUI and are
 timed separately. CPU time is printed too: on a shared 2-core machine wall time includes waiting.
 """
@@ -30,8 +30,8 @@ def _light_dir() -> Path:
 
 def one(model: Path, target: str, views: bool = True, disable: frozenset[str] = frozenset()) -> float:
     from core import load_model
-    from core.lowering import lower
-    from core.pipeline import default_pipeline
+    from core.compiler.lowering import lower
+    from core.compiler.pipeline import default_pipeline
 
     graph = load_model(model)
     specs = [s.toggled(False) if s.name in disable else s for s in default_pipeline(target)]
@@ -57,7 +57,7 @@ def one(model: Path, target: str, views: bool = True, disable: frozenset[str] = 
 
 def sweep() -> int:
     from core import load_model
-    from core.lowering import lower
+    from core.compiler.lowering import lower
 
     models = sorted(_light_dir().glob("light_*.onnx")) + sorted((ROOT / "resources" / "models").glob("*.onnx"))
     print(f"{'model':<28} {'target':<6} {'stages':>6} {'seconds':>8}  last stage")

@@ -25,8 +25,9 @@ def _mb(n) -> str:
 
 def run(args) -> int:
     from cli.compile_cmd import parse_dims
-    from core.bench import benchmark
-    from core.compile import compile_model, load_artifact
+    from core.compiler.bench import benchmark
+    from core.compiler.artifact import load_artifact
+    from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
 
     dims = parse_dims(args.dim)

@@ -60,7 +60,7 @@ def run(args) -> int:
         raise WorkbenchError(f"tuning (--tune-trials, --tune-minutes) works for --target cpu only, not {args.target}.")
     budget_s = parse_tune_minutes(args.tune_minutes, args.tune_trials)
 
-    from core.compile import compile_model
+    from core.compiler.compile import compile_model
 
     def progress(step: str, frac: float) -> None:
         if not args.json:
@@ -78,7 +78,7 @@ def run(args) -> int:
     )
     measured = None
     if args.bench_runs > 0 and args.target == "cpu":
-        from core.bench import benchmark, measured_for_manifest
+        from core.compiler.bench import benchmark, measured_for_manifest
 
         measured = measured_for_manifest(benchmark(art, runs=args.bench_runs, dims=dims or None, vs_ort=True, kernels=False))
     folder = art.export(args.output, measured=measured)

@@ -1,8 +1,8 @@
 """`edit MODEL -o OUT [EDIT ...]`: the headless twin of the GUI's editing.
 
-Edits are applied in the order given, each through `core.history.History` (the same
-`core.edits` commands the GUI's undo stack runs), then the model is checked
-(`core.validation.check`) and written atomically. Nodes are named by their name, or `#ID` for
+Edits are applied in the order given, each through `core.model.history.History` (the same
+`core.model.edits` commands the GUI's undo stack runs), then the model is checked
+(`core.model.validation.check`) and written atomically. Nodes are named by their name, or `#ID` for
 unnamed ones. A refused edit stops with its sentence (exit 2) and nothing is written; a model
 that fails validation is not written unless `--allow-invalid`; writing over MODEL itself needs
 `--overwrite` (the GUI asks the same question).
@@ -73,7 +73,7 @@ def _index(text: str) -> int:
 
 
 def _attr_value(graph, node_id: int, name: str, text: str):
-    from core.edits import _node_spec, parse_attribute_text
+    from core.model.edits import _node_spec, parse_attribute_text
 
     n = graph.node(node_id).ir
     spec = _node_spec(graph, n)
@@ -87,7 +87,7 @@ def _attr_value(graph, node_id: int, name: str, text: str):
 
 def _insert(graph, spec_text: str):
     from core import EditError
-    from core.edits import InsertNode, op_spec, parse_attribute_text
+    from core.model.edits import InsertNode, op_spec, parse_attribute_text
 
     m = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*\(([^)]*)\)\s*(.*)", spec_text)
     if m is None:
@@ -112,7 +112,7 @@ def _insert(graph, spec_text: str):
 
 def _make_edit(graph, kind: str, vals: list[str]):
     from core import EditError
-    from core.edits import (
+    from core.model.edits import (
         AddGraphOutput,
         DeleteNode,
         RemoveAttribute,
@@ -162,8 +162,8 @@ def _make_edit(graph, kind: str, vals: list[str]):
 
 def run(args) -> int:
     from core import WorkbenchError, load_model
-    from core.history import History
-    from core.validation import refresh, save_checked
+    from core.model.history import History
+    from core.model.validation import refresh, save_checked
 
     src, out = Path(args.model), Path(args.output)
     if out.resolve() == src.resolve() and not args.overwrite:

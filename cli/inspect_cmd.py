@@ -13,7 +13,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from core import load_model
-    from core.summary import format_summary, summarize
+    from core.model.summary import format_summary, summarize
 
     s = summarize(load_model(args.model))
     print(json.dumps(s) if args.json else format_summary(s))

@@ -1,6 +1,6 @@
 """`lower MODEL [--target cpu|cuda] [--dump DIR] [--json]`: the model, one lowering step at a time.
 
-Runs core.lowering.lower (the same stages the GUI's Lowering panel shows) and prints each stage's
+Runs core.compiler.lowering.lower (the same stages the GUI's Lowering panel shows) and prints each stage's
 name, abstraction level, pass and seconds; with --dump, writes one numbered text file per stage
 (`00_ONNX_graph.txt`, `01_Relax_import.py`, ..., `19_LLVM_IR.ll`). When a step fails (an op TVM
 cannot import, a pass that breaks), the stages before it are still printed and dumped, then the
@@ -26,7 +26,7 @@ def add_arguments(p) -> None:
 
 
 def _report(args, stages, error: str | None) -> None:
-    from core.lowering import stage_filename
+    from core.compiler.lowering import stage_filename
 
     files: dict[int, str] = {}
     if args.dump:
@@ -61,8 +61,8 @@ def _report(args, stages, error: str | None) -> None:
 def run(args) -> int:
     from core import load_model
     from core.errors import WorkbenchError
-    from core.lowering import LoweringCancelled, lower
-    from core.pipeline import PASSES, default_pipeline
+    from core.compiler.lowering import LoweringCancelled, lower
+    from core.compiler.pipeline import PASSES, default_pipeline
 
     if args.list_passes:
         for spec in default_pipeline(args.target):

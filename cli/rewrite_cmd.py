@@ -37,7 +37,7 @@ def _dims(specs: list[str]) -> dict[str, int]:
 
 def run(args) -> int:
     from core import load_model, save_model
-    from core.history import History
+    from core.model.history import History
     from core.rewrite import run_rules
     from core.verify import VerificationError
     from rewrites import get_rules
@@ -51,7 +51,7 @@ def run(args) -> int:
         if args.json:
             print(json.dumps({"model": args.model, "output": None, "ok": False, "error": str(e)}))
         raise
-    from core.onnx_io import validate_graph
+    from core.model.onnx_io import validate_graph
 
     validate_graph(graph, args.output)
     save_model(graph, args.output)

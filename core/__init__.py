@@ -6,11 +6,11 @@ Heavy submodules (TVM lowering, compile) are imported on use, so `import core` s
 from __future__ import annotations
 
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
-from .graph import Graph, Node, Value
-from .onnx_io import load_model, save_model
-from .target import use_host_cores
+from .model.graph import Graph, Node, Value
+from .model.onnx_io import load_model, save_model
+from .compiler.target import use_host_cores
 
-use_host_cores()  # before TVM's thread pool exists (see core.target.use_host_cores)
+use_host_cores()  # before TVM's thread pool exists (see core.compiler.target.use_host_cores)
 
 __all__ = [
     "Graph",
@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 # compile/bench are exported lazily: importing them pulls in nothing heavy, but keep `import core` lean
-_LAZY = {"compile_model": "compile", "load_artifact": "compile", "Artifact": "compile", "benchmark": "bench"}
+_LAZY = {"compile_model": "compiler.compile", "load_artifact": "compiler.compile", "Artifact": "compiler.compile", "benchmark": "compiler.bench"}
 
 
 def __getattr__(name: str):

@@ -49,7 +49,7 @@ class VerificationError(WorkbenchError):
 
 
 def _to_proto(model: Any) -> onnx.ModelProto:
-    from .graph import Graph
+    from .model.graph import Graph
 
     if isinstance(model, Graph):
         return model.to_proto()
@@ -64,7 +64,7 @@ def _to_proto(model: Any) -> onnx.ModelProto:
 
 def _input_specs(model: Any) -> list[tuple[str, np.dtype, list[Any]]]:
     """(name, numpy dtype, dims with str/None for unknown) for each real input."""
-    from .graph import Graph
+    from .model.graph import Graph
 
     if isinstance(model, Graph):
         out = []
@@ -272,7 +272,7 @@ def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:  
     """
     import onnx_ir as ir
 
-    from .graph import Graph
+    from .model.graph import Graph
     from .rewrite.constants import ConstantEvaluator
 
     g: Graph = graph.clone()

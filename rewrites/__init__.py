@@ -8,7 +8,7 @@ from __future__ import annotations
 from core.errors import WorkbenchError
 from core.rewrite import RewriteRule
 
-from . import cleanup, folding, fusion
+from rewrites import cleanup, folding, fusion
 
 __all__ = ["RULES", "get_rule", "get_rules", "all_rules", "UnknownRuleError"]
 

@@ -17,7 +17,7 @@ from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current
 from core.rewrite.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS, lazy_tensor
 from core.rewrite.rule import add_initializer, dtype_of
 
-from ._util import not_constant_reason, require_constant, require_is_constant
+from rewrites._util import not_constant_reason, require_constant, require_is_constant
 
 __all__ = ["FoldConstants", "FoldConvBatchNorm"]
 

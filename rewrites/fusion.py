@@ -12,7 +12,7 @@ import onnx_ir as ir
 from core.rewrite import PatternRule, current, fail, node_label, rank, static_shape
 from core.rewrite.rule import dtype_of
 
-from ._util import WB_DOMAIN, describe_shape, local_function, require_constant, scalar_near
+from rewrites._util import WB_DOMAIN, describe_shape, local_function, require_constant, scalar_near
 
 __all__ = ["FuseMatMulAdd", "FuseLinearRelu", "FuseGelu", "FuseLayerNorm", "FuseTransposeMatMul"]
 

@@ -36,7 +36,7 @@ __all__ = ["MUTATIONS", "make_case", "generate", "run_cases"]
 
 
 def _bases() -> list[tuple[str, bytes]]:
-    from core.samples import SAMPLES
+    from core.model.samples import SAMPLES
 
     out = [(name, build().SerializeToString()) for name, build in SAMPLES.items()]
     light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
@@ -351,15 +351,15 @@ def _worker(target: str) -> None:
 
     def do_inspect(path):
         from core import load_model
-        from core.summary import format_summary, summarize
+        from core.model.summary import format_summary, summarize
 
         format_summary(summarize(load_model(path)))
 
     def do_lower(path):
-        # what `lower MODEL` and the Lowering panel run: core.lowering.lower(graph, "cpu"), every
+        # what `lower MODEL` and the Lowering panel run: core.compiler.lowering.lower(graph, "cpu"), every
         # stage down to LLVM IR; LoweringError / UnsupportedOpError are WorkbenchErrors
         from core import load_model
-        from core.lowering import lower
+        from core.compiler.lowering import lower
 
         lower(load_model(path), "cpu")
 

@@ -11,7 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import onnx  # noqa: E402
 
-from core.samples import SAMPLES  # noqa: E402
+from core.model.samples import SAMPLES  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "resources", "models")
 

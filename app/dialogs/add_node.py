@@ -1,9 +1,9 @@
 """The "Add node" dialog: pick any op the model's opsets define, wire its inputs, set attributes.
 
-The op list comes from `core.edits.available_ops` (onnx.defs schemas for the model's own opset
+The op list comes from `core.model.edits.available_ops` (onnx.defs schemas for the model's own opset
 imports, so a model on opset 17 is not offered Gelu); attributes are listed from the schema with
 their defaults filled in, and only values the user changes (plus required ones) are written to the
-node, as exporters do. OK builds a `core.edits.InsertNode` and pushes it on the document's undo
+node, as exporters do. OK builds a `core.model.edits.InsertNode` and pushes it on the document's undo
 stack; if the core refuses it, the sentence is shown in the dialog and the dialog stays open.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from core import WorkbenchError
-from core.edits import InsertNode, OpSpec, available_ops, format_attribute_value, parse_attribute_text
+from core.model.edits import InsertNode, OpSpec, available_ops, format_attribute_value, parse_attribute_text
 
 __all__ = ["AddNodeDialog"]
 

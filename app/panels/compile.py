@@ -1,9 +1,9 @@
 """Compile & Run: compile the open model for CPU or CUDA, measure it beside onnxruntime, export it.
 
-* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compile.compile_model`
+* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compiler.compile.compile_model`
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
-  and then `core.bench.benchmark` on a worker thread, with progress and a working Cancel.
+  and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
 * "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from ..workers import Job, JobCancelled
+from app.workers import Job, JobCancelled
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
@@ -264,7 +264,7 @@ class CompilePanel(QWidget):
     # -- tuning controls -------------------------------------------------------------------
 
     def _make_tune_controls(self) -> None:
-        from core.tuning import default_database_root
+        from core.compiler.tuning import default_database_root
 
         self.tune = QCheckBox("Tune")
         self.tune_minutes = QDoubleSpinBox()
@@ -384,7 +384,7 @@ class CompilePanel(QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compile import CompileCancelled
+            from core.compiler.compile import CompileCancelled
 
             try:
                 return compile_and_measure(job)
@@ -392,14 +392,15 @@ class CompilePanel(QWidget):
                 raise JobCancelled() from None
 
         def compile_and_measure(job: Job):
-            from core.bench import benchmark, measured_for_manifest
-            from core.compile import _gpu_present, compile_model
+            from core.compiler.bench import benchmark, measured_for_manifest
+            from core.compiler.compile import compile_model
+            from core.compiler.target import gpu_present
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled,
                 progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **tuning,
             )
-            if target == "cuda" and not _gpu_present():
+            if target == "cuda" and not gpu_present():
                 return art, None
             res = benchmark(
                 art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
@@ -556,7 +557,7 @@ class CompilePanel(QWidget):
         """ONNX node id -> ms of kernel time (what the canvas overlay shows)."""
         if self.result is None or self.stale:
             return {}
-        from core.bench import node_heat
+        from core.compiler.bench import node_heat
 
         graph = self.window.document.graph
         by_label = {n.label: n.id for n in graph.nodes} if graph is not None else {}
@@ -643,7 +644,7 @@ class CompilePanel(QWidget):
 
     def confirmation_box(self, folder: str) -> QMessageBox:
         """The question asked before loading: loading maps model.so, which runs its code at once."""
-        from core.compile import LIBRARY
+        from core.compiler.artifact import LIBRARY
 
         box = QMessageBox(QMessageBox.Warning, "Load compiled artifact?", f"Load and run the compiled artifact in\n{folder}?", parent=self)
         box.setInformativeText(
@@ -663,12 +664,12 @@ class CompilePanel(QWidget):
 
     def open_artifact(self, folder: str) -> None:
         """Check `folder`, ask, then load the artifact and time it on a worker thread."""
-        from core import compile as core_compile
+        from core.compiler import artifact as core_artifact
 
         if self.job is not None and self.job.isRunning():
             return
         try:
-            core_compile.check_artifact_folder(folder)
+            core_artifact.check_artifact_folder(folder)
         except WorkbenchError as e:
             QMessageBox.warning(self, "Open Compiled Artifact", str(e))
             return
@@ -676,7 +677,7 @@ class CompilePanel(QWidget):
             self.status.setText(f"Did not load {folder}.")
             return
         try:
-            art = core_compile.load_artifact(folder)
+            art = core_artifact.load_artifact(folder)
         except WorkbenchError as e:
             QMessageBox.warning(self, "Open Compiled Artifact", str(e))
             return
@@ -684,8 +685,8 @@ class CompilePanel(QWidget):
         vs_ort = self.vs_ort.isChecked() and art.model_bytes is not None
 
         def work(job: Job):
-            from core.bench import benchmark
-            from core.compile import CompileCancelled
+            from core.compiler.bench import benchmark
+            from core.compiler.compile import CompileCancelled
 
             try:
                 return art, benchmark(

@@ -2,7 +2,7 @@
 
 A node shows its op, name, domain, attributes and its inputs/outputs with shapes and dtypes; a
 tensor (click an edge or a constant badge) shows its shape, dtype, producer and consumers, and for
-constants min/max/mean and the first values. The rows come from `core.viewgraph.node_facts` /
+constants min/max/mean and the first values. The rows come from `core.views.viewgraph.node_facts` /
 `tensor_facts`, so `inspect`-style scripts see the same facts. In a non-model view (a lowering
 stage) it shows the view node's own label, detail and lineage.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDockWidget, QLabel, QTreeWidget, QTreeWidgetItem
 
-from core.viewgraph import node_facts, tensor_facts
+from core.views.viewgraph import node_facts, tensor_facts
 
 __all__ = ["create_panel", "InspectorPanel", "AREA"]
 

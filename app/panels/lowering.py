@@ -1,6 +1,6 @@
 """Lowering: the model stepped down through TVM's abstraction levels, one stage at a time.
 
-Left, the stages (core.lowering.lower: ONNX graph, Relax import, one per pass, target code) with
+Left, the stages (core.compiler.lowering.lower: ONNX graph, Relax import, one per pass, target code) with
 their level and seconds; "Hide unchanged stages" drops passes that changed nothing. Middle, the
 selected stage's IR (app.ir_view: pygments-highlighted, lines changed since the previous stage
 marked, a unified diff one toggle away). Right, the pass pipeline: tick to enable/disable, drag
@@ -13,7 +13,7 @@ them outlined. Double-clicking a call expands it into its fused function / TIR k
 returns). Keys: Ctrl+L lower, Alt+Down / Alt+Up next / previous stage.
 
 Lowering runs on a worker thread (app.workers.Job) with progress and Cancel; the GUI only shows
-what core.lowering computed.
+what core.compiler.lowering computed.
 """
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ from PySide6.QtWidgets import (
 )
 
 from core.errors import WorkbenchError
-from core.lowering import LoweringCache, LoweringCancelled, Stage, lower
-from core.pipeline import PASSES, PassSpec, default_pipeline, validate
+from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
-from ..ir_view import IRView
-from ..workers import Job
+from app.ir_view import IRView
+from app.workers import Job
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 

@@ -1,7 +1,7 @@
 """Problems: what is wrong with the edited model, one line per problem, naming the node.
 
 After every edit, undo or redo (and when a model is opened) the model is checked with
-`core.validation` (debounced, so a burst of undos checks once; on big models the checker and
+`core.model.validation` (debounced, so a burst of undos checks once; on big models the checker and
 strict shape inference run on a worker thread). Each problem is listed with
 its node; the nodes are outlined on the canvas (highlight role "problem"). Double-click a row to
 select and show its node. The dock title carries the count, so a broken model is visible even
@@ -14,9 +14,9 @@ import logging
 from PySide6.QtCore import QSize, Qt, QTimer
 from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
-from core.validation import Problem, prepare
+from core.model.validation import Problem, prepare
 
-from ..workers import Job
+from app.workers import Job
 
 __all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
 

@@ -43,7 +43,7 @@ from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
-from ..workers import Job
+from app.workers import Job
 
 __all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
 

@@ -25,8 +25,8 @@ import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchFailureError
 
 from ..errors import EditError
-from ..graph import Graph
-from ..history import Edit
+from ..model.graph import Graph
+from ..model.history import Edit
 from .constants import ConstantEvaluator
 from .rule import ConditionFailed, Match, RewriteRule, RuleContext, WhyNot, node_label, remove_initializer, using
 
@@ -345,7 +345,7 @@ class RewriteEdit(Edit):
 
 def apply_rewrite(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = None, history=None, verify: bool = False, **verify_kw) -> Preview:
     """Preview, optionally verify (refusing a rewrite that changes the outputs), then apply as one
-    edit through `history` (a core.history.History or anything with push(edit))."""
+    edit through `history` (a core.model.history.History or anything with push(edit))."""
     pv = preview(graph, rule, matches)
     if verify and pv.applied:
         pv.verify(**verify_kw)

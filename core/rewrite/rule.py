@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 import numpy as np
 import onnx_ir as ir
 
-from ..graph import Graph
+from ..model.graph import Graph
 from .constants import ConstantEvaluator
 
 __all__ = [

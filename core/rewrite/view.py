@@ -6,7 +6,7 @@ ghosts, so one picture shows what goes (faded, red dashed) and what comes (green
 """
 from __future__ import annotations
 
-from ..viewgraph import ViewGraph, from_graph
+from ..views.viewgraph import ViewGraph, from_graph
 from .engine import Preview
 
 __all__ = ["preview_view"]

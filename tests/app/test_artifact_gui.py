@@ -12,7 +12,7 @@ from tests.conftest import sample
 
 @pytest.fixture(scope="module")
 def artifact_folder(tmp_path_factory):
-    from core.compile import compile_model
+    from core.compiler.compile import compile_model
 
     folder = tmp_path_factory.mktemp("artifact") / "mlp"
     compile_model(str(sample("mlp")), "cpu").export(folder)
@@ -34,11 +34,11 @@ def _answer(button_text: str, seen: list):
 
 
 def _record_loads(monkeypatch):
-    import core.compile
+    import core.compiler.artifact
 
     calls: list = []
-    real = core.compile.load_artifact
-    monkeypatch.setattr(core.compile, "load_artifact", lambda folder: calls.append(folder) or real(folder))
+    real = core.compiler.artifact.load_artifact
+    monkeypatch.setattr(core.compiler.artifact, "load_artifact", lambda folder: calls.append(folder) or real(folder))
     return calls
 
 

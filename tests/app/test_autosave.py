@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app import autosave
 from core import load_model
-from core.edits import RenameNode
+from core.model.edits import RenameNode
 from tests.conftest import ROOT, sample
 
 
@@ -84,7 +84,7 @@ CRASHING_SESSION = textwrap.dedent("""
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
     from app.main_window import MainWindow
-    from core.edits import RenameNode
+    from core.model.edits import RenameNode
     app = QApplication([])
     w = MainWindow(settings=QSettings({settings!r}, QSettings.IniFormat))
     assert w.open_model({model!r}, wait=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QImage
 
-from core.viewgraph import ViewEdge, ViewGraph, ViewNode
+from core.views.viewgraph import ViewEdge, ViewGraph, ViewNode
 from tests.conftest import sample
 from tests.helpers import run_cli
 

@@ -70,7 +70,7 @@ def test_unsupported_op_is_explained(window, qtbot, tmp_path):
 
 
 def test_cuda_compile_without_gpu_offers_export(window, qtbot):
-    from core.compile import _gpu_present
+    from core.compiler.target import gpu_present
 
     assert window.open_model(str(sample("mlp")), wait=True)
     panel = _panel(window)
@@ -78,14 +78,14 @@ def test_cuda_compile_without_gpu_offers_export(window, qtbot):
     panel.start()
     qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=120_000)
     assert panel.artifact is not None and panel.artifact.target == "cuda" and panel.export_btn.isEnabled()
-    if not _gpu_present():
+    if not gpu_present():
         assert panel.result is None and "No GPU here" in panel.status.text()
         labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
         assert "Parameters" in labels and "Latency median" not in labels
 
 
 def test_compile_uses_the_lowering_panels_pipeline(window):
-    from core.pipeline import PassSpec
+    from core.compiler.pipeline import PassSpec
 
     lowering = window.panels.get("lowering")
     if lowering is None:
@@ -103,10 +103,10 @@ def test_compile_uses_the_lowering_panels_pipeline(window):
 
 def _fake_tuning_compile(monkeypatch, calls: list):
     """compile_model replaced by one that records its keywords, reports tuning progress the way
-    core.compile does and waits for cancel (a tuning run that never ends by itself)."""
+    core.compiler.compile does and waits for cancel (a tuning run that never ends by itself)."""
     import time
 
-    import core.compile as core_compile
+    import core.compiler.compile as core_compile
 
     def fake(model, target, **kwargs):
         calls.append(kwargs)
@@ -129,7 +129,7 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     panel = _panel(window)
     assert not panel.tune.isChecked() and not panel.tune_minutes.isEnabled()
     assert panel.tune_minutes.value() == 10 and panel.tune_trials.value() == 64
-    from core.tuning import default_database_root
+    from core.compiler.tuning import default_database_root
 
     assert panel.tune_db_path == str(default_database_root())
     panel.tune.setChecked(True)

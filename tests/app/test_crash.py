@@ -9,7 +9,7 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from app import crash
-from core.edits import RenameNode
+from core.model.edits import RenameNode
 from tests.conftest import sample
 
 

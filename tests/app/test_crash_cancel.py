@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.edits import RenameNode
+from core.model.edits import RenameNode
 from tests.conftest import light, sample
 
 

@@ -1,7 +1,7 @@
 """Edits go through the Document's undo stack; the canvas, title and undo menu follow."""
 from __future__ import annotations
 
-from core.edits import DeleteNode, RenameNode
+from core.model.edits import DeleteNode, RenameNode
 from tests.conftest import sample
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from app.document import Document, changes_shapes
 from core import load_model
-from core.edits import CompoundEdit, RenameNode, RenameTensor, SetAttribute
+from core.model.edits import CompoundEdit, RenameNode, RenameTensor, SetAttribute
 from tests.conftest import sample
 
 

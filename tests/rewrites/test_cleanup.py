@@ -8,7 +8,7 @@ from core.rewrite import explain, find_matches
 from rewrites import get_rule
 from tests.conftest import light
 
-from .util import graph_from_text, ops, rewrite
+from tests.rewrites.util import graph_from_text, ops, rewrite
 
 
 def test_eliminate_dead_code_removes_unused_branches_only():

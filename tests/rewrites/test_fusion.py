@@ -7,7 +7,7 @@ import pytest
 from core import load_model
 from tests.conftest import sample
 
-from .util import graph_from_text, ops, rewrite, why
+from tests.rewrites.util import graph_from_text, ops, rewrite, why
 
 rng = np.random.default_rng(0)
 

@@ -6,7 +6,7 @@ import onnx
 import onnx.parser
 
 from core import Graph
-from core.onnx_io import load_model_bytes
+from core.model.onnx_io import load_model_bytes
 from core.rewrite import explain, find_matches, preview
 from rewrites import get_rule
 

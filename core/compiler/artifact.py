@@ -1,0 +1,304 @@
+"""A compiled model as an object (`Artifact`: run, export) and as a folder on disk (`load_artifact`).
+
+An exported artifact folder holds:
+
+* `model.so`: the compiled library (weights embedded as constants; for CUDA the kernels are
+  compiled to a fatbin by nvcc at export, so nothing is compiled at load);
+* `manifest.json`: inputs/outputs (shapes with symbolic dims, dtypes), target, TVM version, source
+  model sha256, rewrites and passes applied, verification and measured figures;
+* `run.py`: a runner that needs only `apache-tvm` and `numpy`;
+* `model.onnx`: the model that was compiled (the optimized one when rewrites were applied), so
+  `bench ARTIFACT --vs-ort` can compare against onnxruntime later;
+* `kernels.cu` for CUDA: the generated CUDA source, for reading.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import WorkbenchError
+from .cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
+from .target import gpu_present
+
+__all__ = [
+    "Artifact",
+    "TensorSpec",
+    "load_artifact",
+    "check_artifact_folder",
+    "specs_from_proto",
+    "flatten_outputs",
+    "quiet_tvm_scope_warnings",
+    "MANIFEST",
+    "LIBRARY",
+    "RUNNER",
+    "SOURCE_MODEL",
+    "FORMAT_VERSION",
+]
+
+logger = logging.getLogger(__name__)
+
+
+MANIFEST = "manifest.json"
+
+
+LIBRARY = "model.so"
+
+
+RUNNER = "run.py"
+
+
+SOURCE_MODEL = "model.onnx"
+
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A model input or output: name, shape (ints, or names of symbolic dims), dtype."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @staticmethod
+    def from_json(d: dict) -> "TensorSpec":
+        return TensorSpec(d["name"], tuple(d["shape"]), d["dtype"])
+
+    def concrete_shape(self, dims: dict[str, int] | None = None, default: int = 1) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else int((dims or {}).get(d, default)) for d in self.shape)
+
+
+@contextlib.contextmanager
+def quiet_tvm_scope_warnings():
+    """Drop the "Scope Saving:" / "Scope Loaded:" lines TVM 0.27's VM executable writes to stderr
+    for every function it saves or loads (leftover debug output, dozens per model); every other
+    line written to stderr meanwhile is passed through afterwards."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if b"Scope Saving" not in line and b"Scope Loaded" not in line:
+                    os.write(2, line)
+
+
+def specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    import onnx
+
+    inits = {t.name for t in proto.graph.initializer}
+
+    def spec(vi) -> TensorSpec:
+        tt = vi.type.tensor_type
+        shape: list[int | str] = []
+        for i, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(d.dim_param or f"{vi.name}_dim{i}")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
+        return TensorSpec(vi.name, tuple(shape), dtype)
+
+    ins = [spec(vi) for vi in proto.graph.input if vi.name not in inits]
+    outs = [spec(vi) for vi in proto.graph.output]
+    return ins, outs
+
+
+@dataclass
+class Artifact:
+    """A compiled model: run it, measure it, export it.
+
+    `library` is a `tvm.relax.VMExecutable` right after compile, or the `tvm.runtime.Module`
+    loaded from an exported folder; both run on the Relax VM.
+    """
+
+    library: Any
+    target: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    manifest: dict = field(default_factory=dict)
+    scheduled_mod: Any = None  # Relax+TIR IRModule before VM lowering (for the memory estimate)
+    model_bytes: bytes | None = None  # the ONNX model that was compiled
+    cuda_source: str | None = None
+    kernel_lineage: dict[str, list[str]] = field(default_factory=dict)  # kernel -> ONNX node names
+    folder: Path | None = None
+    pipeline: Any = None  # the core.compiler.pipeline PassSpecs it was built with (None: the default)
+    _vm: Any = None
+
+    # -- running -------------------------------------------------------------------------
+
+    @property
+    def device(self):
+        import tvm
+
+        return tvm.cuda(0) if self.target == "cuda" else tvm.cpu(0)
+
+    def vm(self):
+        """The Relax VM (created on first use)."""
+        if self._vm is None:
+            from tvm import relax
+
+            if self.target == "cuda" and not gpu_present():
+                raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
+            self._vm = relax.VirtualMachine(self.library, self.device)
+        return self._vm
+
+    def to_device(self, feeds: dict[str, np.ndarray]) -> list:
+        import tvm
+
+        if self.target == "cuda" and not gpu_present():
+            raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
+
+        args = []
+        for spec in self.inputs:
+            if spec.name not in feeds:
+                raise WorkbenchError(f"input '{spec.name}' is missing (the model needs {', '.join(s.name for s in self.inputs)}).")
+            a = np.ascontiguousarray(feeds[spec.name])
+            if a.dtype != np.dtype(spec.dtype):
+                raise WorkbenchError(f"input '{spec.name}' has dtype {a.dtype}, the model needs {spec.dtype}.")
+            if a.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
+                raise WorkbenchError(
+                    f"input '{spec.name}' has shape {list(a.shape)}, the model needs {list(spec.shape)}."
+                )
+            args.append(tvm.runtime.tensor(a, self.device))
+        return args
+
+    def run_device(self, args: list):
+        """One call of main on device tensors; returns the raw VM result (for timing loops)."""
+        return self.vm()["main"](*args)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run on numpy inputs (by input name); outputs in the model's output order."""
+        out = self.run_device(self.to_device(feeds))
+        return flatten_outputs(out)
+
+    # -- export --------------------------------------------------------------------------
+
+    def export(self, folder: str | os.PathLike, measured: dict | None = None) -> Path:
+        """Write the deployable folder (library, manifest, runner, source model, CUDA source)."""
+        folder = Path(folder)
+        if folder.exists() and not folder.is_dir():
+            raise WorkbenchError(f"{folder} exists and is not a folder; choose another export location.")
+        folder.mkdir(parents=True, exist_ok=True)
+        lib_path = folder / LIBRARY
+        if self.folder is not None and (self.folder / LIBRARY).exists():
+            if self.folder.resolve() != folder.resolve():
+                shutil.copy2(self.folder / LIBRARY, lib_path)
+        elif self.target == "cuda":
+            with quiet_tvm_scope_warnings():
+                export_cuda_library(self.library, lib_path, self.manifest)
+        else:
+            with quiet_tvm_scope_warnings():
+                self.library.export_library(str(lib_path))
+        if self.cuda_source:
+            (folder / CUDA_SOURCE).write_text(self.cuda_source)
+        if self.model_bytes is not None:
+            tmp = folder / (SOURCE_MODEL + ".tmp")
+            tmp.write_bytes(self.model_bytes)
+            os.replace(tmp, folder / SOURCE_MODEL)
+        runner = Path(__file__).with_name("runner_template.py")
+        shutil.copy2(runner, folder / RUNNER)
+        if measured:
+            self.manifest["measured"] = measured
+        self.manifest["files"] = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
+        self.manifest["files"] = sorted(set(self.manifest["files"]) | {MANIFEST})
+        (folder / MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
+        self.folder = folder
+        return folder
+
+
+def flatten_outputs(out) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    result = []
+    for x in out:
+        result.extend(flatten_outputs(x))
+    return result
+
+
+def load_artifact(folder: str | os.PathLike) -> Artifact:
+    """Load an exported artifact folder (manifest + library) for running and measuring.
+
+    Loading runs native code: the library is a shared object the dynamic loader maps and whose
+    initializers run at once, so only load artifacts you built or trust (a GUI path that loads one must ask first). The
+    library must lie inside the folder; a manifest naming one elsewhere is refused.
+    """
+    import tvm
+
+    folder = Path(folder)
+    manifest, lib_path = check_artifact_folder(folder)
+    target = manifest.get("target", {}).get("kind", "cpu")
+    if target == "cuda":
+        if not gpu_present():
+            raise WorkbenchError(
+                f"{folder} holds a CUDA artifact; loading it needs a CUDA GPU and apache-tvm with CUDA support, and this machine has no usable GPU."
+            )
+        register_cuda_compile_callback()
+    try:
+        with quiet_tvm_scope_warnings():
+            lib = tvm.runtime.load_module(str(lib_path))
+    except Exception as e:  # noqa: BLE001
+        raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
+    src_model = folder / manifest.get("source_model", SOURCE_MODEL)
+    cuda_src = folder / CUDA_SOURCE
+    return Artifact(
+        library=lib,
+        target=target,
+        inputs=[TensorSpec.from_json(d) for d in manifest.get("inputs", [])],
+        outputs=[TensorSpec.from_json(d) for d in manifest.get("outputs", [])],
+        manifest=manifest,
+        model_bytes=src_model.read_bytes() if src_model.is_file() else None,
+        cuda_source=cuda_src.read_text() if cuda_src.is_file() else None,
+        kernel_lineage=manifest.get("kernel_lineage", {}),
+        folder=folder,
+    )
+
+
+def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
+    """The manifest and library path of an artifact folder, checked without loading anything.
+
+    Reads only JSON and file metadata, so a GUI can refuse a bad folder before it asks the user
+    whether to run the native code inside; `load_artifact` runs the same checks.
+    """
+    folder = Path(folder)
+    man_path = folder / MANIFEST
+    if not folder.is_dir():
+        raise WorkbenchError(f"{folder} is not an artifact folder (expected a folder with {MANIFEST} and {LIBRARY}).")
+    if not man_path.is_file():
+        raise WorkbenchError(f"{folder} has no {MANIFEST}; it is not an exported artifact.")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except (OSError, ValueError) as e:
+        raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
+    if not isinstance(manifest, dict):
+        raise WorkbenchError(f"{man_path} is not an artifact manifest (expected a JSON object).")
+    library = manifest.get("library", LIBRARY)
+    lib_path = folder / str(library)
+    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
+        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
+    if not lib_path.is_file():
+        raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
+    return manifest, lib_path

@@ -1,0 +1,193 @@
+"""CUDA export: carry compiled code (an nvcc fatbin) in the library, not source to be compiled at load."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import WorkbenchError
+from .target import gpu_present
+
+__all__ = [
+    "cuda_source_of",
+    "nvcc_fatbin",
+    "export_cuda_library",
+    "prefer_nvcc_for_jit",
+    "host_cuda_arch",
+    "register_cuda_compile_callback",
+    "CUDA_SOURCE",
+]
+
+logger = logging.getLogger(__name__)
+
+
+CUDA_SOURCE = "kernels.cu"
+
+
+# nvcc targets for the exported fatbin: machine code for A100 (sm_80) and H100/H200 (sm_90) plus
+# PTX that the driver JIT-compiles on any other GPU from sm_80 on. MLCWB_CUDA_ARCHS=sm_86,sm_89
+# replaces the machine-code list (each architecture adds a full nvcc pass over the kernels).
+_CUDA_GENCODES = tuple(a.strip() for a in os.environ.get("MLCWB_CUDA_ARCHS", "sm_80,sm_90").split(",") if a.strip())
+
+
+_CUDA_PTX = "compute_80"
+
+
+def _cuda_modules(lib) -> list:
+    found, stack, seen = [], [lib.mod if hasattr(lib, "mod") else lib], set()
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.kind == "cuda":
+            found.append(m)
+        stack.extend(m.imports)
+    return found
+
+
+def cuda_source_of(lib) -> str:
+    return "\n".join(m.inspect_source("cuda") for m in _cuda_modules(lib))
+
+
+def nvcc_fatbin(source: str, workdir: Path) -> bytes:
+    """Compile CUDA source to a fatbin for the common architectures (+ PTX for newer GPUs)."""
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if nvcc is None:
+        raise WorkbenchError("exporting a CUDA artifact needs nvcc (the CUDA toolkit) to compile the kernels; none was found on PATH.")
+    cu = workdir / "kernels.cu"
+    out = workdir / "kernels.fatbin"
+    cu.write_text(source)
+    cmd = [nvcc, "--fatbin", "-O3", "-o", str(out), str(cu)]
+    for sm in _CUDA_GENCODES:
+        cmd += ["-gencode", f"arch=compute_{sm[3:]},code={sm}"]
+    cmd += ["-gencode", f"arch={_CUDA_PTX},code={_CUDA_PTX}"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise WorkbenchError(f"nvcc could not compile the generated CUDA kernels: {(r.stderr or r.stdout).strip().splitlines()[-1:]}.")
+    return out.read_bytes()
+
+
+def _u64(b: bytes, pos: int) -> tuple[int, int]:
+    return struct.unpack_from("<Q", b, pos)[0], pos + 8
+
+
+def _patch_cuda_blob(blob: bytes, fatbin: bytes) -> bytes:
+    """Rewrite a packed module blob so its CUDA module carries `fatbin` instead of CUDA source.
+
+    Layout (tvm-ffi): u64 payload size | import-tree row_ptr (u64 n + n*u64) | child indices
+    (u64 n + n*u64) | per module: key (u64 len + bytes), then for non-"_lib" keys the module's
+    bytes (u64 len + bytes). A CUDA module's bytes are fmt (string) | function map | code (bytes),
+    with code last.
+    """
+    size, pos = _u64(blob, 0)
+    n_row, pos = _u64(blob, pos)
+    pos += 8 * n_row
+    n_child, pos = _u64(blob, pos)
+    pos += 8 * n_child
+    out = bytearray(blob[8:pos])
+    patched = 0
+    for _ in range(n_row - 1):
+        klen, p2 = _u64(blob, pos)
+        key = blob[p2 : p2 + klen].decode()
+        out += blob[pos : p2 + klen]
+        pos = p2 + klen
+        if key == "_lib":
+            continue
+        dlen, p3 = _u64(blob, pos)
+        data = blob[p3 : p3 + dlen]
+        pos = p3 + dlen
+        if key == "cuda":
+            flen, q = _u64(data, 0)
+            fmt = data[q : q + flen].decode()
+            if fmt == "cuda":
+                # code (the source) is the trailing u64-length-prefixed field
+                for start in range(len(data) - 8, q + flen - 1, -1):
+                    clen = struct.unpack_from("<Q", data, start)[0]
+                    if start + 8 + clen == len(data) and clen > 0:
+                        break
+                else:  # pragma: no cover - layout changed
+                    raise WorkbenchError("the CUDA module's serialized layout is not the one this workbench knows; cannot embed compiled kernels.")
+                fmap = data[q + flen : start]
+                data = struct.pack("<Q", 6) + b"fatbin" + fmap + struct.pack("<Q", len(fatbin)) + fatbin
+                patched += 1
+        out += struct.pack("<Q", len(data)) + data
+    if patched == 0:
+        return blob
+    return struct.pack("<Q", len(out)) + bytes(out)
+
+
+def _blob_from_c(c_src: str) -> tuple[str, bytes, str]:
+    m = re.search(r"(const unsigned char (\w+)\[\d+\] = \{)(.*?)(\};)", c_src, re.S)
+    if not m:
+        raise WorkbenchError("TVM's packed library source has an unexpected layout; cannot embed compiled CUDA kernels.")
+    data = bytes(int(x, 16) for x in re.findall(r"0x([0-9a-fA-F]{2})", m.group(3)))
+    return c_src[: m.start()], data, m.group(2)
+
+
+def export_cuda_library(lib, path: Path, manifest: dict) -> None:
+    from tvm.runtime import _ffi_api
+
+    source = cuda_source_of(lib)
+    with tempfile.TemporaryDirectory(prefix="mlcwb-cuda-") as tmp:
+        tmpd = Path(tmp)
+        fatbin = nvcc_fatbin(source, tmpd) if source else b""
+
+        def pack_imports(mod, is_system_lib, prefix, workspace_dir):
+            c_src = _ffi_api.ModulePackImportsToC(mod, is_system_lib, prefix)
+            head, blob, symbol = _blob_from_c(c_src)
+            new_blob = _patch_cuda_blob(blob, fatbin) if fatbin else blob
+            body = ",".join(f"0x{b:02x}" for b in new_blob)
+            text = head + f"const unsigned char {symbol}[{len(new_blob)}] = {{{body}}};\n#ifdef __cplusplus\n}}\n#endif\n"
+            out = os.path.join(workspace_dir, f"{prefix}devc.c")
+            with open(out, "w") as f:
+                f.write(text)
+            return out
+
+        lib.export_library(str(path), fpack_imports=pack_imports)
+    manifest.setdefault("cuda", {}).update(
+        {
+            "kernels": "fatbin" if fatbin else "none",
+            "fatbin_bytes": len(fatbin),
+            "architectures": list(_CUDA_GENCODES) + [_CUDA_PTX + " (PTX, JIT-compiled by the driver on newer GPUs)"],
+            "needs_at_load": "an NVIDIA driver and apache-tvm with CUDA support; no compiler",
+            "source": CUDA_SOURCE,
+        }
+    )
+
+
+def prefer_nvcc_for_jit() -> None:
+    """With a GPU present TVM compiles CUDA kernels while building (NVRTC by default, which needs
+    the cuda-bindings package); use nvcc instead when that package is missing and nvcc is here."""
+    import importlib.util
+
+    if importlib.util.find_spec("cuda") is None and shutil.which("nvcc"):
+        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+
+
+def host_cuda_arch() -> str | None:
+    """sm_XY of the local GPU, when there is one (so code is generated for what will run it)."""
+    if not gpu_present():
+        return None
+    import tvm
+
+    try:
+        return "sm_" + str(tvm.cuda(0).compute_version).replace(".", "")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def register_cuda_compile_callback() -> None:
+    """Older exports may carry CUDA source: let TVM compile it with nvcc at load when needed."""
+    try:
+        import tvm.support.nvcc  # noqa: F401  registers tvm_callback_cuda_compile
+
+        if shutil.which("nvcc"):
+            os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")
+    except Exception:  # noqa: BLE001
+        pass

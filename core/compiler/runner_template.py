@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Run a model compiled by MLC Workbench. Needs only `pip install apache-tvm numpy`.
+
+This file is copied as `run.py` into every exported artifact folder, next to `model.so` and
+`manifest.json`. It imports nothing but the standard library, numpy and TVM's runtime (no onnx,
+no Qt, no workbench code), so the folder runs wherever those two packages install.
+
+    python run.py --inputs IN.npz -o OUT.npz      # inputs by name; outputs written by name
+    python run.py                                   # random inputs; prints output shapes
+    python run.py --bench 50                        # also time 50 runs (median/p90/min ms)
+    python run.py --dim batch=8                     # value for a symbolic dim (random inputs)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _fail(message: str) -> int:
+    print(f"run.py: {message}", file=sys.stderr)
+    return 2
+
+
+def _load_manifest() -> dict:
+    with open(os.path.join(HERE, "manifest.json")) as f:
+        return json.load(f)
+
+
+def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in manifest["inputs"]:
+        shape = [d if isinstance(d, int) else int(dims.get(d, 1)) for d in spec["shape"]]
+        dtype = np.dtype(spec["dtype"])
+        if np.issubdtype(dtype, np.floating):
+            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[spec["name"]] = rng.integers(0, 2, size=shape).astype(dtype)
+        else:
+            feeds[spec["name"]] = rng.integers(0, 4, size=shape).astype(dtype)
+    return feeds
+
+
+def _load_module(tvm, path: str):
+    """tvm.runtime.load_module, without the "Scope Loaded:" line TVM 0.27 prints per function."""
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return tvm.runtime.load_module(path)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            return tvm.runtime.load_module(path)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if b"Scope Loaded" not in line:
+                    os.write(2, line)
+
+
+def flatten_outputs(out) -> list:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    result = []
+    for x in out:
+        result.extend(flatten_outputs(x))
+    return result
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        description="Run the compiled model in this folder with the TVM runtime (needs only apache-tvm and numpy).",
+    )
+    parser.add_argument("--inputs", metavar="IN.npz", help="inputs by name (numpy .npz); random inputs when omitted")
+    parser.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs by name to this .npz file")
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="device to run on (default: the artifact's target)")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for random inputs (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs after 3 warm-up runs")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    try:
+        manifest = _load_manifest()
+    except (OSError, ValueError) as e:
+        return _fail(f"cannot read manifest.json next to run.py ({e}).")
+    dims = {}
+    for item in args.dim:
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            return _fail(f"--dim expects NAME=N, got '{item}'.")
+        dims[name] = int(value)
+
+    if args.inputs:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                feeds = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as e:
+            return _fail(f"{args.inputs} cannot be read as a numpy .npz file ({e}).")
+    else:
+        feeds = _random_inputs(np, manifest, dims, args.seed)
+
+    # TVM's thread pool starts half as many threads as there are CPUs on x86 (it assumes
+    # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
+    # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
+    os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
+    import tvm
+    from tvm import relax
+
+    kind = args.device or manifest.get("device", "cpu")
+    dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
+    if kind == "cuda" and not dev.exist:
+        return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
+    lib = _load_module(tvm, os.path.join(HERE, manifest.get("library", "model.so")))
+    vm = relax.VirtualMachine(lib, dev)
+
+    args_dev = []
+    for spec in manifest["inputs"]:
+        name = spec["name"]
+        if name not in feeds:
+            return _fail(f"input '{name}' is missing (the model needs {', '.join(s['name'] for s in manifest['inputs'])}).")
+        a = np.ascontiguousarray(feeds[name])
+        if a.dtype != np.dtype(spec["dtype"]):
+            return _fail(f"input '{name}' has dtype {a.dtype}, the model needs {spec['dtype']}.")
+        shape = spec["shape"]
+        if a.ndim != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(shape, a.shape)):
+            return _fail(f"input '{name}' has shape {list(a.shape)}, the model needs {shape}.")
+        args_dev.append(tvm.runtime.tensor(a, dev))
+
+    outputs = flatten_outputs(vm["main"](*args_dev))
+    names = [o["name"] for o in manifest["outputs"]]
+    for name, value in zip(names, outputs):
+        print(f"{name}: shape {list(value.shape)} dtype {value.dtype}")
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"wrote {args.output}")
+
+    if args.bench > 0:
+        for _ in range(3):
+            vm["main"](*args_dev)
+        dev.sync()
+        times = []
+        for _ in range(args.bench):
+            t0 = time.perf_counter()
+            vm["main"](*args_dev)
+            dev.sync()
+            times.append((time.perf_counter() - t0) * 1000.0)
+        times.sort()
+        p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
+        print(f"latency over {len(times)} runs: median {times[len(times) // 2]:.3f} ms, p90 {p90:.3f} ms, min {times[0]:.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Schedules: how each tensor program (TIR PrimFunc) is tiled, vectorized, parallelized.
+
+`schedule_pass(target)` is the one entry point the pass pipeline (core.compiler.pipeline) uses for its
+"scheduled TIR" stage, and therefore what both lowering and compile run.
+
+GPU: dlight's GPU rules (every kernel must be bound to threads to run at all).
+
+CPU: the workbench's own rules, tried in order on every PrimFunc FuseTIR produced; the first that
+matches schedules the whole function (its main reduction plus the fused elementwise tail):
+
+* `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
+* `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
+* `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
+                            copies: inline, parallelize over cores, vectorize to the host's width.
+
+A rule that does not match returns None; one that raises is logged and the next is tried; a
+function no rule handles stays as LegalizeOps wrote it. The build never fails over a schedule.
+Weight repacking is emitted as layout-rewrite preprocessing blocks, split out of the kernels by
+relax's SplitLayoutRewritePreproc and run once at compile time by FoldConstant.
+Kernels already scheduled (by a MetaSchedule database, see core.compiler.tuning) are left alone.
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func", "tuning_pass"]
+
+logger = logging.getLogger(__name__)
+
+
+def cpu_rules() -> list:
+    """The CPU schedule rules, most specific first."""
+    from .cpu_conv import Conv2dNCHW
+    from .cpu_generic import Generic
+    from .cpu_matmul import Matmul
+
+    return [Conv2dNCHW(), Matmul(), Generic()]
+
+
+def schedule_cpu_func(func, target, rules=None):
+    """(scheduled PrimFunc, rule name), or (None, None) when no rule applies to `func`."""
+    for rule in rules if rules is not None else cpu_rules():
+        try:
+            sch = rule.apply(func, target)
+        except Exception as exc:  # noqa: BLE001 - a rule bug must cost speed, never the build
+            logger.warning("schedule rule %s failed (%s); trying the next rule", rule.name, exc)
+            continue
+        if sch is not None:
+            return sch.mod["main"].with_attr("tirx.is_scheduled", True), rule.name
+    return None, None
+
+
+def _is_scheduled(func) -> bool:
+    attrs = func.attrs
+    return attrs is not None and "tirx.is_scheduled" in attrs and bool(attrs["tirx.is_scheduled"])
+
+
+def _cpu_schedule_pass(target):
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
+    def _pass(mod, _ctx):
+        rules = cpu_rules()
+        updated = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
+                continue
+            scheduled, _rule = schedule_cpu_func(func, target, rules)
+            if scheduled is not None:
+                updated[gvar] = scheduled
+        for gvar, func in updated.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
+
+
+def schedule_pass(target):
+    """A module pass that schedules every PrimFunc of a Relax+TIR module for `target`."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    if "gpu" in target.keys:
+        return dl.ApplyDefaultSchedule(
+            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
+        )
+    return tvm.transform.Sequential(
+        [
+            # which kernel arguments are weights (constants): only those may be repacked ahead of time
+            relax.transform.AttachAttrLayoutFreeBuffers(),
+            _cpu_schedule_pass(target),
+            # weight repacking moves out of the kernels into its own calls on the constants...
+            relax.transform.SplitLayoutRewritePreproc(),
+            # ...which are evaluated now, so the compiled model carries prepacked weights
+            relax.transform.FoldConstant(),
+            # and the packing kernels, now unused, go
+            relax.transform.DeadCodeElimination(),
+        ],
+        name="DefaultCPUSchedule",
+    )
+
+
+def tuning_pass(target, trials: int = 0, database=None, **options):
+    """MetaSchedule tuning + database application (see core.compiler.tuning.tuning_pass)."""
+    from ..tuning import tuning_pass as _tuning_pass
+
+    return _tuning_pass(target, trials=trials, database=database, **options)

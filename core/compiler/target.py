@@ -1,0 +1,61 @@
+"""Compilation targets that know the machine: the host CPU's name, features and core count."""
+from __future__ import annotations
+
+import functools
+import os
+
+__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "TARGET_KINDS"]
+
+TARGET_KINDS = ("cpu", "cuda")
+
+
+@functools.lru_cache(maxsize=1)
+def host_cpu() -> str:
+    """LLVM's name for this CPU (e.g. 'znver3', 'skylake-avx512'); drives vector width and features."""
+    import tvm
+
+    return str(tvm.get_global_func("target.llvm_get_system_cpu")())
+
+
+def host_cores() -> int:
+    """Cores this process may use (respects affinity masks / containers)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def use_host_cores() -> None:
+    """Make TVM's CPU thread pool run host_cores() threads, the count compiled code is built for
+    (the target's num-cores).
+
+    Why: on x86 TVM's runtime assumes every two CPUs are one hyperthreaded core and starts half
+    as many threads as there are CPUs - one on a 2-CPU machine, which halved every measured
+    latency's parallelism. The pool is created once, at the first parallel kernel (compile runs
+    some: weight packing), so this runs when `core` is imported. A TVM_NUM_THREADS the user set
+    wins.
+    """
+    os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
+
+
+def make_target(kind: str = "cpu", cuda_arch: str = "sm_80"):
+    """A tvm.target.Target for 'cpu' (LLVM for this host) or 'cuda' (with this host as host)."""
+    import tvm
+
+    from ..errors import WorkbenchError
+
+    cpu = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()})
+    if kind == "cpu":
+        return cpu
+    if kind == "cuda":
+        return tvm.target.Target({"kind": "cuda", "arch": cuda_arch}, host=cpu)
+    raise WorkbenchError(f"unknown target '{kind}': choose one of {', '.join(TARGET_KINDS)}.")
+
+
+def gpu_present() -> bool:
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001
+        return False

@@ -1,0 +1,770 @@
+"""MetaSchedule tuning with a budget, a persistent database, progress and cancel, and RPC scale-out.
+
+Why a layer over `tvm.s_tir.meta_schedule`: TVM's one-call tuners spend a trial budget over all
+kernels with no wall-clock limit, no way to stop them from a GUI, and they start every kernel's
+search from scratch. Here:
+
+* **Database**: a folder per target (`<root>/<target key>/`, a MetaSchedule JSONDatabase) holding
+  tuning records keyed by the kernel's structure (workload) - so the same conv shape is tuned
+  once and reused by every later compile, of this model or another one. `progress.json` beside
+  it records trials spent per workload, which makes tuning resumable: a rerun continues where a
+  cancelled or timed-out one stopped and skips kernels that already had their trials.
+* **Measured against the default schedules**: before a kernel is tuned, core.compiler.schedules' rule is
+  applied to it and measured the same way (progress.json keeps the figure). Applying the
+  database uses a tuned record only where it beats that default, so tuning never makes a kernel
+  slower. (The search itself is not seeded with the default's trace: MetaSchedule's
+  layout-rewrite postprocessor fails on a trace that already packs the weights.)
+* **Template search first**: for kernels a core.compiler.schedules rule has knobs for (convolutions:
+  register tile, input channel blocking, unrolling), every candidate config of that rule is
+  built and measured - the default config among them, so the search starts from the default
+  schedule and can only improve on it. The best config per workload goes to `templates.json`
+  beside the MetaSchedule records. This is cheap (a few dozen builds per kernel) and is where
+  most of the gain is found on 2 cores; MetaSchedule's open search gets the budget left.
+* **Budget**: kernels are tuned most expensive first (measured default time x how often the model
+  calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
+  `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
+* **Scale-out**: pass `runner=rpc_runner(host, port, key)` to measure candidates on machines
+  registered with a TVM RPC tracker (see `rpc_runner`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import WorkbenchError
+
+__all__ = [
+    "TaskResult",
+    "TuningReport",
+    "default_database_root",
+    "target_key",
+    "database_dir",
+    "open_database",
+    "extract_tasks",
+    "tune_module",
+    "apply_database_pass",
+    "database_coverage",
+    "tuning_pass",
+    "rpc_runner",
+    "local_builder",
+    "local_runner",
+]
+
+logger = logging.getLogger(__name__)
+
+PROGRESS_FILE = "progress.json"
+TEMPLATES_FILE = "templates.json"
+
+
+@dataclass
+class TaskResult:
+    """One kernel's tuning: default-schedule time, best time in the database, trials spent."""
+
+    name: str
+    workload: str  # structural hash of the kernel, the database key
+    weight: int  # how many times the model calls it
+    default_ms: float | None = None
+    best_ms: float | None = None  # MetaSchedule's best record
+    trials: int = 0  # MetaSchedule trials spent on it in total (this run and earlier ones)
+    reused: bool = False  # already tuned by an earlier run: nothing spent now
+    template_ms: float | None = None  # best config of the template search
+    template_config: dict | None = None
+    candidates: int = 0  # template configs measured
+
+    @property
+    def tuned_ms(self) -> float | None:
+        """What the compiled model will get: the fastest of default, template and search."""
+        times = [t for t in (self.default_ms, self.template_ms, self.best_ms) if t is not None]
+        return min(times) if times else None
+
+
+@dataclass
+class TuningReport:
+    database: str
+    seconds: float = 0.0
+    cancelled: bool = False
+    out_of_time: bool = False
+    tasks: list[TaskResult] = field(default_factory=list)
+
+    def summary(self) -> str:
+        tuned = sum(1 for t in self.tasks if t.trials or t.template_ms is not None)
+        reused = sum(1 for t in self.tasks if t.reused)
+        state = "cancelled" if self.cancelled else "budget spent" if self.out_of_time else "done"
+        text = f"{tuned}/{len(self.tasks)} kernels tuned ({reused} reused from the database), {self.seconds:.0f} s, {state}"
+        before = sum((t.default_ms or 0.0) * t.weight for t in self.tasks if t.default_ms is not None and t.tuned_ms is not None)
+        after = sum(t.tuned_ms * t.weight for t in self.tasks if t.default_ms is not None and t.tuned_ms is not None)
+        if before > 0 and after > 0:
+            text += f"; measured kernels {before:.2f} -> {after:.2f} ms per run ({before / after:.2f}x)"
+        return text
+
+
+def default_database_root() -> Path:
+    """Where tuning records live unless a folder is given: shared by all models and runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlc-workbench" / "tuning"
+
+
+def target_key(target) -> str:
+    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
+    kind = target.kind.name
+    attrs = target.attrs
+    parts = [kind]
+    for key in ("mcpu", "arch", "num-cores"):
+        if key in attrs:
+            parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
+
+
+def database_dir(root, target) -> Path:
+    return Path(root if root is not None else default_database_root()) / target_key(target)
+
+
+def open_database(root, target):
+    """The JSON tuning database for `target` under `root` (created when missing)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    folder = database_dir(root, target)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkbenchError(f"cannot use tuning database folder '{folder}': {exc.strerror}.") from exc
+    return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
+
+
+def _load_json(folder: Path, name: str) -> dict[str, dict]:
+    """A record file of the database folder ({} when missing or unreadable)."""
+    try:
+        return json.loads((folder / name).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:
+    """Write a record file whole, through a temporary file (a crash never leaves half of one)."""
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
+    tmp.replace(folder / name)
+
+
+def _load_progress(folder: Path) -> dict[str, dict]:
+    return _load_json(folder, PROGRESS_FILE)
+
+
+def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
+    _save_json(folder, PROGRESS_FILE, progress)
+
+
+def _load_templates(folder: Path) -> dict[str, dict]:
+    return _load_json(folder, TEMPLATES_FILE)
+
+
+def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
+    _save_json(folder, TEMPLATES_FILE, templates)
+
+
+def _template_rules() -> list:
+    """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
+    from .schedules.cpu_conv import Conv2dNCHW
+
+    return [Conv2dNCHW()]
+
+
+def _template_rule(name: str):
+    return next((rule for rule in _template_rules() if rule.name == name), None)
+
+
+def _measure_schedules(schedules: list, target, builder, runner) -> list[float | None]:
+    """Seconds per schedule (None where it did not build or run): all built, then all run."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
+    inputs, where = [], []
+    for index, (sch, result) in enumerate(zip(schedules, built)):
+        if result.error_msg:
+            logger.info("candidate did not build: %s", result.error_msg.splitlines()[0])
+            continue
+        # what the builder measures: the kernel taking its weights already packed
+        measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
+        args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
+        inputs.append(ms.runner.RunnerInput(result.artifact_path, _device_type(target), args_info))
+        where.append(index)
+    out: list[float | None] = [None] * len(schedules)
+    for index, future in zip(where, runner.run(inputs) if inputs else []):
+        result = future.result()
+        if result.error_msg:
+            logger.info("candidate did not run: %s", result.error_msg.splitlines()[0])
+            continue
+        secs = sorted(float(s) for s in result.run_secs)
+        out[index] = secs[len(secs) // 2]  # the median of the repeats: one slow run does not count
+    return out
+
+
+def _current_space(record: dict) -> bool:
+    """True when `record` searched the rule's present candidate space (else it is redone)."""
+    rule = _template_rule(record.get("rule", ""))
+    return rule is not None and record.get("space") == getattr(rule, "space_version", 0)
+
+
+def _stop(report, cancel, deadline: float) -> bool:
+    """True once the user cancelled or the budget ran out (and the report says which)."""
+    if report.cancelled or report.out_of_time:
+        return True
+    if cancel is not None and cancel():
+        report.cancelled = True
+    elif time.monotonic() >= deadline:
+        report.out_of_time = True
+    return report.cancelled or report.out_of_time
+
+
+def _has_template(func, target) -> bool:
+    return any(rule.candidates(func, target) for rule in _template_rules())
+
+
+def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4) -> dict | None:
+    """Measure every candidate config of the first template rule that matches `func`; the
+    record ({rule, config, ms, default_ms, measured}) or None when no rule has knobs for it.
+    Stops early (keeping what was measured) on cancel or when the deadline passes."""
+    for rule in _template_rules():
+        configs = rule.candidates(func, target)
+        if configs:
+            break
+    else:
+        return None
+    measured = []
+    for start in range(0, len(configs), batch):
+        if (cancel is not None and cancel()) or time.monotonic() >= deadline:
+            break
+        group, schedules = [], []
+        for config in configs[start : start + batch]:
+            try:
+                sch = rule.apply(func, target, config)
+            except Exception as exc:  # noqa: BLE001 - a config the function does not take
+                logger.info("config %s does not apply: %s", config, exc)
+                continue
+            if sch is not None:
+                group.append(config)
+                schedules.append(sch)
+        for config, secs in zip(group, _measure_schedules(schedules, target, builder, runner) if schedules else []):
+            measured.append((config, None if secs is None else secs * 1e3))
+    timed = [(c, ms) for c, ms in measured if ms is not None]
+    if not timed:
+        return None
+    best_config, best_ms = min(timed, key=lambda x: x[1])
+    default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
+    if default_ms is not None and best_config != configs[0] and not (cancel is not None and cancel()):
+        # A winner picked from a dozen noisy measurements is partly luck: measure it and the
+        # default once more, side by side, and keep it only on the pessimistic figure (its
+        # slower run) against the default's faster run.
+        again = _measure_schedules([rule.apply(func, target, best_config), rule.apply(func, target, configs[0])], target, builder, runner)
+        if again[0] is not None and again[1] is not None:
+            best_ms = max(best_ms, again[0] * 1e3)
+            default_ms = min(default_ms, again[1] * 1e3)
+            if best_ms >= default_ms:
+                best_config, best_ms = configs[0], default_ms
+    return {
+        "rule": rule.name,
+        "space": getattr(rule, "space_version", 0),
+        "config": best_config,
+        "ms": best_ms,
+        "default_ms": default_ms,
+        "complete": len(measured) == len(configs),
+        "measured": [[c, ms] for c, ms in measured],
+    }
+
+
+def _worker_initializer():
+    """Import TVM's tensor intrinsics quickly (a closure, so it can also be shipped by value to
+    a worker process that cannot import this package).
+
+    Why: MetaSchedule's default build and every TuneContext import `tvm.s_tir.tensor_intrin`,
+    which parses ~250 TVMScript functions, each calling `inspect.stack()` - and that reads
+    source files for every frame. Measured here: 143 s under load, longer than the builder's
+    timeout, so every build timed out. With a stack that skips source lookup: ~13 s.
+    """
+
+    def initialize():
+        import inspect
+        import sys
+
+        def light_stack(context=1):
+            frame, frames = sys._getframe(1), []
+            while frame is not None:
+                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
+                frame = frame.f_back
+            return frames
+
+        if "tvm.s_tir.tensor_intrin" in sys.modules:
+            return
+        original = inspect.stack
+        inspect.stack = light_stack
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        finally:
+            inspect.stack = original
+
+    return initialize
+
+
+def _build_without_intrinsics():
+    """MetaSchedule's default_build minus its import of every tensor intrinsic (see
+    _worker_initializer), which CPU float kernels never use; a closure, shipped by value."""
+
+    def build(mod, target, _params):
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        # measure the kernel, not its one-off weight repacking (as default_build does)
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm_build(mod, target=target)
+
+    return build
+
+
+def local_builder(workers: int | None = None):
+    """A LocalBuilder that starts in seconds (no tensor-intrinsic import); one worker per core
+    up to two by default (builds are LLVM-bound; candidates are built in batches)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .target import host_cores
+
+    workers = workers or max(1, min(2, host_cores()))
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
+
+
+def local_runner():
+    """A LocalRunner measuring each candidate as 3 repeats of >= 40 ms (medians are kept)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+
+
+def _prepare(mod):
+    """Mark weights as layout free (so tuned kernels may prepack them), as schedule_pass does."""
+    from tvm import relax
+
+    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
+
+
+def extract_tasks(mod, target) -> list:
+    """MetaSchedule's tuning tasks for the fused module (one per distinct kernel), minus those
+    already scheduled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(_prepare(mod), target)
+    out = []
+    for task in tasks:
+        func = task.dispatched[0]["main"]
+        if func.attrs is not None and "tirx.is_scheduled" in func.attrs:
+            continue
+        if not _static_shapes(func):
+            # MetaSchedule measures on concrete tensors; a symbolic batch dimension keeps the
+            # kernel on its default schedule.
+            continue
+        out.append(task)
+    return out
+
+
+def _static_shapes(func) -> bool:
+    for param in func.params:
+        shape = getattr(param, "shape", None)
+        if shape is not None and any(not isinstance(getattr(dim, "value", None), int) for dim in shape):
+            return False
+    return True
+
+
+def _workload_key(task_mod) -> str:
+    import tvm_ffi  # TVM 0.27 keeps structural_hash in tvm_ffi, not tvm.ir
+
+    return f"{tvm_ffi.structural_hash(task_mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _measure_default(task_mod, target, builder, runner) -> float | None:
+    """Seconds of core.compiler.schedules' default schedule for one task, or None."""
+    from .schedules import schedule_cpu_func
+
+    scheduled, _rule = schedule_cpu_func(task_mod["main"], target)
+    if scheduled is None:
+        return None
+    from tvm import s_tir
+
+    try:
+        return _measure_schedules([s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))], target, builder, runner)[0]
+    except Exception as exc:  # noqa: BLE001 - no default figure: the kernel is tuned all the same
+        logger.info("could not measure the default schedule: %s", exc)
+        return None
+
+
+def _device_type(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def _best_seconds(database, task_mod) -> float | None:
+    if not database.has_workload(task_mod):
+        return None
+    records = database.get_top_k(database.commit_workload(task_mod), 1)
+    if not records or not records[0].run_secs:
+        return None
+    secs = [float(s) for s in records[0].run_secs]
+    return sum(secs) / len(secs)
+
+
+def _make_callback(deadline: float, cancel: Callable[[], bool] | None, state: dict, on_round):
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.ir.utils import derived_object
+
+    @derived_object
+    class _StopWhenAsked(ms.measure_callback.PyMeasureCallback):
+        """Counts measured trials; stops the task once time is up or the user cancelled."""
+
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+            state["trials"] += len(measure_candidates)
+            on_round()
+            if (cancel is not None and cancel()) or time.monotonic() >= deadline:
+                state["stopped"] = True
+                task_scheduler.terminate_task(task_id)
+
+    return _StopWhenAsked()
+
+
+def tune_module(
+    mod,
+    target,
+    database=None,
+    *,
+    budget_s: float = 600.0,
+    trials_per_task: int = 64,
+    trials_per_round: int = 16,
+    runner=None,
+    builder=None,
+    progress: Callable[[float, str], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    seed: int = 0,
+) -> TuningReport:
+    """Tune the kernels of a fused Relax+TIR module into the database folder `database`.
+
+    `mod` is the module after FuseTIR (what schedule_pass receives). Returns a TuningReport;
+    the records are in the database whatever happened (cancel, budget, a failing kernel).
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    start = time.monotonic()
+    deadline = start + budget_s
+    report_progress = progress or (lambda fraction, message: None)
+    folder = database_dir(database, target)
+    db = open_database(database, target)
+    saved = _load_progress(folder)
+    report = TuningReport(database=str(folder))
+
+    report_progress(0.0, "extracting kernels")
+    tasks = extract_tasks(mod, target)
+    builder = builder or local_builder()
+    runner = runner or local_runner()
+    work_dir = str(folder / "logs")
+
+    # Measure what the defaults cost where nothing is known yet, to tune where the time goes.
+    entries = []
+    for task in tasks:
+        task_mod = task.dispatched[0]
+        key = _workload_key(task_mod)
+        result = TaskResult(name=task.task_name, workload=key, weight=int(task.weight))
+        result.trials = int(saved.get(key, {}).get("trials", 0))
+        result.default_ms = saved.get(key, {}).get("default_ms")
+        result.best_ms = None if (best := _best_seconds(db, task_mod)) is None else best * 1e3
+        entries.append((task, task_mod, result))
+        report.tasks.append(result)
+    # 1. Template search: the rules' own knobs, biggest kernels first.
+    templates = _load_templates(folder)
+    by_work = sorted(entries, key=lambda e: -(_work_estimate(e[1]["main"]) * e[2].weight))
+    span = 0.6 if trials_per_task > 0 else 1.0  # of the progress bar
+    for index, (task, task_mod, result) in enumerate(by_work):
+        record = templates.get(result.workload)
+        if record is not None and record.get("complete") and _current_space(record):
+            result.reused = True
+        elif not _stop(report, cancel, deadline):
+            if _has_template(task_mod["main"], target):
+                report_progress(span * index / max(len(by_work), 1), f"template search: {result.name}")
+                found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline)
+                if found is not None:
+                    found["name"] = result.name
+                    templates[result.workload] = record = found
+                    _save_templates(folder, templates)
+        if record is not None:
+            result.template_ms, result.template_config = record["ms"], record["config"]
+            result.candidates = len(record.get("measured", []))
+            if record.get("default_ms") is not None:
+                result.default_ms = record["default_ms"]
+                saved.setdefault(result.workload, {})["default_ms"] = result.default_ms
+    _save_progress(folder, saved)
+
+    # 2. MetaSchedule's search with what is left of the budget.
+    todo = [e for e in entries if e[2].trials < trials_per_task] if trials_per_task > 0 else []
+    for _, _, result in entries:
+        if trials_per_task > 0 and result.trials >= trials_per_task:
+            result.reused = True
+    for index, (task, task_mod, result) in enumerate(todo):
+        if _stop(report, cancel, deadline):
+            break
+        if result.default_ms is None:
+            report_progress(0.6, f"measuring default schedule of {result.name}")
+            secs = _measure_default(task_mod, target, builder, runner)
+            if secs is not None:
+                # Kept beside the database, not in it: MetaSchedule's layout-rewrite postprocessor
+                # cannot replay a trace that already packs the weights (its search fails on such
+                # a seed), so the default competes with the tuned records when they are applied.
+                result.default_ms = secs * 1e3
+                saved.setdefault(result.workload, {})["default_ms"] = result.default_ms
+                _save_progress(folder, saved)
+    todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
+
+    for index, (task, task_mod, result) in enumerate(todo):
+        if _stop(report, cancel, deadline):
+            break
+        remaining = trials_per_task - result.trials
+        state = {"trials": 0, "stopped": False}
+
+        def on_round(index=index, result=result, state=state):
+            elapsed = time.monotonic() - start
+            report_progress(
+                min(0.99, 0.6 + 0.4 * max(index / len(todo), elapsed / budget_s)),
+                f"tuning {result.name}: {result.trials + state['trials']} trials",
+            )
+
+        on_round()
+        _worker_initializer()()  # TuneContext imports every tensor intrinsic: do it the fast way
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            [task], work_dir=work_dir, num_threads=_cores(target), seed=seed, strategy=_search_strategy()
+        )
+        try:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=weights,
+                work_dir=work_dir,
+                max_trials_global=remaining,
+                max_trials_per_task=remaining,
+                num_trials_per_iter=min(trials_per_round, remaining),
+                builder=builder,
+                runner=runner,
+                database=db,
+                measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), _make_callback(deadline, cancel, state, on_round)],
+                task_scheduler="round-robin",
+            )
+        except Exception as exc:  # noqa: BLE001 - one kernel that cannot be tuned keeps its default
+            if state["stopped"]:  # the scheduler complains about the task we stopped: expected
+                pass
+            else:
+                logger.warning("tuning %s failed: %s", result.name, str(exc).splitlines()[0] if str(exc) else exc)
+        result.trials += state["trials"]
+        best = _best_seconds(db, task_mod)
+        result.best_ms = None if best is None else best * 1e3
+        # A task stopped early keeps its count below the target, so a rerun resumes it.
+        saved.setdefault(result.workload, {}).update({"trials": result.trials, "name": result.name})
+        _save_progress(folder, saved)
+        if state["stopped"]:
+            if cancel is not None and cancel():
+                report.cancelled = True
+            else:
+                report.out_of_time = True
+    report.seconds = time.monotonic() - start
+    report_progress(1.0, report.summary())
+    return report
+
+
+def _search_strategy():
+    """MetaSchedule's evolutionary search, sized for a few cores: a quarter of the default
+    population and half its generations. The defaults (512, 4) spend 70-90 s per round of 16
+    candidates on 2 cores before anything is measured - and a round cannot be cancelled."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.search_strategy.EvolutionarySearch(population_size=128, genetic_num_iters=2, init_min_unmeasured=16)
+
+
+def _work_estimate(func) -> int:
+    """Iterations of the function's top-level blocks (static extents): orders kernels by cost."""
+    from tvm import s_tir
+
+    from .schedules.cpu_common import iter_extents, root_blocks
+
+    sch = s_tir.Schedule(func)
+    total = 0
+    for block in root_blocks(sch):
+        work = 1
+        for extent in iter_extents(sch, block):
+            work *= extent or 1
+        total += work
+    return total
+
+
+def _cores(target) -> int:
+    from .target import host_cores
+
+    cores = target.attrs.get("num-cores") if target.attrs is not None else None
+    return int(cores) if cores else host_cores()
+
+
+def _task_module(func):
+    """The IRModule MetaSchedule's task extraction makes of a kernel (its workload key)."""
+    import tvm
+
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def database_coverage(mod, target, database=None) -> tuple[int, int]:
+    """(kernels of the fused module the database holds tuned records for - template configs
+    or searched schedules -, kernels in all)."""
+    import tvm
+
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    templates = _load_templates(folder)
+    funcs = [f for _, f in _prepare(mod).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if not have_search and not templates:
+        return 0, len(funcs)
+    db = open_database(database, target) if have_search else None
+    known = 0
+    for func in funcs:
+        task_mod = _task_module(func)
+        known += _workload_key(task_mod) in templates or (db is not None and _best_seconds(db, task_mod) is not None)
+    return known, len(funcs)
+
+
+def apply_database_pass(target, database=None):
+    """A module pass that gives every kernel the database knows its fastest tuned schedule -
+    unless the default schedule measured faster (then schedule_pass schedules it as usual).
+    Kernels it applies are marked scheduled; the rest are left to schedule_pass."""
+    import tvm
+    from tvm import s_tir
+
+    @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
+    def _pass(mod, _ctx):
+        folder = database_dir(database, target)
+        have_search = (folder / "database_workload.json").exists()
+        templates = _load_templates(folder)
+        if not have_search and not templates:
+            return mod
+        db = open_database(database, target) if have_search else None
+        saved = _load_progress(folder)
+        mod = _prepare(mod)
+        updated = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
+                continue
+            task_mod = _task_module(func)
+            key = _workload_key(task_mod)
+            template = templates.get(key)
+            best = _best_seconds(db, task_mod) if db is not None else None
+            default_ms = saved.get(key, {}).get("default_ms")
+            if default_ms is None and template is not None:
+                default_ms = template.get("default_ms")
+            # the fastest measured of: default schedule, best template config, best searched
+            options = [("default", default_ms)]
+            if template is not None:
+                options.append(("template", template["ms"]))
+            if best is not None:
+                options.append(("search", best * 1e3))
+            known = [(kind, ms) for kind, ms in options if ms is not None]
+            if not known:
+                continue
+            choice = min(known, key=lambda x: x[1])[0]
+            if choice == "default" and default_ms is None:
+                continue
+            scheduled = None
+            if choice == "template":
+                scheduled = _apply_template(func, target, template, gvar.name_hint)
+            elif choice == "search":
+                scheduled = _apply_search_record(db, task_mod, gvar.name_hint)
+            if scheduled is not None:
+                updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+        for gvar, func in updated.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
+
+
+def _apply_template(func, target, record: dict, name: str):
+    """`func` scheduled by the template rule's recorded config, or None (default schedule)."""
+    rule = _template_rule(record.get("rule", ""))
+    if rule is None:
+        logger.warning("tuning record for %s names an unknown rule %s", name, record.get("rule"))
+        return None
+    try:
+        sch = rule.apply(func, target, record["config"])
+    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
+        logger.warning("tuned config for %s does not apply: %s", name, exc)
+        return None
+    return None if sch is None else sch.mod["main"]
+
+
+def _apply_search_record(db, task_mod, name: str):
+    from tvm import s_tir
+
+    record = db.get_top_k(db.commit_workload(task_mod), 1)[0]
+    sch = s_tir.Schedule(task_mod)
+    try:
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
+        logger.warning("tuning record for %s does not apply: %s", name, exc)
+        return None
+    return sch.mod["main"]
+
+
+def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None, on_report=None):
+    """What compile inserts before its "scheduled TIR" step: tune into the database folder, then
+    apply it. Tuning runs when `budget_s` is given (seconds for the model) or `trials` > 0
+    (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
+    with neither, the database is only applied. `on_report(TuningReport)` hears how it went."""
+    import tvm
+
+    apply = apply_database_pass(target, database)
+
+    @tvm.transform.module_pass(opt_level=0, name="MetaScheduleTuning")
+    def _pass(mod, _ctx):
+        if trials > 0 or budget_s is not None:
+            report = tune_module(
+                mod,
+                target,
+                database,
+                budget_s=600.0 if budget_s is None else budget_s,
+                trials_per_task=trials,
+                progress=progress,
+                cancel=cancel,
+                runner=runner,
+            )
+            logger.info("tuning: %s", report.summary())
+            if on_report is not None:
+                on_report(report)
+        return apply(mod)
+
+    return _pass
+
+
+def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):
+    """A MetaSchedule runner that measures candidates on the devices registered under `key`
+    with the TVM RPC tracker at tracker_host:tracker_port.
+
+    Scale-out recipe (every machine needs the same TVM version):
+
+        python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190               # one machine
+        python -m tvm.exec.rpc_server --tracker HOST:9190 --key cpu-znver3      # each device
+        python -m tvm.exec.query_rpc_tracker --host HOST --port 9190            # check
+
+    then `tune_module(..., runner=rpc_runner(HOST, 9190, "cpu-znver3"))`. Candidates are built
+    here (for the target given, which must describe the devices) and sent to the servers.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=tracker_host, tracker_port=int(tracker_port), tracker_key=key, session_timeout_sec=session_timeout_s
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
+        max_workers=max_workers,
+    )

@@ -1,0 +1,347 @@
+"""ONNX Graph -> Relax IRModule, with lineage from every Relax binding back to its ONNX node.
+
+TVM's ONNX frontend (`tvm.relax.frontend.onnx.from_onnx`) records no spans, so nothing in the
+imported module says which ONNX node a binding came from. The workbench records it itself: the
+importer below subclasses the frontend's `ONNXGraphImporter` and converts the graph **one node at
+a time** (the frontend's own `_construct_nodes` on a one-node slice of the graph), then
+
+* binds each node's result to a Relax variable named after the node's ONNX output tensor (the
+  frontend leaves results as unbound calls that the next op's normalisation binds as `lvN`, which
+  would attribute them to the wrong node), so the Relax text reads in the model's own names;
+* walks the finished `main` in order: every binding up to and including a node's output variable
+  belongs to that node (helpers a converter emits, e.g. the `TupleGetItem`s after `batch_norm`).
+
+The result is `ImportResult.lineage`: Relax variable name -> ONNX node ids (core.model.graph ids).
+
+Converter fixes. Some ONNX ops TVM converts wrongly or not at all. A fix is a converter class with
+the frontend's protocol (an `OnnxOpConverter` subclass: `get_converter(opset)` returns
+`fn(bb, inputs, attr, params)`), registered with::
+
+    from core.compiler.tvm_import import register_converter
+    register_converter("Gelu", MyGeluConverter)
+
+Registered converters take precedence over the frontend's for every import. The module
+`core/compiler/converters.py`, when it exists, is imported before the first import so its fixes (made by
+calling `register_converter` at module level) always apply, in lowering and compile alike.
+
+Model-local functions (the rewrite rules' `mlc.workbench.LinearRelu`, `GemmRelu`, `Gelu` below
+opset 20) are inlined before import: the frontend knows no local functions (and would convert a
+`Gelu` of any domain as ONNX's). Inlining replaces each call node in place by its body, in order,
+so every node of the inlined graph still belongs to one node of the user's graph: bindings of an
+inlined body map back to the workbench id of the call node, and errors name the call node.
+
+An op neither the frontend nor a registered converter can convert raises
+`core.errors.UnsupportedOpError` naming the op and the node.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import logging
+import re
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UnsupportedOpError, WorkbenchError
+
+__all__ = [
+    "ImportResult",
+    "import_graph",
+    "register_converter",
+    "unregister_converter",
+    "registered_converters",
+    "supported_ops",
+    "relax_name",
+]
+
+logger = logging.getLogger(__name__)
+
+_CONVERTERS: dict[str, type] = {}
+_FIXES_LOADED = False
+
+
+def register_converter(op_type: str, converter_class: type) -> None:
+    """Use `converter_class` (frontend protocol: `get_converter(opset)`) for every `op_type` node."""
+    if not hasattr(converter_class, "get_converter"):
+        raise TypeError(f"converter for {op_type} must have get_converter(opset) like tvm's OnnxOpConverter")
+    _CONVERTERS[op_type] = converter_class
+
+
+def unregister_converter(op_type: str) -> None:
+    """Remove a registered converter (the frontend's own, if any, applies again)."""
+    _CONVERTERS.pop(op_type, None)
+
+
+def registered_converters() -> dict[str, type]:
+    """The workbench's converters by op type (after loading core.compiler.converters, if present)."""
+    _load_fixes()
+    return dict(_CONVERTERS)
+
+
+def _load_fixes() -> None:
+    global _FIXES_LOADED
+    if _FIXES_LOADED:
+        return
+    _FIXES_LOADED = True
+    try:
+        importlib.import_module("core.compiler.converters")
+    except ModuleNotFoundError as e:
+        if e.name != "core.compiler.converters":
+            raise
+
+
+def supported_ops() -> set[str]:
+    """ONNX op types the import can convert (frontend + registered converters)."""
+    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
+
+    _load_fixes()
+    return set(_get_convert_map()) | set(_CONVERTERS) | {"Constant", "If"}
+
+
+@dataclass
+class ImportResult:
+    """A Relax module imported from a Graph, with lineage and how long the import took."""
+
+    mod: Any  # tvm.IRModule
+    params: dict[str, Any] = field(default_factory=dict)  # name -> tvm tensor (keep_params_in_input only)
+    lineage: dict[str, list[int]] = field(default_factory=dict)  # Relax var name in main -> ONNX node ids
+    bindings_of_node: dict[int, list[str]] = field(default_factory=dict)  # ONNX node id -> Relax var names
+    seconds: float = 0.0
+
+
+_IDENT = re.compile(r"[^0-9A-Za-z_]")
+
+
+def relax_name(onnx_name: str) -> str:
+    """A valid Relax identifier for an ONNX tensor name ('gpu_0/conv1_1' -> 'gpu_0_conv1_1')."""
+    name = _IDENT.sub("_", onnx_name).strip("_") or "t"
+    if not (name[0].isalpha() or name[0] == "_"):
+        name = "t_" + name
+    return name
+
+
+def _importer_class():
+    """The frontend's importer, converting node by node and recording lineage (built lazily: TVM import is slow)."""
+    from types import SimpleNamespace
+
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as fe
+
+    class LineageImporter(fe.ONNXGraphImporter):
+        def __init__(self, *args, node_ids: list[int], node_labels: list[str], node_names: list[str], where: str = "", **kwargs):
+            super().__init__(*args, **kwargs)
+            self.where = where
+            self.node_ids = node_ids
+            self.node_labels = node_labels
+            self.node_names = node_names
+            self.marker_of: dict[str, int] = {}  # output var name -> ONNX node id
+            self._taken: set[str] = set()
+
+        def _fresh(self, onnx_name: str) -> str:
+            base = relax_name(onnx_name)
+            name, i = base, 1
+            while name in self._taken:
+                name = f"{base}_{i}"
+                i += 1
+            self._taken.add(name)
+            return name
+
+        def _construct_nodes(self, graph):
+            # variables that exist before a node converts (graph inputs, earlier results): a node
+            # whose output is one of them (Identity, a no-op Reshape) made no binding of its own
+            seen = {v.name for v in self._nodes.values() if isinstance(v, relax.Var)}
+            for index, node in enumerate(graph.node):
+                node_id = self.node_ids[index]
+                try:
+                    super()._construct_nodes(SimpleNamespace(node=[node]))
+                except WorkbenchError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the frontend raises anything; name the node
+                    first = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+                    raise UnsupportedOpError(
+                        f"{self.where}node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
+                        f"frontend: {first.rstrip('.')}.",
+                        op_type=node.op_type,
+                        node_name=self.node_names[index],
+                    ) from e
+                for out in node.output:
+                    if not out or out not in self._nodes:
+                        continue
+                    expr = self._nodes[out]
+                    if isinstance(expr, (relax.Call, relax.TupleGetItem)):
+                        expr = self.bb.emit(expr, name_hint=self._fresh(out))
+                        self._nodes[out] = expr
+                    if isinstance(expr, relax.Var) and expr.name not in seen:
+                        self.marker_of[expr.name] = node_id
+                        seen.add(expr.name)
+
+        def _convert_operator(self, op_name, inputs, attrs, opset):
+            fix = _CONVERTERS.get(op_name)
+            if fix is None:
+                return super()._convert_operator(op_name, inputs, attrs, opset)
+            sym = fix.get_converter(opset)(self.bb, inputs, attrs, [self._nodes, self._params])
+            if isinstance(sym, relax.Expr):
+                sym = self.bb.normalize(sym)
+            return sym
+
+        def _check_for_unsupported_ops(self, graph):
+            pass  # done before import, with node names (see import_graph)
+
+    return LineageImporter
+
+
+def _bindings(func):
+    from tvm import relax
+
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return []
+    return [b for blk in body.blocks for b in blk.bindings]
+
+
+def _free_var_names(expr) -> list[str]:
+    from tvm import relax
+
+    names: list[str] = []
+
+    def visit(e):
+        if isinstance(e, relax.Var):
+            names.append(e.name)
+
+    relax.analysis.post_order_visit(expr, visit)
+    return names
+
+
+def _inline_local_functions(proto) -> tuple[Any, list[int], list[str]]:
+    """(model with local functions inlined, the index of the user's node each inlined node came
+    from, the function each came through ('' for the user's own nodes)).
+
+    onnx.inliner replaces a call node in place by its body (recursively), so walking the user's
+    nodes and counting the nodes each expands to gives the mapping; the count is checked."""
+    import onnx.inliner
+
+    if not proto.functions:
+        return proto, list(range(len(proto.graph.node))), [""] * len(proto.graph.node)
+    funcs = {(f.domain, f.name): f for f in proto.functions}
+    sizes: dict[tuple[str, str], int] = {}
+
+    def expanded(node, depth: int = 0) -> int:
+        key = (node.domain, node.op_type)
+        f = funcs.get(key)
+        if f is None:
+            return 1
+        if key not in sizes:
+            if depth > 64:
+                raise WorkbenchError(f"local function '{node.op_type}' calls itself; it cannot be inlined for TVM.")
+            sizes[key] = sum(expanded(n, depth + 1) for n in f.node)
+        return sizes[key]
+
+    origin: list[int] = []
+    via: list[str] = []
+    for index, node in enumerate(proto.graph.node):
+        count = expanded(node)
+        origin.extend([index] * count)
+        via.extend([node.op_type if (node.domain, node.op_type) in funcs else ""] * count)
+    try:
+        inlined = onnx.inliner.inline_local_functions(proto)
+    except Exception as e:  # noqa: BLE001 - onnx raises its own C++ errors
+        raise WorkbenchError(f"the model's local functions cannot be inlined for TVM: {str(e).strip() or type(e).__name__}.") from e
+    if len(inlined.graph.node) != len(origin):  # pragma: no cover - the inliner expands in place
+        raise WorkbenchError("internal: inlining the model's local functions did not expand them in place.")
+    return inlined, origin, via
+
+
+_SCALAR_CONSTANT_ATTRS = {"value_float": ("f", "float32", True), "value_floats": ("floats", "float32", False),
+                          "value_int": ("i", "int64", True), "value_ints": ("ints", "int64", False)}
+
+
+def _constants_as_tensors(proto) -> None:
+    """Rewrite Constant nodes given as value_float(s)/value_int(s) (ONNX >= 12; the rewrite rules'
+    function bodies use them) into the `value` tensor form, the only one TVM's frontend reads."""
+    from onnx import helper, numpy_helper
+    import numpy as np
+
+    for node in proto.graph.node:
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+            continue
+        attr = node.attribute[0]
+        spec = _SCALAR_CONSTANT_ATTRS.get(attr.name)
+        if spec is None:
+            continue
+        field_name, dtype, scalar = spec
+        raw = getattr(attr, field_name)
+        array = np.array(raw if scalar else list(raw), dtype=dtype)
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
+
+
+def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[str, list] | None = None) -> ImportResult:
+    """Import a core.model.graph.Graph into a Relax IRModule, recording lineage.
+
+    Raises UnsupportedOpError (naming the op and the first node using it) when an op cannot be
+    converted, and UnsupportedOpError naming the node when a converter fails on it.
+    """
+    import onnx
+
+    _load_fixes()
+    t0 = time.perf_counter()
+    proto: onnx.ModelProto = graph.to_proto()
+    nodes = graph.nodes
+    if len(proto.graph.node) != len(nodes):  # pragma: no cover - to_proto keeps nodes 1:1
+        raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
+    proto, origin, via = _inline_local_functions(proto)
+    _constants_as_tensors(proto)
+    known = supported_ops()
+    where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""
+    labels = [nodes[i].label + (f" (inside local function {via[k]})" if via[k] else "") for k, i in enumerate(origin)]
+    for k, pn in enumerate(proto.graph.node):
+        if pn.op_type not in known:
+            raise UnsupportedOpError(
+                f"{where}node '{labels[k]}' uses op '{pn.op_type}'"
+                + (f" (domain {pn.domain})" if pn.domain not in ("", "ai.onnx") else "")
+                + ", which TVM's ONNX frontend cannot import.",
+                op_type=pn.op_type,
+                node_name=nodes[origin[k]].label,
+            )
+
+    opset = graph.opset or 1
+    importer = _importer_class()(
+        shape_dict,
+        "float32",
+        keep_params_in_input=keep_params_in_input,
+        sanitize=True,
+        node_ids=[nodes[i].id for i in origin],
+        node_labels=labels,
+        node_names=[nodes[i].label for i in origin],
+        where=where,
+    )
+    sink = io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+        warnings.simplefilter("ignore")
+        mod = importer.from_onnx(proto.graph, opset)
+
+    lineage: dict[str, list[int]] = {}
+    bindings_of_node: dict[int, list[str]] = {}
+    pending: list[str] = []
+    for b in _bindings(mod["main"]):
+        name = b.var.name
+        pending.append(name)
+        node_id = importer.marker_of.get(name)
+        if node_id is not None:
+            for p in pending:
+                lineage[p] = [node_id]
+                bindings_of_node.setdefault(node_id, []).append(p)
+            pending = []
+    if pending:  # after the last node: emit_output's tuple/alias of the results
+        uses = {b.var.name: _free_var_names(b.value) for b in _bindings(mod["main"]) if b.var.name in pending}
+        for name in pending:
+            ids = sorted({i for u in uses.get(name, []) for i in lineage.get(u, [])})
+            lineage[name] = ids
+    params = {}
+    if keep_params_in_input:
+        params = {name: value for name, (_var, value) in importer._params.items()}
+    return ImportResult(mod=mod, params=params, lineage=lineage, bindings_of_node=bindings_of_node,
+                        seconds=time.perf_counter() - t0)

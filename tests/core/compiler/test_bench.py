@@ -1,0 +1,72 @@
+"""bench: latency stats, onnxruntime side by side, planned vs unplanned memory, per-kernel time with lineage."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.compiler.bench import benchmark, latency_stats, node_heat
+from core.compiler.compile import compile_model
+from tests.conftest import sample
+from tests.helpers import run_cli
+
+
+@pytest.fixture(scope="module")
+def cnn_art():
+    return compile_model(sample("small_cnn"), "cpu")
+
+
+def test_latency_stats():
+    s = latency_stats([3.0, 1.0, 2.0, 10.0])
+    assert s["min"] == 1.0 and s["runs"] == 4 and s["median"] == 2.5 and 3.0 < s["p90"] <= 10.0
+
+
+def test_benchmark_reports_ours_and_onnxruntime(cnn_art):
+    r = benchmark(cnn_art, runs=3, warmup=1, vs_ort=True)
+    d = r.to_json()
+    for key in ("median", "p90", "min", "runs"):
+        assert key in d["latency_ms"] and key in d["ort_latency_ms"]
+    assert d["latency_ms"]["runs"] == 3 and d["latency_ms"]["min"] > 0
+    assert r.ratio == pytest.approx(d["latency_ms"]["median"] / d["ort_latency_ms"]["median"], rel=1e-2)
+    assert r.outputs_match_ort is True
+
+
+def test_memory_planning_saves_and_params_are_the_weights(cnn_art):
+    import onnx
+
+    m = benchmark(cnn_art, runs=1, warmup=0, vs_ort=False, kernels=False).memory
+    assert 0 < m["planned_bytes"] < m["unplanned_bytes"]
+    weights = sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load(str(sample("small_cnn"))).graph.initializer)
+    # batch-norm folds into per-channel scale/shift: the executable's constants are of the weights' order
+    assert 0.5 * weights < m["params_bytes"] < 2 * weights
+    assert m["peak_rss_bytes"] > 10 * 2**20
+
+
+def test_kernels_map_back_to_onnx_nodes(cnn_art):
+    kernels = benchmark(cnn_art, runs=1, warmup=0, vs_ort=False).kernels
+    assert kernels and abs(sum(k["share"] for k in kernels) - 1.0) < 0.01
+    assert [k["ms"] for k in kernels] == sorted((k["ms"] for k in kernels), reverse=True)
+    convs = [k for k in kernels if "conv2d" in k["name"]]
+    assert len(convs) == 4
+    labels = {n.split(".")[0] for k in convs for n in k["onnx_nodes"]}
+    assert {"stem", "block1", "block2"} <= labels
+    for k in convs:
+        assert any(n.endswith(".conv") for n in k["onnx_nodes"]), k
+    heat = node_heat(kernels)
+    assert heat and all(v >= 0 for v in heat.values())
+
+
+def test_bench_cli_json_keys():
+    r = run_cli("bench", sample("mlp"), "--runs", "2", "--vs-ort", "--json", "--dim", "batch=2", timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert set(d["latency_ms"]) == {"median", "p90", "min", "runs"}
+    assert set(d["ort_latency_ms"]) == {"median", "p90", "min", "runs"}
+    assert set(d["memory"]) == {"params_bytes", "planned_bytes", "unplanned_bytes", "peak_rss_bytes"}
+    assert d["kernels"] and set(d["kernels"][0]) >= {"name", "ms", "share", "onnx_nodes"}
+    assert d["dims"] == {"batch": 2}
+
+
+def test_bench_cli_bad_runs_is_exit_2():
+    r = run_cli("bench", sample("mlp"), "--runs", "0")
+    assert r.returncode == 2 and "--runs" in r.stderr

@@ -1,0 +1,239 @@
+"""core.compiler.schedules' CPU rules: each form of conv, matmul, pooling and the fallback compiles,
+is really scheduled (parallel loops, vectors), and computes what onnxruntime computes."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.helpers import ort_run
+
+RTOL, ATOL = 1e-3, 1e-4
+
+
+def _weight(rng, name, shape):
+    return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+
+
+def _cnn_model() -> onnx.ModelProto:
+    """Every conv form the rules know, pooling with padding, and two dense layers."""
+    rng = np.random.default_rng(0)
+    inits = [
+        _weight(rng, "w_full", (16, 8, 3, 3)),  # packed-weight conv, 2-vector channel blocks
+        _weight(rng, "b_full", (16,)),
+        _weight(rng, "w_dw", (16, 1, 3, 3)),  # depthwise, stride 2: row-vectorized form
+        _weight(rng, "w_grp", (24, 8, 1, 1)),  # 2 groups of 12 channels: no full vector divides 12
+        _weight(rng, "fc1", (24, 16)),
+        _weight(rng, "fc1_b", (16,)),
+        _weight(rng, "fc2", (10, 16)),  # 10 outputs: not a vector multiple -> generic rule
+        _weight(rng, "fc2_b", (10,)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w_full", "b_full"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w_dw"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2], group=16),
+        helper.make_node("Conv", ["c2", "w_grp"], ["c3"], kernel_shape=[1, 1], group=2),
+        helper.make_node("MaxPool", ["c3"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["p1"], ["p2"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc1", "fc1_b"], ["h"]),
+        helper.make_node("Relu", ["h"], ["hr"]),
+        helper.make_node("Gemm", ["hr", "fc2", "fc2_b"], ["y"], transB=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "schedule_forms",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _attention_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    inits = [_weight(rng, "w", (32, 24)), _weight(rng, "b", (24,))]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Softmax", ["a"], ["y"], axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "batched_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16, 24])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _fused(model):
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx
+
+    mod = from_onnx(model, keep_params_in_input=False)
+    return tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )(mod)
+
+
+def _compile_and_run(mod, feeds, target):
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_pass
+
+    with target:
+        scheduled = schedule_pass(target)(mod)
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    return scheduled, out.numpy()
+
+
+@pytest.fixture(scope="module")
+def target():
+    from core.compiler.target import make_target
+
+    return make_target("cpu")
+
+
+def _rules_used(mod, target) -> dict[str, str]:
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_cpu_func
+
+    mod = relax.transform.AttachAttrLayoutFreeBuffers()(mod)
+    used = {}
+    for gvar, func in mod.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            _, rule = schedule_cpu_func(func, target)
+            used[gvar.name_hint] = rule
+    return used
+
+
+@pytest.mark.slow
+def test_conv_pool_dense_forms_match_onnxruntime(target):
+    model = _cnn_model()
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    conv_funcs = [name for name in used if "conv2d" in name]
+    assert len(conv_funcs) == 3 and all(used[name] == "cpu.Conv2dNCHW" for name in conv_funcs), used
+    assert any(rule == "cpu.Matmul" for name, rule in used.items() if "matmul" in name), used
+    assert all(rule is not None for rule in used.values()), used
+
+    scheduled, ours = _compile_and_run(mod, feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    # the weights were repacked ahead of time: kernels take the packed weight, no packing at run time
+    names = [gvar.name_hint for gvar in scheduled.functions]
+    assert any(name.endswith("_prepacked") for name in names), names
+    assert "_weight_prepack" not in scheduled["main"].script(), "weights are packed at run time"
+    text = scheduled.script()
+    assert "T.parallel" in text and "T.vectorized" in text
+
+
+@pytest.mark.slow
+def test_batched_matmul_softmax_matches_onnxruntime(target):
+    model = _attention_model()
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 16, 32)).astype(np.float32)}
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    assert any(rule == "cpu.Matmul" for rule in used.values()), used
+    _, ours = _compile_and_run(mod, feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+def test_a_failing_rule_falls_back_to_the_next(target, caplog):
+    import tvm
+
+    from core.compiler.schedules import cpu_rules, schedule_cpu_func
+
+    class Broken:
+        name = "test.Broken"
+
+        def apply(self, func, target):
+            raise RuntimeError("rule bug")
+
+    mod = _fused(_attention_model())
+    func = next(f for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    scheduled, rule = schedule_cpu_func(func, target, [Broken(), *cpu_rules()])
+    assert scheduled is not None and rule != "test.Broken"
+    assert "rule bug" in caplog.text
+    assert schedule_cpu_func(func, target, [Broken()]) == (None, None)
+
+
+def test_tile_choices_fit_the_register_file():
+    from core.compiler.schedules.cpu_conv import choose_conv_tile, choose_width_tile
+    from core.compiler.schedules.cpu_matmul import choose_matmul_tile
+
+    for channels, height, width in [(64, 55, 55), (16, 56, 56), (1000, 13, 13), (256, 7, 7), (512, 14, 14), (68, 14, 14), (128, 27, 27)]:
+        vb, t, th = choose_conv_tile(channels, width, 8, height)
+        assert channels % vb == 0 and width % t == 0 and height % th == 0
+        regs = max(1, vb // 8)
+        assert regs * th * t + regs + 1 <= 16  # accumulators + weight vectors + broadcast
+    assert choose_conv_tile(128, 27, 8, 27) == (8, 9, 1)  # 9 accumulators, not 16x3's 6
+    assert choose_conv_tile(256, 14, 8, 14) == (16, 2, 2)  # a 2x2 pixel tile of 2 vectors
+    assert choose_conv_tile(1, 14, 8) is None  # depthwise: no channel vector at all...
+    assert choose_width_tile(136, 28, 8) == (8, 7)  # ...so vectors run along the row
+    assert choose_width_tile(16, 13, 8) is None  # a prime width leaves no useful row vector
+    assert choose_matmul_tile(1, 4096, 8) == (1, 32)
+    assert choose_matmul_tile(16, 24, 8) == (8, 8)  # 24 columns: one vector per row, 8 rows
+    assert choose_matmul_tile(1, 10, 8) is None
+
+
+def _symbolic_batch_gelu_model() -> onnx.ModelProto:
+    """A dense layer over a symbolic batch with a GELU tail (x read twice by the tail)."""
+    rng = np.random.default_rng(4)
+    inits = [_weight(rng, "w", (32, 64)), _weight(rng, "b", (64,))]
+    half, one, root2 = (numpy_helper.from_array(np.array(v, np.float32), n) for v, n in [(0.5, "half"), (1.0, "one"), (np.sqrt(2.0), "root2")])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("Div", ["a", "root2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["a", "e1"], ["p"]),
+        helper.make_node("Mul", ["p", "half"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "symbolic_gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16, 64])],
+        [*inits, half, one, root2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.slow
+def test_symbolic_batch_dense_with_gelu_tail_matches_onnxruntime(target):
+    model = _symbolic_batch_gelu_model()
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    # a symbolic batch no longer sends dense layers to the generic fallback
+    assert any(rule == "cpu.Matmul" for name, rule in used.items() if "matmul" in name), used
+    for batch in (1, 3):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 16, 32)).astype(np.float32)}
+        _, ours = _compile_and_run(mod, feeds, target)
+        (ref,) = ort_run(model, feeds)
+        np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)

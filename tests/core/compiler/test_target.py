@@ -1,0 +1,29 @@
+"""core.compiler.target: the compiled code runs as many threads as the target was built for."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _threads_after(code: str, env_extra: dict[str, str] | None = None) -> int:
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    env.update(env_extra or {})
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_core_gives_tvm_the_host_cores():
+    from core.compiler.target import host_cores
+
+    code = "import core, tvm; print(tvm.get_global_func('runtime.NumThreads')())"
+    # TVM alone halves the CPU count on x86; after `import core` the pool has every core we may use
+    assert _threads_after(code) == host_cores()
+
+
+def test_user_thread_count_wins():
+    code = "import core, tvm; print(tvm.get_global_func('runtime.NumThreads')())"
+    assert _threads_after(code, {"TVM_NUM_THREADS": "1"}) == 1
