@@ -67,7 +67,7 @@ from core.views.viewgraph import ViewGraph, find_nodes, from_graph
 from app.document import Document
 from app.graph_items import EdgeItem, NodeItem, node_size
 from app.style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure, category_colors
-from app.workers import Job
+from app.workers import Job, error_text
 
 __all__ = ["GraphCanvas", "Minimap", "FindBar"]
 
@@ -300,7 +300,7 @@ class GraphCanvas(QGraphicsView):
         self._job = job
         job.progressed.connect(self.progressed)
         job.done.connect(lambda res: self._layout_done(job, view, res[0], res[1], state, t0))
-        job.failed.connect(lambda msg: self._job_ended(job, msg))
+        job.failed.connect(lambda exc: self._job_ended(job, error_text(exc, job.title)))
         job.cancelled.connect(lambda: self._job_ended(job, ""))
         job.finished.connect(job.deleteLater)
         self.busyChanged.emit(True, "Laying out the graph")

@@ -41,7 +41,7 @@ from core.views.viewgraph import from_graph
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job
+from app.workers import Job, error_text
 
 __all__ = ["MainWindow", "run"]
 
@@ -361,7 +361,7 @@ class MainWindow(QMainWindow):
         self._load_result = None
         job.progressed.connect(self._progress)
         job.done.connect(lambda res: self._load_done(job, path, res, t0))
-        job.failed.connect(lambda msg: self._load_failed(job, path, msg))
+        job.failed.connect(lambda exc: self._load_failed(job, path, error_text(exc, job.title)))
         job.cancelled.connect(lambda: self._load_cancelled(job))
         job.finished.connect(job.deleteLater)
         self._set_busy(True, f"Opening {Path(path).name}")

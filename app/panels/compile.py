@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from app.workers import Job, JobCancelled
+from app.workers import Job, error_text
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
@@ -384,14 +384,6 @@ class CompilePanel(QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compiler.compile import CompileCancelled
-
-            try:
-                return compile_and_measure(job)
-            except CompileCancelled:
-                raise JobCancelled() from None
-
-        def compile_and_measure(job: Job):
             from core.compiler.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
             from core.compiler.target import gpu_present
@@ -481,17 +473,16 @@ class CompilePanel(QWidget):
         self.progress.setFormat("done")
         self._show_results()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Compile & Run")
         self._busy(False)
         self.progress.setValue(0)
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
         # a refusal names the node (unsupported op, or where the results first differ): show it
-        import re
-
-        m = re.search(r"node '([^']+)'", message or "")
-        ids = self._node_ids([m.group(1)]) if m else []
+        node = getattr(exc, "node_name", "") or ""
+        ids = self._node_ids([node]) if node else []
         if ids:
             self.window.document.set_selection(ids)
             self.window.canvas.center_on(ids[0])
@@ -686,15 +677,11 @@ class CompilePanel(QWidget):
 
         def work(job: Job):
             from core.compiler.bench import benchmark
-            from core.compiler.compile import CompileCancelled
 
-            try:
-                return art, benchmark(
-                    art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                    progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-                )
-            except CompileCancelled:
-                raise JobCancelled() from None
+            return art, benchmark(
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
+            )
 
         self._start_job(Job(work, title="Run artifact", parent=self), self._artifact_done, f"Running the artifact in {folder}…")
 

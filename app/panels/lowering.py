@@ -40,12 +40,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import WorkbenchError
-from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.errors import Cancelled, WorkbenchError
+from core.compiler.lowering import LoweringCache, Stage, lower
 from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
-from app.workers import Job
+from app.workers import Job, error_text
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 
@@ -260,7 +260,7 @@ class LoweringPanel(QWidget):
             try:
                 stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
                 return stages, ""
-            except LoweringCancelled as e:
+            except Cancelled as e:
                 return e.stages, "Cancelled."
             except WorkbenchError as e:
                 return getattr(e, "stages", []) or [], str(e)
@@ -293,8 +293,9 @@ class LoweringPanel(QWidget):
         self.cancel_button.setEnabled(False)
         self._passes_edited()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
         self._finish_job()
+        message = error_text(exc, "Lowering")
         self.error = message
         self.status.setText(message)
         self.status.setStyleSheet("color: #b00020;")
@@ -420,7 +421,7 @@ class LoweringPanel(QWidget):
             return
         job = Job(lambda _job: stage.view, "Building the stage graph", parent=self)
         job.done.connect(lambda view: then(view) if self.current is stage and self.expanded is None else None)
-        job.failed.connect(lambda msg: self.status.setText(msg))
+        job.failed.connect(lambda exc: self.status.setText(error_text(exc, job.title)))
         self.view_job = job
         job.start()
 

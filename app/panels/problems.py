@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
 from core.model.validation import Problem, prepare
 
-from app.workers import Job
+from app.workers import Job, error_text
 
 __all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
 
@@ -70,7 +70,7 @@ class ProblemsPanel(QTreeWidget):
         job = Job(lambda _job: prepared.finish(), "Checking the model", self)
         self._job = job
         job.done.connect(lambda problems: self._job_done(job, graph, prepared.revision, problems))
-        job.failed.connect(lambda message: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {message}")]))
+        job.failed.connect(lambda exc: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {error_text(exc, job.title)}")]))
         job.start()
 
     def _job_done(self, job, graph, revision: int, problems: list[Problem]) -> None:

@@ -43,7 +43,7 @@ from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
-from app.workers import Job
+from app.workers import Job, error_text
 
 __all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
 
@@ -230,7 +230,7 @@ class RewritesPanel(QWidget):
             self._idle(self.status.text())
 
         job.done.connect(lambda r: finish("done", r))
-        job.failed.connect(lambda m: finish("failed", m))
+        job.failed.connect(lambda exc: finish("failed", error_text(exc, title)))
         job.cancelled.connect(lambda: finish("cancelled"))
         job.progressed.connect(lambda f, t: self.status.setText(t))
         job.finished.connect(lambda: self._jobs.discard(job))
