@@ -28,13 +28,15 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-__all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS"]
+__all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS", "NODE_ID", "INFERRED"]
 
 logger = logging.getLogger(__name__)
 
 Dim = int | str | None
-_ID = "wb.id"
-_INFERRED = "wb.inferred"
+# keys of the workbench's own entries in onnx_ir `meta` (never saved to the file); spelled only here
+NODE_ID = "wb.id"  # a node's id: stable across edits, undo and clone (what the canvas selects)
+INFERRED = "wb.inferred"  # (dtype, shape) shape inference found for a value the file leaves untyped
+_ID, _INFERRED = NODE_ID, INFERRED
 
 # Ops whose outputs are constant when all their inputs are; random generators never are.
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}

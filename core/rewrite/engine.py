@@ -25,6 +25,7 @@ import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchFailureError
 
 from ..errors import EditError
+from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from ..model.history import Edit
 from .constants import ConstantEvaluator
@@ -43,7 +44,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_ID = "wb.id"
 
 
 def _context(graph: Graph) -> RuleContext:
