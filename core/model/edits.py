@@ -45,7 +45,6 @@ from .edit_support import (
     _find_node,
     _find_value,
     _inferred_type,
-    _insert_at,
     _known_shape,
     _restore_order,
     _sort_if_needed,
@@ -130,14 +129,9 @@ class DeleteNode(Edit):
         self.bridge = bridge
         n = _find_node(graph, node_id)
         self.description = f"{'Delete and reconnect' if bridge else 'Delete'} {node_text(n)}"
-        self._node: ir.Node | None = None
-        self._prev: ir.Node | None = None
-        self._inputs: tuple[ir.Value | None, ...] = ()
-        self._rewired: list[tuple[ir.Node, int, ir.Value]] = []
-        self._outputs_rewired: list[tuple[int, ir.Value]] = []
+        self._undo: list = []  # the Graph primitives' undos, in the order they ran
         self._bridge_index: int | None = None
         self._typed: tuple | None = None
-        self._dropped_outputs: list[tuple[int, ir.Value]] = []
 
     def do(self, graph: Graph) -> None:
         g = graph.model.graph
@@ -157,53 +151,22 @@ class DeleteNode(Edit):
                     f"Cannot delete and reconnect {node_text(n)}: its output '{out.name}' is a graph output "
                     f"and '{src.name}' is already a graph {'output' if src.is_graph_output() else 'input'}."
                 )
-        nodes = list(g)
-        i = nodes.index(n)
-        self._node, self._prev = n, nodes[i - 1] if i > 0 else None
-        self._inputs = tuple(n.inputs)
-        self._rewired, self._outputs_rewired = [], []
-        if src is not None:
-            for out in n.outputs:
-                for use in out.uses():
-                    self._rewired.append((use.node, use.idx, out))
-                    use.node.replace_input_with(use.idx, src)
-                for k, v in enumerate(g.outputs):
-                    if v is out:
-                        self._outputs_rewired.append((k, out))
-                        g.outputs[k] = src
-            if self._outputs_rewired and src.type is None:
-                # graph outputs must declare a type; the bridge checked both sides agree
-                self._typed = (src, src.type, src.shape)
-                dt, shape = _known_shape(graph, out)
-                src.type = ir.TensorType(out.dtype or ir.DataType.from_numpy(np.dtype(dt)))
-                src.shape = ir.Shape(list(shape)) if shape is not None else None
-        self._dropped_outputs = []
-        if src is None:
-            for out in n.outputs:
-                for use in out.uses():
-                    self._rewired.append((use.node, use.idx, out))
-                    use.node.replace_input_with(use.idx, None)
-            for k in reversed(range(len(g.outputs))):
-                if g.outputs[k].producer() is n:
-                    self._dropped_outputs.append((k, g.outputs[k]))
-                    g.outputs.pop(k)
-        for k in range(len(n.inputs)):
-            n.replace_input_with(k, None)
-        g.remove(n)
+        # readers of its outputs read the bridged input (or nothing; graph outputs it made are
+        # dropped), then the node, read by nobody, goes
+        became_output = src is not None and any(o.is_graph_output() for o in n.outputs)
+        self._undo = [graph.replace_all_uses(out, src) for out in n.outputs]
+        if became_output and src.type is None:
+            # graph outputs must declare a type; the bridge checked both sides agree
+            self._typed = (src, src.type, src.shape)
+            dt, shape = _known_shape(graph, out)
+            src.type = ir.TensorType(out.dtype or ir.DataType.from_numpy(np.dtype(dt)))
+            src.shape = ir.Shape(list(shape)) if shape is not None else None
+        self._undo.append(graph.remove_node(n))
 
     def undo(self, graph: Graph) -> None:
-        g = graph.model.graph
-        n = self._node
-        assert n is not None
-        _insert_at(g, n, self._prev)
-        for k, v in enumerate(self._inputs):
-            n.replace_input_with(k, v)
-        for k, out in reversed(self._dropped_outputs):
-            g.outputs.insert(k, out)
-        for k, out in reversed(self._outputs_rewired):
-            g.outputs[k] = out
-        for consumer, idx, out in reversed(self._rewired):
-            consumer.replace_input_with(idx, out)
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
         if self._typed is not None:
             v, t, shape = self._typed
             v.type, v.shape = t, shape
@@ -244,9 +207,8 @@ class InsertNode(Edit):
         label = op_type if not self.domain else f"{self.domain}.{op_type}"
         self.description = f"Insert {label}" + (f" '{name}'" if name else "") + (f" after '{insert_on}'" if insert_on else "")
         self._node: ir.Node | None = None
-        self._prev: ir.Node | None = None
-        self._rewired: list[tuple[ir.Node, int, ir.Value]] = []
-        self._outputs_rewired: list[tuple[int, ir.Value]] = []
+        self._undo: list = []  # the Graph primitives' undos, in the order they ran
+        self._became_output = False
         self._order: list[ir.Node] | None = None
         self._out_type: tuple | None = None
 
@@ -348,24 +310,13 @@ class InsertNode(Edit):
         for n in g:
             if id(n) in producers:
                 prev = n
-        self._prev = prev
-        _insert_at(g, node, prev)
-        for k, v in enumerate(self._inputs):
-            node.replace_input_with(k, v)
-        self._rewired, self._outputs_rewired = [], []
+        self._undo = [graph.insert_node(node, prev, self._inputs)]
+        self._became_output = target is not None and target.is_graph_output()
         if target is not None:
             new_out = node.outputs[0]
-            for use in target.uses():
-                if use.node is node:
-                    continue
-                self._rewired.append((use.node, use.idx, target))
-                use.node.replace_input_with(use.idx, new_out)
-            for k, v in enumerate(g.outputs):
-                if v is target:
-                    self._outputs_rewired.append((k, target))
-                    g.outputs[k] = new_out
+            self._undo.append(graph.replace_all_uses(target, new_out, except_node=node))
         self._order = _sort_if_needed(g)
-        if self._outputs_rewired:
+        if self._became_output:
             # the new node's output is now a graph output, which must declare its type
             if self._out_type is None:
                 self._out_type = _inferred_type(graph, new_out)
@@ -377,15 +328,11 @@ class InsertNode(Edit):
         assert node is not None
         if self._order is not None:
             _restore_order(g, self._order)
-        for k, target in reversed(self._outputs_rewired):
-            g.outputs[k] = target
-        for consumer, idx, target in reversed(self._rewired):
-            consumer.replace_input_with(idx, target)
-        if self._outputs_rewired:
+        if self._became_output:
             node.outputs[0].type, node.outputs[0].shape = None, None
-        for k in range(len(node.inputs)):
-            node.replace_input_with(k, None)
-        g.remove(node)
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
 
     @property
     def node_id(self) -> int | None:

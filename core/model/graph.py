@@ -28,14 +28,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from .meta import INFERRED, NODE_ID, REWRITES_KEY
+from .mutation import Mutations
+
 __all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS", "NODE_ID", "INFERRED"]
 
 logger = logging.getLogger(__name__)
 
 Dim = int | str | None
-# keys of the workbench's own entries in onnx_ir `meta` (never saved to the file); spelled only here
-NODE_ID = "wb.id"  # a node's id: stable across edits, undo and clone (what the canvas selects)
-INFERRED = "wb.inferred"  # (dtype, shape) shape inference found for a value the file leaves untyped
 _ID, _INFERRED = NODE_ID, INFERRED
 
 # Ops whose outputs are constant when all their inputs are; random generators never are.
@@ -225,8 +225,10 @@ class Node:
         return bool(self.ir.outputs) and all(o.name in consts for o in self.ir.outputs)
 
 
-class Graph:
-    """A loaded ONNX model. Mutate only through `core.model.edits` commands (which call `changed()`)."""
+class Graph(Mutations):
+    """A loaded ONNX model. Mutate only through `core.model.edits` commands (which call `changed()`),
+    and they through the reversible primitives of core.model.mutation (`replace_all_uses`,
+    `insert_node`, `remove_node`, `swap_model`)."""
 
     def __init__(self, model: ir.Model, path: str | Path | None = None):
         self.model = model
@@ -357,6 +359,26 @@ class Graph:
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self.model.metadata_props)
+
+    @property
+    def applied_rewrites(self) -> list[str]:
+        """The rewrites applied to this model, oldest first, as recorded in its metadata (an
+        applied rewrite records itself there, so the list is saved with the file and follows
+        undo/redo)."""
+        import json
+
+        try:
+            names = json.loads(self.model.metadata_props.get(REWRITES_KEY, "[]"))
+        except ValueError:
+            return []
+        return [str(n) for n in names] if isinstance(names, list) else []
+
+    def record_rewrite(self, description: str) -> None:
+        """Add a rewrite to `applied_rewrites` (the rewrite engine calls it on the rewritten copy
+        it swaps in, so undoing the rewrite takes the record back too)."""
+        import json
+
+        self.model.metadata_props[REWRITES_KEY] = json.dumps(self.applied_rewrites + [description])
 
     @property
     def functions(self) -> list[tuple[str, str]]:
