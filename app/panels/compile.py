@@ -338,28 +338,6 @@ class CompilePanel(QWidget):
 
     # -- compile + bench ------------------------------------------------------------------
 
-    def _rewrites_applied(self) -> list[str]:
-        """Descriptions of the rewrite edits on the undo stack (up to its current index)."""
-        stack = self.window.document.undo_stack
-        out = []
-        for i in range(stack.index()):
-            cmd = stack.command(i)
-            edit = getattr(cmd, "edit", None)
-            if edit is not None and type(edit).__name__ == "RewriteEdit":
-                out.append(getattr(edit, "description", cmd.text()))
-        return out
-
-    def _lowering_pipeline(self, target: str):
-        """The Lowering panel's pass list (its edits included) when it is set to this target, so
-        what the user stepped through is what gets compiled; None (the default) otherwise."""
-        dock = getattr(self.window, "panels", {}).get("lowering")
-        panel = dock.widget() if dock is not None else None
-        try:
-            if panel is not None and panel.target_box.currentText() == target:
-                return panel.specs()
-        except (AttributeError, RuntimeError):  # a lowering panel without that API
-            pass
-        return None
 
     def _shortcut(self) -> None:
         if self.dock is not None:
@@ -374,8 +352,10 @@ class CompilePanel(QWidget):
         target = self.target.currentData()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
-        rewrites = self._rewrites_applied()
-        pipeline = self._lowering_pipeline(target)
+        # the document's record of the rewrites, and the pass list the user set up for this
+        # target in the Lowering panel (edits included): what was stepped through is compiled
+        rewrites = self.window.document.applied_rewrites
+        pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it

@@ -223,7 +223,11 @@ class LoweringPanel(QWidget):
         self.reset_passes()
 
     def _passes_edited(self, *_args) -> None:
-        problems = validate(self.specs())
+        specs = self.specs()
+        document = getattr(self.window, "document", None)
+        if document is not None:  # what a compile for this target builds with
+            document.set_pipeline(self.target_box.currentText(), specs)
+        problems = validate(specs)
         self.pass_status.setText(problems[0] if problems else "")
         self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
         self.rerun_button.setEnabled(not problems and self.job is None)
