@@ -21,7 +21,7 @@ from core.views.viewgraph import ViewGraph
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
 from app.style import HIGHLIGHT_COLORS
-from app.workers import Job
+from app.workers import Job, start_job
 
 __all__ = ["SceneBuilder", "READABLE_SCALE"]
 
@@ -51,15 +51,12 @@ class SceneBuilder:
             finally:
                 gc.enable()
 
-        job = Job(work, "Laying out the graph", self)
-        self._job = job
-        job.progressed.connect(self.progressed)
-        job.done.connect(lambda res: self._layout_done(job, view, res[0], res[1], state, t0))
-        job.failed.connect(lambda msg: self._job_ended(job, msg))
-        job.cancelled.connect(lambda: self._job_ended(job, ""))
-        job.finished.connect(job.deleteLater)
         self.busyChanged.emit(True, "Laying out the graph")
-        job.start()
+        job = self._job = start_job(
+            work, "Laying out the graph", self, progressed=self.progressed.emit,
+            done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
+            failed=lambda msg: self._job_ended(job, msg), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
+        )
 
     def cancel(self) -> None:
         """Stop a running layout (the current scene stays)."""
