@@ -41,7 +41,7 @@ from core.views.viewgraph import from_graph
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job
+from app.workers import Job, start_job
 
 __all__ = ["MainWindow", "run"]
 
@@ -356,16 +356,13 @@ class MainWindow(QMainWindow):
             self.last_open_phases = phases
             return graph, view, result, extras
 
-        job = Job(work, f"Opening {Path(path).name}", self)
-        self._load_job = job
         self._load_result = None
-        job.progressed.connect(self._progress)
-        job.done.connect(lambda res: self._load_done(job, path, res, t0))
-        job.failed.connect(lambda msg: self._load_failed(job, path, msg))
-        job.cancelled.connect(lambda: self._load_cancelled(job))
-        job.finished.connect(job.deleteLater)
         self._set_busy(True, f"Opening {Path(path).name}")
-        job.start()
+        job = self._load_job = start_job(
+            work, f"Opening {Path(path).name}", self, progressed=self._progress,
+            done=lambda res: self._load_done(job, path, res, t0), failed=lambda msg: self._load_failed(job, path, msg),
+            cancelled=lambda: self._load_cancelled(job), delete_later=True,
+        )
         if not wait:
             return True
         loop = QEventLoop()
