@@ -76,6 +76,7 @@ class Imported:
     mod: Any
     lineage: dict[str, list[str]]
     seconds: float
+    code_names: dict[str, str] | None = None  # user's name -> C identifier in the kernels (changed ones)
 
 
 def import_relax(graph) -> Imported:
@@ -91,7 +92,7 @@ def import_relax(graph) -> Imported:
         result = tvm_import.import_graph(graph)
         label = {n.id: n.label for n in graph.nodes}
         lineage = {var: [label[i] for i in ids if i in label] for var, ids in result.lineage.items()}
-        return Imported(result.mod, lineage, time.perf_counter() - t0)
+        return Imported(result.mod, lineage, time.perf_counter() - t0, result.code_names)
     from . import converters
 
     proto = graph.to_proto()
@@ -255,6 +256,7 @@ def compile_model(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [s.to_json() for s in inputs],
         "outputs": [s.to_json() for s in outputs],
+        "code_names": dict(imported.code_names or {}),
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
         "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,
