@@ -29,7 +29,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-__all__ = ["SaveResult", "external_tensors", "referenced_files", "write_model", "self_contained_proto", "TWO_GB", "MODES"]
+__all__ = ["SaveResult", "external_tensors", "referenced_files", "write_model", "self_contained_proto", "content_fingerprint", "TWO_GB", "MODES"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +125,20 @@ def self_contained_proto(graph) -> onnx.ModelProto:
         proto = graph.to_proto()
     _attribute_externals_inline(proto, Path(graph.path).parent.resolve() if getattr(graph, "path", None) else None)
     return proto
+
+
+def content_fingerprint(graph) -> str | None:
+    """A hash of the model as an autosave writes it (external weights named by absolute path,
+    not read): equal fingerprints mean the same model. Crash recovery compares the replayed
+    journal with the autosaved model by it. None for models over 2 GB (not worth the time)."""
+    import hashlib
+
+    if _in_memory_bytes(graph.model) >= TWO_GB:
+        return None
+    absolute = [(v, _moved(t, str(_file_of(t)), "")) for v, t in external_tensors(graph.model)]
+    with _swapped(absolute):
+        data = graph.to_proto().SerializeToString(deterministic=True)
+    return hashlib.sha256(data).hexdigest()
 
 
 def write_model(graph, path: Path, mode: str, write_proto) -> SaveResult:
