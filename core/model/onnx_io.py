@@ -86,12 +86,26 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
         raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
     _check_text(model, p)
     ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
+    if allow_absolute_external:
+        _anchor_absolute_locations(model)
     graph = Graph(model, p)
     graph.value_info_names = {vi.name for vi in proto.graph.value_info}
     # the parsed proto is the model: check and infer on it instead of serializing the graph again
     validate_graph(graph, p, proto=proto)
     graph.infer_shapes(proto=proto)
     return graph
+
+
+def _anchor_absolute_locations(model: ir.Model) -> None:
+    """onnx_ir reads external data only below a tensor's base folder: an absolute location
+    (autosaves, see `load_model`) becomes its file name under the file's own folder."""
+    from .external_data import external_tensors
+
+    for v, t in external_tensors(model):
+        loc = str(t.location)
+        if os.path.isabs(loc):
+            v.const_value = ir.ExternalTensor(os.path.basename(loc), t.offset, t.length, t.dtype, shape=t.shape, name=t.name,
+                                              doc_string=t.doc_string, base_dir=os.path.dirname(loc))
 
 
 def _check_external_data(proto: onnx.ModelProto, path: Path, allow_absolute: bool = False) -> None:
