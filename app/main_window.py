@@ -308,12 +308,13 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(path)
 
-    def open_model(self, path: str | os.PathLike, wait: bool = False) -> bool:
+    def open_model(self, path: str | os.PathLike, wait: bool = False, allow_absolute_external: bool = False) -> bool:
         """Open a model: load, view and layout run on a worker thread.
 
         Returns True when the load started (or, with `wait=True`, when the model is open and
         drawn). Unsaved edits are asked about first; a bad file shows its sentence and keeps the
-        current model."""
+        current model. `allow_absolute_external` is for the workbench's own autosaves (see
+        core.load_model)."""
         if not self._confirm_discard():
             return False
         if self._load_job is not None:
@@ -337,7 +338,7 @@ class MainWindow(QMainWindow):
             gc.collect()
             gc.disable()
             try:
-                graph = load_model(path)
+                graph = load_model(path, allow_absolute_external=allow_absolute_external)
                 gc.freeze()
                 phases["load"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
@@ -463,7 +464,8 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Cannot save", str(e))
             return False
         self._add_recent(str(target))
-        self.statusBar().showMessage(f"Saved {target}", 4000)
+        saved = self.document.last_save
+        self.statusBar().showMessage(saved.describe() if saved is not None else f"Saved {target}", 8000)
         return True
 
     def _confirm_discard(self) -> bool:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkbenchError
+from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .lineage import kernel_lineage
@@ -95,7 +96,7 @@ def import_relax(graph) -> Imported:
         return Imported(result.mod, lineage, time.perf_counter() - t0, result.code_names)
     from . import converters
 
-    proto = graph.to_proto()
+    proto = self_contained_proto(graph)
     mod = _guarded_import(lambda: converters.from_onnx_fixed(proto), proto)
     return Imported(mod, {}, time.perf_counter() - t0)
 
@@ -195,7 +196,7 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
-    proto = graph.to_proto()
+    proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
     if target == "cuda" and gpu_present():

@@ -343,7 +343,9 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
 
     _load_fixes()
     t0 = time.perf_counter()
-    proto: onnx.ModelProto = graph.to_proto()
+    from ..model.external_data import self_contained_proto
+
+    proto: onnx.ModelProto = self_contained_proto(graph)  # weights inline: the importer reads paths from the cwd
     nodes = graph.nodes
     if len(proto.graph.node) != len(nodes):  # pragma: no cover - to_proto keeps nodes 1:1
         raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
