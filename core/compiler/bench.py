@@ -167,8 +167,13 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
     sym = sorted({d for s in art.inputs for d in s.shape if isinstance(d, str)})
     bound = {name: int((dims or {}).get(name, 1)) for name in sym}
     target = make_target(art.target) if art.target == "cpu" else None
+    # the module names a dim by its C identifier (manifest's code_names); dims the import left
+    # unnamed are not in it
+    code = art.manifest.get("code_names") or {}
+    defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
+    in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
     # the pipeline's own VM-lowering steps, up to and then through memory planning
-    steps = [Step("BindSymbolicVars", "tensor program", lambda: relax.transform.BindSymbolicVars(bound))] if bound else []
+    steps = [Step("BindSymbolicVars", "tensor program", lambda: relax.transform.BindSymbolicVars(in_module))] if in_module else []
     steps += [Step(name, "tensor program", (lambda name=name: make_pass(PassSpec(name), target)))
               for name in ("DataflowLowering", "CallTIRRewrite")]
     unplanned_mod = run_steps(mod, steps, target)

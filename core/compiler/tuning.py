@@ -48,11 +48,16 @@ from .tuning_db import (
     _template_rules,
     _workload_key,
     apply_database_pass,
+    database_choice,
     database_coverage,
     database_dir,
     default_database_root,
+    kernel_workload,
     open_database,
+    prepare_module,
+    record_schedule,
     target_key,
+    tuned_schedule,
 )
 
 __all__ = [
@@ -70,6 +75,11 @@ __all__ = [
     "rpc_runner",
     "local_builder",
     "local_runner",
+    "prepare_module",
+    "kernel_workload",
+    "tuned_schedule",
+    "record_schedule",
+    "database_choice",
 ]
 
 logger = logging.getLogger(__name__)
