@@ -41,7 +41,7 @@ from core.views.viewgraph import from_graph
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["MainWindow", "run"]
 
@@ -361,7 +361,7 @@ class MainWindow(QMainWindow):
         self._set_busy(True, f"Opening {Path(path).name}")
         job = self._load_job = start_job(
             work, f"Opening {Path(path).name}", self, progressed=self._progress,
-            done=lambda res: self._load_done(job, path, res, t0), failed=lambda msg: self._load_failed(job, path, msg),
+            done=lambda res: self._load_done(job, path, res, t0), failed=lambda exc: self._load_failed(job, path, error_text(exc, job.title)),
             cancelled=lambda: self._load_cancelled(job), delete_later=True,
         )
         if not wait:

@@ -1,7 +1,7 @@
 """Errors a user can cause. Each carries one sentence that names the file, node or op."""
 from __future__ import annotations
 
-__all__ = ["WorkbenchError", "ModelLoadError", "InvalidModelError", "EditError", "UnsupportedOpError"]
+__all__ = ["WorkbenchError", "ModelLoadError", "InvalidModelError", "EditError", "UnsupportedOpError", "Cancelled"]
 
 
 class WorkbenchError(Exception):
@@ -34,3 +34,16 @@ class UnsupportedOpError(WorkbenchError):
         super().__init__(message)
         self.op_type = op_type
         self.node_name = node_name
+
+
+class Cancelled(WorkbenchError):
+    """The user cancelled a long job (layout, lowering, compile, tuning, bench).
+
+    One class for every job, so a caller (a GUI worker, the CLI) tells "stopped on request" from
+    "failed" with one `except`. `stages` holds what a step-by-step job finished before it stopped
+    (lowering's stages), so the user keeps what was computed.
+    """
+
+    def __init__(self, message: str = "cancelled.", stages: list | None = None):
+        super().__init__(message)
+        self.stages = list(stages or [])

@@ -21,7 +21,7 @@ from core.views.viewgraph import ViewGraph
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
 from app.style import HIGHLIGHT_COLORS
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["SceneBuilder", "READABLE_SCALE"]
 
@@ -55,7 +55,7 @@ class SceneBuilder:
         job = self._job = start_job(
             work, "Laying out the graph", self, progressed=self.progressed.emit,
             done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
-            failed=lambda msg: self._job_ended(job, msg), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
+            failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )
 
     def cancel(self) -> None:

@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from app.workers import Job, JobCancelled, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
@@ -339,28 +339,6 @@ class CompilePanel(QWidget):
 
     # -- compile + bench ------------------------------------------------------------------
 
-    def _rewrites_applied(self) -> list[str]:
-        """Descriptions of the rewrite edits on the undo stack (up to its current index)."""
-        stack = self.window.document.undo_stack
-        out = []
-        for i in range(stack.index()):
-            cmd = stack.command(i)
-            edit = getattr(cmd, "edit", None)
-            if edit is not None and type(edit).__name__ == "RewriteEdit":
-                out.append(getattr(edit, "description", cmd.text()))
-        return out
-
-    def _lowering_pipeline(self, target: str):
-        """The Lowering panel's pass list (its edits included) when it is set to this target, so
-        what the user stepped through is what gets compiled; None (the default) otherwise."""
-        dock = getattr(self.window, "panels", {}).get("lowering")
-        panel = dock.widget() if dock is not None else None
-        try:
-            if panel is not None and panel.target_box.currentText() == target:
-                return panel.specs()
-        except (AttributeError, RuntimeError):  # a lowering panel without that API
-            pass
-        return None
 
     def _shortcut(self) -> None:
         if self.dock is not None:
@@ -375,8 +353,10 @@ class CompilePanel(QWidget):
         target = self.target.currentData()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
-        rewrites = self._rewrites_applied()
-        pipeline = self._lowering_pipeline(target)
+        # the document's record of the rewrites, and the pass list the user set up for this
+        # target in the Lowering panel (edits included): what was stepped through is compiled
+        rewrites = self.window.document.applied_rewrites
+        pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
@@ -385,14 +365,6 @@ class CompilePanel(QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compiler.compile import CompileCancelled
-
-            try:
-                return compile_and_measure(job)
-            except CompileCancelled:
-                raise JobCancelled() from None
-
-        def compile_and_measure(job: Job):
             from core.compiler.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
             from core.compiler.target import gpu_present
@@ -484,17 +456,16 @@ class CompilePanel(QWidget):
         self.progress.setFormat("done")
         self._show_results()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Compile & Run")
         self._busy(False)
         self.progress.setValue(0)
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
         # a refusal names the node (unsupported op, or where the results first differ): show it
-        import re
-
-        m = re.search(r"node '([^']+)'", message or "")
-        ids = self._node_ids([m.group(1)]) if m else []
+        node = getattr(exc, "node_name", "") or ""
+        ids = self._node_ids([node]) if node else []
         if ids:
             self.window.document.set_selection(ids)
             self.window.canvas.center_on(ids[0])
@@ -692,15 +663,11 @@ class CompilePanel(QWidget):
 
         def work(job: Job):
             from core.compiler.bench import benchmark
-            from core.compiler.compile import CompileCancelled
 
-            try:
-                return art, benchmark(
-                    art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                    progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-                )
-            except CompileCancelled:
-                raise JobCancelled() from None
+            return art, benchmark(
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
+            )
 
         self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
 

@@ -40,12 +40,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import WorkbenchError
-from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.errors import Cancelled, WorkbenchError
+from core.compiler.lowering import LoweringCache, Stage, lower
 from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 
@@ -223,7 +223,11 @@ class LoweringPanel(QWidget):
         self.reset_passes()
 
     def _passes_edited(self, *_args) -> None:
-        problems = validate(self.specs())
+        specs = self.specs()
+        document = getattr(self.window, "document", None)
+        if document is not None:  # what a compile for this target builds with
+            document.set_pipeline(self.target_box.currentText(), specs)
+        problems = validate(specs)
         self.pass_status.setText(problems[0] if problems else "")
         self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
         self.rerun_button.setEnabled(not problems and self.job is None)
@@ -260,7 +264,7 @@ class LoweringPanel(QWidget):
             try:
                 stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
                 return stages, ""
-            except LoweringCancelled as e:
+            except Cancelled as e:
                 return e.stages, "Cancelled."
             except WorkbenchError as e:
                 return getattr(e, "stages", []) or [], str(e)
@@ -293,7 +297,8 @@ class LoweringPanel(QWidget):
         self.cancel_button.setEnabled(False)
         self._passes_edited()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Lowering")
         self.error = message
         self.status.setText(message)
         self.status.setStyleSheet("color: #b00020;")
@@ -419,7 +424,7 @@ class LoweringPanel(QWidget):
             return
         self.view_job = start_job(
             lambda _job: stage.view, "Building the stage graph", self,
-            done=then, failed=self.status.setText, wanted=lambda: self.current is stage and self.expanded is None,
+            done=then, failed=lambda exc: self.status.setText(error_text(exc, "Building the stage graph")), wanted=lambda: self.current is stage and self.expanded is None,
         )
 
     def _show_view(self, stage: Stage, view) -> None:

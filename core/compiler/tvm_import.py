@@ -17,7 +17,7 @@ Converter fixes. Some ONNX ops TVM converts wrongly or not at all. A fix is a co
 the frontend's protocol (an `OnnxOpConverter` subclass: `get_converter(opset)` returns
 `fn(bb, inputs, attr, params)`), registered with::
 
-    from core.compiler.tvm_import import register_converter
+    from core.compiler.converter_registry import register_converter  # also re-exported by tvm_import
     register_converter("Gelu", MyGeluConverter)
 
 Registered converters take precedence over the frontend's for every import. The module
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UnsupportedOpError, WorkbenchError
+from .converter_registry import converters, register_converter, unregister_converter
 
 __all__ = [
     "ImportResult",
@@ -59,20 +60,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CONVERTERS: dict[str, type] = {}
+# the registry lives in its own module (converters register there without importing this one)
+_CONVERTERS = converters()
 _FIXES_LOADED = False
-
-
-def register_converter(op_type: str, converter_class: type) -> None:
-    """Use `converter_class` (frontend protocol: `get_converter(opset)`) for every `op_type` node."""
-    if not hasattr(converter_class, "get_converter"):
-        raise TypeError(f"converter for {op_type} must have get_converter(opset) like tvm's OnnxOpConverter")
-    _CONVERTERS[op_type] = converter_class
-
-
-def unregister_converter(op_type: str) -> None:
-    """Remove a registered converter (the frontend's own, if any, applies again)."""
-    _CONVERTERS.pop(op_type, None)
 
 
 def registered_converters() -> dict[str, type]:
