@@ -3,7 +3,9 @@
 Thousands of these live in one scene, so each is a bare QGraphicsItem with a fixed bounding rect,
 no shadows and no child items. Text is laid out once into QStaticText (created on first paint, so
 building 10,000 items costs no text layout) and painting switches to plain rectangles / hairlines
-when zoomed out (level of detail), where text would be unreadable anyway.
+when zoomed out (level of detail). In between (LABEL_LOD..TEXT_LOD, the scales a fit of a big
+graph lands on) a box shows its title alone, enlarged so that it stays READABLE_PX tall on screen
+(elided to the box, the full text in the tooltip): a fitted graph never turns into blank boxes.
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ STRIPE = 4.0
 MIN_WIDTH = 84.0
 BADGE_MAX_WIDTH = 250.0
 BADGE_SEP = "  "
-TEXT_LOD = 0.45  # below this scale, boxes are drawn without text
+TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
+LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
+READABLE_PX = 9.0  # on-screen height of that enlarged title
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
@@ -80,6 +84,7 @@ class NodeItem(QGraphicsItem):
         self.overlay_text = ""
         self.ghost = ""  # "", "removed" or "added"
         self._texts: list[tuple[QStaticText, QPointF, int]] | None = None
+        self._title: tuple[float, str] | None = None  # (scale, elided title) of the zoomed-out title
         self._badge_spans: list[tuple[float, float, int]] = []
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
         self.setZValue(1)
@@ -138,6 +143,30 @@ class NodeItem(QGraphicsItem):
                 return k
         return None
 
+    def _paint_title(self, painter: QPainter, lod: float) -> None:
+        """The title alone, scaled up so it stays READABLE_PX tall on screen (as far as the box
+        allows), elided to the box's width."""
+        fonts, metrics = _fonts()
+        fm = metrics[0]
+        rect = self.rect
+        k = min(READABLE_PX / (fm.height() * lod), (rect.height() - 2) / fm.height())
+        k = round(max(k, 1.0), 1)  # a step of 0.1: the elided text is remade only when k moves
+        if self._title is None or self._title[0] != k:
+            avail = (rect.width() - STRIPE - 8) / k
+            text = self.node.label
+            self._title = (k, fm.elidedText(text, Qt.ElideRight, avail) if fm.horizontalAdvance(text) > avail else text)
+        text = self._title[1]
+        if not text or text == "…":
+            return
+        light = self.node.category == "io" and self.overlay is None
+        painter.save()
+        painter.translate(rect.x() + STRIPE + 4, rect.center().y() - fm.height() * k / 2)
+        painter.scale(k, k)
+        painter.setFont(fonts[0])
+        painter.setPen(QColor("#ffffff") if light else QColor("#1b1f23"))
+        painter.drawText(QPointF(0, fm.ascent()), text)
+        painter.restore()
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         fill, accent = category_colors(self.node.category)
@@ -153,9 +182,10 @@ class NodeItem(QGraphicsItem):
                 painter.fillRect(rect.adjusted(-4, -4, 4, 4), QColor(HIGHLIGHT_COLORS["selection"]))
             elif self.highlights:
                 painter.fillRect(rect.adjusted(-4, -4, 4, 4), next(iter(self.highlights.values())))
-            painter.fillRect(rect, accent if self.overlay is None and lod < 0.15 else fill)
-            if lod >= 0.15:
+            painter.fillRect(rect, accent if self.overlay is None and lod < LABEL_LOD else fill)
+            if lod >= LABEL_LOD:
                 painter.fillRect(QRectF(rect.x(), rect.y(), STRIPE, rect.height()), accent)
+                self._paint_title(painter, lod)
             return
         painter.setRenderHint(QPainter.Antialiasing, True)
         for k, color in enumerate(self.highlights.values()):
@@ -223,6 +253,7 @@ class EdgeItem(QGraphicsItem):
         self.highlight: QColor | None = None
         self.hovered = False
         self.faded = False
+        self.always_label = False  # View > Tensor Shapes on Edges: the shape label at every readable zoom
         self.setZValue(0)
         self.setAcceptHoverEvents(True)
         tip = edge.label + (f": {edge.detail}" if edge.detail else "")
@@ -276,7 +307,7 @@ class EdgeItem(QGraphicsItem):
         painter.setPen(Qt.NoPen)
         painter.setBrush(color)
         painter.drawPolygon(self.arrow)
-        if self.edge.detail and (self.hovered or (lod >= SHAPE_LOD and not self.in_fan)):
+        if self.edge.detail and (self.hovered or self.always_label or (lod >= SHAPE_LOD and not self.in_fan)):
             fonts, metrics = _fonts()
             painter.setFont(fonts[2])
             mid = self._label_at if self._label_at is not None else self.path.pointAtPercent(0.5)
