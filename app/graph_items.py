@@ -20,7 +20,7 @@ from core.views.viewgraph import ViewEdge, ViewNode
 
 from app.style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
 
-__all__ = ["NodeItem", "EdgeItem", "node_size", "BADGE_MAX_WIDTH"]
+__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "node_size", "text_colors", "BADGE_MAX_WIDTH"]
 
 PAD_X = 9.0
 PAD_Y = 4.0
@@ -68,6 +68,18 @@ def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
         w = max(w, min(BADGE_MAX_WIDTH, measure.width(badge_text(node), 2)))
         h += measure.heights[2] + 1
     return max(MIN_WIDTH, math.ceil(w + 2 * PAD_X + STRIPE)), math.ceil(h)
+
+
+def text_colors(fill: QColor) -> tuple[QColor, QColor, QColor]:
+    """(title, detail, badge) text colours that read on `fill`: white on dark fills (the io boxes,
+    the hot end of the heat map), near-black on light ones; never grey on a saturated colour."""
+    r, g, b = (c / 255.0 for c in (fill.red(), fill.green(), fill.blue()))
+    lum = 0.2126 * r ** 2.2 + 0.7152 * g ** 2.2 + 0.0722 * b ** 2.2
+    if lum < 0.3:
+        return QColor("#ffffff"), QColor("#f1f3f5"), QColor("#f1f3f5")
+    if fill.saturation() > 90:  # a heat colour: the dark greys of the pastel boxes would blur
+        return QColor("#111417"), QColor("#111417"), QColor("#2a2118")
+    return QColor("#1b1f23"), QColor("#454d55"), QColor("#5b4a2a")
 
 
 class NodeItem(QGraphicsItem):
@@ -158,12 +170,12 @@ class NodeItem(QGraphicsItem):
         text = self._title[1]
         if not text or text == "…":
             return
-        light = self.node.category == "io" and self.overlay is None
+        fill = self.overlay if self.overlay is not None else category_colors(self.node.category)[0]
         painter.save()
         painter.translate(rect.x() + STRIPE + 4, rect.center().y() - fm.height() * k / 2)
         painter.scale(k, k)
         painter.setFont(fonts[0])
-        painter.setPen(QColor("#ffffff") if light else QColor("#1b1f23"))
+        painter.setPen(text_colors(fill)[0])
         painter.drawText(QPointF(0, fm.ascent()), text)
         painter.restore()
 
@@ -209,16 +221,11 @@ class NodeItem(QGraphicsItem):
         if self._texts is None:
             self._layout_text()
         fonts, _ = _fonts()
-        light = self.node.category == "io" and self.overlay is None
-        colors = (QColor("#ffffff"), QColor("#d6dde2"), QColor("#d6dde2")) if light else (QColor("#1b1f23"), QColor("#454d55"), QColor("#5b4a2a"))
+        colors = text_colors(fill)
         for st, pt, fi in self._texts:
             painter.setFont(fonts[fi])
             painter.setPen(colors[fi])
             painter.drawStaticText(pt, st)
-        if self.overlay_text:
-            painter.setFont(fonts[2])
-            painter.setPen(QColor("#1b1f23"))
-            painter.drawText(rect.adjusted(0, 0, -4, -2), Qt.AlignRight | Qt.AlignBottom, self.overlay_text)
 
 
 class EdgeItem(QGraphicsItem):
@@ -320,3 +327,78 @@ class EdgeItem(QGraphicsItem):
             painter.drawRoundedRect(box, 3, 3)
             painter.setPen(QColor("#2d3a45"))
             painter.drawText(box, Qt.AlignCenter, text)
+
+
+class GroupItem(QGraphicsItem):
+    """An outline around the boxes of one group (a fused kernel's ONNX nodes); its value goes on a
+    `ChipItem` at the top right, outside every box: the kernel's time is the group's, not its
+    nodes'. The outline is the union of the boxes (padded) and of bridges along the edges inside
+    the group, so a chain reads as one shape and unrelated boxes between are not swallowed."""
+
+    PAD = 7.0
+
+    def __init__(self, rects: list[QRectF], bridges: list[QRectF], color: QColor):
+        super().__init__()
+        path = QPainterPath()
+        path.setFillRule(Qt.WindingFill)
+        for r in rects:
+            path.addRoundedRect(r.adjusted(-self.PAD, -self.PAD, self.PAD, self.PAD), 7, 7)
+        for r in bridges:
+            path.addRect(r)
+        self.path = path.simplified()
+        self.color = QColor(color)
+        self._bounds = self.path.boundingRect().adjusted(-2, -2, 2, 2)
+        self.setZValue(-1)  # under edges and boxes
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        return QPainterPath()  # never takes the mouse: the boxes inside stay clickable
+
+    def chip_anchor(self) -> QPointF:
+        """Where a chip sits: the outline's top right corner, just above the topmost box."""
+        b = self.path.boundingRect()
+        return QPointF(b.right() - 4, b.top() + self.PAD - 2)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        fill = QColor(self.color)
+        fill.setAlpha(70)
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setPen(QPen(self.color.darker(135), 1.6 if lod >= 0.3 else 0.5 / max(lod, 0.01)))
+        painter.setBrush(fill)
+        painter.drawPath(self.path)
+
+
+class ChipItem(QGraphicsItem):
+    """A small white label with dark text (a group's value), above boxes and edges; its right
+    bottom corner at `anchor`."""
+
+    def __init__(self, anchor: QPointF, text: str, color: QColor, tooltip: str = ""):
+        super().__init__()
+        _, metrics = _fonts()
+        fm = metrics[0]
+        tw, th = fm.horizontalAdvance(text) + 10, fm.height() + 2
+        self.text = text
+        self.color = QColor(color)
+        self.rect = QRectF(anchor.x() - tw, anchor.y() - th, tw, th)
+        self.setZValue(3)
+        if tooltip:
+            self.setToolTip(tooltip)
+
+    def boundingRect(self) -> QRectF:
+        return self.rect.adjusted(-1, -1, 1, 1)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        if lod < 0.25:
+            return  # too small to read: the group's colour says it
+        fonts, _ = _fonts()
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setPen(QPen(self.color.darker(135), 1.2))
+        painter.setBrush(QColor("#ffffff"))
+        painter.drawRoundedRect(self.rect, 4, 4)
+        painter.setFont(fonts[0])
+        painter.setPen(QColor("#111417"))
+        painter.drawText(self.rect, Qt.AlignCenter, self.text)

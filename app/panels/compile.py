@@ -61,7 +61,7 @@ __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 logger = logging.getLogger(__name__)
 
 AREA = "bottom"
-_HEAT_LEGEND = "kernel time per node (ms)"
+_HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
 _TUNE_CPU_ONLY = "Tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
 
 
@@ -172,6 +172,7 @@ class CompilePanel(QWidget):
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
         self._busy_now = False
+        self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
         self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
@@ -261,6 +262,8 @@ class CompilePanel(QWidget):
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
         doc.graphReplaced.connect(self._reset)
+        # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
+        window.canvas.viewShown.connect(self._apply_heat)
 
     # -- tuning controls -------------------------------------------------------------------
 
@@ -537,6 +540,7 @@ class CompilePanel(QWidget):
         rows += _tuning_rows(m.get("tuning"))
         self._fill_table(rows)
         self.chart.set_kernels(res.kernels if res is not None else [])
+        self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
 
     def _fill_table(self, rows: list[tuple[str, str, str]]) -> None:
@@ -556,22 +560,36 @@ class CompilePanel(QWidget):
         by_label = {n.label: n.id for n in graph.nodes}
         return [by_label[l] for l in labels if l in by_label]
 
-    def heat_values(self) -> dict[int, float]:
-        """ONNX node id -> ms of kernel time (what the canvas overlay shows)."""
-        if self.result is None or self.stale:
-            return {}
-        from core.compiler.bench import node_heat
+    def _heat(self) -> tuple[dict[int, float], list[dict]]:
+        """(ONNX node id -> ms of the slowest kernel it is part of, kernel groups for the canvas)."""
+        if not self.heat_kernels or self.stale:
+            return {}, []
+        from core.compiler.bench import kernel_heat
 
         graph = self.window.document.graph
         by_label = {n.label: n.id for n in graph.nodes} if graph is not None else {}
-        return {by_label[l]: ms for l, ms in node_heat(self.result.kernels).items() if l in by_label}
+        nodes, groups = kernel_heat(self.heat_kernels)
+        values = {by_label[l]: ms for l, ms in nodes.items() if l in by_label}
+        shown = []
+        for g in groups:
+            ids = [by_label[l] for l in g["onnx_nodes"] if l in by_label]
+            if ids:
+                tip = f"{g['name']}: {g['ms']:.3g} ms, from {len(ids)} ONNX node{'s' if len(ids) != 1 else ''}: " + ", ".join(g["onnx_nodes"][:8])
+                shown.append({"ids": ids, "value": g["ms"], "label": g["name"], "tooltip": tip})
+        return values, shown
+
+    def heat_values(self) -> dict[int, float]:
+        """ONNX node id -> ms of kernel time (the colour the canvas overlay gives each node)."""
+        return self._heat()[0]
 
     def _apply_heat(self, *_args) -> None:
         canvas = self.window.canvas
-        values = self.heat_values() if self.heat.isChecked() else {}
+        values, groups = self._heat() if self.heat.isChecked() else ({}, [])
         if values and getattr(canvas, "mode", "model") == "model":
-            canvas.set_overlay(values, _HEAT_LEGEND)
-        else:
+            # the scale's top is the chart's top bar, so a colour reads the same in both
+            top = max((k["ms"] for k in self.heat_kernels), default=None)
+            canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
+        elif canvas._overlay is not None:
             canvas.set_overlay(None)
 
     def _select_kernel(self, kernel: dict) -> None:
@@ -593,6 +611,7 @@ class CompilePanel(QWidget):
         if self.job is not None and self._busy_now:
             self.job.cancel()  # a compile of the model that was replaced: its result would be dropped anyway
         self.artifact = self.result = None
+        self.heat_kernels = []
         self.stale = False
         self.table.setRowCount(0)
         self.chart.set_kernels([])
@@ -706,22 +725,29 @@ class CompilePanel(QWidget):
 
     def _artifact_done(self, result) -> None:
         art, res = result
-        # the table now describes the artifact, not the open model: drop the compile's heat
         self.artifact = self.result = None
         self.stale = False
         self._busy(False)
         self.progress.setValue(1000)
         self.progress.setFormat("done")
-        self.window.canvas.set_overlay(None)
         self._fill_table(_result_rows(res))
         self.chart.set_kernels(res.kernels)
+        # the heat map colours the open model only when the artifact was compiled from it (its
+        # kernels' lineage names the open model's nodes); otherwise the old heat would lie
+        graph = self.window.document.graph
+        labels = {n.label for n in graph.nodes} if graph is not None else set()
+        traced = [l for k in res.kernels for l in (k.get("onnx_nodes") or [])]
+        same_model = bool(traced) and all(l in labels for l in traced)
+        self.heat_kernels = list(res.kernels) if same_model else []
+        self._apply_heat()
+        heat_note = "" if same_model else " The heat map is off: the open model is not the one this artifact was compiled from."
         dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
         match = ""
         if res.outputs_match_ort is not None:
             match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
         self.status.setText(
             f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
-            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}."
+            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
         )
 
 

@@ -31,7 +31,7 @@ from .compile import CompileCancelled
 from .reference import compare_outputs, random_feeds
 from ..errors import WorkbenchError
 
-__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat"]
+__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat"]
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +248,31 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
             }
         )
     return rows
+
+
+def kernel_heat(kernels: list[dict]) -> tuple[dict[str, float], list[dict]]:
+    """Heat by kernel, for a graph view: nothing is split.
+
+    A fused kernel's time belongs to the kernel as a whole, not a share to each node it came from
+    (a Relu fused into a convolution costs nothing of its own). Returns (node ms, groups): each
+    ONNX node label with the time of the slowest kernel it is part of, and each kernel with
+    lineage as {name, ms, onnx_nodes} (slowest first), which the canvas outlines as one group.
+    Kernels made from the very same nodes (a Conv's padding and the convolution) are one group
+    with their times added and their names joined by " + "."""
+    by_nodes: dict[tuple, dict] = {}
+    for k in kernels:
+        labels = list(dict.fromkeys(k.get("onnx_nodes") or []))
+        if not labels:
+            continue
+        g = by_nodes.setdefault(tuple(sorted(labels)), {"name": "", "ms": 0.0, "onnx_nodes": labels})
+        g["name"] = f"{g['name']} + {k['name']}" if g["name"] else k["name"]
+        g["ms"] += k["ms"]
+    groups = sorted(by_nodes.values(), key=lambda g: -g["ms"])
+    nodes: dict[str, float] = {}
+    for g in groups:
+        for n in g["onnx_nodes"]:
+            nodes[n] = max(nodes.get(n, 0.0), g["ms"])
+    return nodes, groups
 
 
 def node_heat(kernels: list[dict]) -> dict[str, float]:

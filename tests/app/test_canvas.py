@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtGui import QColor, QFontMetricsF, QImage
 
+from app.graph_items import ChipItem, GroupItem
 from app.style import node_fonts
 
 from core.views.viewgraph import ViewEdge, ViewGraph, ViewNode
@@ -50,9 +51,24 @@ def test_highlight_overlay_ghosts(window):
     c.set_overlay({ids[0]: 1.0, ids[1]: 4.0}, "kernel time (ms)")
     assert c.node_items[ids[1]].overlay is not None and c.node_items[ids[1]].overlay_text == "4"
     assert c.node_items[ids[0]].overlay != c.node_items[ids[1]].overlay
-    assert c.legend.isVisible() and "kernel time" in c.legend.text()
+    assert c.legend.isVisible() and "kernel time" in c.legend.text() and "4" in c.legend.text()
+    chips = sorted(it.text for it in c._group_items if isinstance(it, ChipItem))
+    assert chips == ["1", "4"]  # one chip per valued node, outside its box
+    for it in c._group_items:
+        if isinstance(it, ChipItem):
+            assert not any(it.rect.intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
     c.set_overlay(None)
-    assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible()
+    assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible() and not c._group_items
+
+    # a group (a fused kernel): one outline around its nodes, one chip with its value; the
+    # scale's top is given (the chart's slowest kernel), not the largest value drawn
+    c.set_overlay({ids[0]: 2.0, ids[1]: 2.0}, "kernel time", groups=[{"ids": ids[:2], "value": 2.0, "label": "fused"}], max_value=8.0, unit="ms")
+    outlines = [it for it in c._group_items if isinstance(it, GroupItem)]
+    assert len(outlines) == 1 and [it.text for it in c._group_items if isinstance(it, ChipItem)] == ["2 ms"]
+    for i in ids[:2]:
+        assert outlines[0].path.contains(c.node_items[i].sceneBoundingRect().center())
+    assert c._overlay_max == 8.0 and "8 ms" in c.legend.text()
+    c.set_overlay(None)
 
     c.set_ghosts(removed_ids=[ids[0]], added_ids=[ids[1]])
     assert c.node_items[ids[0]].ghost == "removed" and c.node_items[ids[1]].ghost == "added"

@@ -30,6 +30,16 @@ def test_compile_and_run_fills_table_chart_and_heat(window, qtbot, tmp_path):
     conv_ids = {n.id for n in window.document.graph.nodes if n.op_type == "Conv"}
     assert conv_ids <= set(heat)
     assert window.canvas._overlay is not None and set(window.canvas._overlay[0]) == set(heat)
+    # a fused kernel's time is the kernel's: every node of it shows all of it, under one outline
+    from app.graph_items import ChipItem, GroupItem
+
+    fused = next(k for k in panel.chart.kernels if len(k["onnx_nodes"]) > 1)
+    ids = panel._node_ids(fused["onnx_nodes"])
+    assert all(heat[i] >= fused["ms"] for i in ids)
+    assert sum(isinstance(it, GroupItem) for it in window.canvas._group_items) >= 4
+    assert any(isinstance(it, ChipItem) and it.text.endswith("ms") for it in window.canvas._group_items)
+    # the scale's top is the chart's top bar
+    assert window.canvas._overlay_max == panel.chart.kernels[0]["ms"]
     # clicking the top bar selects the ONNX nodes its kernel came from
     panel._select_kernel(panel.chart.kernels[0])
     assert set(window.document.selection) == set(panel._node_ids(panel.chart.kernels[0]["onnx_nodes"]))
@@ -223,3 +233,20 @@ def test_cancel_stops_a_real_tuning_run_within_a_round(window, qtbot, tmp_path):
     saved = next((tmp_path / "db").glob("*/progress.json"), None)
     progress = json.loads(saved.read_text()) if saved is not None else {}
     assert sum(v.get("trials", 0) for v in progress.values()) <= 16, progress  # the round in flight at most
+
+
+def test_heat_comes_back_with_the_model_after_a_stage_was_shown(window, qtbot):
+    """A compile that finishes while a lowering stage is drawn colours the model once it is back."""
+    from tests.app.test_canvas import _stage_view
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    panel.runs.setValue(1)
+    panel.start()
+    with qtbot.waitSignal(window.canvas.viewShown, timeout=10000):
+        window.canvas.show_view(_stage_view())
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=120_000)
+    assert window.canvas._overlay is None  # a stage is drawn: no model heat on it
+    with qtbot.waitSignal(window.canvas.viewShown, timeout=10000):
+        window.canvas.show_model()
+    assert window.canvas._overlay is not None and set(window.canvas._overlay[0]) == set(panel.heat_values())

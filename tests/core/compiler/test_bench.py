@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from core.compiler.bench import benchmark, latency_stats, node_heat
+from core.compiler.bench import benchmark, kernel_heat, latency_stats, node_heat
 from core.compiler.compile import compile_model
 from tests.conftest import sample
 from tests.helpers import run_cli
@@ -70,3 +70,17 @@ def test_bench_cli_json_keys():
 def test_bench_cli_bad_runs_is_exit_2():
     r = run_cli("bench", sample("mlp"), "--runs", "0")
     assert r.returncode == 2 and "--runs" in r.stderr
+
+
+def test_kernel_heat_keeps_a_fused_kernels_time_whole():
+    kernels = [
+        {"name": "fused_conv2d_add_relu", "ms": 20.0, "onnx_nodes": ["conv", "bn", "relu"]},
+        {"name": "pad", "ms": 1.0, "onnx_nodes": ["conv2"]},
+        {"name": "conv2d", "ms": 3.0, "onnx_nodes": ["conv2"]},
+        {"name": "reshape", "ms": 0.5, "onnx_nodes": []},
+    ]
+    nodes, groups = kernel_heat(kernels)
+    # every node of the fused kernel shows the kernel's time, none a third of it
+    assert nodes == {"conv": 20.0, "bn": 20.0, "relu": 20.0, "conv2": 4.0}
+    assert [(g["name"], g["ms"]) for g in groups] == [("fused_conv2d_add_relu", 20.0), ("pad + conv2d", 4.0)]
+    assert node_heat(kernels)["relu"] < 7  # the old even split, for comparison
