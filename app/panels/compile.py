@@ -172,6 +172,7 @@ class CompilePanel(QWidget):
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
         self._busy_now = False
+        self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
         self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
         self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
@@ -539,9 +540,33 @@ class CompilePanel(QWidget):
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
         rows += _tuning_rows(m.get("tuning"))
         self._fill_table(rows)
+        self._warn_spread(res)
         self.chart.set_kernels(res.kernels if res is not None else [])
         self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
+
+    def _warn_spread(self, res) -> None:
+        """A median whose runs disagree widely is flagged: its cell turns orange with the reason,
+        and the status line says it (after the figures it qualifies)."""
+        from core.compiler.bench import spread_warning
+
+        self.spread_note = ""
+        if res is None:
+            return
+        notes = [(1, spread_warning(res.latency_ms))]
+        if res.ort_latency_ms:
+            notes.append((2, spread_warning(res.ort_latency_ms)))
+        for column, note in notes:
+            item = self.table.item(0, column)
+            if note and item is not None:
+                item.setBackground(QColor("#ffe2b8"))
+                item.setText("⚠ " + item.text())
+                item.setToolTip(note)
+        said = [n for _c, n in notes if n]
+        if said:
+            who = "Ours" if notes[0][1] else "onnxruntime"
+            self.spread_note = f"{who}: {said[0]}"
+            self.status.setText(self.status.text() + "\n⚠ " + self.spread_note)
 
     def _fill_table(self, rows: list[tuple[str, str, str]]) -> None:
         self.table.setRowCount(len(rows))
@@ -732,6 +757,7 @@ class CompilePanel(QWidget):
         self.progress.setFormat("done")
         self._fill_table(_result_rows(res))
         self.chart.set_kernels(res.kernels)
+        self._warn_spread(res)
         # the heat map colours the open model only when the artifact was compiled from it (its
         # kernels' lineage names the open model's nodes); otherwise the old heat would lie
         graph = self.window.document.graph
@@ -751,14 +777,24 @@ class CompilePanel(QWidget):
         )
 
 
+def _range(stats: dict, lo: str, hi: str) -> str:
+    """"a – b ms" of two figures of a latency record (older records lack p10 / max: one figure)."""
+    a, b = stats.get(lo), stats.get(hi)
+    if a is None or b is None:
+        return _ms(a if a is not None else b)
+    return f"{_ms(a).removesuffix(' ms')} – {_ms(b)}"
+
+
 def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str, str]]:
     """Table rows (label, ours, onnxruntime) for a benchmark result; without one (nothing could
     run here), only the compile-time memory estimate."""
     rows: list[tuple[str, str, str]] = []
     if res is not None:
         ort = res.ort_latency_ms or {}
-        for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min")):
-            rows.append((label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–"))
+        lat = res.latency_ms
+        rows.append(("Latency median", _ms(lat.get("median")), _ms(ort.get("median")) if ort else "–"))
+        rows.append(("Latency p10 – p90", _range(lat, "p10", "p90"), _range(ort, "p10", "p90") if ort else "–"))
+        rows.append(("Latency min – max", _range(lat, "min", "max"), _range(ort, "min", "max") if ort else "–"))
         rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
         if res.ratio is not None:
             rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))

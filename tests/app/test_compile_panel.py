@@ -250,3 +250,25 @@ def test_heat_comes_back_with_the_model_after_a_stage_was_shown(window, qtbot):
     with qtbot.waitSignal(window.canvas.viewShown, timeout=10000):
         window.canvas.show_model()
     assert window.canvas._overlay is not None and set(window.canvas._overlay[0]) == set(panel.heat_values())
+
+
+def test_a_wide_spread_is_shown_with_the_median(window):
+    from types import SimpleNamespace
+
+    from app.panels.compile import _result_rows
+    from core.compiler.bench import latency_stats
+
+    panel = _panel(window)
+    res = SimpleNamespace(
+        latency_ms=latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0]),
+        ort_latency_ms=latency_stats([1.0, 1.01, 0.99, 1.0]), ratio=11.6, memory={}, kernels=[],
+    )
+    panel._fill_table(_result_rows(res))
+    panel._warn_spread(res)
+    rows = {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}
+    assert panel.table.item(rows["Latency p10 – p90"], 1).text() == "0.597 – 14.600 ms"
+    assert panel.table.item(rows["Latency min – max"], 1).text() == "0.570 – 20.000 ms"
+    median = panel.table.item(rows["Latency median"], 1)
+    assert median.text().startswith("⚠") and "Wide spread" in median.toolTip()
+    assert not panel.table.item(rows["Latency median"], 2).text().startswith("⚠")  # onnxruntime's runs agree
+    assert "Wide spread" in panel.status.text() and panel.spread_note.startswith("Ours")
