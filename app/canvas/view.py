@@ -109,15 +109,18 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.mode = "view"
         self._layout_and_show(view, {"fit": fit})
 
-    def show_model(self, fit: bool = False) -> None:
-        """Show the document's ONNX graph again (cached layout when the graph has not changed)."""
+    def show_model(self, fit: bool = False, keep: bool = False) -> None:
+        """Show the document's ONNX graph again (cached layout when the graph has not changed).
+        `keep`: at the present zoom, around the node now nearest the centre (leaving a rewrite
+        preview, whose nodes are mostly the model's)."""
+        anchor = self._view_anchor() if keep and self.view is not None else None
         self.mode = "model"
         graph = self.document.graph
         if graph is None:
             self._clear()
             return
         cache = self._model_cache
-        state = {"fit": fit, "initial": not fit}
+        state = {"keep": anchor} if anchor is not None else {"fit": fit, "initial": not fit}
         if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
             self._display(cache[2], cache[3], state, cache[4])
         else:
