@@ -24,7 +24,6 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMenu,
@@ -325,8 +324,9 @@ class MainWindow(QMainWindow):
 
     # ---- opening -----------------------------------------------------------------------------
     def open_dialog(self) -> None:
-        start = str(self.document.path.parent) if self.document.path else self.settings.value("lastDir", "")
-        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
+        from app.dialogs.files import open_file
+
+        path = open_file(self, self, "model", "Open ONNX model", "ONNX models (*.onnx);;All files (*)")
         if path:
             self.open_model(path)
 
@@ -442,7 +442,7 @@ class MainWindow(QMainWindow):
         path = str(Path(path).resolve())
         files = [p for p in self.recent_files() if p != path]
         self.settings.setValue("recentFiles", [path] + files[: MAX_RECENT - 1])
-        self.settings.setValue("lastDir", str(Path(path).parent))
+        self.settings.setValue("dirs/model", str(Path(path).parent))  # File > Open starts here next time
 
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()
@@ -469,8 +469,10 @@ class MainWindow(QMainWindow):
     def save_as(self) -> bool:
         if self.document.graph is None:
             return False
-        start = str(self.document.path) if self.document.path else ""
-        path, _ = QFileDialog.getSaveFileName(self, "Save ONNX model", start, "ONNX models (*.onnx)")
+        from app.dialogs.files import save_file
+
+        name = Path(self.document.path).name if self.document.path else "model.onnx"
+        path = save_file(self, self, "model", "Save ONNX model", "ONNX models (*.onnx)", suggested=name)
         if not path:
             return False
         if not path.endswith(".onnx"):

@@ -28,6 +28,7 @@ says so and offers Export.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QPainter, QShortcut
@@ -666,7 +667,14 @@ class CompilePanel(QWidget):
         self._start_job(work, "Export", exported, None)
 
     def export_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export the compiled artifact into folder")
+        """Ask for the artifact folder: a new name is created, an existing folder written into."""
+        from app.dialogs.files import ask_new_folder
+
+        if self.artifact is None:
+            return
+        doc = self.window.document.path
+        suggested = f"{Path(doc).stem if doc else 'model'}_{self.artifact.target}"
+        folder = ask_new_folder(self.window, self, "export", "Export the compiled artifact to folder (type a new name to create it)", suggested)
         if folder:
             self.export_to(folder)
 
@@ -674,7 +682,11 @@ class CompilePanel(QWidget):
         graph = self.window.document.graph
         if graph is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save optimized ONNX", "", "ONNX models (*.onnx)")
+        from app.dialogs.files import save_file
+
+        doc = self.window.document.path
+        path = save_file(self.window, self, "onnx-out", "Save optimized ONNX", "ONNX models (*.onnx)",
+                         suggested=f"{Path(doc).stem if doc else 'model'}_optimized.onnx")
         if not path:
             return
         try:
@@ -688,7 +700,9 @@ class CompilePanel(QWidget):
     # -- open a compiled artifact ------------------------------------------------------------
 
     def open_artifact_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open Compiled Artifact (a folder with manifest.json)")
+        from app.dialogs.files import open_folder
+
+        folder = open_folder(self.window, self, "artifact", "Open Compiled Artifact (a folder with manifest.json)")
         if folder:
             self.open_artifact(folder)
 

@@ -272,3 +272,28 @@ def test_a_wide_spread_is_shown_with_the_median(window):
     assert median.text().startswith("⚠") and "Wide spread" in median.toolTip()
     assert not panel.table.item(rows["Latency median"], 2).text().startswith("⚠")  # onnxruntime's runs agree
     assert "Wide spread" in panel.status.text() and panel.spread_note.startswith("Ours")
+
+
+def test_export_into_a_new_folder_name_and_dialogs_remember_where(window, qtbot, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.dialogs.files import start_dir
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    # before any pick: the model's folder
+    assert start_dir(window, "export") == str(sample("mlp").parent)
+    panel = _panel(window)
+    panel.runs.setValue(1)
+    panel.start()
+    qtbot.waitUntil(lambda: panel.result is not None and panel.compile_btn.isEnabled(), timeout=120_000)
+    asked = []
+    target = tmp_path / "not" / "there" / "yet"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: asked.append(a[2]) or (str(target), ""))
+    panel.export_dialog()
+    assert asked[0].endswith("mlp_cpu")  # a suggested name in the start folder
+    qtbot.waitUntil(lambda: (target / "manifest.json").exists() and panel.compile_btn.isEnabled(), timeout=60_000)
+    assert "Exported to" in panel.status.text()
+    # the next export dialog starts where this one went
+    assert start_dir(window, "export") == str(target.parent)
+    panel.export_dialog()
+    assert asked[1] == str(target.parent / "mlp_cpu")
