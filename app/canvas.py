@@ -66,6 +66,8 @@ from core.views.viewgraph import ViewGraph, find_nodes, from_graph
 
 from app.document import Document
 from app.graph_items import EdgeItem, NodeItem, node_size
+from app.group_items import GroupItem
+from app.scopes import with_group_totals
 from app.style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure, category_colors
 from app.workers import Job
 
@@ -111,6 +113,8 @@ class GraphCanvas(QGraphicsView):
         self._edge_item_of: dict[int, EdgeItem] = {}
         self._overlay_max = 0.0
         self._degree: tuple[dict, dict] = ({}, {})
+        self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
+        self.scopes = None  # app.scopes.ScopeController, when installed
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -168,11 +172,18 @@ class GraphCanvas(QGraphicsView):
         if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
             self._display(cache[2], cache[3], state, cache[4])
         else:
-            self._layout_and_show(from_graph(graph), state)
+            self._layout_and_show(self.model_view(graph), state)
 
     def prime_model_layout(self, graph, view: ViewGraph, result: Layout, extras: "DisplayExtras | None" = None) -> None:
         """Hand over a layout computed together with loading, so opening lays out only once."""
         self._model_cache = (id(graph), graph.revision, view, result, extras)
+
+    def show_model_layout(self, view: ViewGraph, result: Layout, keep=None) -> None:
+        """Show a model view laid out by the caller (a group opened in place), keeping the node
+        `keep = (id, offset from the viewport centre)` where it was on screen."""
+        self.mode = "model"
+        self.prime_model_layout(self.document.graph, view, result, prepare_display(view, result))
+        self._display(view, result, {"keep": keep} if keep is not None else {"fit": False}, self._model_cache[4])
 
     def select(self, ids: Iterable[Hashable], center: bool = False) -> None:
         ids = [i for i in ids if self._make_node(i) is not None] if self.view is not None else []
@@ -259,7 +270,7 @@ class GraphCanvas(QGraphicsView):
         if self.mode != "model" or self.document.graph is None:
             self._model_cache = None
             return
-        self._layout_and_show(from_graph(self.document.graph), {"keep": self._view_anchor()})
+        self._layout_and_show(self.model_view(self.document.graph), {"keep": self._view_anchor()})
 
     def _on_document_selection(self, ids: list) -> None:
         if self.mode == "model" and not self._syncing and set(ids) != set(self.selected_ids()):
@@ -397,7 +408,8 @@ class GraphCanvas(QGraphicsView):
         box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
         if box is None:
             return None
-        item = NodeItem(self.view.node(node_id), box.w, box.h)
+        node = self.view.node(node_id)
+        item = (GroupItem if node.category == "group" else NodeItem)(node, box.w, box.h)
         item.setPos(box.x - box.w / 2, box.y - box.h / 2)
         self._decorate_node(item)
         if not self._layer.visible:
@@ -598,6 +610,9 @@ class GraphCanvas(QGraphicsView):
 
     def _apply_overlay(self) -> None:
         values, legend = self._overlay if self._overlay else ({}, "")
+        if values:
+            values = with_group_totals(values, self.view)  # a collapsed group shows its nodes' total
+            self._overlay = (values, legend)
         known = self.layout_result.boxes if self.layout_result is not None else {}
         self._overlay_max = max((float(v) for k, v in values.items() if k in known), default=0.0)
         self._redecorate()
@@ -1035,13 +1050,19 @@ class FindBar(QFrame):
 
     def _search(self, text: str) -> None:
         view = self.canvas.view
-        self.hits = find_nodes(view, text) if view is not None else []
+        scopes = self.canvas.scopes
         boxes = self.canvas.layout_result.boxes if self.canvas.layout_result is not None else {}
-        self.hits = [h for h in self.hits if h in boxes]
+        if scopes is not None and scopes.active:  # hits inside collapsed groups count too
+            self.hits = scopes.find(text)
+            shown = {scopes.visible_id(h) for h in self.hits}
+        else:
+            self.hits = find_nodes(view, text) if view is not None else []
+            self.hits = [h for h in self.hits if h in boxes]
+            shown = self.hits
         self.index = -1
         self._update_count()
         if self.hits:
-            self.canvas.set_highlight("search", self.hits, HIGHLIGHT_COLORS["search"])
+            self.canvas.set_highlight("search", shown, HIGHLIGHT_COLORS["search"])
         else:
             self.canvas.clear_highlight("search")
 
@@ -1058,6 +1079,10 @@ class FindBar(QFrame):
             return
         self.index = (self.index + step) % len(self.hits)
         node_id = self.hits[self.index]
+        if self.canvas.scopes is not None and self.canvas.scopes.active:
+            index = self.index
+            self.canvas.scopes.reveal(node_id)  # expand to node (the new view re-runs the search)
+            self.index = index
         self.canvas.select([node_id])
         self.canvas.center_on(node_id)
         self._update_count()

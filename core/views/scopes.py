@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 AUTO_COLLAPSE_NODES = 300  # graphs with more drawn nodes than this open with their groups collapsed
 DEFAULT_BOXES = 30  # a big graph's first screen: about this many boxes
 FAN_OUT = 32  # structural grouping: at most this many boxes per level
-STRUCTURE_MIN_NODES = 120  # below this an unscoped graph is small enough to read flat
+STRUCTURE_MIN_NODES = 1000  # below this an unscoped graph opens flat (the canvas copes; groups would hide it)
 _SCOPE = "scope:"
 _NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
