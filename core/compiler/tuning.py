@@ -54,6 +54,11 @@ __all__ = [
     "rpc_runner",
     "local_builder",
     "local_runner",
+    "prepare_module",
+    "kernel_workload",
+    "tuned_schedule",
+    "record_schedule",
+    "database_choice",
 ]
 
 logger = logging.getLogger(__name__)
@@ -659,16 +664,8 @@ def apply_database_pass(target, database=None):
             task_mod = _task_module(func)
             key = _workload_key(task_mod)
             template = templates.get(key)
-            best = _best_seconds(db, task_mod) if db is not None else None
-            default_ms = saved.get(key, {}).get("default_ms")
-            if default_ms is None and template is not None:
-                default_ms = template.get("default_ms")
-            # the fastest measured of: default schedule, best template config, best searched
-            options = [("default", default_ms)]
-            if template is not None:
-                options.append(("template", template["ms"]))
-            if best is not None:
-                options.append(("search", best * 1e3))
+            options = _schedule_options(key, task_mod, template, db, saved)
+            default_ms = options[0][1]
             known = [(kind, ms) for kind, ms in options if ms is not None]
             if not known:
                 continue
@@ -687,6 +684,21 @@ def apply_database_pass(target, database=None):
         return mod
 
     return _pass
+
+
+def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict) -> list[tuple[str, float | None]]:
+    """[(kind, ms)] of one kernel's measured schedules: default first, then the best template
+    config and the best record of the MetaSchedule database (searched or made by hand)."""
+    default_ms = saved.get(key, {}).get("default_ms")
+    if default_ms is None and template is not None:
+        default_ms = template.get("default_ms")
+    options: list[tuple[str, float | None]] = [("default", default_ms)]
+    if template is not None:
+        options.append(("template", template["ms"]))
+    best = _best_seconds(db, task_mod) if db is not None else None
+    if best is not None:
+        options.append(("search", best * 1e3))
+    return options
 
 
 def _apply_template(func, target, record: dict, name: str):
@@ -714,6 +726,78 @@ def _apply_search_record(db, task_mod, name: str):
         logger.warning("tuning record for %s does not apply: %s", name, exc)
         return None
     return sch.mod["main"]
+
+
+# ---- hand-made schedules (core.compiler.schedule_session) ------------------------------------------
+
+def prepare_module(mod):
+    """The fused module as tuning and apply_database_pass see it (weights marked layout-free):
+    a kernel taken from it has the workload key the database files its records under."""
+    return _prepare(mod)
+
+
+def kernel_workload(func) -> str:
+    """The database key of one kernel (a PrimFunc of prepare_module's result)."""
+    return _workload_key(_task_module(func))
+
+
+def tuned_schedule(func, target, database=None):
+    """The database's fastest tuned schedule of kernel `func`: (kind 'template' | 'search',
+    scheduled PrimFunc, recorded ms), or None when the database has none for its workload."""
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    template = _load_templates(folder).get(kernel_workload(func))
+    if not have_search and template is None:
+        return None
+    task_mod = _task_module(func)
+    db = open_database(database, target) if have_search else None
+    options = [(k, ms) for k, ms in _schedule_options(kernel_workload(func), task_mod, template, db, {})[1:] if ms is not None]
+    for kind, ms in sorted(options, key=lambda x: x[1]):
+        name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "kernel"
+        scheduled = _apply_template(func, target, template, name) if kind == "template" else _apply_search_record(db, task_mod, name)
+        if scheduled is not None:
+            return kind, scheduled, ms
+    return None
+
+
+def record_schedule(func, target, trace, ms: float, database=None, default_ms: float | None = None) -> str:
+    """File a schedule made by hand (a trace on kernel `func`, measured at `ms`) in the MetaSchedule
+    database of `target`, where compile's apply_database_pass weighs it against the default and
+    the tuned schedules like any searched record. `default_ms`, measured beside it, becomes the
+    default's figure when the database has none. Returns the database folder."""
+    from tvm.s_tir import meta_schedule as ms_
+
+    folder = database_dir(database, target)
+    db = open_database(database, target)
+    task_mod = _task_module(func)
+    workload = db.commit_workload(task_mod)
+    db.commit_tuning_record(
+        ms_.database.TuningRecord(
+            trace, workload, run_secs=[float(ms) / 1e3], target=target, args_info=ms_.arg_info.ArgInfo.from_prim_func(task_mod["main"])
+        )
+    )
+    if default_ms is not None:
+        saved = _load_progress(folder)
+        entry = saved.setdefault(kernel_workload(func), {})
+        if entry.get("default_ms") is None:
+            entry["default_ms"] = float(default_ms)
+            _save_progress(folder, saved)
+    return str(folder)
+
+
+def database_choice(func, target, database=None) -> tuple[str | None, list[tuple[str, float | None]]]:
+    """Which schedule a compile applying `database` gives kernel `func` ('default', 'template',
+    'search' or None when the database knows nothing of it), and the options it weighed."""
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    task_mod = _task_module(func)
+    key = kernel_workload(func)
+    db = open_database(database, target) if have_search else None
+    options = _schedule_options(key, task_mod, _load_templates(folder).get(key), db, _load_progress(folder))
+    known = [(kind, ms) for kind, ms in options if ms is not None]
+    if not known or (len(known) == 1 and known[0][0] == "default"):
+        return None, options
+    return min(known, key=lambda x: x[1])[0], options
 
 
 def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None, on_report=None):

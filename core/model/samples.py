@@ -8,7 +8,9 @@ has the structure the rewrites and the compiler care about:
   symbolic batch dimension;
 * `tiny_transformer`: one encoder block as exporters write it: decomposed layer norms
   (ReduceMean/Sub/Pow/Sqrt/Div), single-head attention with a Transpose feeding a MatMul, an
-  Erf-based GELU, MatMul + Add linears and residual adds.
+  Erf-based GELU, MatMul + Add linears and residual adds;
+* `mm_relu`: the course's first tensor program, relu(A @ B) on 128x128 (the Schedule panel's
+  guided sample).
 
 `scoped_bert` (not bundled: generated on demand) is a BERT encoder named node by node the way
 torch.onnx names it (`/encoder/layer.3/attention/self/query/MatMul`), for the scope grouping.
@@ -19,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["small_cnn", "mlp", "tiny_transformer", "scoped_bert", "SAMPLES"]
+__all__ = ["small_cnn", "mlp", "tiny_transformer", "mm_relu", "scoped_bert", "SAMPLES"]
 
 OPSET = 17
 
@@ -253,4 +255,22 @@ def scoped_bert(seed: int = 3, layers: int = 12, seq: int = 16, dim: int = 32, h
     )
 
 
-SAMPLES = {"small_cnn": small_cnn, "mlp": mlp, "tiny_transformer": tiny_transformer}
+def mm_relu(n: int = 128) -> onnx.ModelProto:
+    """The MLC course's first tensor program, `mm_relu`: Y = A @ B, C = relu(Y), n x n float32.
+
+    A and B are both inputs (as in the course's `mm_relu(A, B, C)`), so its one kernel is exactly
+    the course's loop nest: the guided sample of the Schedule panel (split j by 4, reorder,
+    reverse_compute_at, vectorize, decompose_reduction, parallel).
+    """
+    b = _Builder("mm_relu", 0)
+    y = b.op("MatMul", ["A", "B"], "matmul")
+    b.op("Relu", [y], "relu")
+    b.nodes[-1].output[0] = "C"
+    return b.model(
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n]), helper.make_tensor_value_info("B", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])],
+        f"The MLC course's mm_relu: C = relu(A @ B) on {n}x{n} float32 (the Schedule panel's guided sample).",
+    )
+
+
+SAMPLES = {"small_cnn": small_cnn, "mlp": mlp, "tiny_transformer": tiny_transformer, "mm_relu": mm_relu}
