@@ -14,6 +14,7 @@ disk (File ▸ Compare with Model on Disk…), two lowering stages (`compare_vie
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Hashable
 from pathlib import Path
 
@@ -62,6 +63,7 @@ class CompareWindow(QMainWindow):
         self.setWindowTitle("Compare")
         self.resize(1500, 900)
         self.diff: GraphDiff | None = None
+        self.timings: dict[str, float] = {}
         self.left = _Side(self, "A")
         self.right = _Side(self, "B")
         split = QSplitter(Qt.Horizontal, self)
@@ -92,11 +94,15 @@ class CompareWindow(QMainWindow):
     # ---- what to compare ---------------------------------------------------------------------
     def compare_graphs(self, a, b, title_a: str, title_b: str) -> GraphDiff:
         """Two ONNX Graphs (copies are shown; the originals are not touched)."""
+        t = time.perf_counter()
         self.diff = diff_graphs(a, b)
+        self.timings = {"diff": time.perf_counter() - t}
         self._set_titles(title_a, title_b)
         self._prepare_marks()
+        t = time.perf_counter()
         self.left.document.set_graph(a.clone(), a.path)
         self.right.document.set_graph(b.clone(), b.path)
+        self.timings["views"] = time.perf_counter() - t  # copies, views, scope trees; layouts run on
         return self.diff
 
     def compare_views(self, a, b, title_a: str, title_b: str) -> GraphDiff:
