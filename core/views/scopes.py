@@ -477,6 +477,7 @@ def group_node(scope: Scope) -> ViewNode:
             "ops": dict(scope.ops.most_common()),
             "inputs": list(scope.inputs),
             "outputs": list(scope.outputs),
+            "shapes": {**scope.inputs, **scope.outputs},  # tensor -> "dims dtype"
             "children": len(scope.children),
         },
     )

@@ -37,6 +37,10 @@ def test_big_scoped_model_opens_collapsed_and_expands_in_place(window, qtbot, tm
     assert on_screen("scope:encoder/layer.2").y() == above.y() and abs(on_screen("scope:encoder/layer.2").x() - above.x()) < 20
     assert boxes["scope:encoder/layer.4"].y - boxes["scope:encoder/layer.2"].y > below_y + 200  # room was made below
     assert sorted(f.path for f in window.scopes.frames) == ["embeddings", "encoder", "encoder/layer.3", "pooler"]
+    c.select(["scope:encoder/layer.4"])
+    rows = window.panels["inspector"].widget().rows()
+    assert ("Group", "nodes", "33") in rows and ("Ops", "MatMul", "8") in rows
+    assert any(r[0] == "Inputs" and r[2] == "1×16×32 float32" for r in rows)
     # '-' on a node inside collapses the innermost open group around it
     c.select(["scope:encoder/layer.3/intermediate"])
     window.scopes.collapse_selected()
@@ -99,4 +103,24 @@ def test_compare_before_and_after_a_rewrite(window, tmp_path, messages):
     assert cw.right.canvas.selected_ids() == ["scope:encoder/layer.5/attention"]
     cw.left.canvas._set_scale(0.5)
     assert abs(cw.right.canvas.zoom() - 0.5) < 1e-6
+    cw.close()
+
+
+def test_compare_two_lowering_stages(window, qtbot):
+    from tests.conftest import sample
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = window.lowering_panel
+    panel.start()
+    qtbot.waitUntil(lambda: not panel.running, timeout=120_000)
+    names = [s.name for s in panel.stages]
+    fuse = names.index("FuseOps")
+    panel.select_stage(fuse)
+    cw = panel.compare_with_previous()
+    assert cw is not None and cw.windowTitle().startswith("Compare — ") and "FuseOps" in cw.windowTitle()
+    d = cw.diff
+    # FuseOps groups the matmul/add/relu chains into fused functions: nodes disappear and appear
+    assert d.removed and d.added and d.matched
+    qtbot.waitUntil(lambda: cw.left.canvas.layout_result is not None and cw.right.canvas.layout_result is not None, timeout=60_000)
+    assert cw.right.canvas._ghosts[1] == set(d.added)
     cw.close()
