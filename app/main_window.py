@@ -35,7 +35,6 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, load_model
 from core.views.layout import layout
-from core.views.viewgraph import from_graph
 
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
@@ -59,6 +58,9 @@ class MainWindow(QMainWindow):
         self.document = Document(self)
         self.canvas = GraphCanvas(self.document, self)
         self.setCentralWidget(self.canvas)
+        from app.scopes import ScopeController
+
+        self.scopes = ScopeController(self.canvas)
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.panels: dict[str, QDockWidget] = {}
@@ -70,6 +72,10 @@ class MainWindow(QMainWindow):
 
         self._build_status_bar()
         self._build_menus()
+        self.scopes.install_actions(self)
+        from app.compare import install_actions as install_compare
+
+        install_compare(self)
         self.document.dirtyChanged.connect(self._update_title)
         self.document.pathChanged.connect(lambda _p: self._update_title())
         self.document.graphReplaced.connect(self._update_status)
@@ -366,7 +372,7 @@ class MainWindow(QMainWindow):
                 phases["load"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
                 job.report(0.3, "Building the view")
-                view = from_graph(graph)
+                view = self.canvas.model_view(graph)  # big graphs: groups collapsed (app.scopes)
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
                 phases["view"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()

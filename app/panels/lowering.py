@@ -143,6 +143,10 @@ class LoweringPanel(QWidget):
         bottom.addWidget(self.origin_label, 1)
         bottom.addWidget(self.back_button)
         bottom.addWidget(self.show_model_button)
+        self.compare_button = QPushButton("Compare…")
+        self.compare_button.setToolTip("This stage's graph beside the one before the last step that changed it, differences marked")
+        self.compare_button.clicked.connect(self.compare_with_previous)
+        bottom.addWidget(self.compare_button)
         mv.addLayout(bottom)
 
         # -- passes
@@ -416,6 +420,22 @@ class LoweringPanel(QWidget):
         self.header.setText(
             f"<b>{s.index}. {s.name}</b>{where} &nbsp;<span style='color:{color}'>{s.level}</span> · {s.pass_name} · "
             f"{s.seconds:.3f} s · {s.text.count(chr(10)) + 1} lines · {self.ir.summary()}{note}")
+
+    def compare_with_previous(self):
+        """Open a Compare window: the current stage beside the nearest earlier stage whose graph
+        differs (unchanged steps are skipped). Returns the window (None when there is nothing)."""
+        stage = self.current
+        if stage is None or stage.index == 0:
+            self.status.setText("Select a stage after the first to compare it with the one before.")
+            return None
+        earlier = next((s for s in reversed(self.stages[: stage.index]) if s.changed or s.index == 0), self.stages[stage.index - 1])
+        from app.compare import CompareWindow
+
+        w = CompareWindow(self.window)
+        w.setWindowFlag(Qt.Window, True)
+        w.compare_views(earlier.view, stage.view, f"{earlier.index} {earlier.name}", f"{stage.index} {stage.name}")
+        w.show()
+        return w
 
     def _with_view(self, stage: Stage, then) -> None:
         """Build a stage's view off the UI thread (big modules take a moment), then call `then(view)`."""
