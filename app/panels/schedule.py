@@ -122,7 +122,7 @@ class StepChart(QWidget):
             if value:
                 p.setPen(QPen(QColor(color), 1.5, Qt.DashLine))
                 p.drawLine(int(left), int(y(value)), int(right), int(y(value)))
-                p.drawText(QRectF(left, y(value) - 15, right - left, 14), Qt.AlignRight, f"{name} {value:.3g} ms")
+                p.drawText(QRectF(left + 2, y(value) - 15, right - left, 14), Qt.AlignLeft, f"{name} {value:.3g} ms")
 
 
 class SchedulePanel(QWidget):
@@ -195,7 +195,7 @@ class SchedulePanel(QWidget):
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
         split.setStretchFactor(2, 0)
-        split.setSizes([360, 640, 320])
+        split.setSizes([440, 600, 320])
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
         lay.addWidget(self.header)
@@ -516,6 +516,7 @@ class SchedulePanel(QWidget):
             add(r, None)
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
+        self.tree.resizeColumnToContents(1)
         self.steps_list.clear()
         for i, step in enumerate(s.steps, 1):
             self.steps_list.addItem(f"{i}. {describe_step(step)}")
