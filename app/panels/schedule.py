@@ -85,7 +85,7 @@ class StepChart(QWidget):
         self.points: list[tuple[int, float, str]] = []
         self.default_ms: float | None = None
         self.tuned_ms: float | None = None
-        self.setMinimumHeight(120)
+        self.setMinimumHeight(50)
 
     def set_data(self, points, default_ms=None, tuned_ms=None) -> None:
         self.points, self.default_ms, self.tuned_ms = list(points), default_ms, tuned_ms
@@ -172,6 +172,11 @@ class SchedulePanel(QWidget):
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
+        # small minimums: the dock shares the bottom with the other panels and stays low until a
+        # kernel opens (then _show_dock makes room)
+        self.tree.setMinimumHeight(40)
+        self.steps_list.setMinimumHeight(24)
+        self.ir.setMinimumHeight(40)
         lv.addWidget(self.tree, 3)
         lv.addWidget(QLabel("Steps"))
         lv.addWidget(self.steps_list, 1)
