@@ -41,7 +41,7 @@ from core.views.viewgraph import from_graph
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job
+from app.workers import Job, start_job
 
 __all__ = ["MainWindow", "run"]
 
@@ -308,12 +308,13 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(path)
 
-    def open_model(self, path: str | os.PathLike, wait: bool = False) -> bool:
+    def open_model(self, path: str | os.PathLike, wait: bool = False, allow_absolute_external: bool = False) -> bool:
         """Open a model: load, view and layout run on a worker thread.
 
         Returns True when the load started (or, with `wait=True`, when the model is open and
         drawn). Unsaved edits are asked about first; a bad file shows its sentence and keeps the
-        current model."""
+        current model. `allow_absolute_external` is for the workbench's own autosaves (see
+        core.load_model)."""
         if not self._confirm_discard():
             return False
         if self._load_job is not None:
@@ -337,7 +338,7 @@ class MainWindow(QMainWindow):
             gc.collect()
             gc.disable()
             try:
-                graph = load_model(path)
+                graph = load_model(path, allow_absolute_external=allow_absolute_external)
                 gc.freeze()
                 phases["load"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
@@ -356,16 +357,13 @@ class MainWindow(QMainWindow):
             self.last_open_phases = phases
             return graph, view, result, extras
 
-        job = Job(work, f"Opening {Path(path).name}", self)
-        self._load_job = job
         self._load_result = None
-        job.progressed.connect(self._progress)
-        job.done.connect(lambda res: self._load_done(job, path, res, t0))
-        job.failed.connect(lambda msg: self._load_failed(job, path, msg))
-        job.cancelled.connect(lambda: self._load_cancelled(job))
-        job.finished.connect(job.deleteLater)
         self._set_busy(True, f"Opening {Path(path).name}")
-        job.start()
+        job = self._load_job = start_job(
+            work, f"Opening {Path(path).name}", self, progressed=self._progress,
+            done=lambda res: self._load_done(job, path, res, t0), failed=lambda msg: self._load_failed(job, path, msg),
+            cancelled=lambda: self._load_cancelled(job), delete_later=True,
+        )
         if not wait:
             return True
         loop = QEventLoop()
@@ -466,7 +464,8 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Cannot save", str(e))
             return False
         self._add_recent(str(target))
-        self.statusBar().showMessage(f"Saved {target}", 4000)
+        saved = self.document.last_save
+        self.statusBar().showMessage(saved.describe() if saved is not None else f"Saved {target}", 8000)
         return True
 
     def _confirm_discard(self) -> bool:

@@ -1,6 +1,7 @@
 """Background jobs: long work (loading, layout) runs on a QThread, never on the UI thread.
 
-A `Job` runs a plain Python function `work(job)` on its own thread. The function may call
+A `Job` runs a plain Python function `work(job)` on its own thread; `start_job` makes one, wires
+its signals to the owner's slots and starts it (the one place that wiring is written). The function may call
 `job.report(fraction, text)` and must poll `job.cancelled` (or pass `job.is_cancelled` to
 core functions that take a `cancel` callback). Results come back to the UI thread through queued
 signals: `done(result)`, `failed(message)`, `cancelled()`. Work functions create no Qt objects
@@ -18,7 +19,7 @@ from PySide6.QtCore import QThread, Signal
 from core.errors import WorkbenchError
 from core.views.layout import LayoutCancelled
 
-__all__ = ["Job", "JobCancelled", "cancel_all"]
+__all__ = ["Job", "JobCancelled", "cancel_all", "start_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -130,3 +131,47 @@ class Job(QThread):
             self._cancelled.emit()
         else:
             self._done.emit(result)
+
+
+def start_job(
+    work: Callable[[Job], Any],
+    title: str,
+    owner,
+    *,
+    done: Callable[[Any], None] | None = None,
+    failed: Callable[[str], None] | None = None,
+    cancelled: Callable[[], None] | None = None,
+    progressed: Callable[[float, str], None] | None = None,
+    ended: Callable[[Job], None] | None = None,
+    wanted: Callable[[], bool] | None = None,
+    delete_later: bool = False,
+    start: bool = True,
+) -> Job:
+    """Run `work(job)` on a worker thread for `owner` and deliver its outcome on the UI thread.
+
+    `ended(job)` is called first whatever the outcome (the owner's "not busy any more"); then
+    `done(result)`, `failed(message)` or `cancelled()` - but only while `wanted()` is true. That
+    is how a panel drops a result made for a model that has since been replaced (its labels
+    would land on the wrong nodes) without each panel writing its own generation check.
+    Progress is delivered only while wanted too. `delete_later` frees the QThread once it has
+    finished (for owners that keep no reference to the job after it ended). `start=False`
+    leaves `job.start()` to the caller (to connect something else first).
+    """
+    job = Job(work, title, parent=owner)
+
+    def outcome(slot, *args) -> None:
+        if ended is not None:
+            ended(job)
+        if slot is not None and (wanted is None or wanted()):
+            slot(*args)
+
+    job.done.connect(lambda result: outcome(done, result))
+    job.failed.connect(lambda message: outcome(failed, message))
+    job.cancelled.connect(lambda: outcome(cancelled))
+    if progressed is not None:
+        job.progressed.connect(lambda f, t: (wanted is None or wanted()) and progressed(f, t))
+    if delete_later:
+        job.finished.connect(job.deleteLater)
+    if start:
+        job.start()
+    return job

@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmd",
     "run": "run_cmd",
     "edit": "edit_cmd",
+    "diff": "diff_cmd",
     "schedule": "schedule_cmd",
 }
 

@@ -52,7 +52,9 @@ def _to_proto(model: Any) -> onnx.ModelProto:
     from .model.graph import Graph
 
     if isinstance(model, Graph):
-        return model.to_proto()
+        from .model.external_data import self_contained_proto
+
+        return self_contained_proto(model)  # onnxruntime would look for external files in the cwd
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray)):

@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from app.workers import Job, JobCancelled
+from app.workers import Job, JobCancelled, start_job
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
@@ -178,6 +178,7 @@ class CompilePanel(QWidget):
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
         self._busy_now = False
+        self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
         self.target.addItem("CPU (LLVM, this host)", "cpu")
@@ -431,21 +432,23 @@ class CompilePanel(QWidget):
             text = f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
         else:
             text = f"Compiling for {target.upper()}…"
-        self._start_job(Job(work, title="Compile & Run", parent=self), self._done, text, self._compile_progress)
+        self._start_job(work, "Compile & Run", self._done, text, self._compile_progress, for_model=True)
 
-    def _start_job(self, job: Job, done, status: str | None, progressed=None) -> None:
-        """Run `job` as the panel's one background job: progress in the bar, done/failed/cancelled
-        to their slots, the controls busy until it ends."""
-        self.job = job
-        job.progressed.connect(progressed or self._progress)
-        job.done.connect(done)
-        job.failed.connect(self._failed)
-        job.cancelled.connect(self._cancelled)
+    def _start_job(self, work, title: str, done, status: str | None, progressed=None, for_model: bool = False) -> None:
+        """Run `work` as the panel's one background job: progress in the bar, done/failed/cancelled
+        to their slots, the controls busy until it ends. A job `for_model` (a compile of the open
+        model) delivers nothing once another model has been opened: its kernels name the old
+        model's nodes."""
+        generation = self.generation
         self._busy(True)
         if status is not None:
             self.status.setStyleSheet("")
             self.status.setText(status)
-        job.start()
+        self.job = start_job(
+            work, title, self, progressed=progressed or self._progress, ended=lambda _job: self._busy(False),
+            done=done, failed=self._failed, cancelled=self._cancelled,
+            wanted=(lambda: generation == self.generation) if for_model else None,
+        )
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -609,6 +612,9 @@ class CompilePanel(QWidget):
             self._apply_heat()
 
     def _reset(self) -> None:
+        self.generation += 1
+        if self.job is not None and self._busy_now:
+            self.job.cancel()  # a compile of the model that was replaced: its result would be dropped anyway
         self.artifact = self.result = None
         self.stale = False
         self.table.setRowCount(0)
@@ -636,7 +642,7 @@ class CompilePanel(QWidget):
             self.progress.setFormat("exported")
             self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
 
-        self._start_job(Job(work, title="Export", parent=self), exported, None)
+        self._start_job(work, "Export", exported, None)
 
     def export_dialog(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export the compiled artifact into folder")
@@ -719,7 +725,7 @@ class CompilePanel(QWidget):
             except CompileCancelled:
                 raise JobCancelled() from None
 
-        self._start_job(Job(work, title="Run artifact", parent=self), self._artifact_done, f"Running the artifact in {folder}…")
+        self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
 
     def _artifact_done(self, result) -> None:
         art, res = result

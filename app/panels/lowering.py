@@ -46,7 +46,7 @@ from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lowe
 from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
-from app.workers import Job
+from app.workers import Job, start_job
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 
@@ -267,17 +267,17 @@ class LoweringPanel(QWidget):
                 return getattr(e, "stages", []) or [], str(e)
 
         generation = self.generation
-        self.job = Job(work, "Lowering", parent=self)
-        self.job.progressed.connect(self._progressed)
-        self.job.done.connect(lambda result: self._done(result) if generation == self.generation else self._finish_job())
-        self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(lambda: self._done(([], "Cancelled.")) if generation == self.generation else self._finish_job())
         self.lower_button.setEnabled(False)
         self.rerun_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress.setValue(0)
         self.status.setText("Lowering…")
-        self.job.start()
+        # a result for a model that has been replaced meanwhile is dropped (wanted)
+        self.job = start_job(
+            work, "Lowering", self, progressed=self._progressed, ended=lambda _job: self._finish_job(),
+            done=self._done, failed=self._failed, cancelled=lambda: self._done(([], "Cancelled.")),
+            wanted=lambda: generation == self.generation,
+        )
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -295,14 +295,12 @@ class LoweringPanel(QWidget):
         self._passes_edited()
 
     def _failed(self, message: str) -> None:
-        self._finish_job()
         self.error = message
         self.status.setText(message)
         self.status.setStyleSheet("color: #b00020;")
 
     def _done(self, result) -> None:
         stages, error = result
-        self._finish_job()
         previous = self.current.name if self.current is not None else None
         self.error = error
         self.stale = False
@@ -384,9 +382,10 @@ class LoweringPanel(QWidget):
         return prev.text if prev.language == stage.language else None
 
     def _stage_selected(self, item, _old=None) -> None:
-        if item is None:
-            return
-        stage = self.stages[item.data(0, Qt.UserRole)]
+        index = item.data(0, Qt.UserRole) if item is not None else None
+        if index is None or not 0 <= index < len(self.stages):
+            return  # the tree is being emptied (another model opened): nothing to show
+        stage = self.stages[index]
         self.current = stage
         self.expanded = None
         self.back_button.hide()
@@ -419,11 +418,10 @@ class LoweringPanel(QWidget):
         if stage._view is not None:
             then(stage._view)
             return
-        job = Job(lambda _job: stage.view, "Building the stage graph", parent=self)
-        job.done.connect(lambda view: then(view) if self.current is stage and self.expanded is None else None)
-        job.failed.connect(lambda msg: self.status.setText(msg))
-        self.view_job = job
-        job.start()
+        self.view_job = start_job(
+            lambda _job: stage.view, "Building the stage graph", self,
+            done=then, failed=self.status.setText, wanted=lambda: self.current is stage and self.expanded is None,
+        )
 
     def _show_view(self, stage: Stage, view) -> None:
         if view is not None:
@@ -562,9 +560,21 @@ class LoweringPanel(QWidget):
         if self.job is not None:
             self.job.cancel()
         self.cache.clear()
+        # the tree first, without its signals: clearing it moves the current item, and the
+        # selection handler must not look up a stage in a list that is already gone
+        self.stage_tree.blockSignals(True)
+        self.stage_tree.clear()
+        self.stage_tree.blockSignals(False)
         self.stages = []
         self.current = None
-        self.stage_tree.clear()
+        self.expanded = None
+        self.origin = []
+        self.error = ""
+        self.stale = False
+        self.back_button.hide()
+        self.origin_label.setText("")
+        self.show_model_button.setEnabled(False)
+        self.progress.setValue(0)
         self.ir.set_ir("", "")
         self.header.setText("")
         self.status.setText("Press Lower (Ctrl+L) to step the model down to target code.")

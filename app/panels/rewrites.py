@@ -43,7 +43,7 @@ from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
-from app.workers import Job
+from app.workers import Job, start_job
 
 __all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
 
@@ -213,33 +213,58 @@ class RewritesPanel(QWidget):
         return pv is not None and not pv.is_stale and pv.base is self.graph and bool(pv.applied) and (pv.verification is None or pv.verification.ok)
 
     def _start(self, work, title: str, done, attr: str) -> Job:
-        job = Job(work, title, self)
-        self._jobs.add(job)
-        setattr(self, attr, job)
-
-        def finish(kind, payload=None):
+        def ended(job):
             if getattr(self, attr) is job:
                 setattr(self, attr, None)
-            if kind == "done":
-                done(payload)
-            elif kind == "failed":
-                self._job_failed(title, payload)
-            else:
-                self._idle("Cancelled.")
-            self._update_buttons()
-            self._idle(self.status.text())
 
-        job.done.connect(lambda r: finish("done", r))
-        job.failed.connect(lambda m: finish("failed", m))
-        job.cancelled.connect(lambda: finish("cancelled"))
-        job.progressed.connect(lambda f, t: self.status.setText(t))
-        job.finished.connect(lambda: self._jobs.discard(job))
+        def after(slot):
+            def run(*args):
+                slot(*args)
+                self._update_buttons()
+                self._idle(self.status.text())
+            return run
+
         self._busy(title)
+        job = start_job(
+            work, title, self, ended=ended, done=after(done), failed=after(lambda m: self._job_failed(title, m)),
+            cancelled=after(lambda: self._cancelled(attr)), progressed=lambda f, t: self.status.setText(t), start=False,
+        )
+        self._jobs.add(job)
+        job.finished.connect(lambda: self._jobs.discard(job))
+        setattr(self, attr, job)
         job.start()
         self._update_buttons()
         return job
 
+    def _cancelled(self, attr: str) -> None:
+        self._idle("Cancelled.")
+        if attr == "_count_job" and self._count_job is None and not self._timer.isActive() and not self._counts_current():
+            self._set_counts(None)  # counts never stay at "…": they are unknown until counted again
+
+    def _set_counts(self, matches: dict | None, pending: bool = False) -> int:
+        """The Matches column: counts, "…" while counting (pending), "–" when unknown (no model,
+        or the count failed or was cancelled). Returns the total."""
+        total = 0
+        for i in range(self.rule_list.topLevelItemCount()):
+            item = self.rule_list.topLevelItem(i)
+            if pending or matches is None:
+                item.setText(1, "…" if pending else "–")
+                item.setToolTip(1, "Counting…" if pending else "Not counted: no model, or the count was stopped")
+                n = 0
+            else:
+                n = len(matches.get(item.data(0, Qt.UserRole), []))
+                item.setText(1, str(n))
+                item.setToolTip(1, f"{n} match{'es' if n != 1 else ''}")
+            total += n
+            f = item.font(0)
+            f.setBold(n > 0)
+            item.setFont(0, f)
+            item.setFont(1, f)
+        return total
+
     def _job_failed(self, title: str, message: str) -> None:
+        if title == "Counting matches" and self._count_job is None and not self._timer.isActive():
+            self._set_counts(None)
         self._idle("")
         self._set_result(f"{title} failed: {message}")
 
@@ -267,8 +292,7 @@ class RewritesPanel(QWidget):
         if self.preview is not None and (self.preview.base is not self.graph or self.preview.is_stale):
             self.preview = None
             self.window.canvas.clear_ghosts()
-        for i in range(self.rule_list.topLevelItemCount()):
-            self.rule_list.topLevelItem(i).setText(1, "…")
+        self._set_counts(None, pending=self.graph is not None)
         self.window.canvas.clear_highlight(_ROLE)
         self.match_list.clear()
         self._update_buttons()
@@ -308,16 +332,7 @@ class RewritesPanel(QWidget):
             self.matches = out
             self.spare = spare
             self.counted_revision = (id(g), rev)
-            total = 0
-            for i in range(self.rule_list.topLevelItemCount()):
-                item = self.rule_list.topLevelItem(i)
-                n = len(out.get(item.data(0, Qt.UserRole), []))
-                total += n
-                item.setText(1, str(n))
-                f = item.font(0)
-                f.setBold(n > 0)
-                item.setFont(0, f)
-                item.setFont(1, f)
+            total = self._set_counts(out)
             self._idle(f"{total} match{'es' if total != 1 else ''} in {len(g)} nodes.")
             self._rule_selected()
 

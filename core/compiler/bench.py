@@ -170,8 +170,13 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
     bound = {name: int((dims or {}).get(name, 1)) for name in sym}
     target = make_target(art.target) if art.target == "cpu" else None
     passes = []
-    if bound:
-        passes.append(relax.transform.BindSymbolicVars(bound))
+    # the module names a dim by its C identifier (manifest's code_names); dims the import left
+    # unnamed are not in it
+    code = art.manifest.get("code_names") or {}
+    defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
+    in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
+    if in_module:
+        passes.append(relax.transform.BindSymbolicVars(in_module))
     passes += [
         relax.transform.RewriteDataflowReshape(),
         relax.transform.ToNonDataflow(),

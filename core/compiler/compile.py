@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkbenchError
+from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .lineage import kernel_lineage
@@ -76,6 +77,7 @@ class Imported:
     mod: Any
     lineage: dict[str, list[str]]
     seconds: float
+    code_names: dict[str, str] | None = None  # user's name -> C identifier in the kernels (changed ones)
 
 
 def import_relax(graph) -> Imported:
@@ -91,10 +93,10 @@ def import_relax(graph) -> Imported:
         result = tvm_import.import_graph(graph)
         label = {n.id: n.label for n in graph.nodes}
         lineage = {var: [label[i] for i in ids if i in label] for var, ids in result.lineage.items()}
-        return Imported(result.mod, lineage, time.perf_counter() - t0)
+        return Imported(result.mod, lineage, time.perf_counter() - t0, result.code_names)
     from . import converters
 
-    proto = graph.to_proto()
+    proto = self_contained_proto(graph)
     mod = _guarded_import(lambda: converters.from_onnx_fixed(proto), proto)
     return Imported(mod, {}, time.perf_counter() - t0)
 
@@ -194,7 +196,7 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
-    proto = graph.to_proto()
+    proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
     if target == "cuda" and gpu_present():
@@ -255,6 +257,7 @@ def compile_model(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [s.to_json() for s in inputs],
         "outputs": [s.to_json() for s in outputs],
+        "code_names": dict(imported.code_names or {}),
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
         "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,

@@ -245,6 +245,20 @@ class Graph:
             if _ID not in n.meta:
                 n.meta[_ID] = next(self._next_id)
 
+    @property
+    def next_node_id(self) -> int:
+        """The id the next new node will get. Edit journals record it before each edit and set
+        it back with `continue_ids_at` on replay, so replayed edits number nodes as the originals
+        did (core.model.journal)."""
+        nxt = next(self._next_id)
+        self._next_id = itertools.count(nxt)
+        return nxt
+
+    def continue_ids_at(self, next_id: int) -> None:
+        """New nodes get ids from `next_id` on (never lower than an id in use)."""
+        top = max((n.meta.get(_ID, 0) for n in self.model.graph), default=0)
+        self._next_id = itertools.count(max(int(next_id), top + 1))
+
     def changed(self) -> None:
         """Record a mutation: new nodes get ids, derived views are rebuilt on next use."""
         self.revision += 1

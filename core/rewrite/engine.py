@@ -343,6 +343,43 @@ class RewriteEdit(Edit):
         self._restore(graph, self._before)
 
 
+def _journal_rewrite(edit: RewriteEdit, blobs) -> dict:
+    pv = edit.preview
+    return {"rule": pv.rule.id, "matches": [m.root_id for m in pv.matches], "applied": [m.root_id for m in pv.applied]}
+
+
+def _replay_rewrite(graph: Graph, args: dict, blobs, context: dict) -> RewriteEdit:
+    """A journaled rewrite, applied again: the same rule at the same roots (node ids replay as
+    recorded, see core.model.journal), refused when it no longer applies at the same places."""
+    from ..model.journal import ReplayError
+
+    lookup = context.get("rules")
+    if lookup is None:
+        raise ReplayError(f"the journal holds a rewrite ({args['rule']}) and no rule library was given to replay it.")
+    try:
+        rule = lookup(args["rule"])
+    except Exception as e:  # noqa: BLE001 - unknown rule id, in whatever words the library says it
+        raise ReplayError(f"the journal's rewrite {args['rule']} is not in the rule library ({e}).") from None
+    wanted = [int(i) for i in args["matches"]]
+    found = {m.root_id: m for m in find_matches(graph, rule)}
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise ReplayError(f"{rule.id} no longer matches at node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}.")
+    pv = preview(graph, rule, [found[i] for i in wanted])
+    if [m.root_id for m in pv.applied] != [int(i) for i in args["applied"]]:
+        raise ReplayError(f"{rule.id} applies at different places than it did ({len(pv.applied)} of {len(wanted)} matches).")
+    return RewriteEdit(pv)
+
+
+def _register_journal() -> None:
+    from ..model import journal
+
+    journal.register(RewriteEdit, "Rewrite", _journal_rewrite, _replay_rewrite)
+
+
+_register_journal()
+
+
 def apply_rewrite(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = None, history=None, verify: bool = False, **verify_kw) -> Preview:
     """Preview, optionally verify (refusing a rewrite that changes the outputs), then apply as one
     edit through `history` (a core.model.history.History or anything with push(edit))."""

@@ -210,3 +210,15 @@ def test_cli_tune_minutes_bad_values_exit_2_with_one_sentence(args, message, cap
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.endswith(".")
     assert not (tmp_path / "out").exists()
+
+
+def test_exporter_style_names_compile_and_run_by_the_users_names(tmp_path):
+    from tests.helpers import exporter_names_model
+
+    model = exporter_names_model()
+    onnx.save(model, tmp_path / "names.onnx")
+    art = compile_model(tmp_path / "names.onnx", "cpu", verify_dims={"batch:0": 3})
+    assert art.manifest["verification"]["checked"]
+    assert [s["name"] for s in art.manifest["inputs"]] == ["a.b", "a/b", "a_b", "input-1", "0"]
+    assert art.manifest["code_names"]["batch:0"] == "batch_0" and art.manifest["memory_estimate"]["dims"] == {"batch:0": 3}
+    _check(art, tmp_path / "names.onnx", dims={"batch:0": 5})

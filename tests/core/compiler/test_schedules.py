@@ -26,7 +26,7 @@ def _cnn_model() -> onnx.ModelProto:
         _weight(rng, "w_grp", (24, 8, 1, 1)),  # 2 groups of 12 channels: no full vector divides 12
         _weight(rng, "fc1", (24, 16)),
         _weight(rng, "fc1_b", (16,)),
-        _weight(rng, "fc2", (10, 16)),  # 10 outputs: not a vector multiple -> generic rule
+        _weight(rng, "fc2", (10, 16)),  # 10 outputs: not a vector multiple -> a padded tile
         _weight(rng, "fc2_b", (10,)),
     ]
     nodes = [
@@ -161,6 +161,37 @@ def test_batched_matmul_softmax_matches_onnxruntime(target):
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
+def _matmul_model(rows: int, depth: int, cols: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    inits = [_weight(rng, "w", (depth, cols)), _weight(rng, "b", (cols,))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "odd_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, depth])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, cols])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.slow
+def test_matmul_with_prime_rows_and_columns_is_padded_and_matches_onnxruntime(target):
+    """197 x 197 (a ViT's attention scores): no vector and no row tile divides, so the operands are
+    padded to whole tiles; the padding must never reach the output (bias + relu epilogue)."""
+    model = _matmul_model(197, 40, 197)
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    assert list(used.values()) == ["cpu.Matmul"], used
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 197, 40)).astype(np.float32)}
+    scheduled, ours = _compile_and_run(mod, feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    assert "T.vectorized" in scheduled.script()
+
+
 def test_a_failing_rule_falls_back_to_the_next(target, caplog):
     import tvm
 
@@ -196,7 +227,14 @@ def test_tile_choices_fit_the_register_file():
     assert choose_width_tile(16, 13, 8) is None  # a prime width leaves no useful row vector
     assert choose_matmul_tile(1, 4096, 8) == (1, 32)
     assert choose_matmul_tile(16, 24, 8) == (8, 8)  # 24 columns: one vector per row, 8 rows
-    assert choose_matmul_tile(1, 10, 8) is None
+    assert choose_matmul_tile(1, 10, 8) == (1, 8)  # no vector divides 10: one padded vector
+    assert choose_matmul_tile(16, 24, 16, 32) == (8, 24)  # AVX-512: 24 columns = one and a half vectors
+    for rows, cols, lanes, registers in [(197, 197, 16, 32), (197, 64, 8, 16), (37, 13, 8, 16), (2, 24, 16, 32), (1, 1000, 16, 32)]:
+        ti, vb = choose_matmul_tile(rows, cols, lanes, registers)
+        regs = -(-vb // lanes)
+        assert ti * regs + regs + 1 <= registers, (rows, cols, ti, vb)
+        assert vb % 4 == 0 and (cols % vb == 0 or vb == lanes), (rows, cols, ti, vb)
+        assert rows % ti == 0 or ti >= (registers - regs - 1) // regs // 2  # padded rows: a full tile
 
 
 def _symbolic_batch_gelu_model() -> onnx.ModelProto:

@@ -1,0 +1,125 @@
+"""Decorations of the canvas's items, kept by node id and applied whenever an item is made.
+
+Highlights (outlines per role, which stack: "rewrite-match", "lineage", "search", "tensor"), the
+heat overlay ({id: value} with a legend) and the rewrite preview's ghosts (removed / added).
+`Decorations` is a mixin of `GraphCanvas`: it owns `_highlights`, `_overlay`, `_ghosts`.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Iterable
+
+from PySide6.QtGui import QColor
+
+from app.graph_items import EdgeItem, NodeItem
+from app.style import HIGHLIGHT_COLORS
+
+__all__ = ["Decorations", "heat_color"]
+
+logger = logging.getLogger(__name__)
+
+
+def heat_color(t: float) -> QColor:
+    """Pale yellow (0) -> orange (0.5) -> red (1)."""
+    t = max(0.0, min(1.0, t))
+    stops = [(0.0, (255, 247, 214)), (0.5, (255, 160, 70)), (1.0, (214, 39, 40))]
+    for (t0, c0), (t1, c1) in zip(stops, stops[1:]):
+        if t <= t1:
+            f = (t - t0) / (t1 - t0)
+            return QColor(*(round(a + (b - a) * f) for a, b in zip(c0, c1)))
+    return QColor(*stops[-1][1])
+
+
+
+class Decorations:
+    """Highlight, overlay and ghost state of a GraphCanvas, and its application to items."""
+
+    def _init_decorations(self) -> None:
+        self._highlights: dict[str, tuple[set, QColor]] = {}
+        self._overlay: tuple[dict, str] | None = None
+        self._ghosts: tuple[set, set] = (set(), set())
+        self._overlay_max = 0.0
+
+    def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
+        self._highlights[role] = (set(ids), QColor(color))
+        self._apply_highlights()
+
+    def clear_highlight(self, role: str) -> None:
+        if self._highlights.pop(role, None) is not None:
+            self._apply_highlights()
+
+    def set_overlay(self, values: dict | None, legend: str = "") -> None:
+        """Heat colours: each node with a value is filled from pale yellow (low) to red (high)."""
+        self._overlay = (dict(values), legend) if values else None
+        self._apply_overlay()
+
+    def set_ghosts(self, removed_ids: Iterable[Hashable] = (), added_ids: Iterable[Hashable] = ()) -> None:
+        self._ghosts = (set(removed_ids), set(added_ids))
+        self._apply_ghosts()
+
+    def clear_ghosts(self) -> None:
+        self.set_ghosts((), ())
+
+    # ---- decorations -------------------------------------------------------------------------
+    def _decorate_node(self, item: NodeItem) -> None:
+        highlights = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
+        overlay, text = self._overlay_style(item.node_id)
+        removed, added = self._ghosts
+        ghost = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
+        if highlights != item.highlights or overlay != item.overlay or text != item.overlay_text or ghost != item.ghost:
+            item.highlights, item.overlay, item.overlay_text, item.ghost = highlights, overlay, text, ghost
+            item.update()
+
+    def _decorate_edge(self, e: EdgeItem) -> None:
+        tensor = self.document.selected_tensor if self.mode == "model" else ""
+        color = None
+        if tensor and e.edge.label == tensor:
+            color = QColor(HIGHLIGHT_COLORS["tensor"])
+        else:
+            for role, (ids, c) in self._highlights.items():
+                if role != "tensor" and e.edge.src in ids and e.edge.dst in ids:
+                    color = c
+        removed = self._ghosts[0]
+        faded = e.edge.src in removed or e.edge.dst in removed
+        if color != e.highlight or faded != e.faded:
+            e.highlight, e.faded = color, faded
+            e.update()
+
+    def _overlay_style(self, node_id) -> tuple[QColor | None, str]:
+        if not self._overlay:
+            return None, ""
+        values, _legend = self._overlay
+        v = values.get(node_id)
+        if v is None:
+            return None, ""
+        hi = self._overlay_max
+        return heat_color(float(v) / hi if hi > 0 else 0.0), f"{float(v):.3g}"
+
+    def _redecorate(self) -> None:
+        for item in self.node_items.values():
+            self._decorate_node(item)
+        for e in self.edge_items:
+            self._decorate_edge(e)
+        self.minimap.rebuild()
+        if self._lazy is not None and self.overview_active():
+            self.viewport().update()
+
+    def _apply_highlights(self) -> None:
+        self._redecorate()
+
+    def _apply_ghosts(self) -> None:
+        self._redecorate()
+
+    def _apply_overlay(self) -> None:
+        values, legend = self._overlay if self._overlay else ({}, "")
+        known = self.layout_result.boxes if self.layout_result is not None else {}
+        self._overlay_max = max((float(v) for k, v in values.items() if k in known), default=0.0)
+        self._redecorate()
+        if values:
+            hi = self._overlay_max
+            self.legend.setText(f"{legend}  (max {hi:.3g})" if legend else f"max {hi:.3g}")
+            self.legend.adjustSize()
+            self.legend.move(10, 10)
+            self.legend.show()
+        else:
+            self.legend.hide()
