@@ -82,6 +82,7 @@ class KernelChart(QWidget):
     """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
 
     kernelClicked = Signal(dict)
+    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
 
     BAR_H = 18
     GAP = 4
@@ -150,6 +151,11 @@ class KernelChart(QWidget):
             self.selected = i
             self.update()
             self.kernelClicked.emit(self.kernels[i])
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        i = self.index_at(event.position().y())
+        if i >= 0:
+            self.kernelActivated.emit(self.kernels[i])
 
     def mouseMoveEvent(self, event) -> None:
         i = self.index_at(event.position().y())
@@ -226,7 +232,7 @@ class CompilePanel(QWidget):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
-        for w in (self.tune, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
@@ -255,10 +261,12 @@ class CompilePanel(QWidget):
         self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
         self.heat.toggled.connect(self._apply_heat)
         self.tune.toggled.connect(self._update_tune_controls)
+        self.use_db.toggled.connect(self._update_tune_controls)
         self.target.currentIndexChanged.connect(self._update_tune_controls)
         self.tune_db_btn.clicked.connect(self.choose_tune_db)
         self._update_tune_controls()
         self.chart.kernelClicked.connect(self._select_kernel)
+        self.chart.kernelActivated.connect(self._schedule_kernel)
         # F5 compiles and runs from anywhere in the window (and raises this panel)
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
@@ -273,6 +281,7 @@ class CompilePanel(QWidget):
         from core.compiler.tuning import default_database_root
 
         self.tune = QCheckBox("Tune")
+        self.use_db = QCheckBox("Use database")
         self.tune_minutes = QDoubleSpinBox()
         self.tune_minutes.setRange(0.1, 24 * 60)
         self.tune_minutes.setDecimals(1)
@@ -298,6 +307,8 @@ class CompilePanel(QWidget):
             self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
             "0: template search only); kernels already tuned this far are reused",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
+            self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
+            "(tuned, or filed from the Schedule panel with 'Use in compile')",
         }
 
     def set_tune_db(self, folder: str) -> None:
@@ -316,9 +327,12 @@ class CompilePanel(QWidget):
         busy = self._busy_now
         cpu = self.tuning_available()
         self.tune.setEnabled(cpu and not busy)
+        self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
         on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune_minutes, self.tune_trials):
             w.setEnabled(on)
+        for w in (self.tune_db_label, self.tune_db_btn):
+            w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
         for w, tip in self._tune_tips.items():
             w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
         self._show_tune_db()
@@ -333,7 +347,10 @@ class CompilePanel(QWidget):
         self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
 
     def tuning_options(self) -> dict:
-        """compile_model's tuning keywords for the controls' state (empty: no tuning)."""
+        """compile_model's tuning keywords for the controls' state (empty: no tuning; the
+        database alone with "Use database")."""
+        if self.tuning_available() and not self.tune.isChecked() and self.use_db.isChecked():
+            return {"tune_db": self.tune_db_path}
         if not (self.tune.isChecked() and self.tuning_available()):
             return {}
         return {
@@ -588,6 +605,12 @@ class CompilePanel(QWidget):
             canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
         elif canvas._overlay is not None:
             canvas.set_overlay(None)
+
+    def _schedule_kernel(self, kernel: dict) -> None:
+        """Double-clicked bar: open the kernel in the Schedule panel (on the open model, CPU)."""
+        panel = getattr(self.window, "schedule_panel", None)
+        if panel is not None and self.target.currentData() == "cpu":
+            panel.open_from_model(kernel["name"])
 
     def _select_kernel(self, kernel: dict) -> None:
         ids = self._node_ids(kernel.get("onnx_nodes") or [])
