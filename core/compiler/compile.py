@@ -157,6 +157,7 @@ def compile_model(
     pipeline=None,
     verify: bool = True,
     verify_dims: dict[str, int] | None = None,
+    verify_inputs: dict | None = None,
     rewrites: list[str] | None = None,
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
@@ -171,8 +172,9 @@ def compile_model(
     `pipeline` is a list of core.compiler.pipeline PassSpecs (the Lowering panel's, edits included);
     default: core.compiler.pipeline.default_pipeline(target). With `verify` (the default) the compiled
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
-    default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
-    that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
+    default 1), or on `verify_inputs` (input name -> array) when given; a difference beyond
+    rtol/atol raises CompiledMismatchError naming the first op that goes wrong. The reference is
+    onnxruntime, or onnx's reference evaluator where onnxruntime cannot run the model. CUDA is verified only where a GPU exists (code generation needs none).
     Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
@@ -284,7 +286,7 @@ def compile_model(
     if verify and (target == "cpu" or gpu_present()):
         _check_cancel(cancel)
         report("check against onnxruntime", 0.8)
-        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
+        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
     else:
         manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
