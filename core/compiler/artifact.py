@@ -200,7 +200,15 @@ class Artifact:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order."""
-        out = self.run_device(self.to_device(feeds))
+        args = self.to_device(feeds)
+        try:
+            out = self.run_device(args)
+        except WorkbenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a kernel's runtime check (shape, bounds) failed on these inputs
+            from ..errors import brief_reason
+
+            raise WorkbenchError(f"the compiled model fails on these inputs at run time ({brief_reason(e)}); check the inputs' shapes and values.") from e
         return flatten_outputs(out)
 
     # -- export --------------------------------------------------------------------------

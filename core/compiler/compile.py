@@ -227,7 +227,7 @@ def compile_model(
             p = pl.make_pass(spec, tvm_target) if isinstance(spec, pl.PassSpec) else spec
             if name == "FuseOps":
                 prefused = mod
-            mod = p(mod)
+            mod = _tvm_step(name, p, mod)
             passes_applied.append({"name": name, "seconds": round(time.perf_counter() - t0, 4)})
             if name == "FuseOps" or (fused is None and name == "LegalizeOps"):
                 fused = mod
@@ -235,7 +235,7 @@ def compile_model(
     _check_cancel(cancel)
     report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=pl.build_relax_pipeline(back, tvm_target))
+    ex = _tvm_step("code generation", lambda m: tvm.compile(m, tvm_target, relax_pipeline=pl.build_relax_pipeline(back, tvm_target)), scheduled)
     passes_applied += [{"name": spec.name} for spec in back if spec.enabled]
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
@@ -292,6 +292,24 @@ def compile_model(
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+def _tvm_step(name: str, fn, mod):
+    """fn(mod), with TVM's own failures (internal checks, type errors deep in a pass or in code
+    generation) turned into one sentence naming the step: a model TVM cannot compile is a
+    refusal the user can read, not a traceback."""
+    from ..errors import UnsupportedOpError, brief_reason
+
+    try:
+        return fn(mod)
+    except WorkbenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every TVM failure here is "TVM cannot compile this model"
+        logger.debug("TVM step %s failed", name, exc_info=True)
+        raise UnsupportedOpError(
+            f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
+            "or compile with another tool."
+        ) from e
 
 
 def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:

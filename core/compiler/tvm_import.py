@@ -278,6 +278,57 @@ def _constants_as_tensors(proto) -> None:
         node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
 
 
+# element types TVM cannot compile for the CPU: sub-byte integers and floats (its tensors copy
+# whole bytes: "TensorCopyFromBytes: size mismatch"), strings and complex numbers; and 8-bit
+# floats, whose casts TVM computes wrongly outside the normal range (FLOAT -> FLOAT8E5M2 of
+# large values and NaN) where random check inputs never go
+_UNSUPPORTED_TYPES = {
+    8: ("STRING", "TVM has no string tensors"),
+    14: ("COMPLEX64", "TVM has no complex tensors"),
+    15: ("COMPLEX128", "TVM has no complex tensors"),
+    17: ("FLOAT8E4M3FN", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    18: ("FLOAT8E4M3FNUZ", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    19: ("FLOAT8E5M2", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    20: ("FLOAT8E5M2FNUZ", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    24: ("FLOAT8E8M0", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    21: ("UINT4", "TVM cannot store 4-bit integers"),
+    22: ("INT4", "TVM cannot store 4-bit integers"),
+    23: ("FLOAT4E2M1", "TVM cannot convert 4-bit floats"),
+    25: ("UINT2", "TVM cannot store 2-bit integers"),
+    26: ("INT2", "TVM cannot store 2-bit integers"),
+    27: ("FLOAT6E2M3", "TVM cannot convert 6-bit floats"),
+    28: ("FLOAT6E3M2", "TVM cannot convert 6-bit floats"),
+}
+
+
+def _refuse_unsupported_types(proto, labels: list[str], names: list[str], where: str) -> None:
+    """One sentence naming the first input, output, weight or node whose element type TVM cannot
+    compile (checked before import: TVM fails on them deep in code generation or at run time)."""
+    from onnx import helper
+
+    def refuse(what: str, elem: int, op: str = "", node: str = ""):
+        name, why = _UNSUPPORTED_TYPES[elem]
+        raise UnsupportedOpError(f"{where}{what} uses the element type {name}, and {why}; keep this part of the model in a type of 8 bits or more.",
+                                 op_type=op, node_name=node)
+
+    def elem_of(vi) -> int:
+        return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for vi in values:
+            if elem_of(vi) in _UNSUPPORTED_TYPES:
+                refuse(f"the model's {kind} '{vi.name}'", elem_of(vi))
+    for t in proto.graph.initializer:
+        if t.data_type in _UNSUPPORTED_TYPES:
+            refuse(f"the weight '{t.name}'", t.data_type)
+    for k, node in enumerate(proto.graph.node):
+        for a in node.attribute:
+            value = helper.get_attribute_value(a)
+            elem = value if a.name == "to" and isinstance(value, int) else getattr(value, "data_type", 0) if a.name in ("value", "value_tensor") else 0
+            if elem in _UNSUPPORTED_TYPES:
+                refuse(f"node '{labels[k]}' ({node.op_type})", elem, node.op_type, names[k])
+
+
 def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[str, list] | None = None) -> ImportResult:
     """Import a core.model.graph.Graph into a Relax IRModule, recording lineage.
 
@@ -307,6 +358,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
                 node_name=nodes[origin[k]].label,
             )
 
+    _refuse_unsupported_types(proto, labels, [nodes[i].label for i in origin], where)
     opset = graph.opset or 1
     importer = _importer_class()(
         shape_dict,
