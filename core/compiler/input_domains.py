@@ -256,6 +256,12 @@ def _rule(node, pos: int, shapes: dict, consts: dict) -> Domain | None:
         return lambda rng, shape, dt: np.zeros(shape, dtype=dt)  # inference mode: training is random
     if op == "BatchNormalization" and pos == 4:
         return _positive_float()
+    if op == "NonMaxSuppression" and pos == 2:
+        return _int_range(1, 4)  # 0 boxes per class selects nothing: a check of nothing
+    if op == "NonMaxSuppression" and pos == 3:
+        return _positive_float(0.3, 0.7)
+    if op == "NonMaxSuppression" and pos == 4:
+        return lambda rng, shape, dt: np.full(shape, -1.0, dtype=dt)
     if op == "QuantizeLinear" and pos == 1:
         return _positive_float(0.01, 0.1)
     return None
