@@ -25,6 +25,8 @@ Fixed here:
 6. `BitShift` by a negative amount or by the width or more: LLVM's undefined shift, not 0 (-1).
 7. `PRelu`: a per-channel slope before opset 7 (legacy broadcast) failed an assertion; any
    slope broadcast now goes through where(x < 0, slope * x, x).
+8. `Reshape` to a shape computed as a tensor at run time: TVM takes only constants and shapes.
+9. `Expand` to a shape given as a run-time tensor: broadcast both ways, as ONNX specifies.
 """
 from __future__ import annotations
 
@@ -190,7 +192,57 @@ def _build_fixes() -> dict[str, type]:
             zero = relax.const(0, dtype_of(x))
             return relax.op.where(relax.op.less(x, zero), relax.op.multiply(x, slope), x)
 
+    class ReshapeComputedShape(fe.Reshape):
+        """Reshape to a shape computed at run time as an int64 tensor (a Concat of Shape ->
+        Gather results whose sizes TVM cannot follow, e.g. after a Range): the tensor becomes a
+        shape with fresh symbolic dims (tensor_to_shape + match_cast). TVM's converter accepts
+        only constants and shapes. The entries must be the sizes themselves (no 0 or -1)."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, shape = inputs[0], inputs[1]
+            ty = getattr(shape, "ty", None)
+            if (
+                isinstance(data, relax.Expr) and not isinstance(data, relax.ShapeExpr)
+                and isinstance(ty, relax.TensorType) and not isinstance(fe.get_constant(shape, params), tvm.ir.GenericConst)
+                and ty.shape is not None and len(ty.shape) == 1 and isinstance(ty.shape[0], tvm.tirx.IntImm)
+            ):
+                n = int(ty.shape[0])
+                dims = [tvm.tirx.Var(f"reshape_dim{i}", "int64") for i in range(n)]
+                bb.match_cast(bb.emit(relax.op.tensor_to_shape(shape)), relax.ShapeType(dims))
+                return relax.op.reshape(data, relax.ShapeExpr(dims))
+            return super()._impl_v13(bb, inputs, attr, params)
+
+    class ExpandComputedShape(fe.Expand):
+        """Expand to a shape given as a run-time int64 tensor: ONNX broadcasts the input and the
+        shape both ways (the result has the larger rank; a 1 on either side takes the other's
+        size). TVM's converter broadcast_to's the input to the shape as given, which fails when
+        the shape is shorter and is wrong where it holds 1s (onnx `simple/test_expand_shape_model*`)."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, shape = inputs[0], inputs[1]
+            ty = getattr(shape, "ty", None)
+            dty = getattr(data, "ty", None)
+            if (
+                isinstance(ty, relax.TensorType) and not isinstance(fe.get_constant(shape, params), tvm.ir.GenericConst)
+                and ty.shape is not None and len(ty.shape) == 1 and isinstance(ty.shape[0], tvm.tirx.IntImm)
+                and isinstance(dty, relax.TensorType) and dty.shape is not None
+            ):
+                k = int(ty.shape[0])
+                dims = [tvm.tirx.Var(f"expand_dim{i}", "int64") for i in range(k)]
+                bb.match_cast(bb.emit(relax.op.tensor_to_shape(shape)), relax.ShapeType(dims))
+                data_dims = list(dty.shape)
+                rank = max(k, len(data_dims))
+                a = [None] * (rank - len(data_dims)) + data_dims
+                b = [None] * (rank - k) + dims
+                out = [x if y is None else y if x is None else tvm.tirx.max(x, y) for x, y in zip(a, b)]
+                return relax.op.broadcast_to(data, relax.ShapeExpr(out))
+            return super()._impl_v13(bb, inputs, attr, params)
+
     return {
+        "Expand": ExpandComputedShape,
+        "Reshape": ReshapeComputedShape,
         "Pow": PowMixedDtype, "Resize": ResizeEmptyScales, "Dropout": DropoutInference, "IsInf": IsInfDirected,
         "Mod": ModFmodInf, "BitShift": BitShiftInRange, "PRelu": PReluChannel,
     }
