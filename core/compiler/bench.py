@@ -28,7 +28,7 @@ from .artifact import Artifact
 from .reference import compare_outputs, random_feeds
 from ..errors import Cancelled, WorkbenchError
 
-__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat"]
+__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,16 +56,40 @@ class BenchResult:
 
 
 def latency_stats(times_ms: list[float]) -> dict:
-    """median / p90 / min / runs of a list of times in ms."""
+    """median / p10 / p90 / min / max / runs of a list of times in ms."""
     if not times_ms:
-        return {"median": None, "p90": None, "min": None, "runs": 0}
+        return {"median": None, "p10": None, "p90": None, "min": None, "max": None, "runs": 0}
     a = np.asarray(times_ms, dtype=np.float64)
     return {
         "median": round(float(np.median(a)), 4),
+        "p10": round(float(np.percentile(a, 10)), 4),
         "p90": round(float(np.percentile(a, 90)), 4),
         "min": round(float(a.min()), 4),
+        "max": round(float(a.max()), 4),
         "runs": int(a.size),
     }
+
+
+SPREAD_WIDE = 0.5  # p10-p90 wider than half the median ...
+MEDIAN_OVER_MIN = 2.0  # ... or a median more than twice the best run: the figure is not reliable
+
+
+def spread_warning(stats: dict) -> str:
+    """One sentence when the runs disagree too much for their median to mean much ("" when not):
+    the p10-p90 range wider than SPREAD_WIDE x the median, or the median above MEDIAN_OVER_MIN x
+    the best run (other processes took the cores, or too few runs)."""
+    med, lo, hi, best = (stats.get(k) for k in ("median", "p10", "p90", "min"))
+    if not med or stats.get("runs", 0) < 2:
+        return ""
+    reasons = []
+    if lo is not None and hi is not None and hi - lo > SPREAD_WIDE * med:
+        reasons.append(f"p10-p90 {lo:.3g}-{hi:.3g} ms around a median of {med:.3g} ms")
+    if best and med > MEDIAN_OVER_MIN * best:
+        reasons.append(f"the best run took {best:.3g} ms, {med / best:.1f}x less than the median")
+    if not reasons:
+        return ""
+    return ("Wide spread (" + "; ".join(reasons) + "): the machine was busy or there were too few runs; "
+            "measure again with more runs on an idle machine before trusting the figure.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +264,31 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
             }
         )
     return rows
+
+
+def kernel_heat(kernels: list[dict]) -> tuple[dict[str, float], list[dict]]:
+    """Heat by kernel, for a graph view: nothing is split.
+
+    A fused kernel's time belongs to the kernel as a whole, not a share to each node it came from
+    (a Relu fused into a convolution costs nothing of its own). Returns (node ms, groups): each
+    ONNX node label with the time of the slowest kernel it is part of, and each kernel with
+    lineage as {name, ms, onnx_nodes} (slowest first), which the canvas outlines as one group.
+    Kernels made from the very same nodes (a Conv's padding and the convolution) are one group
+    with their times added and their names joined by " + "."""
+    by_nodes: dict[tuple, dict] = {}
+    for k in kernels:
+        labels = list(dict.fromkeys(k.get("onnx_nodes") or []))
+        if not labels:
+            continue
+        g = by_nodes.setdefault(tuple(sorted(labels)), {"name": "", "ms": 0.0, "onnx_nodes": labels})
+        g["name"] = f"{g['name']} + {k['name']}" if g["name"] else k["name"]
+        g["ms"] += k["ms"]
+    groups = sorted(by_nodes.values(), key=lambda g: -g["ms"])
+    nodes: dict[str, float] = {}
+    for g in groups:
+        for n in g["onnx_nodes"]:
+            nodes[n] = max(nodes.get(n, 0.0), g["ms"])
+    return nodes, groups
 
 
 def node_heat(kernels: list[dict]) -> dict[str, float]:

@@ -109,6 +109,7 @@ def compile_model(
     pipeline=None,
     verify: bool = True,
     verify_dims: dict[str, int] | None = None,
+    verify_inputs: dict | None = None,
     rewrites: list[str] | None = None,
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
@@ -123,8 +124,9 @@ def compile_model(
     `pipeline` is a list of core.compiler.pipeline PassSpecs (the Lowering panel's, edits included);
     default: core.compiler.pipeline.default_pipeline(target). With `verify` (the default) the compiled
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
-    default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
-    that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
+    default 1), or on `verify_inputs` (input name -> array) when given; a difference beyond
+    rtol/atol raises CompiledMismatchError naming the first op that goes wrong. The reference is
+    onnxruntime, or onnx's reference evaluator where onnxruntime cannot run the model. CUDA is verified only where a GPU exists (code generation needs none).
     Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
@@ -186,13 +188,13 @@ def compile_model(
             kept["scheduled"] = r.mod
         passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
 
-    final = pipe.run(imported.mod, front + back, before=before, after=after)
+    final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
     scheduled = kept.get("scheduled", imported.mod)
     _check_cancel(cancel)
     if not back:
         report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = pipe.codegen(final)
+    ex = _tvm_step("code generation", pipe.codegen, final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
@@ -243,12 +245,43 @@ def compile_model(
     if verify and (target == "cpu" or gpu_present()):
         _check_cancel(cancel)
         report("check against onnxruntime", 0.8)
-        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
+        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
     else:
         manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+def _tvm_failure(name: str, e: Exception) -> Exception | None:
+    """The refusal for TVM's own failure in step `name` (None: a WorkbenchError, raised as it is)."""
+    from ..errors import UnsupportedOpError, brief_reason
+
+    if isinstance(e, WorkbenchError):
+        return None
+    logger.debug("TVM step %s failed", name, exc_info=e)
+    return UnsupportedOpError(
+        f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
+        "or compile with another tool."
+    )
+
+
+def _tvm_step(name: str, fn, mod):
+    """fn(mod), with TVM's own failures (internal checks, type errors deep in a pass or in code
+    generation) turned into one sentence naming the step: a model TVM cannot compile is a
+    refusal the user can read, not a traceback."""
+    from ..errors import UnsupportedOpError, brief_reason
+
+    try:
+        return fn(mod)
+    except WorkbenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every TVM failure here is "TVM cannot compile this model"
+        logger.debug("TVM step %s failed", name, exc_info=True)
+        raise UnsupportedOpError(
+            f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
+            "or compile with another tool."
+        ) from e
 
 
 def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:

@@ -89,6 +89,8 @@ def explain(graph: Graph, rule: RewriteRule, node_id: int) -> WhyNot:
     if not graph.has_node(node_id):
         raise EditError(f"there is no node with id {node_id} in the graph.")
     node = graph.node(node_id).ir
+    if node.op_type in rule.produces and node.op_type not in rule.pattern_ops:
+        return WhyNot(rule.id, node_id, False, f"{node_label(node)} is already a {node.op_type}, what {rule.id} produces: nothing left to rewrite.")
     if rule.pattern_ops and node.op_type not in rule.pattern_ops:
         what = f" ({rule.pattern_text})" if rule.pattern_text else ""
         return WhyNot(rule.id, node_id, False, f"{node_label(node)} is not part of this rule's pattern{what}.")

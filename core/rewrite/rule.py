@@ -238,6 +238,8 @@ class RewriteRule(ABC):
     span: int = 1
     # one line naming the pattern, for messages ("Add(MatMul(a, b), c)")
     pattern_text: str = ""
+    # op types the rewrite produces: "why not?" on one of them says it is already the result
+    produces: frozenset[str] = frozenset()
 
     def candidates(self, graph: Graph) -> Iterator[ir.Node]:
         """Roots to try, last node first (so a longer pattern claims its nodes before a shorter

@@ -98,8 +98,18 @@ def layout(
     method: str = "auto",
     cancel: Callable[[], bool] | None = None,
     progress: Callable[[float], None] | None = None,
+    direction: str = "TB",
 ) -> Layout:
-    """Lay `view` out top to bottom. `sizes[id] = (w, h)`; `method` is auto, dot or layered."""
+    """Lay `view` out top to bottom (`direction="TB"`) or left to right ("LR").
+    `sizes[id] = (w, h)`; `method` is auto, dot or layered.
+
+    Left to right is the top-to-bottom layout of the boxes turned on their side (sizes swapped),
+    mirrored about the diagonal: rows become columns, so wide screens hold long chains."""
+    if direction not in ("TB", "LR"):
+        raise ValueError(f"unknown layout direction {direction!r}")
+    if direction == "LR":
+        turned = layout(view, {k: (h, w) for k, (w, h) in sizes.items()}, method, cancel, progress)
+        return _transposed(turned)
     t0 = time.perf_counter()
     cancel = cancel or (lambda: False)
     progress = progress or (lambda f: None)
@@ -128,6 +138,13 @@ def layout(
     result.notes = notes + result.notes
     progress(1.0)
     return result
+
+
+def _transposed(lo: Layout) -> Layout:
+    """The layout mirrored about the diagonal (x <-> y), boxes back to their own width and height."""
+    boxes = {k: Box(b.y, b.x, b.h, b.w) for k, b in lo.boxes.items()}
+    routes = [[(y, x) for x, y in pts] for pts in lo.routes]
+    return Layout(boxes, routes, lo.height, lo.width, lo.method, lo.seconds, lo.notes)
 
 
 # ---- dot -------------------------------------------------------------------------------------
