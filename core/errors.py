@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["WorkbenchError", "ModelLoadError", "InvalidModelError", "EditError", "UnsupportedOpError", "brief_reason"]
+__all__ = ["WorkbenchError", "ModelLoadError", "InvalidModelError", "EditError", "UnsupportedOpError", "Cancelled", "brief_reason"]
 
 
 class WorkbenchError(Exception):
@@ -36,6 +36,19 @@ class UnsupportedOpError(WorkbenchError):
         super().__init__(message)
         self.op_type = op_type
         self.node_name = node_name
+
+
+class Cancelled(WorkbenchError):
+    """The user cancelled a long job (layout, lowering, compile, tuning, bench).
+
+    One class for every job, so a caller (a GUI worker, the CLI) tells "stopped on request" from
+    "failed" with one `except`. `stages` holds what a step-by-step job finished before it stopped
+    (lowering's stages), so the user keeps what was computed.
+    """
+
+    def __init__(self, message: str = "cancelled.", stages: list | None = None):
+        super().__init__(message)
+        self.stages = list(stages or [])
 
 
 def brief_reason(error: BaseException | str, limit: int = 160) -> str:

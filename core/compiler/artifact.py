@@ -286,7 +286,10 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
             lib = tvm.runtime.load_module(str(lib_path))
     except Exception as e:  # noqa: BLE001
         raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
-    src_model = folder / manifest.get("source_model", SOURCE_MODEL)
+    src_model = _inside(folder, folder / MANIFEST, manifest, "source_model", SOURCE_MODEL, "source model")
+    model_bytes = src_model.read_bytes() if src_model.is_file() else None
+    if model_bytes is not None:
+        _check_source_model(src_model, model_bytes, manifest)
     cuda_src = folder / CUDA_SOURCE
     return Artifact(
         library=lib,
@@ -294,7 +297,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
         inputs=[TensorSpec.from_json(d) for d in manifest.get("inputs", [])],
         outputs=[TensorSpec.from_json(d) for d in manifest.get("outputs", [])],
         manifest=manifest,
-        model_bytes=src_model.read_bytes() if src_model.is_file() else None,
+        model_bytes=model_bytes,
         cuda_source=cuda_src.read_text() if cuda_src.is_file() else None,
         kernel_lineage=manifest.get("kernel_lineage", {}),
         folder=folder,
@@ -319,10 +322,42 @@ def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
         raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
     if not isinstance(manifest, dict):
         raise WorkbenchError(f"{man_path} is not an artifact manifest (expected a JSON object).")
-    library = manifest.get("library", LIBRARY)
-    lib_path = folder / str(library)
-    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
-        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
+    lib_path = _inside(folder, man_path, manifest, "library", LIBRARY, "library")
+    _inside(folder, man_path, manifest, "source_model", SOURCE_MODEL, "source model")
+    _inside(folder, man_path, manifest, "runner", RUNNER, "runner")
+    files = manifest.get("files", [])
+    if not isinstance(files, list):
+        raise WorkbenchError(f"{man_path} lists its files as {type(files).__name__}, not a list of file names.")
+    for name in files:
+        _inside(folder, man_path, {"file": name}, "file", "", "file")
     if not lib_path.is_file():
         raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
     return manifest, lib_path
+
+
+def _inside(folder: Path, man_path: Path, manifest: dict, key: str, default: str, what: str) -> Path:
+    """The path `manifest[key]` names, refused unless it is a plain relative name inside the
+    artifact folder: a manifest must not make the workbench read or load files elsewhere."""
+    value = manifest.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise WorkbenchError(f"{man_path} names the {what} as {json.dumps(value)}, which is not a file name.")
+    path = folder / value
+    if os.path.isabs(value) or not path.resolve().is_relative_to(folder.resolve()):
+        raise WorkbenchError(f"{man_path} names the {what} '{value}', outside the artifact folder; refusing to read it.")
+    return path
+
+
+def _check_source_model(path: Path, data: bytes, manifest: dict) -> None:
+    """The source model must be the one compiled: an ONNX file whose hash the manifest records
+    (onnxruntime would otherwise fail later with an internal error, or compare another model)."""
+    import hashlib
+
+    want = manifest.get("source_model_sha256")
+    if isinstance(want, str) and want and hashlib.sha256(data).hexdigest() != want:
+        raise WorkbenchError(f"{path} is not the model this artifact was compiled from (its sha256 differs from the manifest's).")
+    import onnx
+
+    try:
+        onnx.ModelProto().ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises several types on garbage
+        raise WorkbenchError(f"{path} is not an ONNX model.") from None

@@ -5,7 +5,7 @@ Each fix was found by running single-op models through TVM and onnxruntime on th
 own shape (`_impl_vN(bb, inputs, attr, params)`), registered in `FIXES` under the ONNX op type;
 `from_onnx_fixed` imports a model with TVM's converter map overlaid by `FIXES`.
 
-Importing this module registers every fix with `core.compiler.tvm_import.register_converter` (the import
+Importing this module registers every fix with `core.compiler.converter_registry.register_converter` (the import
 hook lowering and compile share; tvm_import imports this module before its first import), so the
 Lowering panel and compile see the same conversion. `from_onnx_fixed` is the same conversion for
 code that wants TVM's plain `from_onnx` (no lineage).
@@ -259,11 +259,9 @@ def fixes() -> dict[str, type]:
 
 
 def _register_with_import_hook() -> None:
-    """Register every fix with core.compiler.tvm_import (the lowering import), when that module exists."""
-    try:
-        from .tvm_import import register_converter
-    except ImportError:
-        return
+    """Register every fix with the import's converter registry (core.compiler.converter_registry)."""
+    from .converter_registry import register_converter
+
     for op_type, converter in fixes().items():
         register_converter(op_type, converter)
 

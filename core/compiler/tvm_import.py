@@ -17,7 +17,7 @@ Converter fixes. Some ONNX ops TVM converts wrongly or not at all. A fix is a co
 the frontend's protocol (an `OnnxOpConverter` subclass: `get_converter(opset)` returns
 `fn(bb, inputs, attr, params)`), registered with::
 
-    from core.compiler.tvm_import import register_converter
+    from core.compiler.converter_registry import register_converter  # also re-exported by tvm_import
     register_converter("Gelu", MyGeluConverter)
 
 Registered converters take precedence over the frontend's for every import. The module
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UnsupportedOpError, WorkbenchError, brief_reason
+from .converter_registry import converters, register_converter, unregister_converter
 
 __all__ = [
     "ImportResult",
@@ -59,20 +60,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CONVERTERS: dict[str, type] = {}
+# the registry lives in its own module (converters register there without importing this one)
+_CONVERTERS = converters()
 _FIXES_LOADED = False
-
-
-def register_converter(op_type: str, converter_class: type) -> None:
-    """Use `converter_class` (frontend protocol: `get_converter(opset)`) for every `op_type` node."""
-    if not hasattr(converter_class, "get_converter"):
-        raise TypeError(f"converter for {op_type} must have get_converter(opset) like tvm's OnnxOpConverter")
-    _CONVERTERS[op_type] = converter_class
-
-
-def unregister_converter(op_type: str) -> None:
-    """Remove a registered converter (the frontend's own, if any, applies again)."""
-    _CONVERTERS.pop(op_type, None)
 
 
 def registered_converters() -> dict[str, type]:
@@ -110,6 +100,9 @@ class ImportResult:
     lineage: dict[str, list[int]] = field(default_factory=dict)  # Relax var name in main -> ONNX node ids
     bindings_of_node: dict[int, list[str]] = field(default_factory=dict)  # ONNX node id -> Relax var names
     seconds: float = 0.0
+    # user's name -> name in the generated code, for the inputs, parameters and symbolic dims
+    # whose ONNX name is no C identifier (or collides); the kernels carry the right-hand side
+    code_names: dict[str, str] = field(default_factory=dict)
 
 
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
@@ -132,23 +125,38 @@ def _importer_class():
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
     class LineageImporter(fe.ONNXGraphImporter):
-        def __init__(self, *args, node_ids: list[int], node_labels: list[str], node_names: list[str], where: str = "", **kwargs):
+        def __init__(self, *args, node_ids: list[int], node_labels: list[str], node_names: list[str], where: str = "", reserved=(), **kwargs):
             super().__init__(*args, **kwargs)
             self.where = where
             self.node_ids = node_ids
             self.node_labels = node_labels
             self.node_names = node_names
             self.marker_of: dict[str, int] = {}  # output var name -> ONNX node id
+            self.code_names: dict[str, str] = {}  # ONNX input/initializer name -> Relax parameter name
             self._taken: set[str] = set()
+            # input/initializer names that are C identifiers already: they keep their names
+            self.reserved: set[str] = set(reserved)
 
         def _fresh(self, onnx_name: str) -> str:
             base = relax_name(onnx_name)
             name, i = base, 1
-            while name in self._taken:
+            while name in self._taken or (name != onnx_name and name in self.reserved):
                 name = f"{base}_{i}"
                 i += 1
             self._taken.add(name)
             return name
+
+        def _new_var(self, var_name: str, shape: list, dtype: str = "float32"):
+            # every graph input (and kept parameter) becomes a Relax parameter here; its name
+            # reaches the kernels' signatures (CUDA C: `float* gpu_0/data_0_ptr`), so it is made
+            # a C identifier, unique among all names of main, at this one place
+            if var_name in self.reserved and var_name not in self._taken:
+                name = var_name  # already an identifier: keeps its name, others make way
+                self._taken.add(name)
+            else:
+                name = self._fresh(var_name)
+            self.code_names[var_name] = name
+            return relax.Var(name, relax.TensorType(shape=shape, dtype=dtype))
 
         def _construct_nodes(self, graph):
             # variables that exist before a node converts (graph inputs, earlier results): a node
@@ -370,6 +378,43 @@ def _constants_as_tensors(proto) -> None:
         node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(array)))
 
 
+_DIM_TOKENS = re.compile(r"(\+|-|\*|//|/)")  # the frontend reads a dim_param as arithmetic on names
+
+
+def _dims_as_identifiers(proto) -> dict[str, str]:
+    """Rename the graph inputs' symbolic dims (in the import's copy of the model) to C identifiers.
+
+    Why: each name in a dim_param becomes a TIR variable, which CUDA kernels take as a parameter
+    named after it (`int64_t x:0`). The frontend reads a dim_param as arithmetic ('2*seq'), so the
+    names between the operators are renamed, each to its own identifier (two names never merge
+    into one variable). Returns {user's name: identifier} for the names that changed."""
+    taken: set[str] = set()
+    renamed: dict[str, str] = {}
+    tokens: list[str] = []
+    for vi in proto.graph.input:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                tokens += [t for t in _DIM_TOKENS.split(dim.dim_param.replace(" ", "")) if t and not _DIM_TOKENS.fullmatch(t)]
+    taken.update(t for t in tokens if relax_name(t) == t)
+    for t in tokens:
+        if t in renamed or t == "?" or relax_name(t) == t or t.isdigit():
+            continue
+        base = name = relax_name(t)
+        i = 1
+        while name in taken:
+            name = f"{base}_{i}"
+            i += 1
+        taken.add(name)
+        renamed[t] = name
+    if renamed:
+        for vi in proto.graph.input:
+            for dim in vi.type.tensor_type.shape.dim:
+                if dim.HasField("dim_param"):
+                    parts = _DIM_TOKENS.split(dim.dim_param.replace(" ", ""))
+                    dim.dim_param = "".join(renamed.get(t, t) for t in parts)
+    return renamed
+
+
 # element types TVM cannot compile for the CPU: sub-byte integers and floats (its tensors copy
 # whole bytes: "TensorCopyFromBytes: size mismatch"), strings and complex numbers; and 8-bit
 # floats, whose casts TVM computes wrongly outside the normal range (FLOAT -> FLOAT8E5M2 of
@@ -431,12 +476,15 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
 
     _load_fixes()
     t0 = time.perf_counter()
-    proto: onnx.ModelProto = graph.to_proto()
+    from ..model.external_data import self_contained_proto
+
+    proto: onnx.ModelProto = self_contained_proto(graph)  # weights inline: the importer reads paths from the cwd
     nodes = graph.nodes
     if len(proto.graph.node) != len(nodes):  # pragma: no cover - to_proto keeps nodes 1:1
         raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
     proto, origin, via = _inline_local_functions(proto)
     _constants_as_tensors(proto)
+    dim_names = _dims_as_identifiers(proto)
     known = supported_ops()
     where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""
     labels = [nodes[i].label + (f" (inside local function {via[k]})" if via[k] else "") for k, i in enumerate(origin)]
@@ -456,11 +504,12 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
         shape_dict,
         "float32",
         keep_params_in_input=keep_params_in_input,
-        sanitize=True,
+        sanitize=False,  # LineageImporter._new_var makes the names C identifiers
         node_ids=[nodes[i].id for i in origin],
         node_labels=labels,
         node_names=[nodes[i].label for i in origin],
         where=where,
+        reserved={n for n in [vi.name for vi in proto.graph.input] + [t.name for t in proto.graph.initializer] if relax_name(n) == n},
     )
     sink = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
@@ -487,5 +536,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
     params = {}
     if keep_params_in_input:
         params = {name: value for name, (_var, value) in importer._params.items()}
+    code_names = {k: v for k, v in importer.code_names.items() if k != v}
+    code_names.update(dim_names)
     return ImportResult(mod=mod, params=params, lineage=lineage, bindings_of_node=bindings_of_node,
-                        seconds=time.perf_counter() - t0)
+                        seconds=time.perf_counter() - t0, code_names=code_names)

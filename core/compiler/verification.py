@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import WorkbenchError
+from ..errors import Cancelled, WorkbenchError
 from .artifact import Artifact
 from .reference import ATOL, RTOL, SCALE_RTOL, compare_outputs, random_feeds, reference_run
 
@@ -81,9 +81,7 @@ def verify_artifact(
     if ok:
         return result
     if cancel is not None and cancel():
-        from .compile import CompileCancelled
-
-        raise CompileCancelled("compile cancelled.")
+        raise Cancelled("compile cancelled.")
     out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
     culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
     if culprit is not None:
@@ -138,11 +136,14 @@ def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray
                     model.graph.output.append(known[out])
     try:
         from ..model.onnx_io import load_model_bytes
-        from .compile import compile_model
+        from .artifact import specs_from_proto
+        from .runner import Pipeline
 
         data = model.SerializeToString()
-        probe = compile_model(load_model_bytes(data, "probe.onnx"), target, pipeline=pipeline, verify=False)
-        ours = probe.run(feeds)
+        # the same pipeline run as the compile being checked, with every float tensor an output
+        ex = Pipeline(target, pipeline).build(load_model_bytes(data, "probe.onnx"))
+        inputs, outputs = specs_from_proto(model)
+        ours = Artifact(library=ex, target=target, inputs=inputs, outputs=outputs).run(feeds)
         ref, _ = reference_run(data, feeds)
     except Exception:  # noqa: BLE001 - localisation is best effort; the refusal stands without it
         logger.exception("mismatch localisation failed")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func", "tuning_pass"]
+__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,9 +123,3 @@ def schedule_pass(target):
         name="DefaultCPUSchedule",
     )
 
-
-def tuning_pass(target, trials: int = 0, database=None, **options):
-    """MetaSchedule tuning + database application (see core.compiler.tuning.tuning_pass)."""
-    from ..tuning import tuning_pass as _tuning_pass
-
-    return _tuning_pass(target, trials=trials, database=database, **options)
