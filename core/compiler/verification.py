@@ -83,6 +83,12 @@ def verify_artifact(
     if cancel is not None and cancel():
         raise Cancelled("compile cancelled.")
     out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
+    if 0 <= bad < min(len(ours), len(ref)) and np.shape(ours[bad]) != np.shape(ref[bad]):
+        raise CompiledMismatchError(
+            f"the compiled model returns output '{out_name}' with shape {list(np.shape(ours[bad]))} where {reference} gives "
+            f"{list(np.shape(ref[bad]))}; refusing to hand back a wrong result.",
+            max_abs_err=err,
+        )
     culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
     if culprit is not None:
         op, node, node_err = culprit
