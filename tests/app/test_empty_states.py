@@ -8,6 +8,8 @@ from tests.conftest import sample
 def test_failed_open_leaves_a_hint_on_the_canvas(window, messages, tmp_path):
     canvas = window.canvas
     assert window.document.graph is None and "No model open" in canvas.empty_message
+    rules = window.panels["rewrites"].widget().rule_list
+    assert {rules.topLevelItem(i).text(1) for i in range(rules.topLevelItemCount())} == {"–"}  # no "…" with nothing to count
     good = sample("small_cnn").read_bytes()
     (tmp_path / "cut.onnx").write_bytes(good[: len(good) // 2])
     assert not window.open_model(str(tmp_path / "cut.onnx"), wait=True)
