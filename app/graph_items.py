@@ -31,6 +31,7 @@ BADGE_SEP = "  "
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
 READABLE_PX = 9.0  # on-screen height of that enlarged title
+BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
@@ -51,7 +52,7 @@ def badge_text(node: ViewNode) -> str:
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
     Memoised per text: big graphs repeat the same few labels thousands of times."""
-    key = (node.label, node.detail, tuple(node.badges))
+    key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
     size = measure.sizes.get(key)
     if size is None:
         size = measure.sizes[key] = _node_size(node, measure)
@@ -59,7 +60,7 @@ def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
 
 
 def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    w = measure.width(node.label, 0)
+    w = measure.width(node.label, 0) + (BODY_MARK + 6 if node.data.get("subgraphs") else 0)
     h = PAD_Y * 2 + measure.heights[0]
     if node.detail:
         w = max(w, measure.width(node.detail, 1))
@@ -226,6 +227,13 @@ class NodeItem(QGraphicsItem):
             painter.setFont(fonts[fi])
             painter.setPen(colors[fi])
             painter.drawStaticText(pt, st)
+        if self.node.data.get("subgraphs"):
+            # two stacked squares, top right: this box holds graphs (double-click opens them)
+            x, y, s = rect.right() - BODY_MARK - 5, rect.top() + 5, BODY_MARK
+            painter.setPen(QPen(accent, 1.2))
+            painter.setBrush(QColor("#ffffff"))
+            painter.drawRect(QRectF(x + 3, y, s - 3, s - 3))
+            painter.drawRect(QRectF(x, y + 3, s - 3, s - 3))
 
 
 class EdgeItem(QGraphicsItem):

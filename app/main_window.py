@@ -85,6 +85,9 @@ class MainWindow(QMainWindow):
         from app.edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
+        from app.subgraphs import SubgraphNavigator  # If / Loop / Scan bodies on the canvas
+
+        self.subgraphs = SubgraphNavigator(self)
         from app.autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
 
         self.autosaver = Autosaver(self)
