@@ -31,6 +31,7 @@ BADGE_SEP = "  "
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
 READABLE_PX = 9.0  # on-screen height of that enlarged title
+MIN_READABLE_PX = 7.0  # ... or as small as this when the whole title then fits its box
 BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
@@ -162,8 +163,13 @@ class NodeItem(QGraphicsItem):
         fonts, metrics = _fonts()
         fm = metrics[0]
         rect = self.rect
-        k = min(READABLE_PX / (fm.height() * lod), (rect.height() - 2) / fm.height())
-        k = round(max(k, 1.0), 1)  # a step of 0.1: the elided text is remade only when k moves
+        # as big as READABLE_PX, smaller (down to MIN_READABLE_PX) when that lets the whole title
+        # fit the box, and never taller than the box
+        room = rect.width() - STRIPE - 8
+        k_fit = room / max(fm.horizontalAdvance(self.node.label), 1.0)
+        k = max(min(READABLE_PX / (fm.height() * lod), k_fit), MIN_READABLE_PX / (fm.height() * lod))
+        k = min(k, (rect.height() - 2) / fm.height())
+        k = max(1.0, int(k * 10) / 10)  # a step of 0.1 (rounded down): the elided text is remade only when k moves
         if self._title is None or self._title[0] != k:
             avail = (rect.width() - STRIPE - 8) / k
             text = self.node.label
