@@ -626,8 +626,10 @@ def lower(
     at least the ONNX graph) and LoweringCancelled (with `.stages`) when `cancel()` turns true.
     """
     from .pipeline import default_pipeline, make_pass, validate
+    from .size_limit import check_size
     from .target import make_target
 
+    check_size(graph, "lowering")
     tgt = make_target(target) if isinstance(target, str) else target
     specs = list(specs) if specs is not None else default_pipeline(tgt)
     enabled = [s for s in specs if s.enabled]
