@@ -33,6 +33,7 @@ from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, T
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .lineage import KernelLineageTap
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
+from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
 
@@ -148,6 +149,7 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
+    check_size(graph, "compiling")
     proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)

@@ -340,7 +340,9 @@ def lower(
     """
     from .lineage import import_lineage, propagate_lineage
     from .runner import Pipeline, StepResult, run_timed
+    from .size_limit import check_size
 
+    check_size(graph, "lowering")
     pipe = Pipeline(target, specs, check=False)
     tgt = pipe.target
     steps = pipe.steps()
