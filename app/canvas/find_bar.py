@@ -78,13 +78,19 @@ class FindBar(QFrame):
 
     def _search(self, text: str) -> None:
         view = self.canvas.view
-        self.hits = find_nodes(view, text) if view is not None else []
+        scopes = self.canvas.scopes
         boxes = self.canvas.layout_result.boxes if self.canvas.layout_result is not None else {}
-        self.hits = [h for h in self.hits if h in boxes]
+        if scopes is not None and scopes.active:  # hits inside collapsed groups count too
+            self.hits = scopes.find(text)
+            shown = {scopes.visible_id(h) for h in self.hits}
+        else:
+            self.hits = find_nodes(view, text) if view is not None else []
+            self.hits = [h for h in self.hits if h in boxes]
+            shown = self.hits
         self.index = -1
         self._update_count()
         if self.hits:
-            self.canvas.set_highlight("search", self.hits, HIGHLIGHT_COLORS["search"])
+            self.canvas.set_highlight("search", shown, HIGHLIGHT_COLORS["search"])
         else:
             self.canvas.clear_highlight("search")
 
@@ -101,6 +107,10 @@ class FindBar(QFrame):
             return
         self.index = (self.index + step) % len(self.hits)
         node_id = self.hits[self.index]
+        if self.canvas.scopes is not None and self.canvas.scopes.active:
+            index = self.index
+            self.canvas.scopes.reveal(node_id)  # expand to node (the new view re-runs the search)
+            self.index = index
         self.canvas.select([node_id])
         self.canvas.center_on(node_id)
         self._update_count()

@@ -20,14 +20,14 @@ from core.views.viewgraph import ViewGraph
 
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
+from app.group_items import GroupItem
 from app.style import HIGHLIGHT_COLORS
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
-__all__ = ["SceneBuilder", "READABLE_SCALE"]
+__all__ = ["SceneBuilder"]
 
 logger = logging.getLogger(__name__)
 
-READABLE_SCALE = 0.7  # opening a graph whose fit is smaller than this starts at 100 % (top) instead
 
 
 class SceneBuilder:
@@ -39,6 +39,7 @@ class SceneBuilder:
             self._job.cancel()
             self._job.done.disconnect()
         measure = self.measure
+        direction = self.direction
         t0 = time.perf_counter()
 
         def work(job: Job):
@@ -46,7 +47,7 @@ class SceneBuilder:
             try:
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
                 job.check()
-                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"))
+                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"), direction=direction)
                 return result, prepare_display(view, result, job)
             finally:
                 gc.enable()
@@ -55,7 +56,7 @@ class SceneBuilder:
         job = self._job = start_job(
             work, "Laying out the graph", self, progressed=self.progressed.emit,
             done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
-            failed=lambda msg: self._job_ended(job, msg), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
+            failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )
 
     def cancel(self) -> None:
@@ -149,7 +150,8 @@ class SceneBuilder:
         box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
         if box is None:
             return None
-        item = NodeItem(self.view.node(node_id), box.w, box.h)
+        node = self.view.node(node_id)
+        item = (GroupItem if node.category == "group" else NodeItem)(node, box.w, box.h)
         item.setPos(box.x - box.w / 2, box.y - box.h / 2)
         self._decorate_node(item)
         if not self._layer.visible:
@@ -169,6 +171,7 @@ class SceneBuilder:
         fan_out = self._degree[0].get(edge.src, 0) > 1
         fan_in = self._degree[1].get(edge.dst, 0) > 1
         item = EdgeItem(edge, pts, 0.5 if fan_out == fan_in else (0.72 if fan_out else 0.28), in_fan=fan_out or fan_in)
+        item.always_label = self.edge_shapes
         self._decorate_edge(item)
         if not self._layer.visible:
             item.setVisible(False)
@@ -257,16 +260,11 @@ class SceneBuilder:
         return scene
 
     def _initial_view(self) -> None:
-        """Fit when the whole graph stays readable; otherwise 100 % at the graph's top."""
-        if self.fit_scale() >= READABLE_SCALE:
-            self.fit()
-            return
-        self._set_scale(1.0)
-        boxes = self.layout_result.boxes if self.layout_result is not None else {}
-        if boxes:
-            top = min(boxes.values(), key=lambda b: (b.y, b.x))
-            vp_h = self.viewport().height()
-            self.centerOn(QPointF(top.x, top.y + vp_h / 2 - 60))
+        """A newly opened graph: fitted (readably: see GraphCanvas.fit), at most at 100 %."""
+        self.fit()
+        if self.zoom() > 1.0:
+            self._set_scale(1.0)
+            self.centerOn(self.scene().sceneRect().center())
 
     def _clear(self) -> None:
         old = self.scene()

@@ -41,12 +41,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import WorkbenchError
-from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.errors import Cancelled, WorkbenchError
+from core.compiler.lowering import LoweringCache, Stage, lower
 from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 
@@ -144,6 +144,10 @@ class LoweringPanel(QWidget):
         bottom.addWidget(self.origin_label, 1)
         bottom.addWidget(self.back_button)
         bottom.addWidget(self.show_model_button)
+        self.compare_button = QPushButton("Compare…")
+        self.compare_button.setToolTip("This stage's graph beside the one before the last step that changed it, differences marked")
+        self.compare_button.clicked.connect(self.compare_with_previous)
+        bottom.addWidget(self.compare_button)
         mv.addLayout(bottom)
 
         # -- passes
@@ -224,7 +228,11 @@ class LoweringPanel(QWidget):
         self.reset_passes()
 
     def _passes_edited(self, *_args) -> None:
-        problems = validate(self.specs())
+        specs = self.specs()
+        document = getattr(self.window, "document", None)
+        if document is not None:  # what a compile for this target builds with
+            document.set_pipeline(self.target_box.currentText(), specs)
+        problems = validate(specs)
         self.pass_status.setText(problems[0] if problems else "")
         self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
         self.rerun_button.setEnabled(not problems and self.job is None)
@@ -261,7 +269,7 @@ class LoweringPanel(QWidget):
             try:
                 stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
                 return stages, ""
-            except LoweringCancelled as e:
+            except Cancelled as e:
                 return e.stages, "Cancelled."
             except WorkbenchError as e:
                 return getattr(e, "stages", []) or [], str(e)
@@ -294,7 +302,8 @@ class LoweringPanel(QWidget):
         self.cancel_button.setEnabled(False)
         self._passes_edited()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Lowering")
         self.error = message
         self.status.setText(message)
         self.status.setStyleSheet("color: #b00020;")
@@ -413,6 +422,22 @@ class LoweringPanel(QWidget):
             f"<b>{s.index}. {s.name}</b>{where} &nbsp;<span style='color:{color}'>{s.level}</span> · {s.pass_name} · "
             f"{s.seconds:.3f} s · {s.text.count(chr(10)) + 1} lines · {self.ir.summary()}{note}")
 
+    def compare_with_previous(self):
+        """Open a Compare window: the current stage beside the nearest earlier stage whose graph
+        differs (unchanged steps are skipped). Returns the window (None when there is nothing)."""
+        stage = self.current
+        if stage is None or stage.index == 0:
+            self.status.setText("Select a stage after the first to compare it with the one before.")
+            return None
+        earlier = next((s for s in reversed(self.stages[: stage.index]) if s.changed or s.index == 0), self.stages[stage.index - 1])
+        from app.compare import CompareWindow
+
+        w = CompareWindow(self.window)
+        w.setWindowFlag(Qt.Window, True)
+        w.compare_views(earlier.view, stage.view, f"{earlier.index} {earlier.name}", f"{stage.index} {stage.name}")
+        w.show()
+        return w
+
     def _with_view(self, stage: Stage, then) -> None:
         """Build a stage's view off the UI thread (big modules take a moment), then call `then(view)`."""
         if stage._view is not None:
@@ -420,7 +445,7 @@ class LoweringPanel(QWidget):
             return
         self.view_job = start_job(
             lambda _job: stage.view, "Building the stage graph", self,
-            done=then, failed=self.status.setText, wanted=lambda: self.current is stage and self.expanded is None,
+            done=then, failed=lambda exc: self.status.setText(error_text(exc, "Building the stage graph")), wanted=lambda: self.current is stage and self.expanded is None,
         )
 
     def _show_view(self, stage: Stage, view) -> None:

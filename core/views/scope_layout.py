@@ -33,12 +33,13 @@ def _edge_key(e) -> tuple:
     return (e.src, e.dst, e.label)
 
 
-def relayout(old_view: ViewGraph, old: Layout, new_view: ViewGraph, sizes: Mapping[Hashable, tuple[float, float]]) -> Layout:
+def relayout(old_view: ViewGraph, old: Layout, new_view: ViewGraph, sizes: Mapping[Hashable, tuple[float, float]], gap: float = 0.0) -> Layout:
     """A layout of `new_view` that keeps `old`'s positions for the nodes both views share.
 
     The nodes only `new_view` has are laid out on their own and placed, top-centred, where the
-    nodes only `old_view` had were; `sizes` gives the new nodes' box sizes. Falls back to a full
-    layout when the views share nothing."""
+    nodes only `old_view` had were, `gap` lower (room for the frame the canvas draws around an
+    opened group); `sizes` gives the new nodes' box sizes. Falls back to a full layout when the
+    views share nothing."""
     new_ids = [n.id for n in new_view.nodes]
     new_set = set(new_ids)
     removed = [i for i in old.boxes if i not in new_set]
@@ -57,8 +58,8 @@ def relayout(old_view: ViewGraph, old: Layout, new_view: ViewGraph, sizes: Mappi
     )
     block = layout(sub, {i: sizes[i] for i in added})
     cx = (x0 + x1) / 2
-    ox, oy = cx - block.width / 2, y0
-    dy = block.height - (y1 - y0)
+    ox, oy = cx - block.width / 2, y0 + gap
+    dy = block.height + gap - (y1 - y0)
     dx = (block.width - (x1 - x0)) / 2
     boxes: dict[Hashable, Box] = {}
     shift: dict[Hashable, tuple[float, float]] = {}

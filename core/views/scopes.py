@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ..model.meta import NODE_ID
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
 __all__ = [
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 AUTO_COLLAPSE_NODES = 300  # graphs with more drawn nodes than this open with their groups collapsed
 DEFAULT_BOXES = 30  # a big graph's first screen: about this many boxes
 FAN_OUT = 32  # structural grouping: at most this many boxes per level
-STRUCTURE_MIN_NODES = 120  # below this an unscoped graph is small enough to read flat
+STRUCTURE_MIN_NODES = 1000  # below this an unscoped graph opens flat (the canvas copes; groups would hide it)
 _SCOPE = "scope:"
 _NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
@@ -303,7 +304,7 @@ def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
         for node in graph.model.graph:
             text = node.metadata_props.get(_NAME_SCOPES_KEY)
             if text:
-                metadata[node.meta["wb.id"]] = text
+                metadata[node.meta[NODE_ID]] = text
     parts_of, source = _assign_paths(view, metadata)
     root = Scope(path="", name="")
     by_path: dict[str, Scope] = {"": root}
@@ -320,6 +321,9 @@ def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
         s.node_ids.append(n.id)
         scope_of[n.id] = s
     _simplify(root, by_path, scope_of)
+    for s in list(root.walk()):
+        if len(s.children) > FAN_OUT:
+            _range_children(s, by_path)
     _summarize(root, view, scope_of, graph)
     tree = ScopeTree(root=root, by_path=by_path, scope_of=scope_of, source=source if root.children else "none")
     logger.debug("scope tree from %s: %d groups", tree.source, len(by_path) - 1)
@@ -355,6 +359,28 @@ def _simplify(root: Scope, by_path: dict, scope_of: dict) -> None:
             # descendants keep their paths (they stay unique); only the merged level goes
     for s in root.walk():
         s.children.sort(key=lambda c: c.first)  # node lists are put back in view order by _summarize
+
+
+def _range_children(s: Scope, by_path: dict) -> None:
+    """More than FAN_OUT child groups (a 300-layer encoder) are nested into ranges
+    ('layer.0 … layer.31') so no level shows more than FAN_OUT boxes."""
+    kids = s.children
+    size = 1
+    while size * FAN_OUT < len(kids):
+        size *= FAN_OUT
+    ranges = []
+    for a in range(0, len(kids), size):
+        part = kids[a:a + size]
+        name = f"{part[0].name} … {part[-1].name}" if len(part) > 1 else part[0].name
+        path = f"{s.path}/{name}" if s.path else name
+        r = Scope(path=path, name=name, parent=s, children=part, first=part[0].first)
+        for c in part:
+            c.parent = r
+        by_path[path] = r
+        ranges.append(r)
+        if len(part) > FAN_OUT:
+            _range_children(r, by_path)
+    s.children = ranges
 
 
 def _summarize(root: Scope, view: ViewGraph, scope_of: dict, graph) -> None:
@@ -452,6 +478,7 @@ def group_node(scope: Scope) -> ViewNode:
             "ops": dict(scope.ops.most_common()),
             "inputs": list(scope.inputs),
             "outputs": list(scope.outputs),
+            "shapes": {**scope.inputs, **scope.outputs},  # tensor -> "dims dtype"
             "children": len(scope.children),
         },
     )

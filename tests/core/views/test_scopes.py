@@ -147,9 +147,9 @@ def test_residual_blocks_become_structural_blocks():
     with tempfile.TemporaryDirectory() as d:
         from core import load_model
 
-        g = load_model(make_big_model(500, Path(d) / "m.onnx"))
+        g = load_model(make_big_model(1500, Path(d) / "m.onnx"))
     view = from_graph(g)
     tree = scope_tree(view, g)
     assert tree.source == "structure"
     blocks = [s for s in tree.groups if s.name.startswith("block")]
-    assert len(blocks) >= 95 and all(s.size == 5 for s in blocks)  # Conv-Relu-Conv-Add-Relu, or the 2-branch form
+    assert len(blocks) >= 290 and all(s.size == 5 for s in blocks)  # Conv-Relu-Conv-Add-Relu, or the 2-branch form
