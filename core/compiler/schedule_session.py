@@ -318,28 +318,26 @@ def _target(target):
 def list_kernels(graph_or_path, target="cpu") -> list[KernelInfo]:
     """The kernels of a model as FuseTIR leaves them (what ScheduleTIR and tuning receive), in
     the order main calls them, with the ONNX nodes each computes."""
-    import tvm
-
     from ..model.graph import Graph
     from ..model.onnx_io import load_model
-    from .compile import import_relax, split_pipeline
+    from .compile import import_relax
     from .lineage import kernel_lineage
-    from .pipeline import make_pass
+    from .runner import Pipeline
 
     graph = graph_or_path if isinstance(graph_or_path, Graph) else load_model(graph_or_path)
-    tgt = _target(target)
-    front, _ = split_pipeline(tgt)
+    pipe = Pipeline(_target(target))
+    steps = pipe.steps()
+    cut = next((i for i, st in enumerate(steps) if st.name == "ScheduleTIR"), len(steps))
     imported = import_relax(graph)
-    mod, prefused, fused = imported.mod, None, None
-    with tgt:
-        for spec in front:
-            if not spec.enabled or spec.name == "ScheduleTIR":
-                continue
-            if spec.name == "FuseOps":
-                prefused = mod
-            mod = make_pass(spec, tgt)(mod)
-            if spec.name == "FuseOps" or (fused is None and spec.name == "LegalizeOps"):
-                fused = mod
+    history = [("import", imported.mod)]  # (step, module after it): lineage reads FuseOps' input and output
+    mod = pipe.run(imported.mod, steps=steps[:cut], after=lambda r: history.append((r.step.name, r.mod)))
+    names = [n for n, _ in history]
+    prefused = fused = None
+    if "FuseOps" in names:
+        k = names.index("FuseOps")
+        prefused, fused = history[k - 1][1], history[k][1]
+    elif "LegalizeOps" in names:
+        fused = history[names.index("LegalizeOps")][1]
     try:
         lineage = kernel_lineage(fused, imported.lineage, graph, prefused, mod) if fused is not None else {}
     except Exception as exc:  # noqa: BLE001 - lineage is a help, never a reason to fail the listing
