@@ -15,6 +15,7 @@ The exported folder is described in `core.compiler.artifact`; verification in
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -30,6 +31,7 @@ from typing import Any
 from ..errors import WorkbenchError
 from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .codegen import BuildCancelled, build_executable, cancel_scope
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .lineage import kernel_lineage
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
@@ -146,6 +148,21 @@ def split_pipeline(target, specs=None) -> tuple[list, list]:
     return specs[:cut], specs[cut:]
 
 
+@contextlib.contextmanager
+def _cancelled_as_compile(cancel: Callable[[], bool] | None):
+    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
+    RuntimeError: `cancel()` itself tells.)"""
+    try:
+        yield
+    except BuildCancelled:
+        raise CompileCancelled("compile cancelled.") from None
+    except Exception:
+        if cancel is not None and cancel():
+            raise CompileCancelled("compile cancelled.") from None
+        raise
+
+
 def _check_cancel(cancel: Callable[[], bool] | None) -> None:
     if cancel is not None and cancel():
         raise CompileCancelled("compile cancelled.")
@@ -218,7 +235,7 @@ def compile_model(
         tune_at = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
         steps.insert(tune_at, ("MetaSchedule tuning", tuning_step))
     fused = prefused = None
-    with tvm_target:
+    with tvm_target, _cancelled_as_compile(cancel), cancel_scope(cancel):
         for i, (name, spec) in enumerate(steps):
             _check_cancel(cancel)
             report(name, _step_fraction(i, len(steps), tune_at))
@@ -234,7 +251,9 @@ def compile_model(
     _check_cancel(cancel)
     report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=pl.build_relax_pipeline(back, tvm_target))
+    with _cancelled_as_compile(cancel):
+        ex = build_executable(scheduled, tvm_target, [pl.make_pass(s, tvm_target) for s in back if s.enabled], cancel=cancel,
+                              progress=lambda msg: report(msg, 0.62))
     passes_applied += [{"name": spec.name} for spec in back if spec.enabled]
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 

@@ -45,9 +45,17 @@ def verify_artifact(
 ) -> dict:
     """Run ours and onnxruntime on the same random inputs; raise CompiledMismatchError naming the
     first op that differs when they disagree. Returns the check's figures for the manifest."""
+    def check() -> None:  # between the runs: each one runs to its end
+        if cancel is not None and cancel():
+            from .compile import CompileCancelled
+
+            raise CompileCancelled("compile cancelled.")
+
     feeds = random_feeds(art.inputs, seed=seed, dims=dims)
     ref = ort_run(art.model_bytes, feeds)
+    check()
     ours = art.run(feeds)
+    check()
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
     scale = max((float(np.abs(r).max()) for r in ref if r.size and np.issubdtype(r.dtype, np.number)), default=0.0)
     result = {

@@ -58,6 +58,8 @@ def _is_scheduled(func) -> bool:
 def _cpu_schedule_pass(target):
     import tvm
 
+    from ..codegen import check_cancelled
+
     @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
     def _pass(mod, _ctx):
         rules = cpu_rules()
@@ -65,6 +67,7 @@ def _cpu_schedule_pass(target):
         for gvar, func in mod.functions_items():
             if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
                 continue
+            check_cancelled()
             scheduled, _rule = schedule_cpu_func(func, target, rules)
             if scheduled is not None:
                 updated[gvar] = scheduled
@@ -81,6 +84,8 @@ def schedule_pass(target):
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
+    from ..codegen import fold_constant_calls_pass
+
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
@@ -92,7 +97,9 @@ def schedule_pass(target):
             _cpu_schedule_pass(target),
             # weight repacking moves out of the kernels into its own calls on the constants...
             relax.transform.SplitLayoutRewritePreproc(),
-            # ...which are evaluated now, so the compiled model carries prepacked weights
+            # ...which are evaluated now, so the compiled model carries prepacked weights (built
+            # in parallel and cancellable; relax's FoldConstant takes what is left, if anything)
+            fold_constant_calls_pass(target),
             relax.transform.FoldConstant(),
             # and the packing kernels, now unused, go
             relax.transform.DeadCodeElimination(),
