@@ -71,10 +71,17 @@ def load_cases(suite: str = "node") -> dict[str, tuple]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             cases = collect_testcases()
-        return {c.name: (c.model, *c.data_sets[0]) for c in cases if c.data_sets}
+        return {c.name: (c.model, _arrays(c.data_sets[0][0]), _arrays(c.data_sets[0][1])) for c in cases if c.data_sets}
     if suite == "models":
         return {name: (None, None, None) for name in _model_case_dirs()}
     raise SystemExit(f"unknown suite '{suite}' (node or models)")
+
+
+def _arrays(values: list) -> list:
+    """The suite's values as numpy arrays (a few cases store TensorProtos: FLOAT8, BFLOAT16)."""
+    from onnx import TensorProto, numpy_helper
+
+    return [numpy_helper.to_array(v) if isinstance(v, TensorProto) else v for v in values]
 
 
 def _model_case_dirs() -> dict[str, Path]:

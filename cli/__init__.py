@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmd",
     "edit": "edit_cmd",
     "diff": "diff_cmd",
+    "schedule": "schedule_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Hashable
 
-from PySide6.QtCore import QPointF, QRectF
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGraphicsScene
 
@@ -22,13 +22,12 @@ from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
 from app.group_items import GroupItem
 from app.style import HIGHLIGHT_COLORS
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
-__all__ = ["SceneBuilder", "READABLE_SCALE"]
+__all__ = ["SceneBuilder"]
 
 logger = logging.getLogger(__name__)
 
-READABLE_SCALE = 0.7  # opening a graph whose fit is smaller than this starts at 100 % (top) instead
 
 
 class SceneBuilder:
@@ -40,6 +39,7 @@ class SceneBuilder:
             self._job.cancel()
             self._job.done.disconnect()
         measure = self.measure
+        direction = self.direction
         t0 = time.perf_counter()
 
         def work(job: Job):
@@ -47,7 +47,7 @@ class SceneBuilder:
             try:
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
                 job.check()
-                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"))
+                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.9 * f, "Laying out the graph"), direction=direction)
                 return result, prepare_display(view, result, job)
             finally:
                 gc.enable()
@@ -56,7 +56,7 @@ class SceneBuilder:
         job = self._job = start_job(
             work, "Laying out the graph", self, progressed=self.progressed.emit,
             done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
-            failed=lambda msg: self._job_ended(job, msg), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
+            failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )
 
     def cancel(self) -> None:
@@ -171,6 +171,7 @@ class SceneBuilder:
         fan_out = self._degree[0].get(edge.src, 0) > 1
         fan_in = self._degree[1].get(edge.dst, 0) > 1
         item = EdgeItem(edge, pts, 0.5 if fan_out == fan_in else (0.72 if fan_out else 0.28), in_fan=fan_out or fan_in)
+        item.always_label = self.edge_shapes
         self._decorate_edge(item)
         if not self._layer.visible:
             item.setVisible(False)
@@ -229,6 +230,9 @@ class SceneBuilder:
             painter.drawImage(self._lazy.rect, self._lazy.image_for(self.zoom()))
 
     def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+        if self.view is None and self.empty_message:
+            self._draw_empty(painter)
+            return
         if self._lazy is None or not self.overview_active() or self.layout_result is None:
             return
         # the overview image has no selection or highlights: mark those nodes on top of it
@@ -252,6 +256,19 @@ class SceneBuilder:
             grow = max(0.0, 4 * px - b.w / 2)
             painter.fillRect(QRectF(b.x - b.w / 2 - grow, b.y - b.h / 2 - grow, b.w + 2 * grow, b.h + 2 * grow), color)
 
+    def _draw_empty(self, painter: QPainter) -> None:
+        """Nothing to draw: say why and what to do, in the middle of the viewport."""
+        painter.save()
+        painter.resetTransform()
+        vp = self.viewport().rect()
+        box = QRectF(vp).adjusted(vp.width() * 0.15, vp.height() * 0.3, -vp.width() * 0.15, -vp.height() * 0.3)
+        painter.setPen(QColor("#5b6570"))
+        font = painter.font()
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        painter.setFont(font)
+        painter.drawText(box, Qt.AlignCenter | Qt.TextWordWrap, self.empty_message)
+        painter.restore()
+
     def _new_scene(self) -> QGraphicsScene:
         scene = QGraphicsScene(self)
         scene.setItemIndexMethod(QGraphicsScene.BspTreeIndex)
@@ -259,16 +276,11 @@ class SceneBuilder:
         return scene
 
     def _initial_view(self) -> None:
-        """Fit when the whole graph stays readable; otherwise 100 % at the graph's top."""
-        if self.fit_scale() >= READABLE_SCALE:
-            self.fit()
-            return
-        self._set_scale(1.0)
-        boxes = self.layout_result.boxes if self.layout_result is not None else {}
-        if boxes:
-            top = min(boxes.values(), key=lambda b: (b.y, b.x))
-            vp_h = self.viewport().height()
-            self.centerOn(QPointF(top.x, top.y + vp_h / 2 - 60))
+        """A newly opened graph: fitted (readably: see GraphCanvas.fit), at most at 100 %."""
+        self.fit()
+        if self.zoom() > 1.0:
+            self._set_scale(1.0)
+            self.centerOn(self.scene().sceneRect().center())
 
     def _clear(self) -> None:
         old = self.scene()

@@ -25,12 +25,14 @@ from app.graph_items import EdgeItem, NodeItem
 from app.style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure
 from app.workers import Job
 
-__all__ = ["GraphCanvas", "MIN_SCALE", "MAX_SCALE"]
+__all__ = ["GraphCanvas", "MIN_SCALE", "MAX_SCALE", "FIT_MIN_SCALE"]
 
 logger = logging.getLogger(__name__)
 
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
+EMPTY_MESSAGE = "No model open.\nFile ▸ Open (Ctrl+O), Open Recent, or drop an .onnx file here."
+FIT_MIN_SCALE = 0.3  # Fit goes no smaller: box titles stay readable down to here (app.graph_items LOD)
 
 
 class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
@@ -61,8 +63,11 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self._created_cells: set = set()
         self._edge_item_of: dict[int, EdgeItem] = {}
         self._degree: tuple[dict, dict] = ({}, {})
+        self.direction = "TB"  # "LR": graphs laid out left to right (View > Left to Right)
+        self.edge_shapes = False  # View > Tensor Shapes on Edges
         self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
         self.scopes = None  # app.scopes.ScopeController, when installed
+        self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -108,15 +113,18 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.mode = "view"
         self._layout_and_show(view, {"fit": fit})
 
-    def show_model(self, fit: bool = False) -> None:
-        """Show the document's ONNX graph again (cached layout when the graph has not changed)."""
+    def show_model(self, fit: bool = False, keep: bool = False) -> None:
+        """Show the document's ONNX graph again (cached layout when the graph has not changed).
+        `keep`: at the present zoom, around the node now nearest the centre (leaving a rewrite
+        preview, whose nodes are mostly the model's)."""
+        anchor = self._view_anchor() if keep and self.view is not None else None
         self.mode = "model"
         graph = self.document.graph
         if graph is None:
             self._clear()
             return
         cache = self._model_cache
-        state = {"fit": fit, "initial": not fit}
+        state = {"keep": anchor} if anchor is not None else {"fit": fit, "initial": not fit}
         if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
             self._display(cache[2], cache[3], state, cache[4])
         else:
@@ -170,6 +178,36 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.centerOn(center)
 
     def fit(self) -> None:
+        """Fit the graph to the canvas, but never below FIT_MIN_SCALE, where box titles stop being
+        readable: a graph too big for that is shown at the largest scale (up to 100 %) that fits
+        its breadth, from where it starts (its top, or its left end when laid out left to right);
+        the minimap shows the rest. `fit_all` shows everything whatever the scale."""
+        rect = self.scene().sceneRect()
+        vp = self.viewport().rect()
+        if rect.isEmpty() or vp.isEmpty():
+            return
+        if self.fit_scale() >= FIT_MIN_SCALE:
+            self.fit_all()
+            return
+        lr = self.direction == "LR"
+        across = vp.height() / rect.height() if lr else vp.width() / rect.width()
+        self._set_scale(min(1.0, max(FIT_MIN_SCALE, across)))
+        s = self.zoom()
+        boxes = self.layout_result.boxes if self.layout_result is not None else {}
+        if not boxes:
+            self.centerOn(rect.center())
+        elif lr:
+            first = min(boxes.values(), key=lambda b: (b.x, b.y))
+            y = rect.center().y() if across >= FIT_MIN_SCALE else first.y
+            self.centerOn(QPointF(first.x - first.w / 2 - 20 + vp.width() / (2 * s), y))
+        else:
+            first = min(boxes.values(), key=lambda b: (b.y, b.x))
+            x = rect.center().x() if across >= FIT_MIN_SCALE else first.x
+            self.centerOn(QPointF(x, first.y - first.h / 2 - 20 + vp.height() / (2 * s)))
+        self._zoomed()
+
+    def fit_all(self) -> None:
+        """The whole graph in view, however small (at most 150 %)."""
         rect = self.scene().sceneRect()
         if rect.isEmpty():
             return
@@ -178,6 +216,27 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
             self._set_scale(1.5)
             self.centerOn(rect.center())
         self._zoomed()
+
+    def set_direction(self, direction: str) -> None:
+        """Lay graphs out top to bottom ("TB") or left to right ("LR"); the shown graph is laid out again."""
+        if direction == self.direction:
+            return
+        self.direction = direction
+        self._model_cache = None
+        if self.view is not None:
+            self._layout_and_show(self.view, {"fit": True})
+
+    def set_empty_message(self, text: str | None = None) -> None:
+        """What an empty canvas says (None: the default hint); e.g. why the last open failed."""
+        self.empty_message = text or EMPTY_MESSAGE
+        self.viewport().update()
+
+    def set_edge_shapes(self, on: bool) -> None:
+        """Tensor shapes on every edge (on demand: at 100 % they crowd a dense graph)."""
+        self.edge_shapes = on
+        for e in self.edge_items:
+            e.always_label = on
+            e.update()
 
     def fit_scale(self) -> float:
         rect = self.scene().sceneRect()

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ..model.meta import NODE_ID
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
 __all__ = [
@@ -311,7 +312,7 @@ def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
         for node in graph.model.graph:
             text = node.metadata_props.get(_NAME_SCOPES_KEY)
             if text:
-                metadata[node.meta["wb.id"]] = text
+                metadata[node.meta[NODE_ID]] = text
     parts_of, source = _assign_paths(view, metadata)
     root = Scope(path="", name="")
     by_path: dict[str, Scope] = {"": root}

@@ -22,6 +22,7 @@ __all__ = [
     "inline_epilogue",
     "schedule_remaining_blocks",
     "schedule_injective",
+    "fit_lanes",
     "PARALLEL_MIN_WORK",
 ]
 
@@ -159,6 +160,15 @@ def _is_at_root(sch, block) -> bool:
     return True
 
 
+def fit_lanes(extent: int, lanes: int) -> int | None:
+    """The widest vector of `lanes`, half or a quarter of it (at least 4 lanes) that divides
+    `extent`: a 56-wide row gets 8-lane vectors where AVX-512's 16 do not divide it."""
+    for width in (lanes, lanes // 2, lanes // 4):
+        if width >= 4 and extent % width == 0:
+            return width
+    return None
+
+
 def schedule_injective(sch, block, lanes: int) -> None:
     """Parallelize and vectorize a spatial block.
 
@@ -177,9 +187,10 @@ def schedule_injective(sch, block, lanes: int) -> None:
         total *= e
     inner = loops[-1]
     outer_loops = list(loops[:-1])
-    if extents[-1] % lanes == 0:
-        if extents[-1] > lanes:
-            inner_outer, inner = sch.split(inner, [None, lanes])
+    width = fit_lanes(extents[-1], lanes)
+    if width:
+        if extents[-1] > width:
+            inner_outer, inner = sch.split(inner, [None, width])
             outer_loops.append(inner_outer)
         sch.vectorize(inner)
     if total >= PARALLEL_MIN_WORK:

@@ -275,3 +275,66 @@ def test_symbolic_batch_dense_with_gelu_tail_matches_onnxruntime(target):
         _, ours = _compile_and_run(mod, feeds, target)
         (ref,) = ort_run(model, feeds)
         np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+def _conv_relu_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    inits = [_weight(rng, "w", (32, 16, 3, 3)), _weight(rng, "b", (32,))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 20, 20])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _kernel_assembly(model, target, name_part: str) -> str:
+    """The assembly of one kernel as the compile pipeline schedules it (weights prepacked ahead of
+    time, so the packing copy is not part of it); built only, never run."""
+    import tvm
+
+    from core.compiler.schedules import schedule_pass
+
+    with target:
+        scheduled = schedule_pass(target)(_fused(model))
+    (func,) = [f for g, f in scheduled.functions_items() if name_part in g.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    return "\n".join(m.inspect_source("asm") for m in [lib.mod, *lib.mod.imports] if m.kind == "llvm")
+
+
+def _basic_blocks(asm: str) -> list[str]:
+    import re
+
+    return re.split(r"\n\.?\w+:", asm)
+
+
+@pytest.mark.parametrize("mcpu,mattr,wide", [("znver4", None, True), ("znver4", ["-avx512f"], False), ("znver3", None, False)])
+def test_conv_code_fits_each_isa(mcpu, mattr, wide):
+    """Codegen only (runs on any x86-64 host, whatever ISA it has): the conv's accumulators stay
+    in vector registers of the target's width. With AVX-512 the tile once stayed in memory and
+    LLVM gathered/scattered its lanes around every FMA (vinsertps/vextractps), and wrote the
+    result back with a scatter per column."""
+    import re
+
+    from core.compiler.target import make_target
+
+    asm = _kernel_assembly(_conv_relu_model(), make_target("cpu", mcpu=mcpu, mattr=mattr), "conv2d")
+    fmas = re.findall(r"vfmadd\w+\s+([^\n]*)", asm)
+    assert len(fmas) >= 8, "no vector FMAs in the convolution"
+    zmm_fmas = sum("%zmm" in operands for operands in fmas)
+    if wide:
+        assert zmm_fmas >= len(fmas) // 2, f"AVX-512 target, but {zmm_fmas} of {len(fmas)} FMAs use zmm"
+    else:
+        assert "%zmm" not in asm
+    for block in _basic_blocks(asm):
+        if "vfmadd" in block:
+            assert not re.search(r"\bv(?:insert|extract)ps\b", block), "accumulator lanes assembled one by one:\n" + block
+    assert "vscatter" not in asm and "vgather" not in asm
