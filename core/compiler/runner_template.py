@@ -123,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
     # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
     os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
+    # Workers not pinned to one core and not yield-spinning when idle: on a busy machine either
+    # makes every parallel kernel wait (the workbench's own default, core.compiler.target).
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
     import tvm
     from tvm import relax
 
@@ -130,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
     if kind == "cuda" and not dev.exist:
         return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
-    lib = _load_module(tvm, os.path.join(HERE, manifest.get("library", "model.so")))
+    library = manifest.get("library", "model.so")
+    lib_path = os.path.realpath(os.path.join(HERE, str(library)))
+    if os.path.isabs(str(library)) or os.path.commonpath([lib_path, os.path.realpath(HERE)]) != os.path.realpath(HERE):
+        return _fail(f"manifest.json names the library '{library}', outside the artifact folder; refusing to load it.")
+    lib = _load_module(tvm, lib_path)
     vm = relax.VirtualMachine(lib, dev)
 
     args_dev = []

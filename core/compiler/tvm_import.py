@@ -17,7 +17,7 @@ Converter fixes. Some ONNX ops TVM converts wrongly or not at all. A fix is a co
 the frontend's protocol (an `OnnxOpConverter` subclass: `get_converter(opset)` returns
 `fn(bb, inputs, attr, params)`), registered with::
 
-    from core.compiler.tvm_import import register_converter
+    from core.compiler.converter_registry import register_converter  # also re-exported by tvm_import
     register_converter("Gelu", MyGeluConverter)
 
 Registered converters take precedence over the frontend's for every import. The module
@@ -45,7 +45,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import UnsupportedOpError, WorkbenchError
+from ..errors import UnsupportedOpError, WorkbenchError, brief_reason
+from .converter_registry import converters, register_converter, unregister_converter
 
 __all__ = [
     "ImportResult",
@@ -59,20 +60,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_CONVERTERS: dict[str, type] = {}
+# the registry lives in its own module (converters register there without importing this one)
+_CONVERTERS = converters()
 _FIXES_LOADED = False
-
-
-def register_converter(op_type: str, converter_class: type) -> None:
-    """Use `converter_class` (frontend protocol: `get_converter(opset)`) for every `op_type` node."""
-    if not hasattr(converter_class, "get_converter"):
-        raise TypeError(f"converter for {op_type} must have get_converter(opset) like tvm's OnnxOpConverter")
-    _CONVERTERS[op_type] = converter_class
-
-
-def unregister_converter(op_type: str) -> None:
-    """Remove a registered converter (the frontend's own, if any, applies again)."""
-    _CONVERTERS.pop(op_type, None)
 
 
 def registered_converters() -> dict[str, type]:
@@ -130,6 +120,7 @@ def _importer_class():
     """The frontend's importer, converting node by node and recording lineage (built lazily: TVM import is slow)."""
     from types import SimpleNamespace
 
+    import tvm
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
@@ -173,18 +164,26 @@ def _importer_class():
             seen = {v.name for v in self._nodes.values() if isinstance(v, relax.Var)}
             for index, node in enumerate(graph.node):
                 node_id = self.node_ids[index]
+                restore = {}
                 try:
+                    if self._shape_arithmetic(node):
+                        continue
+                    restore = self._shapes_as_tensors(node)
                     super()._construct_nodes(SimpleNamespace(node=[node]))
                 except WorkbenchError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the frontend raises anything; name the node
-                    first = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+                    reason = brief_reason(e)
+                    if isinstance(e, KeyError) and e.args:  # the converter read an attribute the node does not set
+                        reason = f"its converter needs the attribute '{e.args[0]}', which this node does not set"
                     raise UnsupportedOpError(
                         f"{self.where}node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
-                        f"frontend: {first.rstrip('.')}.",
+                        f"frontend: {reason}.",
                         op_type=node.op_type,
                         node_name=self.node_names[index],
                     ) from e
+                finally:
+                    self._nodes.update(restore)
                 for out in node.output:
                     if not out or out not in self._nodes:
                         continue
@@ -195,6 +194,81 @@ def _importer_class():
                     if isinstance(expr, relax.Var) and expr.name not in seen:
                         self.marker_of[expr.name] = node_id
                         seen.add(expr.name)
+
+        def _shape_values(self, name: str):
+            """The int values of `name` when it is a shape with known (possibly symbolic) entries
+            or a constant int tensor of at most one dimension; else None."""
+            import numpy as np
+
+            expr = self._nodes.get(name) if name else None
+            ty = getattr(expr, "ty", None)
+            if isinstance(ty, relax.ShapeType) and ty.values is not None:
+                return list(ty.values)
+            if name in self._params:
+                expr = self._params[name][1] if isinstance(self._params[name], tuple) else self._params[name]
+            value = getattr(expr, "data", None)
+            if value is None and isinstance(expr, tvm.ir.GenericConst):
+                value = expr.value
+            if value is None:
+                return None
+            arr = value.numpy() if hasattr(value, "numpy") else None
+            if arr is None or arr.ndim > 1 or not np.issubdtype(arr.dtype, np.integer):
+                return None
+            return [tvm.tirx.IntImm("int64", int(v)) for v in arr.reshape(-1)]
+
+        def _shape_arithmetic(self, node) -> bool:
+            """Add/Sub/Mul/Div and Concat of shapes (and int constants) computed as a shape, as
+            exporters write `hidden // heads` and `(batch, seq, heads, head)`: the result stays
+            symbolic, so the Reshape that uses it sees a shape, not a tensor TVM's Reshape cannot
+            take. False when not applicable (the frontend converts the node)."""
+            ops = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+                   "Div": lambda a, b: tvm.tirx.floordiv(a, b)}
+            if node.op_type not in ops and node.op_type != "Concat" or len(node.output) != 1:
+                return False
+            if not any(isinstance(getattr(self._nodes.get(n), "ty", None), relax.ShapeType) for n in node.input):
+                return False
+            if node.op_type == "Concat":  # shapes and int constants joined: still a shape
+                parts = [self._shape_values(n) for n in node.input]
+                if any(p is None for p in parts):
+                    return False
+                self._nodes[node.output[0]] = relax.ShapeExpr([v for p in parts for v in p])
+                return True
+            if len(node.input) != 2:
+                return False
+            a, b = (self._shape_values(n) for n in node.input)
+            if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+                return False
+            n = max(len(a), len(b))
+            a, b = (v * n if len(v) == 1 else v for v in (a, b))
+            self._nodes[node.output[0]] = relax.ShapeExpr([ops[node.op_type](x, y) for x, y in zip(a, b)])
+            return True
+
+        def _shapes_as_tensors(self, node) -> dict:
+            """Hand `node` its shape-valued inputs as int64 tensors when its converter cannot
+            take a shape (the frontend refuses "Node X cannot handle ShapeExpr inputs": Div, Mul,
+            Sub, Add on a Shape -> Gather result, as exporters write for head sizes); returns the
+            entries to put back, so later consumers still see the shape."""
+            def is_shape(e) -> bool:
+                return isinstance(e, relax.Expr) and isinstance(getattr(e, "ty", None), relax.ShapeType)
+
+            def unknown(e) -> bool:  # a shape whose entries TVM does not know (data-dependent dims)
+                return is_shape(e) and e.ty.values is None
+
+            values = [self._nodes.get(n) if n else None for n in node.input]
+            only_unknown = False
+            if node.op_type in _SHAPE_COMPATIBLE_OPS:
+                mixed = node.op_type == "Concat" and any(is_shape(v) for v in values) and not all(is_shape(v) for v in values)
+                # Gather and friends read a shape's values; one TVM cannot see they take as a tensor
+                only_unknown = node.op_type in _SHAPE_VALUE_READERS and any(unknown(v) for v in values)
+                if not mixed and not only_unknown:
+                    return {}
+            restore = {}
+            for name in node.input:
+                expr = self._nodes.get(name) if name else None
+                if is_shape(expr) and (unknown(expr) or not only_unknown):
+                    restore[name] = expr
+                    self._nodes[name] = self.bb.emit(relax.op.shape_to_tensor(expr))
+            return restore
 
         def _convert_operator(self, op_name, inputs, attrs, opset):
             fix = _CONVERTERS.get(op_name)
@@ -209,6 +283,17 @@ def _importer_class():
             pass  # done before import, with node names (see import_graph)
 
     return LineageImporter
+
+
+# ops whose TVM converter takes a Relax shape as an input (the frontend's own list)
+_SHAPE_COMPATIBLE_OPS = frozenset({
+    "Reshape", "Resize", "ConstantOfShape", "Gather", "Slice", "Shape", "Expand", "Concat", "Equal", "Where", "Cast",
+    "CastLike", "Squeeze",
+})
+
+
+# of those, the ops that read a shape as data (not as the shape of their result)
+_SHAPE_VALUE_READERS = frozenset({"Gather", "Slice", "Concat", "Squeeze", "Equal", "Where", "Cast", "CastLike"})
 
 
 def _bindings(func):
@@ -333,6 +418,57 @@ def _dims_as_identifiers(proto) -> dict[str, str]:
     return renamed
 
 
+# element types TVM cannot compile for the CPU: sub-byte integers and floats (its tensors copy
+# whole bytes: "TensorCopyFromBytes: size mismatch"), strings and complex numbers; and 8-bit
+# floats, whose casts TVM computes wrongly outside the normal range (FLOAT -> FLOAT8E5M2 of
+# large values and NaN) where random check inputs never go
+_UNSUPPORTED_TYPES = {
+    8: ("STRING", "TVM has no string tensors"),
+    14: ("COMPLEX64", "TVM has no complex tensors"),
+    15: ("COMPLEX128", "TVM has no complex tensors"),
+    17: ("FLOAT8E4M3FN", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    18: ("FLOAT8E4M3FNUZ", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    19: ("FLOAT8E5M2", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    20: ("FLOAT8E5M2FNUZ", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    24: ("FLOAT8E8M0", "TVM's 8-bit float conversions do not follow ONNX's rounding and saturation"),
+    21: ("UINT4", "TVM cannot store 4-bit integers"),
+    22: ("INT4", "TVM cannot store 4-bit integers"),
+    23: ("FLOAT4E2M1", "TVM cannot convert 4-bit floats"),
+    25: ("UINT2", "TVM cannot store 2-bit integers"),
+    26: ("INT2", "TVM cannot store 2-bit integers"),
+    27: ("FLOAT6E2M3", "TVM cannot convert 6-bit floats"),
+    28: ("FLOAT6E3M2", "TVM cannot convert 6-bit floats"),
+}
+
+
+def _refuse_unsupported_types(proto, labels: list[str], names: list[str], where: str) -> None:
+    """One sentence naming the first input, output, weight or node whose element type TVM cannot
+    compile (checked before import: TVM fails on them deep in code generation or at run time)."""
+    from onnx import helper
+
+    def refuse(what: str, elem: int, op: str = "", node: str = ""):
+        name, why = _UNSUPPORTED_TYPES[elem]
+        raise UnsupportedOpError(f"{where}{what} uses the element type {name}, and {why}; keep this part of the model in a type of 8 bits or more.",
+                                 op_type=op, node_name=node)
+
+    def elem_of(vi) -> int:
+        return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+
+    for kind, values in (("input", proto.graph.input), ("output", proto.graph.output)):
+        for vi in values:
+            if elem_of(vi) in _UNSUPPORTED_TYPES:
+                refuse(f"the model's {kind} '{vi.name}'", elem_of(vi))
+    for t in proto.graph.initializer:
+        if t.data_type in _UNSUPPORTED_TYPES:
+            refuse(f"the weight '{t.name}'", t.data_type)
+    for k, node in enumerate(proto.graph.node):
+        for a in node.attribute:
+            value = helper.get_attribute_value(a)
+            elem = value if a.name == "to" and isinstance(value, int) else getattr(value, "data_type", 0) if a.name in ("value", "value_tensor") else 0
+            if elem in _UNSUPPORTED_TYPES:
+                refuse(f"node '{labels[k]}' ({node.op_type})", elem, node.op_type, names[k])
+
+
 def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[str, list] | None = None) -> ImportResult:
     """Import a core.model.graph.Graph into a Relax IRModule, recording lineage.
 
@@ -343,7 +479,9 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
 
     _load_fixes()
     t0 = time.perf_counter()
-    proto: onnx.ModelProto = graph.to_proto()
+    from ..model.external_data import self_contained_proto
+
+    proto: onnx.ModelProto = self_contained_proto(graph)  # weights inline: the importer reads paths from the cwd
     nodes = graph.nodes
     if len(proto.graph.node) != len(nodes):  # pragma: no cover - to_proto keeps nodes 1:1
         raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
@@ -363,6 +501,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
                 node_name=nodes[origin[k]].label,
             )
 
+    _refuse_unsupported_types(proto, labels, [nodes[i].label for i in origin], where)
     opset = graph.opset or 1
     importer = _importer_class()(
         shape_dict,

@@ -155,9 +155,9 @@ def test_cuda_tuning_without_a_gpu_is_refused_in_one_sentence():
 
 
 def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp_path):
-    """compile hands trials, budget, database, progress and cancel to core.compiler.schedules.tuning_pass,
+    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning.tuning_pass,
     maps its progress into 5-55 % without the bar running backwards, and records what it did."""
-    from core.compiler import schedules
+    from core.compiler import tuning
 
     seen = {}
 
@@ -175,7 +175,7 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
 
         return _pass
 
-    monkeypatch.setattr(schedules, "tuning_pass", fake_tuning_pass)
+    monkeypatch.setattr(tuning, "tuning_pass", fake_tuning_pass)
     steps = []
     art = compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_budget_s=90, tune_db=tmp_path,
                         progress=lambda s, f: steps.append((s, f)), cancel=lambda: False)
