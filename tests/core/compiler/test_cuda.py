@@ -156,16 +156,18 @@ def test_gpu_check_path_runs_on_the_cpu(tmp_path):
 
 
 def _fused_cuda_module(model: onnx.ModelProto, target):
-    """The module tuning receives for `target`: compile's passes up to (not including) ScheduleTIR."""
+    """(the module tuning receives for `target`: compile's steps up to ScheduleTIR, the pipeline,
+    the steps from ScheduleTIR on)."""
     import onnx_ir as ir
 
-    from core.compiler import pipeline as pl
-    from core.compiler.compile import import_relax, split_pipeline
+    from core.compiler.compile import import_relax
+    from core.compiler.runner import Pipeline
     from core.model.graph import Graph
 
-    front, _ = split_pipeline(target)
-    graph = Graph(ir.from_proto(model))
-    return pl.run_passes(import_relax(graph).mod, [s for s in front if s.name != "ScheduleTIR"], target)
+    pipe = Pipeline(target)
+    steps = pipe.steps()
+    cut = [s.name for s in steps].index("ScheduleTIR")
+    return pipe.run(import_relax(Graph(ir.from_proto(model))).mod, steps[:cut]), pipe, steps[cut:]
 
 
 def _matmul_relu_model() -> onnx.ModelProto:
@@ -199,7 +201,7 @@ def test_default_schedule_for_cuda_binds_every_kernel_to_threads():
     from core.compiler.target import make_target
 
     t = make_target("cuda")
-    mod = _fused_cuda_module(_matmul_relu_model(), t)
+    mod, _, _ = _fused_cuda_module(_matmul_relu_model(), t)
     funcs = [f for _, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert funcs
     for func in funcs:
@@ -230,7 +232,7 @@ def test_cuda_tuning_loop_records_and_applies_schedules_that_nvcc_compiles(tmp_p
             return [ms.runner.LocalRunnerFuture(res=[secs], error_message=None) for _ in runner_inputs]
 
     t = make_target("cuda", cuda_arch="sm_80")
-    mod = _fused_cuda_module(_matmul_relu_model(), t)
+    mod, pipe, rest = _fused_cuda_module(_matmul_relu_model(), t)
     seen: list[tuple[float, str]] = []
     report = tune_module(mod, t, tmp_path, budget_s=300, trials_per_task=2, trials_per_round=2, runner=StandInRunner(),
                          progress=lambda f, m: seen.append((f, m)))
@@ -242,5 +244,5 @@ def test_cuda_tuning_loop_records_and_applies_schedules_that_nvcc_compiles(tmp_p
         applied = apply_database_pass(t, tmp_path)(mod)
     kernels = [f for _, f in applied.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
     assert all("tirx.is_scheduled" in f.attrs for f in kernels)  # from the database (its time beat the default's)
-    ex = tvm.compile(applied, t)
+    ex = pipe.codegen(pipe.run(applied, rest))  # ScheduleTIR leaves the tuned kernels as they are
     nvcc_fatbin(cuda_source_of(ex), tmp_path)  # the tuned kernels are valid CUDA
