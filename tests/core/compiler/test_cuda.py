@@ -43,14 +43,16 @@ extern "C" __global__ void __launch_bounds__(128) bad_kernel(float* __restrict__
 def test_nvcc_error_line_maps_to_its_kernel():
     assert kernel_at_line(_SOURCE, 5) == "good_kernel"
     assert kernel_at_line(_SOURCE, 9) == "bad_kernel"
-    assert kernel_at_line(_SOURCE, 3) is None  # a forward declaration is no kernel body
+    assert kernel_at_line(_SOURCE, 3) == "bad_kernel"  # its declaration (where a bad parameter name fails)
+    assert kernel_at_line(_SOURCE, 1) is None
     stderr = ('/tmp/x/kernels.cu(9): error: identifier "y" is undefined\n    x[0] = y;\n\n'
               "/tmp/x/kernels.cu(10): error: expected an expression\n\n"
               '2 errors detected in the compilation of "/tmp/x/kernels.cu".\n')
     assert explain_nvcc_failure(stderr, _SOURCE) == (
         "nvcc could not compile the generated CUDA kernel 'bad_kernel': kernels.cu line 9: "
         'identifier "y" is undefined (1 more error follows).')
-    assert "preamble" in explain_nvcc_failure("kernels.cu(1): error: bad include\n", _SOURCE)
+    assert explain_nvcc_failure("kernels.cu(1): error: bad include\n", _SOURCE) == (
+        "nvcc could not compile the generated CUDA code: kernels.cu line 1 (before the first kernel): bad include.")
     assert explain_nvcc_failure("nvcc fatal   : Unsupported gpu architecture 'compute_10'\n", _SOURCE) == (
         "nvcc could not compile the generated CUDA kernels: nvcc fatal   : Unsupported gpu architecture 'compute_10'.")
 
