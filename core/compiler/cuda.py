@@ -147,8 +147,11 @@ def _patch_cuda_blob(blob: bytes, fatbin: bytes) -> bytes:
         if key == "cuda":
             flen, q = _u64(data, 0)
             fmt = data[q : q + flen].decode()
-            if fmt == "cuda":
-                # code (the source) is the trailing u64-length-prefixed field
+            # "cuda" (source) where no GPU is; where one is, TVM already compiled the kernels for
+            # that GPU alone ("ptx", "fatbin", "cubin"): either way the fatbin for every listed
+            # architecture replaces the code, so the manifest's list is what ships
+            if fmt in ("cuda", "ptx", "fatbin", "cubin"):
+                # code is the trailing u64-length-prefixed field
                 for start in range(len(data) - 8, q + flen - 1, -1):
                     clen = struct.unpack_from("<Q", data, start)[0]
                     if start + 8 + clen == len(data) and clen > 0:

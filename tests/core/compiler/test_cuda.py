@@ -248,3 +248,24 @@ def test_cuda_tuning_loop_records_and_applies_schedules_that_nvcc_compiles(tmp_p
     assert all("tirx.is_scheduled" in f.attrs for f in kernels)  # from the database (its time beat the default's)
     ex = pipe.codegen(pipe.run(applied, rest))  # ScheduleTIR leaves the tuned kernels as they are
     nvcc_fatbin(cuda_source_of(ex), tmp_path)  # the tuned kernels are valid CUDA
+
+
+@pytest.mark.parametrize("fmt", [b"cuda", b"ptx"])
+def test_blob_patch_replaces_source_or_a_gpu_machines_own_build(fmt):
+    """Where a GPU is, TVM compiles the kernels for that GPU alone while building (fmt 'ptx'):
+    the export still ships the fatbin for every listed architecture."""
+    import struct
+
+    from core.compiler.cuda import _patch_cuda_blob
+
+    def u64(n):
+        return struct.pack("<Q", n)
+
+    def s(b):
+        return u64(len(b)) + b
+
+    fmap = u64(1) + s(b"k") + b"\x01\x02"
+    cuda_bytes = s(fmt) + fmap + s(b"CODE FOR ONE GPU")
+    body = u64(3) + u64(0) + u64(1) + u64(2) + u64(1) + u64(1) + s(b"_lib") + s(b"cuda") + s(cuda_bytes)
+    patched = _patch_cuda_blob(u64(len(body)) + body, b"FATBIN")
+    assert patched.endswith(s(s(b"fatbin") + fmap + s(b"FATBIN"))) and b"CODE FOR ONE GPU" not in patched
