@@ -4,7 +4,8 @@
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
-* "Tune" (CPU; CUDA where a GPU is here) tunes every kernel before scheduling: a budget in minutes for the model, in
+* "Tune" (CPU; CUDA only where a GPU is here to measure on) tunes every kernel before
+  scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
   (shared by all models; another one can be chosen for this session). Tuning runs inside the
