@@ -35,12 +35,11 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, load_model
 from core.views.layout import layout
-from core.views.viewgraph import from_graph
 
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["MainWindow", "run"]
 
@@ -59,6 +58,9 @@ class MainWindow(QMainWindow):
         self.document = Document(self)
         self.canvas = GraphCanvas(self.document, self)
         self.setCentralWidget(self.canvas)
+        from app.scopes import ScopeController
+
+        self.scopes = ScopeController(self.canvas)
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.panels: dict[str, QDockWidget] = {}
@@ -70,6 +72,10 @@ class MainWindow(QMainWindow):
 
         self._build_status_bar()
         self._build_menus()
+        self.scopes.install_actions(self)
+        from app.compare import install_actions as install_compare
+
+        install_compare(self)
         self.document.dirtyChanged.connect(self._update_title)
         self.document.pathChanged.connect(lambda _p: self._update_title())
         self.document.graphReplaced.connect(self._update_status)
@@ -333,12 +339,13 @@ class MainWindow(QMainWindow):
         if path:
             self.open_model(path)
 
-    def open_model(self, path: str | os.PathLike, wait: bool = False) -> bool:
+    def open_model(self, path: str | os.PathLike, wait: bool = False, allow_absolute_external: bool = False) -> bool:
         """Open a model: load, view and layout run on a worker thread.
 
         Returns True when the load started (or, with `wait=True`, when the model is open and
         drawn). Unsaved edits are asked about first; a bad file shows its sentence and keeps the
-        current model."""
+        current model. `allow_absolute_external` is for the workbench's own autosaves (see
+        core.load_model)."""
         if not self._confirm_discard():
             return False
         if self._load_job is not None:
@@ -363,12 +370,12 @@ class MainWindow(QMainWindow):
             gc.collect()
             gc.disable()
             try:
-                graph = load_model(path)
+                graph = load_model(path, allow_absolute_external=allow_absolute_external)
                 gc.freeze()
                 phases["load"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
                 job.report(0.3, "Building the view")
-                view = from_graph(graph)
+                view = self.canvas.model_view(graph)  # big graphs: groups collapsed (app.scopes)
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
                 phases["view"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
@@ -386,7 +393,7 @@ class MainWindow(QMainWindow):
         self._set_busy(True, f"Opening {Path(path).name}")
         job = self._load_job = start_job(
             work, f"Opening {Path(path).name}", self, progressed=self._progress,
-            done=lambda res: self._load_done(job, path, res, t0), failed=lambda msg: self._load_failed(job, path, msg),
+            done=lambda res: self._load_done(job, path, res, t0), failed=lambda exc: self._load_failed(job, path, error_text(exc, job.title)),
             cancelled=lambda: self._load_cancelled(job), delete_later=True,
         )
         if not wait:
@@ -494,7 +501,8 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Cannot save", str(e))
             return False
         self._add_recent(str(target))
-        self.statusBar().showMessage(f"Saved {target}", 4000)
+        saved = self.document.last_save
+        self.statusBar().showMessage(saved.describe() if saved is not None else f"Saved {target}", 8000)
         return True
 
     def _confirm_discard(self) -> bool:

@@ -126,6 +126,11 @@ class Decorations:
 
     def _apply_overlay(self) -> None:
         values, legend = self._overlay if self._overlay else ({}, "")
+        if values:
+            from app.scopes import with_group_totals
+
+            values = with_group_totals(values, self.view)  # a collapsed group shows its nodes' total
+            self._overlay = (values, legend)
         known = self.layout_result.boxes if self.layout_result is not None else {}
         drawn = max((float(v) for k, v in values.items() if k in known), default=0.0)
         self._overlay_max = self._overlay_scale if self._overlay_scale else drawn

@@ -93,14 +93,20 @@ class FindBar(QFrame):
 
     def _search(self, text: str) -> None:
         view = self.canvas.view
-        self.hits = find_nodes(view, text) if view is not None else []
+        scopes = self.canvas.scopes
         boxes = self.canvas.layout_result.boxes if self.canvas.layout_result is not None else {}
-        self.hits = [h for h in self.hits if h in boxes]
+        if scopes is not None and scopes.active:  # hits inside collapsed groups count too
+            self.hits = scopes.find(text)
+            shown = {scopes.visible_id(h) for h in self.hits}
+        else:
+            self.hits = find_nodes(view, text) if view is not None else []
+            self.hits = [h for h in self.hits if h in boxes]
+            shown = self.hits
         self.index = -1
         self._update_count()
         self._fill_results(text)
         if self.hits:
-            self.canvas.set_highlight("search", self.hits, HIGHLIGHT_COLORS["search"])
+            self.canvas.set_highlight("search", shown, HIGHLIGHT_COLORS["search"])
         else:
             self.canvas.clear_highlight("search")
 
@@ -111,14 +117,13 @@ class FindBar(QFrame):
         view = self.canvas.view
         q = text.strip().lower()
         for node_id in self.hits[: self.LIST_LIMIT]:
-            n = view.node(node_id)
-            name = str(n.data.get("name") or n.data.get("tensor") or "")
+            label, name, tensors, tip = self._describe(view, node_id)
             via = ""
-            if q and q not in n.label.lower() and q not in name.lower():
-                tensors = [t for t in list(n.data.get("inputs", ())) + list(n.data.get("outputs", ())) if t and q in t.lower()]
-                via = f"  · {tensors[0]}" if tensors else ""
-            item = QListWidgetItem(f"{n.label}  {name}{via}".strip())
-            item.setToolTip(n.tooltip or n.label)
+            if q and q not in label.lower() and q not in name.lower():
+                matched = [t for t in tensors if t and q in t.lower()]
+                via = f"  · {matched[0]}" if matched else ""
+            item = QListWidgetItem(f"{label}  {name}{via}".strip())
+            item.setToolTip(tip or label)
             self.results.addItem(item)
         if len(self.hits) > self.LIST_LIMIT:
             more = QListWidgetItem(f"… {len(self.hits) - self.LIST_LIMIT:,} more (use the arrows)")
@@ -127,6 +132,20 @@ class FindBar(QFrame):
         self.results.setVisible(bool(self.hits))
         self.results.setFixedHeight(min(220, 6 + self.results.sizeHintForRow(0) * min(len(self.hits) + 1, 10)) if self.hits else 0)
         self.place()
+
+    def _describe(self, view, node_id) -> tuple[str, str, list, str]:
+        """(label, name, tensors, tooltip) of a hit: from the view, or from the model for a node
+        inside a collapsed group (app.scopes), which has no box of its own."""
+        try:
+            n = view.node(node_id)
+        except (KeyError, AttributeError):
+            graph = self.canvas.document.graph
+            if graph is not None and isinstance(node_id, int) and graph.has_node(node_id):
+                node = graph.node(node_id)
+                return node.op_type, node.label, [v for v in list(node.inputs) + list(node.outputs) if v], ""
+            return str(node_id), "", [], ""
+        name = str(n.data.get("name") or n.data.get("tensor") or "")
+        return n.label, name, list(n.data.get("inputs", ())) + list(n.data.get("outputs", ())), n.tooltip
 
     def _update_count(self) -> None:
         if not self.edit.text():
@@ -149,6 +168,10 @@ class FindBar(QFrame):
         if index < self.results.count():
             self.results.setCurrentRow(index)
         node_id = self.hits[self.index]
+        if self.canvas.scopes is not None and self.canvas.scopes.active:
+            index = self.index
+            self.canvas.scopes.reveal(node_id)  # expand to node (the new view re-runs the search)
+            self.index = index
         self.canvas.select([node_id])
         self.canvas.center_on(node_id)
         self._update_count()

@@ -20,8 +20,9 @@ from core.views.viewgraph import ViewGraph
 
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
+from app.group_items import GroupItem
 from app.style import HIGHLIGHT_COLORS
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["SceneBuilder"]
 
@@ -55,7 +56,7 @@ class SceneBuilder:
         job = self._job = start_job(
             work, "Laying out the graph", self, progressed=self.progressed.emit,
             done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
-            failed=lambda msg: self._job_ended(job, msg), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
+            failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )
 
     def cancel(self) -> None:
@@ -149,7 +150,8 @@ class SceneBuilder:
         box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
         if box is None:
             return None
-        item = NodeItem(self.view.node(node_id), box.w, box.h)
+        node = self.view.node(node_id)
+        item = (GroupItem if node.category == "group" else NodeItem)(node, box.w, box.h)
         item.setPos(box.x - box.w / 2, box.y - box.h / 2)
         self._decorate_node(item)
         if not self._layer.visible:

@@ -18,7 +18,7 @@ from core.views.viewgraph import ViewGraph, from_graph
 from app.canvas.decorations import Decorations
 from app.canvas.find_bar import FindBar
 from app.canvas.minimap import Minimap
-from app.canvas.overview import DisplayExtras, ItemLayer
+from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.canvas.scene import SceneBuilder
 from app.document import Document
 from app.graph_items import EdgeItem, NodeItem
@@ -66,6 +66,8 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.direction = "TB"  # "LR": graphs laid out left to right (View > Left to Right)
         self.edge_shapes = False  # View > Tensor Shapes on Edges
         self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
+        self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
+        self.scopes = None  # app.scopes.ScopeController, when installed
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -126,11 +128,18 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         if cache is not None and cache[0] == id(graph) and cache[1] == graph.revision:
             self._display(cache[2], cache[3], state, cache[4])
         else:
-            self._layout_and_show(from_graph(graph), state)
+            self._layout_and_show(self.model_view(graph), state)
 
     def prime_model_layout(self, graph, view: ViewGraph, result: Layout, extras: DisplayExtras | None = None) -> None:
         """Hand over a layout computed together with loading, so opening lays out only once."""
         self._model_cache = (id(graph), graph.revision, view, result, extras)
+
+    def show_model_layout(self, view: ViewGraph, result: Layout, keep=None) -> None:
+        """Show a model view laid out by the caller (a group opened in place), keeping the node
+        `keep = (id, offset from the viewport centre)` where it was on screen."""
+        self.mode = "model"
+        self.prime_model_layout(self.document.graph, view, result, prepare_display(view, result))
+        self._display(view, result, {"keep": keep} if keep is not None else {"fit": False}, self._model_cache[4])
 
     def select(self, ids: Iterable[Hashable], center: bool = False) -> None:
         ids = [i for i in ids if self._make_node(i) is not None] if self.view is not None else []
@@ -247,7 +256,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         if self.mode != "model" or self.document.graph is None:
             self._model_cache = None
             return
-        self._layout_and_show(from_graph(self.document.graph), {"keep": self._view_anchor()})
+        self._layout_and_show(self.model_view(self.document.graph), {"keep": self._view_anchor()})
 
     def _on_document_selection(self, ids: list) -> None:
         if self.mode == "model" and not self._syncing and set(ids) != set(self.selected_ids()):

@@ -55,7 +55,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from app.workers import Job, JobCancelled, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
@@ -82,6 +82,7 @@ class KernelChart(QWidget):
     """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
 
     kernelClicked = Signal(dict)
+    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
 
     BAR_H = 18
     GAP = 4
@@ -150,6 +151,11 @@ class KernelChart(QWidget):
             self.selected = i
             self.update()
             self.kernelClicked.emit(self.kernels[i])
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        i = self.index_at(event.position().y())
+        if i >= 0:
+            self.kernelActivated.emit(self.kernels[i])
 
     def mouseMoveEvent(self, event) -> None:
         i = self.index_at(event.position().y())
@@ -226,7 +232,7 @@ class CompilePanel(QWidget):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
-        for w in (self.tune, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
@@ -255,10 +261,12 @@ class CompilePanel(QWidget):
         self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
         self.heat.toggled.connect(self._apply_heat)
         self.tune.toggled.connect(self._update_tune_controls)
+        self.use_db.toggled.connect(self._update_tune_controls)
         self.target.currentIndexChanged.connect(self._update_tune_controls)
         self.tune_db_btn.clicked.connect(self.choose_tune_db)
         self._update_tune_controls()
         self.chart.kernelClicked.connect(self._select_kernel)
+        self.chart.kernelActivated.connect(self._schedule_kernel)
         # F5 compiles and runs from anywhere in the window (and raises this panel)
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
@@ -274,6 +282,7 @@ class CompilePanel(QWidget):
         from core.compiler.tuning import default_database_root
 
         self.tune = QCheckBox("Tune")
+        self.use_db = QCheckBox("Use database")
         self.tune_minutes = QDoubleSpinBox()
         self.tune_minutes.setRange(0.1, 24 * 60)
         self.tune_minutes.setDecimals(1)
@@ -299,6 +308,8 @@ class CompilePanel(QWidget):
             self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
             "0: template search only); kernels already tuned this far are reused",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
+            self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
+            "(tuned, or filed from the Schedule panel with 'Use in compile')",
         }
 
     def set_tune_db(self, folder: str) -> None:
@@ -317,9 +328,12 @@ class CompilePanel(QWidget):
         busy = self._busy_now
         cpu = self.tuning_available()
         self.tune.setEnabled(cpu and not busy)
+        self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
         on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune_minutes, self.tune_trials):
             w.setEnabled(on)
+        for w in (self.tune_db_label, self.tune_db_btn):
+            w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
         for w, tip in self._tune_tips.items():
             w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
         self._show_tune_db()
@@ -334,7 +348,10 @@ class CompilePanel(QWidget):
         self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
 
     def tuning_options(self) -> dict:
-        """compile_model's tuning keywords for the controls' state (empty: no tuning)."""
+        """compile_model's tuning keywords for the controls' state (empty: no tuning; the
+        database alone with "Use database")."""
+        if self.tuning_available() and not self.tune.isChecked() and self.use_db.isChecked():
+            return {"tune_db": self.tune_db_path}
         if not (self.tune.isChecked() and self.tuning_available()):
             return {}
         return {
@@ -345,28 +362,6 @@ class CompilePanel(QWidget):
 
     # -- compile + bench ------------------------------------------------------------------
 
-    def _rewrites_applied(self) -> list[str]:
-        """Descriptions of the rewrite edits on the undo stack (up to its current index)."""
-        stack = self.window.document.undo_stack
-        out = []
-        for i in range(stack.index()):
-            cmd = stack.command(i)
-            edit = getattr(cmd, "edit", None)
-            if edit is not None and type(edit).__name__ == "RewriteEdit":
-                out.append(getattr(edit, "description", cmd.text()))
-        return out
-
-    def _lowering_pipeline(self, target: str):
-        """The Lowering panel's pass list (its edits included) when it is set to this target, so
-        what the user stepped through is what gets compiled; None (the default) otherwise."""
-        dock = getattr(self.window, "panels", {}).get("lowering")
-        panel = dock.widget() if dock is not None else None
-        try:
-            if panel is not None and panel.target_box.currentText() == target:
-                return panel.specs()
-        except (AttributeError, RuntimeError):  # a lowering panel without that API
-            pass
-        return None
 
     def _shortcut(self) -> None:
         if self.dock is not None:
@@ -381,8 +376,10 @@ class CompilePanel(QWidget):
         target = self.target.currentData()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
-        rewrites = self._rewrites_applied()
-        pipeline = self._lowering_pipeline(target)
+        # the document's record of the rewrites, and the pass list the user set up for this
+        # target in the Lowering panel (edits included): what was stepped through is compiled
+        rewrites = self.window.document.applied_rewrites
+        pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
@@ -391,14 +388,6 @@ class CompilePanel(QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compiler.compile import CompileCancelled
-
-            try:
-                return compile_and_measure(job)
-            except CompileCancelled:
-                raise JobCancelled() from None
-
-        def compile_and_measure(job: Job):
             from core.compiler.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
             from core.compiler.target import gpu_present
@@ -503,17 +492,16 @@ class CompilePanel(QWidget):
         self.progress.setFormat("done")
         self._show_results()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Compile & Run")
         self._busy(False)
         self.progress.setValue(0)
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
         # a refusal names the node (unsupported op, or where the results first differ): show it
-        import re
-
-        m = re.search(r"node '([^']+)'", message or "")
-        ids = self._node_ids([m.group(1)]) if m else []
+        node = getattr(exc, "node_name", "") or ""
+        ids = self._node_ids([node]) if node else []
         if ids:
             self.window.document.set_selection(ids)
             self.window.canvas.center_on(ids[0])
@@ -631,6 +619,12 @@ class CompilePanel(QWidget):
             canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
         elif canvas._overlay is not None:
             canvas.set_overlay(None)
+
+    def _schedule_kernel(self, kernel: dict) -> None:
+        """Double-clicked bar: open the kernel in the Schedule panel (on the open model, CPU)."""
+        panel = getattr(self.window, "schedule_panel", None)
+        if panel is not None and self.target.currentData() == "cpu":
+            panel.open_from_model(kernel["name"])
 
     def _select_kernel(self, kernel: dict) -> None:
         ids = self._node_ids(kernel.get("onnx_nodes") or [])
@@ -765,15 +759,11 @@ class CompilePanel(QWidget):
 
         def work(job: Job):
             from core.compiler.bench import benchmark
-            from core.compiler.compile import CompileCancelled
 
-            try:
-                return art, benchmark(
-                    art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                    progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-                )
-            except CompileCancelled:
-                raise JobCancelled() from None
+            return art, benchmark(
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
+            )
 
         self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
 

@@ -237,6 +237,8 @@ class InspectorPanel(QTreeWidget):
                         vn = None
                     if vn is not None and vn.data.get("tensor") and graph.has_value(vn.data["tensor"]):
                         return self._tensor(graph, vn.data["tensor"])
+                    if vn is not None and vn.data.get("kind") == "scope":
+                        return group_facts(vn)
             if len(ids) > 1:
                 return self._many(ids)
             return [("Inspector", "", "Select a node, an edge or a weight badge for its details.")] + model_facts(graph)
@@ -316,3 +318,16 @@ def create_panel(window) -> QDockWidget:
     dock.setWidget(InspectorPanel(window))
     dock.setMinimumWidth(280)
     return dock
+
+
+def group_facts(vn) -> list[tuple[str, str, str]]:
+    """Rows for a collapsed group's box (core.views.scopes.group_node): what is inside and what
+    crosses its border."""
+    d = vn.data
+    rows = [("Group", "path", d.get("path", "")), ("Group", "nodes", f"{d.get('size', 0):,}"),
+            ("Group", "parameters", f"{d.get('params', 0):,}"), ("Group", "open", "double-click, Enter or +")]
+    rows += [("Ops", op, str(k)) for op, k in d.get("ops", {}).items()]
+    details = d.get("shapes", {})
+    rows += [("Inputs", t, details.get(t, "")) for t in d.get("inputs", [])[:20]]
+    rows += [("Outputs", t, details.get(t, "")) for t in d.get("outputs", [])[:20]]
+    return rows

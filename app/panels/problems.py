@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
 from core.model.validation import Problem, prepare
 
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
 
@@ -70,7 +70,7 @@ class ProblemsPanel(QTreeWidget):
         job = self._job = start_job(
             lambda _job: prepared.finish(), "Checking the model", self,
             done=lambda problems: self._job_done(job, graph, prepared.revision, problems),
-            failed=lambda message: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {message}")]),
+            failed=lambda exc: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {error_text(exc, job.title)}")]),
         )
 
     def _job_done(self, job, graph, revision: int, problems: list[Problem]) -> None:

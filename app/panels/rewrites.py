@@ -43,7 +43,7 @@ from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
-from app.workers import Job, start_job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
 
@@ -232,7 +232,7 @@ class RewritesPanel(QWidget):
 
         self._busy(title)
         job = start_job(
-            work, title, self, ended=ended, done=after(done), failed=after(lambda m: self._job_failed(title, m)),
+            work, title, self, ended=ended, done=after(done), failed=after(lambda exc: self._job_failed(title, error_text(exc, title))),
             cancelled=after(lambda: self._cancelled(attr)), progressed=lambda f, t: self.status.setText(t), start=False,
         )
         self._jobs.add(job)

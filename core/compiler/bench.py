@@ -25,11 +25,8 @@ from typing import Any
 import numpy as np
 
 from .artifact import Artifact
-
-from .compile import CompileCancelled
-
 from .reference import compare_outputs, random_feeds
-from ..errors import WorkbenchError
+from ..errors import Cancelled, WorkbenchError
 
 __all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
 
@@ -184,33 +181,28 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
         if not est:
             raise WorkbenchError("this artifact carries no memory estimate (it was exported without one).")
         return est
-    import tvm
     from tvm import relax
 
+    from .pipeline import PassSpec, make_pass
+    from .runner import Step, run_steps
     from .target import make_target
 
     mod = art.scheduled_mod
     sym = sorted({d for s in art.inputs for d in s.shape if isinstance(d, str)})
     bound = {name: int((dims or {}).get(name, 1)) for name in sym}
     target = make_target(art.target) if art.target == "cpu" else None
-    passes = []
-    if bound:
-        passes.append(relax.transform.BindSymbolicVars(bound))
-    passes += [
-        relax.transform.RewriteDataflowReshape(),
-        relax.transform.ToNonDataflow(),
-        relax.transform.RemovePurityChecking(),
-        relax.transform.CallTIRRewrite(),
-    ]
-    seq_unplanned = tvm.transform.Sequential(passes)
-    seq_planned = tvm.transform.Sequential(passes + [relax.transform.StaticPlanBlockMemory()])
-    if target is not None:
-        with target:
-            unplanned_mod = seq_unplanned(mod)
-            planned_mod = seq_planned(mod)
-    else:
-        unplanned_mod = seq_unplanned(mod)
-        planned_mod = seq_planned(mod)
+    # the module names a dim by its C identifier (manifest's code_names); dims the import left
+    # unnamed are not in it
+    code = art.manifest.get("code_names") or {}
+    defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
+    in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
+    # the pipeline's own VM-lowering steps, up to and then through memory planning
+    steps = [Step("BindSymbolicVars", "tensor program", lambda: relax.transform.BindSymbolicVars(in_module))] if in_module else []
+    steps += [Step(name, "tensor program", (lambda name=name: make_pass(PassSpec(name), target)))
+              for name in ("DataflowLowering", "CallTIRRewrite")]
+    unplanned_mod = run_steps(mod, steps, target)
+    planned_mod = run_steps(unplanned_mod, [Step("StaticPlanBlockMemory", "tensor program",
+                                                 lambda: make_pass(PassSpec("StaticPlanBlockMemory"), target))], target)
     unplanned, _, dyn = _allocation_bytes(unplanned_mod)
     _, planned, dyn2 = _allocation_bytes(planned_mod)
     return {
@@ -346,7 +338,7 @@ def benchmark(
 
     def stop():
         if cancel is not None and cancel():
-            raise CompileCancelled("benchmark cancelled.")
+            raise Cancelled("benchmark cancelled.")
 
     report("warm-up", 0.0)
     for _ in range(max(0, warmup)):

@@ -37,6 +37,8 @@ from typing import Any, NoReturn
 import numpy as np
 import onnx_ir as ir
 
+from ..model.graph import INFERRED as _INFERRED
+from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from .constants import ConstantEvaluator
 
@@ -62,8 +64,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 WB_DOMAIN = "mlc.workbench"  # domain of the workbench's model-local functions (fused ops)
-_ID = "wb.id"
-_INFERRED = "wb.inferred"
 
 
 class ConditionFailed(Exception):

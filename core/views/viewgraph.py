@@ -30,6 +30,7 @@ CATEGORIES = (
     "shape",
     "io",
     "other",
+    "group",  # a collapsed name scope (core.views.scopes)
 )
 
 

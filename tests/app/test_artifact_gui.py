@@ -62,7 +62,7 @@ def test_load_and_run_shows_latency(window, qtbot, monkeypatch, artifact_folder)
     _answer("Load and Run", seen)
     panel.open_artifact(str(artifact_folder))
     assert calls == [str(artifact_folder)]
-    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.compile_btn.isEnabled(), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.open_artifact_btn.isEnabled(), timeout=30_000)  # no model open: Compile & Run stays off
     labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
     for label in ("Latency median", "Latency p10 – p90"):
         cell = panel.table.item(labels.index(label), 1).text().removeprefix("⚠ ")

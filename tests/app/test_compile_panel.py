@@ -103,9 +103,13 @@ def test_compile_uses_the_lowering_panels_pipeline(window):
     lp = lowering.widget()
     lp.target_box.setCurrentText("cpu")
     specs = [PassSpec(s.name, enabled=(s.name != "FuseOps" and s.enabled)) for s in lp.specs()]
+    changed = []
+    window.document.pipelineChanged.connect(changed.append)
     lp.set_specs(specs)
-    assert _panel(window)._lowering_pipeline("cpu") == specs
-    assert _panel(window)._lowering_pipeline("cuda") is None
+    # the Lowering panel hands its list to the document, where the Compile panel reads it
+    assert changed == ["cpu"]
+    assert window.document.pipeline_for("cpu") == specs
+    assert window.document.pipeline_for("cuda") is None
 
 
 # -- tuning ---------------------------------------------------------------------------------
