@@ -65,9 +65,9 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self._degree: tuple[dict, dict] = ({}, {})
         self.direction = "TB"  # "LR": graphs laid out left to right (View > Left to Right)
         self.edge_shapes = False  # View > Tensor Shapes on Edges
-        self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
         self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
         self.scopes = None  # app.scopes.ScopeController, when installed
+        self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
