@@ -523,7 +523,7 @@ class CompilePanel(QWidget):
         v = m.get("verification", {})
         self.status.setStyleSheet("")
         if v.get("checked"):
-            check = f"outputs match onnxruntime (max abs error {v['max_abs_err']:.2g})"
+            check = f"outputs match {v.get('reference', 'onnxruntime')} (max abs error {v['max_abs_err']:.2g})"
         else:
             check = f"not checked against onnxruntime: {v.get('reason')}"
         fixes = m.get("converter_fixes") or []
