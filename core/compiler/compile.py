@@ -16,6 +16,7 @@ The exported folder is described in `core.compiler.artifact`; verification in
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -30,6 +31,7 @@ from typing import Any
 from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .codegen import BuildCancelled, cancel_scope
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .lineage import KernelLineageTap
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
@@ -96,6 +98,21 @@ def import_relax(graph) -> Imported:
 # Passes from here on turn scheduled Relax+TIR into VM code; compile keeps the module before them
 # (the scheduled module: memory estimate, lineage).
 VM_LOWERING_START = "DataflowLowering"
+
+
+@contextlib.contextmanager
+def _cancelled_as_compile(cancel: Callable[[], bool] | None):
+    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
+    RuntimeError: `cancel()` itself tells.)"""
+    try:
+        yield
+    except BuildCancelled:
+        raise CompileCancelled("compile cancelled.") from None
+    except Exception:
+        if cancel is not None and cancel():
+            raise CompileCancelled("compile cancelled.") from None
+        raise
 
 
 def _check_cancel(cancel: Callable[[], bool] | None) -> None:
@@ -190,13 +207,15 @@ def compile_model(
             kept["scheduled"] = r.mod
         passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
 
-    final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
+    with _cancelled_as_compile(cancel), cancel_scope(cancel):
+        final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
     scheduled = kept.get("scheduled", imported.mod)
     _check_cancel(cancel)
     if not back:
         report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = _tvm_step("code generation", pipe.codegen, final)
+    with _cancelled_as_compile(cancel):
+        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)

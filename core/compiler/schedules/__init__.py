@@ -78,6 +78,8 @@ def with_root_block(func):
 def _cpu_schedule_pass(target):
     import tvm
 
+    from ..codegen import check_cancelled
+
     @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
     def _pass(mod, _ctx):
         rules = cpu_rules()
@@ -87,6 +89,7 @@ def _cpu_schedule_pass(target):
                 continue
             rooted = with_root_block(func)
             if not _is_scheduled(func):
+                check_cancelled()
                 scheduled, _rule = schedule_cpu_func(rooted, target, rules)
                 rooted = scheduled if scheduled is not None else rooted
             if not rooted.same_as(func):
@@ -104,6 +107,8 @@ def schedule_pass(target):
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
+    from ..codegen import fold_constant_calls_pass
+
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
@@ -115,7 +120,9 @@ def schedule_pass(target):
             _cpu_schedule_pass(target),
             # weight repacking moves out of the kernels into its own calls on the constants...
             relax.transform.SplitLayoutRewritePreproc(),
-            # ...which are evaluated now, so the compiled model carries prepacked weights
+            # ...which are evaluated now, so the compiled model carries prepacked weights (built
+            # in parallel and cancellable; relax's FoldConstant takes what is left, if anything)
+            fold_constant_calls_pass(target),
             relax.transform.FoldConstant(),
             # and the packing kernels, now unused, go
             relax.transform.DeadCodeElimination(),
