@@ -114,7 +114,8 @@ class FindBar(QFrame):
 
     def _fill_results(self, text: str) -> None:
         self.results.clear()
-        view = self.canvas.view
+        scopes = self.canvas.scopes
+        view = scopes.full_view if scopes is not None and scopes.active else self.canvas.view  # hits may be inside groups
         q = text.strip().lower()
         for node_id in self.hits[: self.LIST_LIMIT]:
             label, name, tensors, tip = self._describe(view, node_id)
@@ -172,6 +173,8 @@ class FindBar(QFrame):
             index = self.index
             self.canvas.scopes.reveal(node_id)  # expand to node (the new view re-runs the search)
             self.index = index
+            if index < self.results.count():
+                self.results.setCurrentRow(index)
         self.canvas.select([node_id])
         self.canvas.center_on(node_id)
         self._update_count()
