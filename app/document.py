@@ -13,6 +13,12 @@ Signals
     dirtyChanged(bool)         the model differs from the file on disk (or not any more)
     pathChanged(str)           the file path changed (Save As)
     saved(str)                 the model was written to this file (`last_save` says where its weights went)
+    pipelineChanged(str)       the pass pipeline for a target was set (the Lowering panel's list)
+
+Besides the model, the document holds what a compile of it needs from the rest of the window:
+the rewrites applied to the model (`applied_rewrites`, recorded in the model itself) and the
+pass pipeline the user set up for a target (`set_pipeline` / `pipeline_for`), so no panel reads
+another panel's widgets.
 """
 from __future__ import annotations
 
@@ -97,6 +103,7 @@ class Document(QObject):
     dirtyChanged = Signal(bool)
     pathChanged = Signal(str)
     saved = Signal(str)
+    pipelineChanged = Signal(str)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -106,6 +113,7 @@ class Document(QObject):
         self._selection: list = []
         self._tensor = ""
         self._push_error: WorkbenchError | None = None
+        self._pipeline: tuple[str, list] | None = None  # (target, PassSpecs)
         self.last_save: SaveResult | None = None
         self.undo_stack.cleanChanged.connect(self._clean_changed)
 
@@ -158,6 +166,26 @@ class Document(QObject):
         self.undo_stack.setClean()
         self.saved.emit(str(target))
         return target
+
+    @property
+    def applied_rewrites(self) -> list[str]:
+        """The rewrites applied to the model, oldest first (core.model.graph.Graph.applied_rewrites:
+        recorded in the model, so undo takes one back and a saved file keeps them)."""
+        return self.graph.applied_rewrites if self.graph is not None else []
+
+    # ---- pipeline ----------------------------------------------------------------------------
+    def set_pipeline(self, target: str, specs: list) -> None:
+        """The pass pipeline (core.compiler.pipeline PassSpecs) the user set up for `target`."""
+        specs = list(specs)
+        if self._pipeline != (target, specs):
+            self._pipeline = (target, specs)
+            self.pipelineChanged.emit(target)
+
+    def pipeline_for(self, target: str) -> list | None:
+        """The pipeline set for `target`, or None (compile then uses the default one)."""
+        if self._pipeline is None or self._pipeline[0] != target:
+            return None
+        return list(self._pipeline[1])
 
     # ---- edits -------------------------------------------------------------------------------
     def push(self, edit: Edit, show_errors: bool = True) -> bool:

@@ -50,6 +50,25 @@ def ort_run(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray]) -> lis
     return sess.run(None, feeds)
 
 
+def exporter_names_model() -> onnx.ModelProto:
+    """Names as exporters write them: '.', '/', ':' and '-', a digit first, and three inputs that
+    clean up to the same identifier."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    dims = ["batch:0", 8]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("a.b", "a/b", "a_b", "input-1", "0")]
+    w = numpy_helper.from_array(np.arange(8, dtype=np.float32), "/encoder/layer.0/w")
+    nodes = [
+        helper.make_node("Add", ["a.b", "a/b"], ["s.1"]),
+        helper.make_node("Add", ["s.1", "a_b"], ["s:2"]),
+        helper.make_node("Mul", ["s:2", "input-1"], ["s-3"]),
+        helper.make_node("Sub", ["s-3", "0"], ["s/4"]),
+        helper.make_node("Add", ["s/4", "/encoder/layer.0/w"], ["out:0"]),
+    ]
+    g = helper.make_graph(nodes, "exporter_names", ins, [helper.make_tensor_value_info("out:0", TensorProto.FLOAT, dims)], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def external_weights_cnn(folder: Path, name: str = "cnn_bn_ext") -> Path:
     """A small CNN (Conv, BatchNormalization, Relu, pool, MatMul) saved with every weight in
     `<name>.data` beside `<name>.onnx`, as exporters write large models."""

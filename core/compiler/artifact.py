@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WorkbenchError
+from ..errors import UnsupportedOpError, WorkbenchError
 from .cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from .target import gpu_present
 
@@ -111,7 +111,14 @@ def specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
     inits = {t.name for t in proto.graph.initializer}
 
-    def spec(vi) -> TensorSpec:
+    def spec(vi, kind: str) -> TensorSpec:
+        if not vi.type.HasField("tensor_type"):
+            what = {"sequence_type": "a sequence of tensors", "optional_type": "an optional value", "map_type": "a map",
+                    "sparse_tensor_type": "a sparse tensor"}.get(vi.type.WhichOneof("value"), "not a tensor")
+            raise UnsupportedOpError(
+                f"the model's {kind} '{vi.name}' is {what}; the workbench compiles models whose inputs and outputs are "
+                f"tensors, so make '{vi.name}' a tensor (for example by ending the graph with ConcatFromSequence)."
+            )
         tt = vi.type.tensor_type
         shape: list[int | str] = []
         for i, d in enumerate(tt.shape.dim):
@@ -122,8 +129,8 @@ def specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
         return TensorSpec(vi.name, tuple(shape), dtype)
 
-    ins = [spec(vi) for vi in proto.graph.input if vi.name not in inits]
-    outs = [spec(vi) for vi in proto.graph.output]
+    ins = [spec(vi, "input") for vi in proto.graph.input if vi.name not in inits]
+    outs = [spec(vi, "output") for vi in proto.graph.output]
     return ins, outs
 
 
@@ -176,7 +183,8 @@ class Artifact:
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise WorkbenchError(f"input '{spec.name}' is missing (the model needs {', '.join(s.name for s in self.inputs)}).")
-            a = np.ascontiguousarray(feeds[spec.name])
+            # np.asarray(order="C"), not np.ascontiguousarray: the latter makes a 0-d scalar shape (1,)
+            a = np.asarray(feeds[spec.name], order="C")
             if a.dtype != np.dtype(spec.dtype):
                 raise WorkbenchError(f"input '{spec.name}' has dtype {a.dtype}, the model needs {spec.dtype}.")
             if a.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
@@ -192,7 +200,15 @@ class Artifact:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order."""
-        out = self.run_device(self.to_device(feeds))
+        args = self.to_device(feeds)
+        try:
+            out = self.run_device(args)
+        except WorkbenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a kernel's runtime check (shape, bounds) failed on these inputs
+            from ..errors import brief_reason
+
+            raise WorkbenchError(f"the compiled model fails on these inputs at run time ({brief_reason(e)}); check the inputs' shapes and values.") from e
         return flatten_outputs(out)
 
     # -- export --------------------------------------------------------------------------
@@ -231,8 +247,16 @@ class Artifact:
 
 
 def flatten_outputs(out) -> list[np.ndarray]:
+    """The VM's result as a flat list of numpy arrays: tensors, tuples (recursively), shapes
+    (a Shape node's output comes back as a ShapeTuple: int64, like onnxruntime's) and scalars."""
+    import tvm
+
     if hasattr(out, "numpy"):
         return [out.numpy()]
+    if isinstance(out, tvm.runtime.ShapeTuple):
+        return [np.array(list(out), dtype=np.int64)]
+    if isinstance(out, (bool, int, float, np.generic)):
+        return [np.asarray(out)]
     result = []
     for x in out:
         result.extend(flatten_outputs(x))

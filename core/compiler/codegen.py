@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-from ..errors import WorkbenchError
+from ..errors import Cancelled
 
 __all__ = ["BuildCancelled", "build_executable", "cancel_scope", "check_cancelled", "fold_constant_calls", "fold_constant_calls_pass",
            "GROUP_KERNELS", "POLL_S"]
@@ -45,8 +45,8 @@ GROUP_KERNELS = 2  # kernels per build group: small groups bound the work a canc
 POLL_S = 0.02
 
 
-class BuildCancelled(WorkbenchError):
-    """`cancel()` turned true during code generation or a long pass."""
+class BuildCancelled(Cancelled):
+    """`cancel()` turned true during code generation or a long pass (core.errors.Cancelled)."""
 
     def __init__(self):
         super().__init__("build cancelled.")

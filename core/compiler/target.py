@@ -38,13 +38,20 @@ def use_host_cores() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
 
 
-def make_target(kind: str = "cpu", cuda_arch: str = "sm_80"):
-    """A tvm.target.Target for 'cpu' (LLVM for this host) or 'cuda' (with this host as host)."""
+def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr: list[str] | None = None, cores: int | None = None):
+    """A tvm.target.Target for 'cpu' (LLVM for this host) or 'cuda' (with this host as host).
+
+    `mcpu` / `mattr` / `cores` describe another CPU than this one (code for a deployment host, or
+    this host with AVX-512 off: mattr=["-avx512f"]); the schedules read vector width and register
+    file from these, never from the machine compiling."""
     import tvm
 
     from ..errors import WorkbenchError
 
-    cpu = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu(), "num-cores": host_cores()})
+    spec = {"kind": "llvm", "mcpu": mcpu or host_cpu(), "num-cores": cores or host_cores()}
+    if mattr:
+        spec["mattr"] = list(mattr)
+    cpu = tvm.target.Target(spec)
     if kind == "cpu":
         return cpu
     if kind == "cuda":

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Hashable
 
-__all__ = ["ViewNode", "ViewEdge", "ViewGraph", "CATEGORIES", "from_graph", "op_category", "input_node_id", "output_node_id", "find_nodes", "node_facts", "tensor_facts"]
+__all__ = ["ViewNode", "ViewEdge", "ViewGraph", "CATEGORIES", "from_graph", "op_category", "input_node_id", "output_node_id", "find_nodes", "node_facts", "tensor_facts", "constant_array"]
 
 # Op categories the canvas colours by.
 CATEGORIES = (
@@ -30,6 +30,7 @@ CATEGORIES = (
     "shape",
     "io",
     "other",
+    "group",  # a collapsed name scope (core.views.scopes)
 )
 
 
@@ -448,6 +449,14 @@ def _constant_data(graph, value):
         if size <= STATS_LIMIT:
             return np.full(value.shape, fill[0], dtype=fill.dtype)
     return None
+
+
+def constant_array(graph, name: str):
+    """All values of the constant tensor `name` (an initializer, a Constant's value, a small
+    ConstantOfShape fill), or None when it is not a constant with data at hand (the tensor viewer)."""
+    if not graph.has_value(name) or name not in graph.constant_values():
+        return None
+    return _constant_data(graph, graph.value(name))
 
 
 def tensor_facts(graph, name: str) -> list[tuple[str, str, str]]:

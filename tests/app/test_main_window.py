@@ -90,11 +90,19 @@ def test_fit_and_zoom(window, qtbot):
     assert window.open_model(str(light("resnet50")), wait=True)
     c = window.canvas
     qtbot.wait(50)  # let the docks settle: the viewport's size decides the fit
-    c.fit()
+    c.fit_all()
     visible = c.mapToScene(c.viewport().rect()).boundingRect()
     slack = 12 / c.zoom()  # scroll bars coming and going may shift the fit by a few pixels
     assert visible.adjusted(-slack, -slack, slack, slack).contains(c.scene().sceneRect())
     assert c.zoom() < 0.2  # a deep network is tall
+    # Fit stops where op names stay readable: the network from its input, across its whole width
+    from app.canvas.view import FIT_MIN_SCALE
+
+    c.fit()
+    assert FIT_MIN_SCALE <= c.zoom() <= 1.0
+    visible = c.mapToScene(c.viewport().rect()).boundingRect()
+    top = min(c.layout_result.boxes.values(), key=lambda b: b.y)
+    assert visible.contains(top.x, top.y) and visible.width() >= c.layout_result.width * 0.98
     c.zoom_100()
     assert abs(c.zoom() - 1.0) < 1e-9
     assert window.zoom_label.text() == "100 %"

@@ -10,6 +10,8 @@ import logging
 
 __all__ = [
     "vector_lanes",
+    "vector_registers",
+    "VECTOR_REGISTERS",
     "root_blocks",
     "iter_kinds",
     "iter_extents",
@@ -17,8 +19,10 @@ __all__ = [
     "layout_free_params",
     "pack_read_buffer",
     "cache_write_and_inline_epilogue",
+    "inline_epilogue",
     "schedule_remaining_blocks",
     "schedule_injective",
+    "fit_lanes",
     "PARALLEL_MIN_WORK",
 ]
 
@@ -41,6 +45,24 @@ def vector_lanes(target, dtype_bits: int = 32) -> int:
     except Exception:  # non-x86 or a target LLVM cannot describe: assume 128-bit NEON/SSE
         logger.debug("could not query vector features of %s", target)
     return 128 // dtype_bits
+
+
+VECTOR_REGISTERS = 16  # AVX/AVX2, SSE and NEON-sized register files
+
+
+def vector_registers(target) -> int:
+    """Vector registers of `target`'s ISA: 32 (zmm0-31) with AVX-512, else 16.
+
+    Read from the target's features (its mcpu/mattr), not from the machine compiling: code
+    built for another host must be tiled for that host's register file."""
+    from tvm.target import codegen
+
+    try:
+        if codegen.target_has_features("avx512f", target):
+            return 32
+    except Exception:  # noqa: BLE001 - non-x86 target
+        logger.debug("could not query vector features of %s", target)
+    return VECTOR_REGISTERS
 
 
 def const_int(expr) -> int | None:
@@ -102,7 +124,11 @@ def cache_write_and_inline_epilogue(sch, block):
     Returns the write-back block; epilogue blocks that cannot be inlined stay at the root and
     are scheduled later by `schedule_remaining_blocks`.
     """
-    writeback = sch.cache_write(block, 0, "local")
+    return inline_epilogue(sch, sch.cache_write(block, 0, "local"))
+
+
+def inline_epilogue(sch, writeback):
+    """Fold the elementwise tail that follows `writeback` into it; returns `writeback`."""
     params = {str(p.name) for p in sch.mod["main"].params}
     while True:
         consumers = sch.get_consumers(writeback)
@@ -134,6 +160,15 @@ def _is_at_root(sch, block) -> bool:
     return True
 
 
+def fit_lanes(extent: int, lanes: int) -> int | None:
+    """The widest vector of `lanes`, half or a quarter of it (at least 4 lanes) that divides
+    `extent`: a 56-wide row gets 8-lane vectors where AVX-512's 16 do not divide it."""
+    for width in (lanes, lanes // 2, lanes // 4):
+        if width >= 4 and extent % width == 0:
+            return width
+    return None
+
+
 def schedule_injective(sch, block, lanes: int) -> None:
     """Parallelize and vectorize a spatial block.
 
@@ -152,9 +187,10 @@ def schedule_injective(sch, block, lanes: int) -> None:
         total *= e
     inner = loops[-1]
     outer_loops = list(loops[:-1])
-    if extents[-1] % lanes == 0:
-        if extents[-1] > lanes:
-            inner_outer, inner = sch.split(inner, [None, lanes])
+    width = fit_lanes(extents[-1], lanes)
+    if width:
+        if extents[-1] > width:
+            inner_outer, inner = sch.split(inner, [None, width])
             outer_loops.append(inner_outer)
         sch.vectorize(inner)
     if total >= PARALLEL_MIN_WORK:

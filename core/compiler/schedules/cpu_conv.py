@@ -35,6 +35,8 @@ from .cpu_common import (
     root_blocks,
     schedule_remaining_blocks,
     vector_lanes,
+    vector_registers,
+    VECTOR_REGISTERS,
 )
 
 __all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "register_tiles"]
@@ -42,22 +44,24 @@ __all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "register_tile
 logger = logging.getLogger(__name__)
 
 CONV_BLOCK_NAMES = ("conv2d_nchw", "group_conv2d_nchw")
-VECTOR_REGISTERS = 16  # AVX/AVX2 and NEON-sized register files; AVX-512 has 32, 16 is safe
 
 
-def register_tiles(out_channels_per_group: int, out_height: int, out_width: int, lanes: int) -> list[tuple[int, int, int, int]]:
+def register_tiles(
+    out_channels_per_group: int, out_height: int, out_width: int, lanes: int, registers: int = VECTOR_REGISTERS
+) -> list[tuple[int, int, int, int]]:
     """Every (VB, TH, T, accumulators) register tile of VB output channels (one or two vectors,
     dividing a group's channels) x TH rows x T columns (dividing the output) with 6 or more
-    accumulators that fit the register file beside the weight vectors and one broadcast."""
+    accumulators that fit the register file (`registers`: 32 with AVX-512) beside the weight
+    vectors and one broadcast."""
     tiles = []
     for vb in (lanes, 2 * lanes):
         if out_channels_per_group % vb:
             continue
         regs = vb // lanes
         for th in (d for d in (1, 2, 3, 4, 7) if out_height % d == 0):
-            for t in (d for d in range(1, 15) if out_width % d == 0):
+            for t in (d for d in range(1, registers - 1) if out_width % d == 0):
                 acc = th * t * regs
-                if acc >= 6 and acc + regs + 1 <= VECTOR_REGISTERS:
+                if acc >= 6 and acc + regs + 1 <= registers:
                     tiles.append((vb, th, t, acc))
     return tiles
 
@@ -97,7 +101,7 @@ class Conv2dNCHW:
 
     name = "cpu.Conv2dNCHW"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 2
+    space_version = 3
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
@@ -141,7 +145,8 @@ class Conv2dNCHW:
 
     def candidates(self, func, target) -> list[dict]:
         """Configs worth measuring for `func` (template tuning), the default first: register
-        tiles (VB channels x TH rows x T columns) that keep 6-14 accumulators in registers,
+        tiles (VB channels x TH rows x T columns) that keep 6-14 accumulators in registers
+        (up to 30 with AVX-512),
         each with the input unblocked or blocked by 8/16 channels; [] when the rule does not
         match or takes the row-vectorized form (which has no knobs)."""
         from tvm import s_tir
@@ -157,12 +162,20 @@ class Conv2dNCHW:
         default = choose_conv_tile(ocpg, out_width, lanes, out_height)
         if default is None:
             return []
+        # most accumulators first (latency hiding), then wider rows (fewer input loads): six
+        # tiles within the 16 registers every x86-64 vector ISA has, and with AVX-512's 32,
+        # four of the larger tiles only that register file holds (the default stays within 16)
         tiles = register_tiles(ocpg, out_height, out_width, lanes)
-        # most accumulators first (latency hiding), then wider rows (fewer input loads)
         tiles.sort(key=lambda x: (-x[3], x[1]))
+        tiles = tiles[:6]
+        registers = vector_registers(target)
+        if registers > VECTOR_REGISTERS:
+            large = [x for x in register_tiles(ocpg, out_height, out_width, lanes, registers) if x[3] > VECTOR_REGISTERS - 2]
+            large.sort(key=lambda x: (x[3], x[1]))  # the smallest of them first: fewest spills
+            tiles += large[:4]
         blocks = [0] + [b for b in (8, 16) if icpg % b == 0 and icpg > b]
         configs = [{"vb": default[0], "t": default[1], "th": default[2], "icb": 0}]
-        for vb, th, t, _ in tiles[:6]:
+        for vb, th, t, _ in tiles:
             for icb in blocks:
                 config = {"vb": vb, "t": t, "th": th, "icb": icb}
                 if config not in configs:
@@ -232,6 +245,11 @@ class Conv2dNCHW:
                 layout_free=weight.name in layout_free_params(sch),
             )
         writeback = cache_write_and_inline_epilogue(sch, conv)
+        # The accumulator tile in NHWC order: each vector of VB channels contiguous. In NCHW
+        # order a vector's lanes lie T x TH floats apart and LLVM, unless it happens to promote
+        # the whole tile to registers (it does for 16 x 5 floats, not for AVX-512's 32 x 5),
+        # gathers and scatters every accumulator around every FMA (vinsertps / vextractps).
+        sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, h, w, c))
 
         n, oc, oh, ow, ic, kh, kw = sch.get_loops(conv)
         oc_outer, oc_inner = sch.split(oc, [None, vb])
@@ -262,10 +280,12 @@ class Conv2dNCHW:
         sch.unroll(init_loops[-2])
         if th > 1:
             sch.unroll(init_loops[-3])
-        # Write-back: the tile's [1, VB, TH, T] loops; keep the contiguous T innermost, unrolled.
+        # Write-back: the tile's [1, VB, TH, T] loops; the output's contiguous T columns
+        # innermost, as one vector per channel and row. (Left scalar, LLVM vectorizes the
+        # channel loop instead: with AVX-512 into a scatter per column, slower than the convolution.)
         wb_loops = sch.get_loops(writeback)[2:]  # below the parallel loop and ow/T
         if wb_loops:
-            sch.unroll(wb_loops[-1])
+            sch.vectorize(wb_loops[-1])
         pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
         schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
         return sch

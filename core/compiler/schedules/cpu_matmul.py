@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 
 from .cpu_common import (
+    VECTOR_REGISTERS,
     cache_write_and_inline_epilogue,
+    inline_epilogue,
     iter_extents,
     iter_kinds,
     layout_free_params,
@@ -27,30 +29,44 @@ from .cpu_common import (
     root_blocks,
     schedule_remaining_blocks,
     vector_lanes,
+    vector_registers,
 )
 
 __all__ = ["Matmul", "choose_matmul_tile"]
 
 logger = logging.getLogger(__name__)
 
-VECTOR_REGISTERS = 16
 # Multiply-adds below which one thread beats waking the pool (measured on the mlp sample: a
 # 784x128 GEMV runs in ~10 us alone, a parallel launch without spinning threads costs ~20 us).
 PARALLEL_MIN_WORK_MATMUL = 1 << 18
 
 
-def choose_matmul_tile(rows: int, cols: int, lanes: int) -> tuple[int, int] | None:
-    """(TI, VB): rows and columns of C held in registers, or None when cols % lanes != 0."""
-    if cols % lanes:
-        return None
-    if rows == 1:
+def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR_REGISTERS) -> tuple[int, int]:
+    """(TI, VB): rows and columns of C held in registers.
+
+    VB is one to four vectors (a batch-1 GEMV) or one or two (a GEMM) when whole vectors divide
+    the columns; otherwise the widest divisor that is a multiple of 4 (24 columns with 16 lanes:
+    one and a half vectors), and failing that one vector whose last tile is padded (10 columns,
+    a ViT's 197 attention columns). TI rows divide the rows when a divisor keeps at least half
+    the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
+    one zero-filled copy of the operand (the weight's at compile time) and a few wasted lanes,
+    far less than leaving the kernel unvectorized.
+    """
+    if rows == 1 and cols % lanes == 0:
         for regs in (4, 2, 1):
             if cols % (lanes * regs) == 0:
                 return 1, lanes * regs
-    regs_per_row = 2 if cols % (2 * lanes) == 0 else 1
-    max_rows = (VECTOR_REGISTERS - regs_per_row - 1) // regs_per_row
+    if cols % lanes == 0:
+        vb = 2 * lanes if cols % (2 * lanes) == 0 else lanes
+    else:
+        fitting = [d for d in range(4, 2 * lanes + 1, 4) if cols % d == 0]
+        vb = max(fitting) if fitting else lanes
+    regs_per_row = -(-vb // lanes)
+    max_rows = max(1, (registers - regs_per_row - 1) // regs_per_row)
     ti = max(d for d in range(1, min(max_rows, rows) + 1) if rows % d == 0)
-    return ti, lanes * regs_per_row
+    if rows > max_rows and 2 * ti < max_rows:
+        ti = max_rows  # e.g. 197 rows: a padded 13th tile beats 197 single-row tiles
+    return ti, vb
 
 
 class Matmul:
@@ -93,19 +109,33 @@ class Matmul:
         transposed = b_names[-1] == k_var  # B[..., j, k]
         rows, cols = extents[-3], extents[-2]
         lanes = vector_lanes(target)
-        tile = choose_matmul_tile(1 if rows is None else rows, cols, lanes)
-        if tile is None:
-            return None
-        ti, vb = tile
+        ti, vb = choose_matmul_tile(1 if rows is None else rows, cols, lanes, vector_registers(target))
         batch_dims = len(b_region.region) - 2
+        pad_rows = 0 if rows is None else -rows % ti
+        pad_cols = -cols % vb
+        weight = str(b_region.source.name)
+        keep: tuple[str, ...] = ()
+        if pad_rows or pad_cols:
+            keep = self._pad(sch, block, len(extents), ti if pad_rows else 1, vb if pad_cols else 1)
 
         def pack(*axes):
             lead, last2 = list(axes[:batch_dims]), axes[batch_dims:]
             j, k = (last2[0], last2[1]) if transposed else (last2[1], last2[0])
             return (*lead, j // vb, k, j % vb)
 
-        pack_read_buffer(sch, block, b_index, pack, layout_free=b_region.source.name in layout_free_params(sch))
-        writeback = cache_write_and_inline_epilogue(sch, block)
+        pack_read_buffer(sch, block, b_index, pack, layout_free=weight in layout_free_params(sch))
+        if pad_cols:
+            # the zero-filling copy of B folds into the packing copy (one pass, still a weight's
+            # compile-time step)
+            sch.compute_inline(sch.get_sblock(f"{weight}_pad"))
+        if pad_rows or pad_cols:
+            # the padded result is the accumulator itself; the block that cuts it back to size
+            # becomes the write-back (its bounds keep the padding out of the output)
+            (unpad,) = sch.get_consumers(block)
+            sch.set_scope(block, 0, "local")
+            writeback = inline_epilogue(sch, unpad)
+        else:
+            writeback = cache_write_and_inline_epilogue(sch, block)
 
         loops = sch.get_loops(block)
         *batch, i, j, k = loops
@@ -129,5 +159,17 @@ class Matmul:
         wb_loops = sch.get_loops(writeback)[1:]
         if wb_loops and cols % lanes == 0:
             sch.vectorize(wb_loops[-1])
-        schedule_remaining_blocks(sch, lanes)
+        schedule_remaining_blocks(sch, lanes, keep=keep)
         return sch
+
+    @staticmethod
+    def _pad(sch, block, n_iters: int, row_multiple: int, col_multiple: int) -> tuple[str, ...]:
+        """Pad the matmul's rows and columns up to whole tiles (s_tir's pad_einsum: zero-filled
+        copies of the operands, the result cut back to size). Returns the names of the copies
+        that must stay separate passes: a padded A inlined would put a branch in the inner loop."""
+        padding = [1] * n_iters
+        padding[-3], padding[-2] = row_multiple, col_multiple
+        before = {sch.get(b).name_hint for b in root_blocks(sch)}
+        sch.pad_einsum(block, padding)
+        added = [sch.get(b).name_hint for b in root_blocks(sch) if sch.get(b).name_hint not in before]
+        return tuple(added)

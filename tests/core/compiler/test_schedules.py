@@ -26,7 +26,7 @@ def _cnn_model() -> onnx.ModelProto:
         _weight(rng, "w_grp", (24, 8, 1, 1)),  # 2 groups of 12 channels: no full vector divides 12
         _weight(rng, "fc1", (24, 16)),
         _weight(rng, "fc1_b", (16,)),
-        _weight(rng, "fc2", (10, 16)),  # 10 outputs: not a vector multiple -> generic rule
+        _weight(rng, "fc2", (10, 16)),  # 10 outputs: not a vector multiple -> a padded tile
         _weight(rng, "fc2_b", (10,)),
     ]
     nodes = [
@@ -161,6 +161,37 @@ def test_batched_matmul_softmax_matches_onnxruntime(target):
     np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
 
 
+def _matmul_model(rows: int, depth: int, cols: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(5)
+    inits = [_weight(rng, "w", (depth, cols)), _weight(rng, "b", (cols,))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "odd_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows, depth])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, rows, cols])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.slow
+def test_matmul_with_prime_rows_and_columns_is_padded_and_matches_onnxruntime(target):
+    """197 x 197 (a ViT's attention scores): no vector and no row tile divides, so the operands are
+    padded to whole tiles; the padding must never reach the output (bias + relu epilogue)."""
+    model = _matmul_model(197, 40, 197)
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    assert list(used.values()) == ["cpu.Matmul"], used
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 197, 40)).astype(np.float32)}
+    scheduled, ours = _compile_and_run(mod, feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    assert "T.vectorized" in scheduled.script()
+
+
 def test_a_failing_rule_falls_back_to_the_next(target, caplog):
     import tvm
 
@@ -196,7 +227,14 @@ def test_tile_choices_fit_the_register_file():
     assert choose_width_tile(16, 13, 8) is None  # a prime width leaves no useful row vector
     assert choose_matmul_tile(1, 4096, 8) == (1, 32)
     assert choose_matmul_tile(16, 24, 8) == (8, 8)  # 24 columns: one vector per row, 8 rows
-    assert choose_matmul_tile(1, 10, 8) is None
+    assert choose_matmul_tile(1, 10, 8) == (1, 8)  # no vector divides 10: one padded vector
+    assert choose_matmul_tile(16, 24, 16, 32) == (8, 24)  # AVX-512: 24 columns = one and a half vectors
+    for rows, cols, lanes, registers in [(197, 197, 16, 32), (197, 64, 8, 16), (37, 13, 8, 16), (2, 24, 16, 32), (1, 1000, 16, 32)]:
+        ti, vb = choose_matmul_tile(rows, cols, lanes, registers)
+        regs = -(-vb // lanes)
+        assert ti * regs + regs + 1 <= registers, (rows, cols, ti, vb)
+        assert vb % 4 == 0 and (cols % vb == 0 or vb == lanes), (rows, cols, ti, vb)
+        assert rows % ti == 0 or ti >= (registers - regs - 1) // regs // 2  # padded rows: a full tile
 
 
 def _symbolic_batch_gelu_model() -> onnx.ModelProto:
@@ -237,3 +275,66 @@ def test_symbolic_batch_dense_with_gelu_tail_matches_onnxruntime(target):
         _, ours = _compile_and_run(mod, feeds, target)
         (ref,) = ort_run(model, feeds)
         np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+def _conv_relu_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    inits = [_weight(rng, "w", (32, 16, 3, 3)), _weight(rng, "b", (32,))]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 20, 20])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _kernel_assembly(model, target, name_part: str) -> str:
+    """The assembly of one kernel as the compile pipeline schedules it (weights prepacked ahead of
+    time, so the packing copy is not part of it); built only, never run."""
+    import tvm
+
+    from core.compiler.schedules import schedule_pass
+
+    with target:
+        scheduled = schedule_pass(target)(_fused(model))
+    (func,) = [f for g, f in scheduled.functions_items() if name_part in g.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    return "\n".join(m.inspect_source("asm") for m in [lib.mod, *lib.mod.imports] if m.kind == "llvm")
+
+
+def _basic_blocks(asm: str) -> list[str]:
+    import re
+
+    return re.split(r"\n\.?\w+:", asm)
+
+
+@pytest.mark.parametrize("mcpu,mattr,wide", [("znver4", None, True), ("znver4", ["-avx512f"], False), ("znver3", None, False)])
+def test_conv_code_fits_each_isa(mcpu, mattr, wide):
+    """Codegen only (runs on any x86-64 host, whatever ISA it has): the conv's accumulators stay
+    in vector registers of the target's width. With AVX-512 the tile once stayed in memory and
+    LLVM gathered/scattered its lanes around every FMA (vinsertps/vextractps), and wrote the
+    result back with a scatter per column."""
+    import re
+
+    from core.compiler.target import make_target
+
+    asm = _kernel_assembly(_conv_relu_model(), make_target("cpu", mcpu=mcpu, mattr=mattr), "conv2d")
+    fmas = re.findall(r"vfmadd\w+\s+([^\n]*)", asm)
+    assert len(fmas) >= 8, "no vector FMAs in the convolution"
+    zmm_fmas = sum("%zmm" in operands for operands in fmas)
+    if wide:
+        assert zmm_fmas >= len(fmas) // 2, f"AVX-512 target, but {zmm_fmas} of {len(fmas)} FMAs use zmm"
+    else:
+        assert "%zmm" not in asm
+    for block in _basic_blocks(asm):
+        if "vfmadd" in block:
+            assert not re.search(r"\bv(?:insert|extract)ps\b", block), "accumulator lanes assembled one by one:\n" + block
+    assert "vscatter" not in asm and "vgather" not in asm
