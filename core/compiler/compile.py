@@ -203,7 +203,7 @@ def compile_model(
     if not back:
         report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel), final)
+    ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
     lineage = kernel_lineage(fused, imported.lineage, graph, prefused, scheduled) if fused is not None else {}

@@ -176,13 +176,13 @@ class Pipeline:
         """`run_steps` over `steps` (default: every enabled spec) inside this pipeline's target."""
         return run_steps(mod, self.steps() if steps is None else steps, self.target, **hooks)
 
-    def codegen(self, mod, cancel: Callable[[], bool] | None = None):
+    def codegen(self, mod, cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None):
         """Code generation for a module that has been through every step: a Relax VM executable
         (TIR pipeline + LLVM, or CUDA with an LLVM host). On CPU the kernels are built in groups
         that `cancel()` can stop within ~0.1 s (core.compiler.codegen.build_executable)."""
         from .codegen import build_executable
 
-        return build_executable(mod, self.target, [], cancel=cancel)
+        return build_executable(mod, self.target, [], cancel=cancel, progress=progress)
 
     def build(self, graph, **hooks):
         """import -> every step -> code generation, in one call; returns the executable."""
