@@ -31,6 +31,8 @@ BADGE_SEP = "  "
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
 READABLE_PX = 9.0  # on-screen height of that enlarged title
+MIN_READABLE_PX = 7.0  # ... or as small as this when the whole title then fits its box
+BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
@@ -55,7 +57,7 @@ def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
         from app.group_items import group_size
 
         return group_size(node, measure)
-    key = (node.label, node.detail, tuple(node.badges))
+    key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
     size = measure.sizes.get(key)
     if size is None:
         size = measure.sizes[key] = _node_size(node, measure)
@@ -63,7 +65,7 @@ def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
 
 
 def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    w = measure.width(node.label, 0)
+    w = measure.width(node.label, 0) + (BODY_MARK + 6 if node.data.get("subgraphs") else 0)
     h = PAD_Y * 2 + measure.heights[0]
     if node.detail:
         w = max(w, measure.width(node.detail, 1))
@@ -165,8 +167,13 @@ class NodeItem(QGraphicsItem):
         fonts, metrics = _fonts()
         fm = metrics[0]
         rect = self.rect
-        k = min(READABLE_PX / (fm.height() * lod), (rect.height() - 2) / fm.height())
-        k = round(max(k, 1.0), 1)  # a step of 0.1: the elided text is remade only when k moves
+        # as big as READABLE_PX, smaller (down to MIN_READABLE_PX) when that lets the whole title
+        # fit the box, and never taller than the box
+        room = rect.width() - STRIPE - 8
+        k_fit = room / max(fm.horizontalAdvance(self.node.label), 1.0)
+        k = max(min(READABLE_PX / (fm.height() * lod), k_fit), MIN_READABLE_PX / (fm.height() * lod))
+        k = min(k, (rect.height() - 2) / fm.height())
+        k = max(1.0, int(k * 10) / 10)  # a step of 0.1 (rounded down): the elided text is remade only when k moves
         if self._title is None or self._title[0] != k:
             avail = (rect.width() - STRIPE - 8) / k
             text = self.node.label
@@ -230,6 +237,13 @@ class NodeItem(QGraphicsItem):
             painter.setFont(fonts[fi])
             painter.setPen(colors[fi])
             painter.drawStaticText(pt, st)
+        if self.node.data.get("subgraphs"):
+            # two stacked squares, top right: this box holds graphs (double-click opens them)
+            x, y, s = rect.right() - BODY_MARK - 5, rect.top() + 5, BODY_MARK
+            painter.setPen(QPen(accent, 1.2))
+            painter.setBrush(QColor("#ffffff"))
+            painter.drawRect(QRectF(x + 3, y, s - 3, s - 3))
+            painter.drawRect(QRectF(x, y + 3, s - 3, s - 3))
 
 
 class EdgeItem(QGraphicsItem):

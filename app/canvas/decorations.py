@@ -76,7 +76,9 @@ class Decorations:
 
     # ---- decorations -------------------------------------------------------------------------
     def _decorate_node(self, item: NodeItem) -> None:
-        highlights = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
+        nid = item.node_id
+        members = item.node.origin if item.node.category == "group" else ()  # a collapsed group lights up for what it holds
+        highlights = {role: color for role, (ids, color) in self._highlights.items() if nid in ids or (members and not ids.isdisjoint(members))}
         overlay, text = self._overlay_style(item.node_id)
         removed, added = self._ghosts
         ghost = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
+EMPTY_MESSAGE = "No model open.\nFile ▸ Open (Ctrl+O), Open Recent, or drop an .onnx file here."
 FIT_MIN_SCALE = 0.3  # Fit goes no smaller: box titles stay readable down to here (app.graph_items LOD)
 
 
@@ -66,6 +67,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.edge_shapes = False  # View > Tensor Shapes on Edges
         self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
         self.scopes = None  # app.scopes.ScopeController, when installed
+        self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -223,6 +225,11 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self._model_cache = None
         if self.view is not None:
             self._layout_and_show(self.view, {"fit": True})
+
+    def set_empty_message(self, text: str | None = None) -> None:
+        """What an empty canvas says (None: the default hint); e.g. why the last open failed."""
+        self.empty_message = text or EMPTY_MESSAGE
+        self.viewport().update()
 
     def set_edge_shapes(self, on: bool) -> None:
         """Tensor shapes on every edge (on demand: at 100 % they crowd a dense graph)."""

@@ -274,6 +274,7 @@ class CompilePanel(QWidget):
         doc.graphReplaced.connect(self._reset)
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
+        self._update_compile_button()
 
     # -- tuning controls -------------------------------------------------------------------
 
@@ -435,8 +436,20 @@ class CompilePanel(QWidget):
             else:
                 self.status.setText("Cancelling (at the end of the current step)…")
 
+    def _update_compile_button(self) -> None:
+        """Compile & Run only when it can run, and says why not otherwise (a silent button that
+        does nothing on click reads as broken)."""
+        has_model = self.window.document.graph is not None
+        self.compile_btn.setEnabled(has_model and not self._busy_now)
+        self.save_onnx_btn.setEnabled(has_model)
+        if not has_model:
+            self.compile_btn.setToolTip("Open a model first: there is nothing to compile.")
+        elif self._busy_now:
+            self.compile_btn.setToolTip("A job is running: wait for it or Cancel it.")
+        else:
+            self.compile_btn.setToolTip("Compile the open model for the target, check it against onnxruntime and measure it (F5)")
+
     def _busy(self, on: bool) -> None:
-        self.compile_btn.setEnabled(not on)
         self.open_artifact_btn.setEnabled(not on)
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
@@ -447,6 +460,7 @@ class CompilePanel(QWidget):
             self._tuning_now = False
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
+        self._update_compile_button()
         self._update_tune_controls()
 
     def _progress(self, frac: float, text: str) -> None:
@@ -639,6 +653,7 @@ class CompilePanel(QWidget):
         self.status.setStyleSheet("")
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         self.window.canvas.set_overlay(None)
+        self._update_compile_button()
 
     # -- export ----------------------------------------------------------------------------
 

@@ -248,7 +248,9 @@ class SchedulePanel(QWidget):
         self.session = session
         self.previous_text = None
         nodes = ", ".join(session.onnx_nodes[:6]) + (" …" if len(session.onnx_nodes) > 6 else "")
-        self.header.setText(f"<b>{session.name}</b> — {session.flops / 1e6:.1f} MFLOP, at least {session.bytes / 1e6:.2f} MB moved"
+        work = (f"{session.flops / 1e6:.1f} MFLOP, at least {session.bytes / 1e6:.2f} MB moved" if session.flops
+                else "symbolic shapes: FLOPs unknown, cannot be measured alone")
+        self.header.setText(f"<b>{session.name}</b> — {work}"
                             + (f"; ONNX: {nodes}" if nodes else "")
                             + f"<br><span style='color:#666'>{session.peak.describe()}</span>")
         self.result.setText("")

@@ -16,6 +16,7 @@ The exported folder is described in `core.compiler.artifact`; verification in
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -30,9 +31,11 @@ from typing import Any
 from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .codegen import BuildCancelled, cancel_scope
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
-from .lineage import kernel_lineage
+from .lineage import KernelLineageTap
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
+from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
 
@@ -94,7 +97,22 @@ def import_relax(graph) -> Imported:
 
 # Passes from here on turn scheduled Relax+TIR into VM code; compile keeps the module before them
 # (the scheduled module: memory estimate, lineage).
-_VM_LOWERING_START = "DataflowLowering"
+VM_LOWERING_START = "DataflowLowering"
+
+
+@contextlib.contextmanager
+def _cancelled_as_compile(cancel: Callable[[], bool] | None):
+    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
+    RuntimeError: `cancel()` itself tells.)"""
+    try:
+        yield
+    except BuildCancelled:
+        raise CompileCancelled("compile cancelled.") from None
+    except Exception:
+        if cancel is not None and cancel():
+            raise CompileCancelled("compile cancelled.") from None
+        raise
 
 
 def _check_cancel(cancel: Callable[[], bool] | None) -> None:
@@ -148,6 +166,7 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
+    check_size(graph, "compiling")
     proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
@@ -164,7 +183,7 @@ def compile_model(
 
     # the steps up to the scheduled module, tuning before ScheduleTIR; then the VM lowering
     steps = pipe.steps()
-    cut = next((i for i, s in enumerate(steps) if s.name == _VM_LOWERING_START), len(steps))
+    cut = next((i for i, s in enumerate(steps) if s.name == VM_LOWERING_START), len(steps))
     front, back = steps[:cut], steps[cut:]
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
@@ -172,7 +191,8 @@ def compile_model(
         tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
-    kept: dict[str, Any] = {"prev": imported.mod}  # modules lineage reads: before and after FuseOps
+    tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
+    kept: dict[str, Any] = {}
 
     def before(i: int, step: Step) -> None:
         _check_cancel(cancel)
@@ -182,31 +202,23 @@ def compile_model(
             report("code generation", 0.62)
 
     def after(r: StepResult) -> None:
-        if r.step.name == "FuseOps":
-            kept["prefused"] = kept["prev"]
-        if r.step.name == "FuseOps" or ("fused" not in kept and r.step.name == "LegalizeOps"):
-            kept["fused"] = r.mod
+        tap(r)
         if r.index == len(front) - 1:
             kept["scheduled"] = r.mod
-        kept["prev"] = r.mod
         passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
 
-    def failed(step, e):
-        if cancel is not None and cancel():  # a step polling cancel stopped (core.compiler.codegen.cancel_scope)
-            return Cancelled("compile cancelled.")
-        return _tvm_failure(step.name, e)
-
-    final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=failed, cancel=cancel)
+    with _cancelled_as_compile(cancel), cancel_scope(cancel):
+        final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
     scheduled = kept.get("scheduled", imported.mod)
-    fused, prefused = kept.get("fused"), kept.get("prefused")
     _check_cancel(cancel)
     if not back:
         report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
+    with _cancelled_as_compile(cancel):
+        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
-    lineage = kernel_lineage(fused, imported.lineage, graph, prefused, scheduled) if fused is not None else {}
+    lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
     cuda_src = cuda_source_of(ex) if target == "cuda" else None
     from .converters import fixes_applied
 

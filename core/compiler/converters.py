@@ -27,6 +27,7 @@ Fixed here:
    slope broadcast now goes through where(x < 0, slope * x, x).
 8. `Reshape` to a shape computed as a tensor at run time: TVM takes only constants and shapes.
 9. `Expand` to a shape given as a run-time tensor: broadcast both ways, as ONNX specifies.
+10. `LayerNormalization` with its Mean / InvStdDev outputs used: TVM returns zeros for them.
 """
 from __future__ import annotations
 
@@ -240,7 +241,35 @@ def _build_fixes() -> dict[str, type]:
                 return relax.op.broadcast_to(data, relax.ShapeExpr(out))
             return super()._impl_v13(bb, inputs, attr, params)
 
+    class LayerNormalizationStats(fe.LayerNormalization):
+        """LayerNormalization whose Mean and InvStdDev outputs are used: TVM returns two scalar
+        zeros for them. They are computed here (in float32, ONNX's stash type): the mean and
+        1/sqrt(var + epsilon) over the normalized axes, kept as size-1 dims."""
+
+        @classmethod
+        def _impl_v17(cls, bb, inputs, attr, params):
+            if attr.get("tvm_custom", {}).get("num_outputs", 1) < 2:
+                return super()._impl_v17(bb, inputs, attr, params)
+            x, scale, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+            rank = len(x.ty.shape)
+            axis = int(attr.get("axis", -1))
+            axis = axis + rank if axis < 0 else axis
+            axes = list(range(axis, rank))
+            dt = dtype_of(x)
+            xf = relax.op.astype(x, "float32") if dt != "float32" else x
+            mean = bb.normalize(relax.op.mean(xf, axes, keepdims=True))
+            centered = bb.normalize(relax.op.subtract(xf, mean))
+            var = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+            inv = bb.normalize(relax.op.rsqrt(relax.op.add(var, relax.const(float(attr.get("epsilon", 1e-5)), "float32"))))
+            y = relax.op.multiply(relax.op.multiply(centered, inv), relax.op.astype(scale, "float32") if dtype_of(scale) != "float32" else scale)
+            if bias is not None:
+                y = relax.op.add(y, relax.op.astype(bias, "float32") if dtype_of(bias) != "float32" else bias)
+            if dt != "float32":
+                y = relax.op.astype(y, dt)
+            return relax.Tuple([bb.normalize(y), mean, inv])
+
     return {
+        "LayerNormalization": LayerNormalizationStats,
         "Expand": ExpandComputedShape,
         "Reshape": ReshapeComputedShape,
         "Pow": PowMixedDtype, "Resize": ResizeEmptyScales, "Dropout": DropoutInference, "IsInf": IsInfDirected,

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import WorkbenchError
-from .target import gpu_present
+from .target import gpu_present, host_cores
 
 __all__ = [
     "cuda_source_of",
@@ -70,6 +70,8 @@ def nvcc_fatbin(source: str, workdir: Path) -> bytes:
     for sm in _CUDA_GENCODES:
         cmd += ["-gencode", f"arch=compute_{sm[3:]},code={sm}"]
     cmd += ["-gencode", f"arch={_CUDA_PTX},code={_CUDA_PTX}"]
+    # one pass per architecture: run them side by side on the cores this process may use
+    cmd += ["--threads", str(max(1, min(len(_CUDA_GENCODES) + 1, host_cores())))]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise WorkbenchError(explain_nvcc_failure(r.stderr or r.stdout, source))

@@ -24,6 +24,7 @@ from collections import Counter
 from typing import Any
 
 __all__ = [
+    "KernelLineageTap",
     "kernel_lineage",
     "propagate_lineage",
     "import_lineage",
@@ -33,6 +34,30 @@ logger = logging.getLogger(__name__)
 
 
 _GENERIC_VAR = re.compile(r"^(lv|gv)\d*$")
+
+
+class KernelLineageTap:
+    """An `after` hook for core.compiler.runner that keeps the modules `kernel_lineage` reads:
+    the one before FuseOps and the one after it (after LegalizeOps when FuseOps is off)."""
+
+    def __init__(self, imported_mod):
+        self.prev = imported_mod
+        self.prefused = None
+        self.fused = None
+
+    def __call__(self, result) -> None:
+        name = result.step.name
+        if name == "FuseOps":
+            self.prefused = self.prev
+        if name == "FuseOps" or (self.fused is None and name == "LegalizeOps"):
+            self.fused = result.mod
+        self.prev = result.mod
+
+    def kernel_lineage(self, var_lineage: dict[str, list[str]], graph, final_mod) -> dict[str, list[str]]:
+        """kernel_lineage of what the run kept ({} when no step made kernels)."""
+        if self.fused is None:
+            return {}
+        return kernel_lineage(self.fused, var_lineage, graph, self.prefused, final_mod)
 
 
 def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused_mod=None, final_mod=None) -> dict[str, list[str]]:

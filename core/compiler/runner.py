@@ -13,8 +13,7 @@ steps through is what compile builds and what bench measures:
 A step is one enabled `PassSpec` of core.compiler.pipeline (or a step a caller inserts, such as
 tuning), run inside the target's context and timed with a tvm PassInstrument (the nested passes'
 times come with it). Code generation is `tvm.compile` with no Relax pipeline of its own: every
-Relax pass has run as a step before it; it builds the kernels in cancellable groups
-(core.compiler.codegen).
+Relax pass has run as a step before it.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Cancelled, WorkbenchError
+from ..errors import WorkbenchError
 
 __all__ = ["Step", "StepResult", "Pipeline", "run_steps", "run_timed"]
 
@@ -101,7 +100,6 @@ def run_steps(
     reuse: Callable[[int, Step], Any] | None = None,
     after: Callable[[StepResult], None] | None = None,
     on_error: Callable[[Step, Exception], Exception | None] | None = None,
-    cancel: Callable[[], bool] | None = None,
 ):
     """Run `steps` on `mod` in order inside `target` (None: no target context); returns the module.
 
@@ -109,15 +107,11 @@ def run_steps(
     stops the run there). `reuse(i, step)` may return the module this step made before (a cache):
     the step is then not run and `after` not called. `after(result)` sees every module a step made.
     A step that raises goes to `on_error(step, exc)`, which may return the exception to raise
-    instead (raised from the original); otherwise the original propagates. `cancel` is what long
-    steps poll inside (core.compiler.codegen.cancel_scope); a step stopped by it raises
-    core.errors.Cancelled (through `on_error`, which sees `cancel()` true).
+    instead (raised from the original); otherwise the original propagates.
     """
     import contextlib
 
-    from .codegen import cancel_scope
-
-    with target if target is not None else contextlib.nullcontext(), cancel_scope(cancel):
+    with target if target is not None else contextlib.nullcontext():
         for i, step in enumerate(steps):
             if before is not None:
                 before(i, step)
@@ -129,8 +123,6 @@ def run_steps(
             try:
                 mod, seconds, times = run_timed(step.make(), mod)
             except Exception as e:
-                if cancel is not None and cancel() and on_error is None:
-                    raise Cancelled(f"cancelled during {step.name}.") from None  # through TVM's C++ as a RuntimeError
                 better = on_error(step, e) if on_error is not None else None
                 if better is not None:
                     raise better from e
@@ -176,10 +168,10 @@ class Pipeline:
         """`run_steps` over `steps` (default: every enabled spec) inside this pipeline's target."""
         return run_steps(mod, self.steps() if steps is None else steps, self.target, **hooks)
 
-    def codegen(self, mod, cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None):
+    def codegen(self, mod, *, cancel=None, progress=None):
         """Code generation for a module that has been through every step: a Relax VM executable
-        (TIR pipeline + LLVM, or CUDA with an LLVM host). On CPU the kernels are built in groups
-        that `cancel()` can stop within ~0.1 s (core.compiler.codegen.build_executable)."""
+        (TIR pipeline + LLVM, or CUDA with an LLVM host), built by core.compiler.codegen so that
+        `cancel()` stops it within a fraction of a second (CPU kernels build in small groups)."""
         from .codegen import build_executable
 
         return build_executable(mod, self.target, [], cancel=cancel, progress=progress)

@@ -173,9 +173,12 @@ def _importer_class():
                 except WorkbenchError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the frontend raises anything; name the node
+                    reason = brief_reason(e)
+                    if isinstance(e, KeyError) and e.args:  # the converter read an attribute the node does not set
+                        reason = f"its converter needs the attribute '{e.args[0]}', which this node does not set"
                     raise UnsupportedOpError(
                         f"{self.where}node '{self.node_labels[index]}' ({node.op_type}) cannot be imported by TVM's ONNX "
-                        f"frontend: {brief_reason(e)}.",
+                        f"frontend: {reason}.",
                         op_type=node.op_type,
                         node_name=self.node_names[index],
                     ) from e

@@ -39,11 +39,6 @@ class CompiledMismatchError(WorkbenchError):
         self.max_abs_err = max_abs_err
 
 
-def _check_cancel(cancel: Callable[[], bool] | None) -> None:
-    if cancel is not None and cancel():
-        raise Cancelled("compile cancelled.")
-
-
 def verify_artifact(
     art: Artifact,
     *,
@@ -67,10 +62,15 @@ def verify_artifact(
     else:
         feeds = random_feeds(art.inputs, seed=seed, dims=dims, model=proto)
         kind = "seeded random"
+
+    def check() -> None:  # between the runs: each one runs to its end
+        if cancel is not None and cancel():
+            raise Cancelled("compile cancelled.")
+
     ref, reference = reference_run(art.model_bytes, feeds)
-    _check_cancel(cancel)  # between the runs: each one runs to its end
+    check()
     ours = art.run(feeds)
-    _check_cancel(cancel)
+    check()
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
     if ok:
         bad_dtype = next((i for i, (a, b) in enumerate(zip(ours, ref)) if np.asarray(a).dtype != np.asarray(b).dtype), -1)
@@ -90,6 +90,12 @@ def verify_artifact(
     if cancel is not None and cancel():
         raise Cancelled("compile cancelled.")
     out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
+    if 0 <= bad < min(len(ours), len(ref)) and np.shape(ours[bad]) != np.shape(ref[bad]):
+        raise CompiledMismatchError(
+            f"the compiled model returns output '{out_name}' with shape {list(np.shape(ours[bad]))} where {reference} gives "
+            f"{list(np.shape(ref[bad]))}; refusing to hand back a wrong result.",
+            max_abs_err=err,
+        )
     culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
     if culprit is not None:
         op, node, node_err = culprit

@@ -63,6 +63,16 @@ def test_search_finds_inside_collapsed_groups_and_expands_to_the_node(window, tm
     assert window.document.graph.node(hits[0]).op_type == "Softmax"
 
 
+def test_highlights_of_hidden_nodes_light_their_group(window, tmp_path):
+    assert window.open_model(_bert(tmp_path), wait=True)
+    c = window.canvas
+    g = window.document.graph
+    erf = [n.id for n in g.nodes if n.op_type == "Erf"][4]  # layer.4's GELU
+    c.set_highlight("rewrite-match", [erf], "#ff00ff")
+    assert "rewrite-match" in c.node_items["scope:encoder/layer.4"].highlights
+    assert "rewrite-match" not in c.node_items["scope:encoder/layer.3"].highlights
+
+
 def test_heat_overlay_sums_over_a_group(window, tmp_path):
     assert window.open_model(_bert(tmp_path, layers=12), wait=True)
     c = window.canvas

@@ -87,9 +87,9 @@ def _cpu_schedule_pass(target):
         for gvar, func in mod.functions_items():
             if not isinstance(func, tvm.tirx.PrimFunc):
                 continue
-            check_cancelled()
             rooted = with_root_block(func)
             if not _is_scheduled(func):
+                check_cancelled()
                 scheduled, _rule = schedule_cpu_func(rooted, target, rules)
                 rooted = scheduled if scheduled is not None else rooted
             if not rooted.same_as(func):

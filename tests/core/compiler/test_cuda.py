@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import onnx
@@ -103,3 +105,48 @@ def test_every_model_exports_for_cuda_and_runs_where_a_gpu_is(key, tmp_path):
     feeds = random_feeds(loaded.inputs, seed=0, dims={"batch:0": 2, "batch": 2})
     ok, err, _ = compare_outputs(loaded.run(feeds), ort_run(loaded.model_bytes, feeds))
     assert ok, f"{key}: largest difference from onnxruntime {err}"
+
+
+# -- benchmarks/gpu_check.py and the peak table ----------------------------------------------------
+
+_GPU_CHECK = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_check.py"
+
+
+@pytest.mark.parametrize("name, model, tflops", [
+    ("NVIDIA H200", "H200 SXM", 67.0), ("NVIDIA H200 NVL", "H200 NVL", 60.0), ("NVIDIA GH200 480GB", "GH200", 67.0),
+    ("NVIDIA H100 80GB HBM3", "H100 SXM", 67.0), ("NVIDIA H100 PCIe", "H100 PCIe", 51.0),
+    ("NVIDIA A100-SXM4-80GB", "A100", 19.5), ("NVIDIA L4", "L4", 30.3), ("NVIDIA L40S", "L40S", 91.6), ("Tesla T4", "T4", 8.1),
+])
+def test_peak_table_by_reported_gpu_name(name, model, tflops):
+    from core.compiler.gpu_peaks import gpu_peak
+
+    peak = gpu_peak(name)
+    assert (peak.model, peak.fp32_tflops) == (model, tflops) and "spec sheet" in peak.source
+
+
+def test_unknown_gpu_has_no_peak_rather_than_a_guess():
+    from core.compiler.gpu_peaks import gpu_peak
+
+    assert gpu_peak("NVIDIA RTX A1000") is None and gpu_peak("") is None
+
+
+@pytest.mark.skipif(gpu_present(), reason="checks the path taken where no GPU is")
+def test_gpu_check_skips_cleanly_without_a_gpu():
+    r = subprocess.run([sys.executable, str(_GPU_CHECK), "--models", "mlp"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "gpu_check: no CUDA GPU is visible to TVM on this machine, so there is nothing to run; skipped."
+
+
+@pytest.mark.slow
+def test_gpu_check_path_runs_on_the_cpu(tmp_path):
+    """The script's build -> export -> load -> compare -> time path, on the CPU (--target cpu)."""
+    from core.model.flops import count_flops
+
+    r = subprocess.run([sys.executable, str(_GPU_CHECK), "--target", "cpu", "--models", "mlp", "--runs", "3", "--jobs", "1",
+                        "--batch", "2", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "rows.json")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (row,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert row["model"] == "mlp" and row["match"] and row["gpu_ms"] > 0 and row["peak_fraction"] is None
+    assert row["gflop"] == round(count_flops(sample("mlp"), dims={"batch": 2}).total / 1e9, 4) > 0
+    assert (tmp_path / "out" / "mlp" / "model.so").is_file() and "1/1 models ran on the CPU" in r.stdout
