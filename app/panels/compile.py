@@ -28,6 +28,7 @@ says so and offers Export.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
@@ -178,6 +179,8 @@ class CompilePanel(QWidget):
         self.stale = False
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
+        self._step_now, self._step_started = "", 0.0  # the progress text now, and since when
+        self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
         self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
         self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
@@ -428,13 +431,27 @@ class CompilePanel(QWidget):
             wanted=(lambda: generation == self.generation) if for_model else None,
         )
 
+    # compile steps that poll cancel inside (core.compiler.codegen): they stop within a fraction of a second
+    _STOPS_AT_ONCE = ("ScheduleTIR", "code generation", "check against onnxruntime", "import to Relax")
+
     def cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
-            if self._tuning_now:
-                self.status.setText("Cancelling: tuning stops after the measuring round in progress…")
-            else:
-                self.status.setText("Cancelling (at the end of the current step)…")
+            self.status.setText(self.cancel_text())
+
+    def cancel_text(self) -> str:
+        """What Cancel will wait for: at once in the steps that poll it; otherwise the TVM pass
+        running now, which cannot be interrupted, with the time it has left by the last compile."""
+        if self._tuning_now:
+            return "Cancelling: tuning stops after the measuring round in progress…"
+        step = self._step_now.removeprefix("compile: ") if self._step_now.startswith("compile: ") else ""
+        if not step or step.startswith(self._STOPS_AT_ONCE) or self._step_now.startswith("measure"):
+            return "Cancelling…"
+        took = self._step_seconds.get(step)
+        if took is None:
+            return f"Cancelling: {step} is one TVM pass and cannot be interrupted; the compile stops when it ends…"
+        left = max(0.0, took - (time.perf_counter() - self._step_started))
+        return f"Cancelling: {step} is one TVM pass and cannot be interrupted; it ends in about {left:.1f} s (it took {took:.1f} s last time)…"
 
     def _update_compile_button(self) -> None:
         """Compile & Run only when it can run, and says why not otherwise (a silent button that
@@ -473,6 +490,8 @@ class CompilePanel(QWidget):
     def _compile_progress(self, frac: float, text: str) -> None:
         """The bar, and while tuning also the status line: a tuning step lasts minutes and its
         message (kernel, trials so far) is longer than the bar shows."""
+        if text != self._step_now:
+            self._step_now, self._step_started = text, time.perf_counter()
         tuning = text.startswith("compile: tuning")
         if tuning:
             # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
@@ -486,6 +505,9 @@ class CompilePanel(QWidget):
 
     def _done(self, result) -> None:
         self.artifact, self.result = result
+        art = self.artifact
+        if art is not None:  # how long each step took: what a cancel in that step waits for next time
+            self._step_seconds = {p["name"]: float(p["seconds"]) for p in art.manifest.get("passes", []) if "seconds" in p}
         self.stale = False
         self._busy(False)
         self.progress.setValue(1000)
