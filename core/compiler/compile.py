@@ -161,6 +161,7 @@ def compile_model(
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
     tune_budget_s: float | None = None,
+    tune_rpc: str | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -179,7 +180,9 @@ def compile_model(
     database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
     uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
     database. Tuning is for the cpu target; it reports through `progress` (5-55 %) and stops
-    after the measuring round in which `cancel()` turns True.
+    after the measuring round in which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY')
+    measures the candidates on the devices registered under KEY with the TVM RPC tracker at
+    HOST:PORT instead of here (the target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with CompileCancelled at the next step.
     """
@@ -213,7 +216,12 @@ def compile_model(
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
+        runner = None
+        if tune_rpc:
+            from .tuning import parse_rpc_address, rpc_runner
+
+            runner = rpc_runner(*parse_rpc_address(tune_rpc))
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
         tune_at = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
         steps.insert(tune_at, ("MetaSchedule tuning", tuning_step))
     fused = prefused = None
@@ -348,7 +356,7 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
         from . import schedules
 
         fn = getattr(schedules, "tuning_pass", None)
@@ -371,6 +379,7 @@ class _TuningStep:
                 budget_s=budget_s,
                 progress=progress,
                 cancel=cancel,
+                runner=runner,
                 on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
             )
         except ImportError as e:
