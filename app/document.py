@@ -12,6 +12,13 @@ Signals
     tensorSelected(str)        a tensor (edge or constant badge) was picked; '' clears it
     dirtyChanged(bool)         the model differs from the file on disk (or not any more)
     pathChanged(str)           the file path changed (Save As)
+    saved(str)                 the model was written to this file (`last_save` says where its weights went)
+    pipelineChanged(str)       the pass pipeline for a target was set (the Lowering panel's list)
+
+Besides the model, the document holds what a compile of it needs from the rest of the window:
+the rewrites applied to the model (`applied_rewrites`, recorded in the model itself) and the
+pass pipeline the user set up for a target (`set_pipeline` / `pipeline_for`), so no panel reads
+another panel's widgets.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from core import Graph, WorkbenchError, load_model, save_model
+from core.model.external_data import SaveResult
 from core.model.history import Edit
 
 __all__ = ["Document", "EditCommand", "changes_shapes"]
@@ -38,6 +46,9 @@ class EditCommand(QUndoCommand):
         self.document = document
         self.edit = edit
         self._first = True
+        # the node-id counter before the edit first applies: a journal replay starts from it
+        # (app.autosave, core.model.journal)
+        self.next_id = document.graph.next_node_id if document.graph is not None else None
 
     def redo(self) -> None:
         graph = self.document.graph
@@ -91,6 +102,8 @@ class Document(QObject):
     tensorSelected = Signal(str)
     dirtyChanged = Signal(bool)
     pathChanged = Signal(str)
+    saved = Signal(str)
+    pipelineChanged = Signal(str)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -100,6 +113,8 @@ class Document(QObject):
         self._selection: list = []
         self._tensor = ""
         self._push_error: WorkbenchError | None = None
+        self._pipeline: tuple[str, list] | None = None  # (target, PassSpecs)
+        self.last_save: SaveResult | None = None
         self.undo_stack.cleanChanged.connect(self._clean_changed)
 
     def _clean_changed(self, clean: bool) -> None:
@@ -131,14 +146,17 @@ class Document(QObject):
         self.selectionChanged.emit([])
 
     def save(self, path: str | Path | None = None) -> Path:
-        """Write the model (to `path`, or where it came from) and mark the stack clean."""
+        """Write the model (to `path`, or where it came from) and mark the stack clean.
+
+        Weights kept in an external data file outside the target's folder are copied into
+        `<file>.data` beside it, so the saved model opens anywhere; `last_save.describe()` says so."""
         if self.graph is None:
             raise WorkbenchError("There is no model to save.")
         target = Path(path) if path is not None else self.path
         if target is None:
             raise WorkbenchError("The model has no file name yet; use Save As.")
         try:
-            save_model(self.graph, target)
+            self.last_save = save_model(self.graph, target)
         except OSError as e:
             raise WorkbenchError(f"{target} cannot be written: {e.strerror or e}.") from None
         if target != self.path:
@@ -146,7 +164,28 @@ class Document(QObject):
             self.graph.path = target
             self.pathChanged.emit(str(target))
         self.undo_stack.setClean()
+        self.saved.emit(str(target))
         return target
+
+    @property
+    def applied_rewrites(self) -> list[str]:
+        """The rewrites applied to the model, oldest first (core.model.graph.Graph.applied_rewrites:
+        recorded in the model, so undo takes one back and a saved file keeps them)."""
+        return self.graph.applied_rewrites if self.graph is not None else []
+
+    # ---- pipeline ----------------------------------------------------------------------------
+    def set_pipeline(self, target: str, specs: list) -> None:
+        """The pass pipeline (core.compiler.pipeline PassSpecs) the user set up for `target`."""
+        specs = list(specs)
+        if self._pipeline != (target, specs):
+            self._pipeline = (target, specs)
+            self.pipelineChanged.emit(target)
+
+    def pipeline_for(self, target: str) -> list | None:
+        """The pipeline set for `target`, or None (compile then uses the default one)."""
+        if self._pipeline is None or self._pipeline[0] != target:
+            return None
+        return list(self._pipeline[1])
 
     # ---- edits -------------------------------------------------------------------------------
     def push(self, edit: Edit, show_errors: bool = True) -> bool:

@@ -31,7 +31,6 @@ from PySide6.QtCore import QEvent, QObject, QPointF, Qt, QTimer
 from PySide6.QtGui import QAction, QBrush, QColor, QCursor, QKeySequence, QPen
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QGraphicsEllipseItem,
     QGraphicsLineItem,
     QInputDialog,
@@ -285,7 +284,9 @@ class EditActions(QObject):
     def replace_initializer(self, name: str, path: str | None = None) -> None:
         graph = self.document.graph
         if path is None:
-            path, _ = QFileDialog.getOpenFileName(self.window, f"Replace '{name}' with", "", "NumPy arrays (*.npy);;All files (*)")
+            from app.dialogs.files import open_file
+
+            path = open_file(self.window, self.window, "npy", f"Replace '{name}' with", "NumPy arrays (*.npy);;All files (*)")
             if not path:
                 return
         self.push(lambda: ReplaceInitializer(graph, name, path))

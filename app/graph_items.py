@@ -3,7 +3,9 @@
 Thousands of these live in one scene, so each is a bare QGraphicsItem with a fixed bounding rect,
 no shadows and no child items. Text is laid out once into QStaticText (created on first paint, so
 building 10,000 items costs no text layout) and painting switches to plain rectangles / hairlines
-when zoomed out (level of detail), where text would be unreadable anyway.
+when zoomed out (level of detail). In between (LABEL_LOD..TEXT_LOD, the scales a fit of a big
+graph lands on) a box shows its title alone, enlarged so that it stays READABLE_PX tall on screen
+(elided to the box, the full text in the tooltip): a fitted graph never turns into blank boxes.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from core.views.viewgraph import ViewEdge, ViewNode
 
 from app.style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
 
-__all__ = ["NodeItem", "EdgeItem", "node_size", "BADGE_MAX_WIDTH"]
+__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "node_size", "text_colors", "BADGE_MAX_WIDTH"]
 
 PAD_X = 9.0
 PAD_Y = 4.0
@@ -26,7 +28,11 @@ STRIPE = 4.0
 MIN_WIDTH = 84.0
 BADGE_MAX_WIDTH = 250.0
 BADGE_SEP = "  "
-TEXT_LOD = 0.45  # below this scale, boxes are drawn without text
+TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
+LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
+READABLE_PX = 9.0  # on-screen height of that enlarged title
+MIN_READABLE_PX = 7.0  # ... or as small as this when the whole title then fits its box
+BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
@@ -47,7 +53,11 @@ def badge_text(node: ViewNode) -> str:
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
     Memoised per text: big graphs repeat the same few labels thousands of times."""
-    key = (node.label, node.detail, tuple(node.badges))
+    if node.category == "group":  # a collapsed group's box (app.group_items)
+        from app.group_items import group_size
+
+        return group_size(node, measure)
+    key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
     size = measure.sizes.get(key)
     if size is None:
         size = measure.sizes[key] = _node_size(node, measure)
@@ -55,7 +65,7 @@ def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
 
 
 def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    w = measure.width(node.label, 0)
+    w = measure.width(node.label, 0) + (BODY_MARK + 6 if node.data.get("subgraphs") else 0)
     h = PAD_Y * 2 + measure.heights[0]
     if node.detail:
         w = max(w, measure.width(node.detail, 1))
@@ -64,6 +74,18 @@ def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
         w = max(w, min(BADGE_MAX_WIDTH, measure.width(badge_text(node), 2)))
         h += measure.heights[2] + 1
     return max(MIN_WIDTH, math.ceil(w + 2 * PAD_X + STRIPE)), math.ceil(h)
+
+
+def text_colors(fill: QColor) -> tuple[QColor, QColor, QColor]:
+    """(title, detail, badge) text colours that read on `fill`: white on dark fills (the io boxes,
+    the hot end of the heat map), near-black on light ones; never grey on a saturated colour."""
+    r, g, b = (c / 255.0 for c in (fill.red(), fill.green(), fill.blue()))
+    lum = 0.2126 * r ** 2.2 + 0.7152 * g ** 2.2 + 0.0722 * b ** 2.2
+    if lum < 0.3:
+        return QColor("#ffffff"), QColor("#f1f3f5"), QColor("#f1f3f5")
+    if fill.saturation() > 90:  # a heat colour: the dark greys of the pastel boxes would blur
+        return QColor("#111417"), QColor("#111417"), QColor("#2a2118")
+    return QColor("#1b1f23"), QColor("#454d55"), QColor("#5b4a2a")
 
 
 class NodeItem(QGraphicsItem):
@@ -80,6 +102,7 @@ class NodeItem(QGraphicsItem):
         self.overlay_text = ""
         self.ghost = ""  # "", "removed" or "added"
         self._texts: list[tuple[QStaticText, QPointF, int]] | None = None
+        self._title: tuple[float, str] | None = None  # (scale, elided title) of the zoomed-out title
         self._badge_spans: list[tuple[float, float, int]] = []
         self.setFlag(QGraphicsItem.ItemIsSelectable, True)
         self.setZValue(1)
@@ -138,6 +161,35 @@ class NodeItem(QGraphicsItem):
                 return k
         return None
 
+    def _paint_title(self, painter: QPainter, lod: float) -> None:
+        """The title alone, scaled up so it stays READABLE_PX tall on screen (as far as the box
+        allows), elided to the box's width."""
+        fonts, metrics = _fonts()
+        fm = metrics[0]
+        rect = self.rect
+        # as big as READABLE_PX, smaller (down to MIN_READABLE_PX) when that lets the whole title
+        # fit the box, and never taller than the box
+        room = rect.width() - STRIPE - 8
+        k_fit = room / max(fm.horizontalAdvance(self.node.label), 1.0)
+        k = max(min(READABLE_PX / (fm.height() * lod), k_fit), MIN_READABLE_PX / (fm.height() * lod))
+        k = min(k, (rect.height() - 2) / fm.height())
+        k = max(1.0, int(k * 10) / 10)  # a step of 0.1 (rounded down): the elided text is remade only when k moves
+        if self._title is None or self._title[0] != k:
+            avail = (rect.width() - STRIPE - 8) / k
+            text = self.node.label
+            self._title = (k, fm.elidedText(text, Qt.ElideRight, avail) if fm.horizontalAdvance(text) > avail else text)
+        text = self._title[1]
+        if not text or text == "…":
+            return
+        fill = self.overlay if self.overlay is not None else category_colors(self.node.category)[0]
+        painter.save()
+        painter.translate(rect.x() + STRIPE + 4, rect.center().y() - fm.height() * k / 2)
+        painter.scale(k, k)
+        painter.setFont(fonts[0])
+        painter.setPen(text_colors(fill)[0])
+        painter.drawText(QPointF(0, fm.ascent()), text)
+        painter.restore()
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         fill, accent = category_colors(self.node.category)
@@ -153,9 +205,10 @@ class NodeItem(QGraphicsItem):
                 painter.fillRect(rect.adjusted(-4, -4, 4, 4), QColor(HIGHLIGHT_COLORS["selection"]))
             elif self.highlights:
                 painter.fillRect(rect.adjusted(-4, -4, 4, 4), next(iter(self.highlights.values())))
-            painter.fillRect(rect, accent if self.overlay is None and lod < 0.15 else fill)
-            if lod >= 0.15:
+            painter.fillRect(rect, accent if self.overlay is None and lod < LABEL_LOD else fill)
+            if lod >= LABEL_LOD:
                 painter.fillRect(QRectF(rect.x(), rect.y(), STRIPE, rect.height()), accent)
+                self._paint_title(painter, lod)
             return
         painter.setRenderHint(QPainter.Antialiasing, True)
         for k, color in enumerate(self.highlights.values()):
@@ -179,16 +232,18 @@ class NodeItem(QGraphicsItem):
         if self._texts is None:
             self._layout_text()
         fonts, _ = _fonts()
-        light = self.node.category == "io" and self.overlay is None
-        colors = (QColor("#ffffff"), QColor("#d6dde2"), QColor("#d6dde2")) if light else (QColor("#1b1f23"), QColor("#454d55"), QColor("#5b4a2a"))
+        colors = text_colors(fill)
         for st, pt, fi in self._texts:
             painter.setFont(fonts[fi])
             painter.setPen(colors[fi])
             painter.drawStaticText(pt, st)
-        if self.overlay_text:
-            painter.setFont(fonts[2])
-            painter.setPen(QColor("#1b1f23"))
-            painter.drawText(rect.adjusted(0, 0, -4, -2), Qt.AlignRight | Qt.AlignBottom, self.overlay_text)
+        if self.node.data.get("subgraphs"):
+            # two stacked squares, top right: this box holds graphs (double-click opens them)
+            x, y, s = rect.right() - BODY_MARK - 5, rect.top() + 5, BODY_MARK
+            painter.setPen(QPen(accent, 1.2))
+            painter.setBrush(QColor("#ffffff"))
+            painter.drawRect(QRectF(x + 3, y, s - 3, s - 3))
+            painter.drawRect(QRectF(x, y + 3, s - 3, s - 3))
 
 
 class EdgeItem(QGraphicsItem):
@@ -223,6 +278,7 @@ class EdgeItem(QGraphicsItem):
         self.highlight: QColor | None = None
         self.hovered = False
         self.faded = False
+        self.always_label = False  # View > Tensor Shapes on Edges: the shape label at every readable zoom
         self.setZValue(0)
         self.setAcceptHoverEvents(True)
         tip = edge.label + (f": {edge.detail}" if edge.detail else "")
@@ -276,7 +332,7 @@ class EdgeItem(QGraphicsItem):
         painter.setPen(Qt.NoPen)
         painter.setBrush(color)
         painter.drawPolygon(self.arrow)
-        if self.edge.detail and (self.hovered or (lod >= SHAPE_LOD and not self.in_fan)):
+        if self.edge.detail and (self.hovered or self.always_label or (lod >= SHAPE_LOD and not self.in_fan)):
             fonts, metrics = _fonts()
             painter.setFont(fonts[2])
             mid = self._label_at if self._label_at is not None else self.path.pointAtPercent(0.5)
@@ -289,3 +345,78 @@ class EdgeItem(QGraphicsItem):
             painter.drawRoundedRect(box, 3, 3)
             painter.setPen(QColor("#2d3a45"))
             painter.drawText(box, Qt.AlignCenter, text)
+
+
+class GroupItem(QGraphicsItem):
+    """An outline around the boxes of one group (a fused kernel's ONNX nodes); its value goes on a
+    `ChipItem` at the top right, outside every box: the kernel's time is the group's, not its
+    nodes'. The outline is the union of the boxes (padded) and of bridges along the edges inside
+    the group, so a chain reads as one shape and unrelated boxes between are not swallowed."""
+
+    PAD = 7.0
+
+    def __init__(self, rects: list[QRectF], bridges: list[QRectF], color: QColor):
+        super().__init__()
+        path = QPainterPath()
+        path.setFillRule(Qt.WindingFill)
+        for r in rects:
+            path.addRoundedRect(r.adjusted(-self.PAD, -self.PAD, self.PAD, self.PAD), 7, 7)
+        for r in bridges:
+            path.addRect(r)
+        self.path = path.simplified()
+        self.color = QColor(color)
+        self._bounds = self.path.boundingRect().adjusted(-2, -2, 2, 2)
+        self.setZValue(-1)  # under edges and boxes
+
+    def boundingRect(self) -> QRectF:
+        return self._bounds
+
+    def shape(self) -> QPainterPath:
+        return QPainterPath()  # never takes the mouse: the boxes inside stay clickable
+
+    def chip_anchor(self) -> QPointF:
+        """Where a chip sits: the outline's top right corner, just above the topmost box."""
+        b = self.path.boundingRect()
+        return QPointF(b.right() - 4, b.top() + self.PAD - 2)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        fill = QColor(self.color)
+        fill.setAlpha(70)
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setPen(QPen(self.color.darker(135), 1.6 if lod >= 0.3 else 0.5 / max(lod, 0.01)))
+        painter.setBrush(fill)
+        painter.drawPath(self.path)
+
+
+class ChipItem(QGraphicsItem):
+    """A small white label with dark text (a group's value), above boxes and edges; its right
+    bottom corner at `anchor`."""
+
+    def __init__(self, anchor: QPointF, text: str, color: QColor, tooltip: str = ""):
+        super().__init__()
+        _, metrics = _fonts()
+        fm = metrics[0]
+        tw, th = fm.horizontalAdvance(text) + 10, fm.height() + 2
+        self.text = text
+        self.color = QColor(color)
+        self.rect = QRectF(anchor.x() - tw, anchor.y() - th, tw, th)
+        self.setZValue(3)
+        if tooltip:
+            self.setToolTip(tooltip)
+
+    def boundingRect(self) -> QRectF:
+        return self.rect.adjusted(-1, -1, 1, 1)
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        if lod < 0.25:
+            return  # too small to read: the group's colour says it
+        fonts, _ = _fonts()
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setPen(QPen(self.color.darker(135), 1.2))
+        painter.setBrush(QColor("#ffffff"))
+        painter.drawRoundedRect(self.rect, 4, 4)
+        painter.setFont(fonts[0])
+        painter.setPen(QColor("#111417"))
+        painter.drawText(self.rect, Qt.AlignCenter, self.text)

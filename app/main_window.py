@@ -24,7 +24,6 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QMainWindow,
     QMenu,
@@ -36,12 +35,11 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, load_model
 from core.views.layout import layout
-from core.views.viewgraph import from_graph
 
 from app.canvas import GraphCanvas, prepare_display
 from app.document import Document
 from app.graph_items import node_size
-from app.workers import Job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["MainWindow", "run"]
 
@@ -60,6 +58,9 @@ class MainWindow(QMainWindow):
         self.document = Document(self)
         self.canvas = GraphCanvas(self.document, self)
         self.setCentralWidget(self.canvas)
+        from app.scopes import ScopeController
+
+        self.scopes = ScopeController(self.canvas)
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.panels: dict[str, QDockWidget] = {}
@@ -71,6 +72,10 @@ class MainWindow(QMainWindow):
 
         self._build_status_bar()
         self._build_menus()
+        self.scopes.install_actions(self)
+        from app.compare import install_actions as install_compare
+
+        install_compare(self)
         self.document.dirtyChanged.connect(self._update_title)
         self.document.pathChanged.connect(lambda _p: self._update_title())
         self.document.graphReplaced.connect(self._update_status)
@@ -86,6 +91,9 @@ class MainWindow(QMainWindow):
         from app.edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
+        from app.subgraphs import SubgraphNavigator  # If / Loop / Scan bodies on the canvas
+
+        self.subgraphs = SubgraphNavigator(self)
         from app.autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
 
         self.autosaver = Autosaver(self)
@@ -98,6 +106,9 @@ class MainWindow(QMainWindow):
             self.restoreState(state)
         else:  # dock sizes only stick once the window has its real size: again right after showing
             QTimer.singleShot(250, self._default_dock_sizes)
+        # View settings of the last session (the canvas is still empty: nothing is laid out twice)
+        self.direction_action.setChecked(_as_bool(self.settings.value("view/leftToRight", False)))
+        self.edge_shapes_action.setChecked(_as_bool(self.settings.value("view/edgeShapes", False)))
         self._update_title()
 
     # ---- panels ------------------------------------------------------------------------------
@@ -198,7 +209,9 @@ class MainWindow(QMainWindow):
         self.edit_menu = edit_menu
 
         view_menu = mb.addMenu("&View")
-        self._action(view_menu, "&Fit Graph", self.canvas.fit, "Ctrl+0")
+        self._action(view_menu, "&Fit Graph", self.canvas.fit, "Ctrl+0",
+                     "Fit the graph to the canvas; a big graph is shown from its start at a scale where op names stay readable")
+        self._action(view_menu, "&Whole Graph", self.canvas.fit_all, "Ctrl+Shift+0", "Everything in view, however small")
         self._action(view_menu, "Actual Size (100 %)", self.canvas.zoom_100, "Ctrl+1")
         self._action(view_menu, "Zoom &In", lambda: self.canvas.zoom_by(1.25), QKeySequence.ZoomIn)
         self._action(view_menu, "Zoom &Out", lambda: self.canvas.zoom_by(0.8), QKeySequence.ZoomOut)
@@ -211,6 +224,15 @@ class MainWindow(QMainWindow):
         self.key_action.setToolTip("Show which colour stands for which kind of op")
         self.key_action.toggled.connect(self.canvas.show_key)
         view_menu.addAction(self.key_action)
+        self.direction_action = QAction("&Left to Right Layout", self, checkable=True)
+        self.direction_action.setShortcut("Ctrl+Shift+L")
+        self.direction_action.setToolTip("Lay graphs out left to right instead of top to bottom")
+        self.direction_action.toggled.connect(self._set_direction)
+        view_menu.addAction(self.direction_action)
+        self.edge_shapes_action = QAction("Tensor &Shapes on Edges", self, checkable=True)
+        self.edge_shapes_action.setToolTip("Label every edge with its tensor's shape (otherwise on hover, or zoomed in)")
+        self.edge_shapes_action.toggled.connect(self._set_edge_shapes)
+        view_menu.addAction(self.edge_shapes_action)
         view_menu.addSeparator()
         self.panels_menu = view_menu.addMenu("&Panels")
         self.view_menu = view_menu
@@ -301,19 +323,29 @@ class MainWindow(QMainWindow):
             parts.append(f"layout: {lo.method} {lo.seconds:.2f} s")
         self.info_label.setText("   ·   ".join(parts))
 
+    def _set_direction(self, left_to_right: bool) -> None:
+        self.settings.setValue("view/leftToRight", left_to_right)
+        self.canvas.set_direction("LR" if left_to_right else "TB")
+
+    def _set_edge_shapes(self, on: bool) -> None:
+        self.settings.setValue("view/edgeShapes", on)
+        self.canvas.set_edge_shapes(on)
+
     # ---- opening -----------------------------------------------------------------------------
     def open_dialog(self) -> None:
-        start = str(self.document.path.parent) if self.document.path else self.settings.value("lastDir", "")
-        path, _ = QFileDialog.getOpenFileName(self, "Open ONNX model", start, "ONNX models (*.onnx);;All files (*)")
+        from app.dialogs.files import open_file
+
+        path = open_file(self, self, "model", "Open ONNX model", "ONNX models (*.onnx);;All files (*)")
         if path:
             self.open_model(path)
 
-    def open_model(self, path: str | os.PathLike, wait: bool = False) -> bool:
+    def open_model(self, path: str | os.PathLike, wait: bool = False, allow_absolute_external: bool = False) -> bool:
         """Open a model: load, view and layout run on a worker thread.
 
         Returns True when the load started (or, with `wait=True`, when the model is open and
         drawn). Unsaved edits are asked about first; a bad file shows its sentence and keeps the
-        current model."""
+        current model. `allow_absolute_external` is for the workbench's own autosaves (see
+        core.load_model)."""
         if not self._confirm_discard():
             return False
         if self._load_job is not None:
@@ -321,6 +353,7 @@ class MainWindow(QMainWindow):
         gc.unfreeze()  # the model being replaced can be collected again
         path = str(path)
         measure = self.canvas.measure
+        direction = self.canvas.direction
         t0 = time.perf_counter()
 
         def work(job: Job):
@@ -337,16 +370,16 @@ class MainWindow(QMainWindow):
             gc.collect()
             gc.disable()
             try:
-                graph = load_model(path)
+                graph = load_model(path, allow_absolute_external=allow_absolute_external)
                 gc.freeze()
                 phases["load"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
                 job.report(0.3, "Building the view")
-                view = from_graph(graph)
+                view = self.canvas.model_view(graph)  # big graphs: groups collapsed (app.scopes)
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
                 phases["view"], t = time.perf_counter() - t, time.perf_counter()
                 job.check()
-                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"))
+                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"), direction=direction)
                 phases["layout"], t = time.perf_counter() - t, time.perf_counter()
                 extras = prepare_display(view, result, job)
                 phases["overview"] = time.perf_counter() - t
@@ -356,16 +389,13 @@ class MainWindow(QMainWindow):
             self.last_open_phases = phases
             return graph, view, result, extras
 
-        job = Job(work, f"Opening {Path(path).name}", self)
-        self._load_job = job
         self._load_result = None
-        job.progressed.connect(self._progress)
-        job.done.connect(lambda res: self._load_done(job, path, res, t0))
-        job.failed.connect(lambda msg: self._load_failed(job, path, msg))
-        job.cancelled.connect(lambda: self._load_cancelled(job))
-        job.finished.connect(job.deleteLater)
         self._set_busy(True, f"Opening {Path(path).name}")
-        job.start()
+        job = self._load_job = start_job(
+            work, f"Opening {Path(path).name}", self, progressed=self._progress,
+            done=lambda res: self._load_done(job, path, res, t0), failed=lambda exc: self._load_failed(job, path, error_text(exc, job.title)),
+            cancelled=lambda: self._load_cancelled(job), delete_later=True,
+        )
         if not wait:
             return True
         loop = QEventLoop()
@@ -388,6 +418,7 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         graph, view, lo, extras = result
         self.canvas.prime_model_layout(graph, view, lo, extras)
+        self.canvas.set_empty_message(None)
         self.document.set_graph(graph, path)
         self.last_open_seconds = time.perf_counter() - t0
         self._add_recent(path)
@@ -401,6 +432,8 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
+        if self.document.graph is None:  # nothing else to show: the canvas keeps saying why
+            self.canvas.set_empty_message(f"Could not open {Path(path).name}.\n{message}\n\nFile ▸ Open (Ctrl+O) another model, or drop one here.")
         QMessageBox.warning(self, "Cannot open model", message)
 
     def _load_cancelled(self, job: Job) -> None:
@@ -422,7 +455,7 @@ class MainWindow(QMainWindow):
         path = str(Path(path).resolve())
         files = [p for p in self.recent_files() if p != path]
         self.settings.setValue("recentFiles", [path] + files[: MAX_RECENT - 1])
-        self.settings.setValue("lastDir", str(Path(path).parent))
+        self.settings.setValue("dirs/model", str(Path(path).parent))  # File > Open starts here next time
 
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()
@@ -449,8 +482,10 @@ class MainWindow(QMainWindow):
     def save_as(self) -> bool:
         if self.document.graph is None:
             return False
-        start = str(self.document.path) if self.document.path else ""
-        path, _ = QFileDialog.getSaveFileName(self, "Save ONNX model", start, "ONNX models (*.onnx)")
+        from app.dialogs.files import save_file
+
+        name = Path(self.document.path).name if self.document.path else "model.onnx"
+        path = save_file(self, self, "model", "Save ONNX model", "ONNX models (*.onnx)", suggested=name)
         if not path:
             return False
         if not path.endswith(".onnx"):
@@ -466,7 +501,8 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Cannot save", str(e))
             return False
         self._add_recent(str(target))
-        self.statusBar().showMessage(f"Saved {target}", 4000)
+        saved = self.document.last_save
+        self.statusBar().showMessage(saved.describe() if saved is not None else f"Saved {target}", 8000)
         return True
 
     def _confirm_discard(self) -> bool:
@@ -545,3 +581,8 @@ def run(model_path: str | None) -> int:
     if model_path:
         w.open_model(model_path)
     return app.exec()
+
+
+def _as_bool(value) -> bool:
+    """A QSettings value as a bool (INI files give back the strings "true" / "false")."""
+    return value in (True, "true", "1", 1)

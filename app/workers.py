@@ -1,9 +1,12 @@
 """Background jobs: long work (loading, layout) runs on a QThread, never on the UI thread.
 
-A `Job` runs a plain Python function `work(job)` on its own thread. The function may call
+A `Job` runs a plain Python function `work(job)` on its own thread; `start_job` makes one, wires
+its signals to the owner's slots and starts it (the one place that wiring is written). The function may call
 `job.report(fraction, text)` and must poll `job.cancelled` (or pass `job.is_cancelled` to
 core functions that take a `cancel` callback). Results come back to the UI thread through queued
-signals: `done(result)`, `failed(message)`, `cancelled()`. Work functions create no Qt objects
+signals: `done(result)`, `failed(exception)`, `cancelled()`. A failure hands over the exception
+object itself, so a panel reads its fields (`node_name`, `stages`) instead of parsing text;
+`error_text(exc, title)` is the one line to show for it. Work functions create no Qt objects
 other than plain values: every QObject and QGraphicsItem is made on the UI thread.
 """
 from __future__ import annotations
@@ -15,16 +18,22 @@ from typing import Any
 
 from PySide6.QtCore import QThread, Signal
 
-from core.errors import WorkbenchError
-from core.views.layout import LayoutCancelled
+from core.errors import Cancelled, WorkbenchError
 
-__all__ = ["Job", "JobCancelled", "cancel_all"]
+__all__ = ["Job", "JobCancelled", "cancel_all", "start_job", "error_text"]
 
 logger = logging.getLogger(__name__)
 
+# raise from a work function to stop it (the job then emits `cancelled`): core's one cancel error
+JobCancelled = Cancelled
 
-class JobCancelled(Exception):
-    """Raise from a work function to stop it; the job then emits `cancelled`."""
+
+def error_text(exc: BaseException, title: str = "") -> str:
+    """The one line a failed job shows: a user's error as it reads, anything else as an internal
+    error of the job named `title` (its traceback is in the log)."""
+    if isinstance(exc, WorkbenchError):
+        return str(exc)
+    return f"{title or 'The background job'} failed with an internal error: {type(exc).__name__}: {exc}"
 
 
 _RUNNING: set["Job"] = set()
@@ -47,13 +56,13 @@ class Job(QThread):
     """
 
     done = Signal(object)
-    failed = Signal(str)
+    failed = Signal(object)  # the exception
     cancelled = Signal()
     progressed = Signal(float, str)
     # what the worker thread emits; forwarded to the public signals on the UI thread unless the
     # owner has gone in between (a queued call cannot be taken back once posted)
     _done = Signal(object)
-    _failed = Signal(str)
+    _failed = Signal(object)
     _cancelled = Signal()
     _progressed = Signal(float, str)
 
@@ -116,17 +125,61 @@ class Job(QThread):
     def run(self) -> None:  # worker thread
         try:
             result = self.work(self)
-        except (JobCancelled, LayoutCancelled):
+        except Cancelled:
             self._cancelled.emit()
             return
         except WorkbenchError as e:
-            self._failed.emit(str(e))
+            self._failed.emit(e)
             return
-        except Exception as e:  # noqa: BLE001 - reported in one line; the traceback goes to the log
+        except Exception as e:  # noqa: BLE001 - reported in one line (error_text); the traceback goes to the log
             logger.error("%s failed:\n%s", self.title or "background job", traceback.format_exc())
-            self._failed.emit(f"{self.title or 'The background job'} failed with an internal error: {type(e).__name__}: {e}")
+            self._failed.emit(e)
             return
         if self._cancel:
             self._cancelled.emit()
         else:
             self._done.emit(result)
+
+
+def start_job(
+    work: Callable[[Job], Any],
+    title: str,
+    owner,
+    *,
+    done: Callable[[Any], None] | None = None,
+    failed: Callable[[BaseException], None] | None = None,
+    cancelled: Callable[[], None] | None = None,
+    progressed: Callable[[float, str], None] | None = None,
+    ended: Callable[[Job], None] | None = None,
+    wanted: Callable[[], bool] | None = None,
+    delete_later: bool = False,
+    start: bool = True,
+) -> Job:
+    """Run `work(job)` on a worker thread for `owner` and deliver its outcome on the UI thread.
+
+    `ended(job)` is called first whatever the outcome (the owner's "not busy any more"); then
+    `done(result)`, `failed(exception)` or `cancelled()` - but only while `wanted()` is true. That
+    is how a panel drops a result made for a model that has since been replaced (its labels
+    would land on the wrong nodes) without each panel writing its own generation check.
+    Progress is delivered only while wanted too. `delete_later` frees the QThread once it has
+    finished (for owners that keep no reference to the job after it ended). `start=False`
+    leaves `job.start()` to the caller (to connect something else first).
+    """
+    job = Job(work, title, parent=owner)
+
+    def outcome(slot, *args) -> None:
+        if ended is not None:
+            ended(job)
+        if slot is not None and (wanted is None or wanted()):
+            slot(*args)
+
+    job.done.connect(lambda result: outcome(done, result))
+    job.failed.connect(lambda exc: outcome(failed, exc))
+    job.cancelled.connect(lambda: outcome(cancelled))
+    if progressed is not None:
+        job.progressed.connect(lambda f, t: (wanted is None or wanted()) and progressed(f, t))
+    if delete_later:
+        job.finished.connect(job.deleteLater)
+    if start:
+        job.start()
+    return job

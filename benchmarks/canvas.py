@@ -6,6 +6,9 @@ choice (dot vs the layered fallback) by graph size.
 Prints tables (not pass/fail). Targets from the canvas issue: DenseNet-121 open -> first fitted
 paint <= 1.0 s; a generated 10,000-node graph <= 3 s with the UI responsive throughout (longest
 UI-thread stall reported); repaint of a 1:1 view of a 5,000-node graph <= 16 ms.
+Scopes (issue 16): a 10,000-node scoped graph (torch-named BERT layers) opens collapsed <= 1 s and
+with every group expanded <= 3 s; expanding one group <= 100 ms; comparing two 2,000-node graphs
+(before/after fuse-gelu) <= 2 s to both sides drawn.
 Runs offscreen (QT_QPA_PLATFORM=offscreen unless a display is set).
 """
 from __future__ import annotations
@@ -183,6 +186,98 @@ def repaint_at_100(path: Path, repeats: int = 30) -> dict:
     }
 
 
+class groups_open:
+    """Open graphs with every scope group expanded ('all') or as the app decides (None)."""
+
+    def __init__(self, mode: str | None):
+        self.mode = mode
+
+    def __enter__(self):
+        from core.views.scopes import ScopeTree
+
+        self.saved = ScopeTree.default_expanded
+        if self.mode == "all":
+            ScopeTree.default_expanded = lambda tree, n, boxes=0: {s.path for s in tree.groups}
+        return self
+
+    def __exit__(self, *exc):
+        from core.views.scopes import ScopeTree
+
+        ScopeTree.default_expanded = self.saved
+
+
+def make_scoped_model(n_nodes: int, path: Path) -> Path:
+    """A BERT-style encoder with torch.onnx names, about `n_nodes` nodes (33 per layer), narrow."""
+    from core.model.samples import scoped_bert
+
+    layers = max(1, round((n_nodes - 8) / 33))
+    onnx.save(scoped_bert(layers=layers, dim=16, heads=2, ffn=32, vocab=64), str(path))
+    return path
+
+
+def expand_one_group(path: Path, repeats: int = 5) -> dict:
+    """Milliseconds to expand one box of the collapsed scoped model (view, relayout, new
+    scene, items) and to collapse it again (the earlier layout comes back from the cache)."""
+    app = _app()
+    w = _window()
+    assert w.open_model(str(path), wait=True)
+    from core.views.scopes import is_scope_id
+
+    shown = [i for i in w.canvas.layout_result.boxes if is_scope_id(i)]  # the first screen's boxes
+    expand, collapse = [], []
+    for k in range(repeats):
+        sid = shown[(k * 7) % len(shown)]
+        p = sid[len("scope:"):]
+        box = w.canvas.layout_result.boxes[sid]
+        w.canvas.centerOn(box.x, box.y)
+        t = time.perf_counter()
+        w.scopes.expand(p)
+        w.canvas.viewport().repaint()
+        expand.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        w.scopes.collapse(p)
+        w.canvas.viewport().repaint()
+        collapse.append((time.perf_counter() - t) * 1000)
+    drawn = len(w.canvas.view.nodes)
+    w.close()
+    w.deleteLater()
+    app.processEvents()
+    return {"expand_ms": statistics.median(expand), "expand_max_ms": max(expand), "collapse_ms": statistics.median(collapse), "drawn": drawn}
+
+
+def compare_two(path: Path) -> dict:
+    """Seconds from asking for a comparison of the model with its fuse-gelu rewrite to both
+    sides laid out and painted (diff + two layouts + two scenes)."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from app.compare import CompareWindow
+    from core import load_model
+    from core.rewrite.engine import apply_rewrite
+    from rewrites import get_rule
+
+    app = _app()
+    a = load_model(path)
+    b = a.clone()
+    apply_rewrite(b, get_rule("fuse-gelu"))
+    cw = CompareWindow()
+    cw.resize(1600, 1000)
+    cw.show()
+    app.processEvents()
+    t, cpu0 = time.perf_counter(), time.process_time()
+    d = cw.compare_graphs(a, b, "before", "after")
+    while cw.left.canvas.busy or cw.right.canvas.busy or cw.left.canvas.layout_result is None or cw.right.canvas.layout_result is None:
+        loop = QEventLoop()
+        QTimer.singleShot(2, loop.quit)
+        loop.exec()
+    cw.left.canvas.viewport().repaint()
+    cw.right.canvas.viewport().repaint()
+    total, cpu = time.perf_counter() - t, time.process_time() - cpu0
+    out = {"seconds": total, "cpu": cpu, "diff_s": cw.timings["diff"], "views_s": cw.timings["views"], "nodes": (len(a), len(b)), "matched": len(d.matched), "drawn": (len(cw.left.canvas.view.nodes), len(cw.right.canvas.view.nodes))}
+    cw.close()
+    app.processEvents()
+    return out
+
+
 def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
     """dot vs layered seconds by node count on the generated CNN-like graph (box sizes fixed)."""
     from core import load_model
@@ -220,10 +315,25 @@ def main(argv=None) -> int:
         print(f"{'model':<22}{'panels':>7}{'drawn nodes':>12}{'layout':>9}{'seconds':>9}{'cpu s':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
         for name, path, target in (("DenseNet-121", LIGHT / "light_densenet121.onnx", 1.0), ("ResNet-50", LIGHT / "light_resnet50.onnx", None), ("generated 10k nodes", big10k, 3.0)):
             for panels in (False, True):
-                r = open_to_fitted_paint(path, panels)
+                with groups_open("all"):  # every node drawn, as the target was set (no structural groups)
+                    r = open_to_fitted_paint(path, panels)
                 t = f"{target:.1f}" if target else "-"
                 steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
                 print(f"{name:<22}{'all' if panels else 'none':>7}{r['nodes']:>12}{r['method']:>9}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{t:>7}{r['stall'] * 1000:>7.0f} ms   {steps}")
+        scoped10k = make_scoped_model(10_000, Path(d) / "scoped_10k.onnx")
+        scoped2k = make_scoped_model(2_000, Path(d) / "scoped_2k.onnx")
+        print()
+        print("Scoped graphs (torch-named BERT layers, offscreen 1600x1000, all panels)")
+        print(f"{'case':<40}{'drawn nodes':>12}{'layout':>16}{'seconds':>9}{'cpu s':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
+        for label, mode, target in (("10k scoped, opens collapsed", None, 1.0), ("10k scoped, every group expanded", "all", 3.0)):
+            with groups_open(mode):
+                r = open_to_fitted_paint(scoped10k, True)
+            steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
+            print(f"{label:<40}{r['nodes']:>12}{r['method']:>16}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{target:>7.1f}{r['stall'] * 1000:>7.0f} ms   {steps}")
+        e = expand_one_group(scoped10k)
+        print(f"{'expand one group (median of 5; max)':<40}{e['drawn']:>12}{'incremental':>16}{e['expand_ms'] / 1000:>9.3f}{'':>7}{0.1:>7.1f}   max {e['expand_max_ms']:.0f} ms; collapse again {e['collapse_ms']:.0f} ms")
+        c = compare_two(scoped2k)
+        print(f"{'compare 2k vs fuse-gelu 2k (diff+draw)':<40}{str(c['drawn']):>12}{'':>16}{c['seconds']:>9.2f}{c['cpu']:>7.2f}{2.0:>7.1f}   diff {c['diff_s']:.2f} s, copies+views {c['views_s']:.2f} s; {c['nodes'][0]} vs {c['nodes'][1]} nodes, {c['matched']} matched")
         r = repaint_at_100(big5k)
         print()
         print("Repaint, generated 5,000-node graph")

@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "bench": "bench_cmd",
     "run": "run_cmd",
     "edit": "edit_cmd",
+    "diff": "diff_cmd",
+    "schedule": "schedule_cmd",
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

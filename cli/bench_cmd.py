@@ -25,7 +25,7 @@ def _mb(n) -> str:
 
 def run(args) -> int:
     from cli.compile_cmd import parse_dims
-    from core.compiler.bench import benchmark
+    from core.compiler.bench import benchmark, spread_warning
     from core.compiler.artifact import load_artifact
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
@@ -45,10 +45,14 @@ def run(args) -> int:
         print(json.dumps(d))
         return 0
     lat = d["latency_ms"]
-    print(f"latency ({art.target}, {lat['runs']} runs): median {lat['median']:.3f} ms, p90 {lat['p90']:.3f} ms, min {lat['min']:.3f} ms")
+    print(f"latency ({art.target}, {lat['runs']} runs): median {lat['median']:.3f} ms, p10-p90 {lat['p10']:.3f}-{lat['p90']:.3f} ms, min {lat['min']:.3f} ms")
+    if spread_warning(lat):
+        print(f"  warning: {spread_warning(lat)}")
     if res.ort_latency_ms is not None:
         o = res.ort_latency_ms
-        print(f"onnxruntime (CPU):       median {o['median']:.3f} ms, p90 {o['p90']:.3f} ms, min {o['min']:.3f} ms")
+        print(f"onnxruntime (CPU):       median {o['median']:.3f} ms, p10-p90 {o['p10']:.3f}-{o['p90']:.3f} ms, min {o['min']:.3f} ms")
+        if spread_warning(o):
+            print(f"  warning (onnxruntime): {spread_warning(o)}")
         print(f"ratio ours/onnxruntime: {res.ratio}x; outputs {'match' if res.outputs_match_ort else 'DIFFER'} (max abs error {res.max_abs_err_vs_ort:.3g})")
     m = d["memory"]
     print(f"memory: params {_mb(m['params_bytes'])}, activations planned {_mb(m['planned_bytes'])} vs unplanned {_mb(m['unplanned_bytes'])}, peak RSS {_mb(m['peak_rss_bytes'])}")

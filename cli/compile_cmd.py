@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz]`."""
 from __future__ import annotations
 
 import json
@@ -17,6 +17,7 @@ def add_arguments(p) -> None:
     p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
     p.add_argument("--tune-rpc", metavar="HOST:PORT:KEY", help="measure tuning candidates on the devices registered under KEY with the TVM RPC tracker at HOST:PORT (with --tune-minutes or --tune-trials)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
+    p.add_argument("--verify-inputs", metavar="IN.npz", help="check against the reference on these inputs (an .npz keyed by input name) instead of seeded random ones")
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
     p.add_argument("--bench-runs", type=int, default=0, metavar="N", help="also measure N runs and record latency and memory in the manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -32,6 +33,23 @@ def parse_dims(items: list[str]) -> dict[str, int]:
             raise WorkbenchError(f"--dim expects NAME=N with N a positive integer, got '{item}'.")
         dims[name] = int(value)
     return dims
+
+
+def read_npz(path: str) -> dict:
+    """The arrays of an .npz file by name; one sentence when the file cannot be read."""
+    import zipfile
+
+    import numpy as np
+
+    from core.errors import WorkbenchError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise WorkbenchError(f"{path} does not exist.") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise WorkbenchError(f"{path} cannot be read as a NumPy .npz file of input arrays ({e}).") from None
 
 
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:
@@ -66,6 +84,7 @@ def run(args) -> int:
         parse_rpc_address(args.tune_rpc)
         if args.tune_trials == 0 and args.tune_minutes is None:
             raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
+    verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
 
     from core.compiler.compile import compile_model
 
@@ -78,6 +97,7 @@ def run(args) -> int:
         args.target,
         verify=not args.no_verify,
         verify_dims=dims or None,
+        verify_inputs=verify_inputs,
         tune_trials=args.tune_trials,
         tune_db=args.tune_db,
         tune_budget_s=budget_s,
@@ -104,7 +124,7 @@ def run(args) -> int:
         }))
     else:
         v = m.get("verification", {})
-        check = f"matches onnxruntime (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
+        check = f"matches {v.get('reference', 'onnxruntime')} on {v.get('inputs', 'seeded random')} inputs (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
         print(f"compiled {args.model} for {args.target} in {m.get('compile_seconds')} s; {check}")
         tuning = m.get("tuning")
         if tuning:

@@ -61,7 +61,7 @@ def _report(args, stages, error: str | None) -> None:
 def run(args) -> int:
     from core import load_model
     from core.errors import WorkbenchError
-    from core.compiler.lowering import LoweringCancelled, lower
+    from core.compiler.lowering import lower
     from core.compiler.pipeline import PASSES, default_pipeline
 
     if args.list_passes:
@@ -78,7 +78,7 @@ def run(args) -> int:
     specs = [s.toggled(False) if s.name in disable else s for s in specs]
     try:
         stages = lower(graph, args.target, specs, assembly=args.asm)
-    except (WorkbenchError, LoweringCancelled) as e:
+    except WorkbenchError as e:  # core.errors.Cancelled (with the stages done) is one too
         partial = getattr(e, "stages", []) or []
         if partial:
             _report(args, partial, str(e))

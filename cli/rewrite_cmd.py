@@ -54,9 +54,10 @@ def run(args) -> int:
     from core.model.onnx_io import validate_graph
 
     validate_graph(graph, args.output)
-    save_model(graph, args.output)
+    saved = save_model(graph, args.output)
     if args.json:
-        print(json.dumps({"model": args.model, "output": args.output, "ok": True, "rules": [r.to_dict() for r in reports]}))
+        print(json.dumps({"model": args.model, "output": args.output, "ok": True, "rules": [r.to_dict() for r in reports],
+                          "external_data": str(saved.data_file) if saved.data_file else None}))
         return 0
     w = max(len(r.rule) for r in reports)
     print(f"{'rule':<{w}}  matches  applied  nodes before -> after  verification")
@@ -68,5 +69,5 @@ def run(args) -> int:
         print(f"{r.rule:<{w}}  {r.matches:>7}  {r.applied:>7}  {r.nodes_before:>12} -> {r.nodes_after:<5}  {ver}")
         for s in r.skipped:
             print(f"{'':<{w}}  skipped: {s}", file=sys.stderr)
-    print(f"wrote {args.output}")
+    print(f"wrote {args.output}" + (f" (weights in {saved.data_file.name} beside it)" if saved.data_file else ""))
     return 0

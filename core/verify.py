@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from .errors import WorkbenchError
+from .model.graph import INFERRED
 
 __all__ = [
     "VerificationError",
@@ -52,7 +53,9 @@ def _to_proto(model: Any) -> onnx.ModelProto:
     from .model.graph import Graph
 
     if isinstance(model, Graph):
-        return model.to_proto()
+        from .model.external_data import self_contained_proto
+
+        return self_contained_proto(model)  # onnxruntime would look for external files in the cwd
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray)):
@@ -69,7 +72,7 @@ def _input_specs(model: Any) -> list[tuple[str, np.dtype, list[Any]]]:
     if isinstance(model, Graph):
         out = []
         for v in model.inputs:
-            dt = v.ir.dtype or v.ir.meta.get("wb.inferred", (None, None))[0]
+            dt = v.ir.dtype or v.ir.meta.get(INFERRED, (None, None))[0]
             npdt = np.dtype(dt.numpy()) if dt is not None else np.dtype(np.float32)
             out.append((v.name, npdt, list(v.shape) if v.shape is not None else []))
         return out

@@ -45,6 +45,7 @@ class FuseMatMulAdd(PatternRule):
     conditions = ("both MatMul inputs are 2-D", "the bias broadcasts to [M, N]", "float element type", "the MatMul result feeds only the Add")
     root_ops = frozenset({"Add"})
     pattern_ops = frozenset({"MatMul", "Add"})
+    produces = frozenset({"Gemm"})
     span = 2
     pattern_text = "Add(MatMul(a, b), c)"
     commute = True
@@ -103,6 +104,7 @@ class FuseLinearRelu(PatternRule):
     conditions = ("the Relu's input is MatMul+Add or Gemm", "intermediate results feed only the pattern")
     root_ops = frozenset({"Relu"})
     pattern_ops = frozenset({"MatMul", "Add", "Gemm", "Relu"})
+    produces = frozenset({"LinearRelu", "GemmRelu"})
     span = 3
     pattern_text = "Relu(Add(MatMul(x, w), b)) or Relu(Gemm(a, b, c))"
     commute = True
@@ -166,6 +168,7 @@ class FuseGelu(PatternRule):
     conditions = ("x / sqrt(2) (or x * 1/sqrt(2)) feeds Erf", "1 is added, 0.5 multiplies", "constants are constant", "opset >= 15")
     root_ops = frozenset({"Mul"})
     pattern_ops = frozenset({"Div", "Erf", "Add", "Mul"})
+    produces = frozenset({"Gelu"})
     span = 5
     pattern_text = "Mul(Mul(x, Add(Erf(Div(x, sqrt2)), 1)), 0.5)"
     commute = True
@@ -232,6 +235,7 @@ class FuseLayerNorm(PatternRule):
     conditions = ("opset >= 17", "same trailing axes, keepdims", "exponent 2, constant eps", "constant gamma/beta of the normalized shape")
     root_ops = frozenset({"Add"})
     pattern_ops = frozenset({"ReduceMean", "Sub", "Pow", "Add", "Sqrt", "Div", "Mul"})
+    produces = frozenset({"LayerNormalization"})
     span = 8
     pattern_text = "Add(Mul(Div(x - mean(x), Sqrt(mean((x - mean)^2) + eps)), gamma), beta)"
     commute = True

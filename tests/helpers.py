@@ -48,3 +48,48 @@ def ort_run(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray]) -> lis
     so.log_severity_level = 3
     sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def exporter_names_model() -> onnx.ModelProto:
+    """Names as exporters write them: '.', '/', ':' and '-', a digit first, and three inputs that
+    clean up to the same identifier."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    dims = ["batch:0", 8]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("a.b", "a/b", "a_b", "input-1", "0")]
+    w = numpy_helper.from_array(np.arange(8, dtype=np.float32), "/encoder/layer.0/w")
+    nodes = [
+        helper.make_node("Add", ["a.b", "a/b"], ["s.1"]),
+        helper.make_node("Add", ["s.1", "a_b"], ["s:2"]),
+        helper.make_node("Mul", ["s:2", "input-1"], ["s-3"]),
+        helper.make_node("Sub", ["s-3", "0"], ["s/4"]),
+        helper.make_node("Add", ["s/4", "/encoder/layer.0/w"], ["out:0"]),
+    ]
+    g = helper.make_graph(nodes, "exporter_names", ins, [helper.make_tensor_value_info("out:0", TensorProto.FLOAT, dims)], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def external_weights_cnn(folder: Path, name: str = "cnn_bn_ext") -> Path:
+    """A small CNN (Conv, BatchNormalization, Relu, pool, MatMul) saved with every weight in
+    `<name>.data` beside `<name>.onnx`, as exporters write large models."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    arrays = {"stem_w": rng.standard_normal((8, 3, 3, 3)), "stem_b": rng.standard_normal(8), "bn_s": rng.uniform(0.5, 1.5, 8),
+              "bn_b": rng.standard_normal(8), "bn_m": rng.standard_normal(8), "bn_v": rng.uniform(0.5, 1.5, 8),
+              "fc_w": rng.standard_normal((8, 4))}
+    inits = [numpy_helper.from_array(a.astype(np.float32), k) for k, a in arrays.items()]
+    nodes = [helper.make_node("Conv", ["x", "stem_w", "stem_b"], ["c"], name="stem", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["b"], name="bn"),
+             helper.make_node("Relu", ["b"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "fc_w"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.onnx"
+    onnx.save(model, path, save_as_external_data=True, location=f"{name}.data", size_threshold=0, all_tensors_to_one_file=True)
+    return path

@@ -14,4 +14,5 @@ PANELS: list[str] = [
     "rewrites",
     "compile",
     "lowering",
+    "schedule",
 ]

@@ -29,6 +29,7 @@ says so and offers Export.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QPainter, QShortcut
@@ -56,14 +57,14 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
-from app.workers import Job, JobCancelled
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
 
 logger = logging.getLogger(__name__)
 
 AREA = "bottom"
-_HEAT_LEGEND = "kernel time per node (ms)"
+_HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
 _TUNE_CPU_ONLY = "Tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
 
 
@@ -83,6 +84,7 @@ class KernelChart(QWidget):
     """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
 
     kernelClicked = Signal(dict)
+    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
 
     BAR_H = 18
     GAP = 4
@@ -152,6 +154,11 @@ class KernelChart(QWidget):
             self.update()
             self.kernelClicked.emit(self.kernels[i])
 
+    def mouseDoubleClickEvent(self, event) -> None:
+        i = self.index_at(event.position().y())
+        if i >= 0:
+            self.kernelActivated.emit(self.kernels[i])
+
     def mouseMoveEvent(self, event) -> None:
         i = self.index_at(event.position().y())
         if i >= 0:
@@ -174,6 +181,9 @@ class CompilePanel(QWidget):
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
         self._busy_now = False
+        self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
+        self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
+        self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
         self.target.addItem("CPU (LLVM, this host)", "cpu")
@@ -224,7 +234,7 @@ class CompilePanel(QWidget):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
-        for w in (self.tune, self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
@@ -253,15 +263,20 @@ class CompilePanel(QWidget):
         self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
         self.heat.toggled.connect(self._apply_heat)
         self.tune.toggled.connect(self._update_tune_controls)
+        self.use_db.toggled.connect(self._update_tune_controls)
         self.target.currentIndexChanged.connect(self._update_tune_controls)
         self.tune_db_btn.clicked.connect(self.choose_tune_db)
         self._update_tune_controls()
         self.chart.kernelClicked.connect(self._select_kernel)
+        self.chart.kernelActivated.connect(self._schedule_kernel)
         # F5 compiles and runs from anywhere in the window (and raises this panel)
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
         doc.graphReplaced.connect(self._reset)
+        # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
+        window.canvas.viewShown.connect(self._apply_heat)
+        self._update_compile_button()
 
     # -- tuning controls -------------------------------------------------------------------
 
@@ -269,6 +284,7 @@ class CompilePanel(QWidget):
         from core.compiler.tuning import default_database_root
 
         self.tune = QCheckBox("Tune")
+        self.use_db = QCheckBox("Use database")
         self.tune_minutes = QDoubleSpinBox()
         self.tune_minutes.setRange(0.1, 24 * 60)
         self.tune_minutes.setDecimals(1)
@@ -301,6 +317,8 @@ class CompilePanel(QWidget):
             "under KEY with the TVM RPC tracker at HOST:PORT (python -m tvm.exec.rpc_tracker / rpc_server); "
             "the target must describe those devices",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
+            self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
+            "(tuned, or filed from the Schedule panel with 'Use in compile')",
         }
 
     def set_tune_db(self, folder: str) -> None:
@@ -319,9 +337,12 @@ class CompilePanel(QWidget):
         busy = self._busy_now
         cpu = self.tuning_available()
         self.tune.setEnabled(cpu and not busy)
+        self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
         on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc):
             w.setEnabled(on)
+        for w in (self.tune_db_label, self.tune_db_btn):
+            w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
         for w, tip in self._tune_tips.items():
             w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
         self._show_tune_db()
@@ -336,7 +357,10 @@ class CompilePanel(QWidget):
         self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
 
     def tuning_options(self) -> dict:
-        """compile_model's tuning keywords for the controls' state (empty: no tuning)."""
+        """compile_model's tuning keywords for the controls' state (empty: no tuning; the
+        database alone with "Use database")."""
+        if self.tuning_available() and not self.tune.isChecked() and self.use_db.isChecked():
+            return {"tune_db": self.tune_db_path}
         if not (self.tune.isChecked() and self.tuning_available()):
             return {}
         options = {
@@ -350,28 +374,6 @@ class CompilePanel(QWidget):
 
     # -- compile + bench ------------------------------------------------------------------
 
-    def _rewrites_applied(self) -> list[str]:
-        """Descriptions of the rewrite edits on the undo stack (up to its current index)."""
-        stack = self.window.document.undo_stack
-        out = []
-        for i in range(stack.index()):
-            cmd = stack.command(i)
-            edit = getattr(cmd, "edit", None)
-            if edit is not None and type(edit).__name__ == "RewriteEdit":
-                out.append(getattr(edit, "description", cmd.text()))
-        return out
-
-    def _lowering_pipeline(self, target: str):
-        """The Lowering panel's pass list (its edits included) when it is set to this target, so
-        what the user stepped through is what gets compiled; None (the default) otherwise."""
-        dock = getattr(self.window, "panels", {}).get("lowering")
-        panel = dock.widget() if dock is not None else None
-        try:
-            if panel is not None and panel.target_box.currentText() == target:
-                return panel.specs()
-        except (AttributeError, RuntimeError):  # a lowering panel without that API
-            pass
-        return None
 
     def _shortcut(self) -> None:
         if self.dock is not None:
@@ -386,8 +388,10 @@ class CompilePanel(QWidget):
         target = self.target.currentData()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
-        rewrites = self._rewrites_applied()
-        pipeline = self._lowering_pipeline(target)
+        # the document's record of the rewrites, and the pass list the user set up for this
+        # target in the Lowering panel (edits included): what was stepped through is compiled
+        rewrites = self.window.document.applied_rewrites
+        pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
@@ -396,14 +400,6 @@ class CompilePanel(QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compiler.compile import CompileCancelled
-
-            try:
-                return compile_and_measure(job)
-            except CompileCancelled:
-                raise JobCancelled() from None
-
-        def compile_and_measure(job: Job):
             from core.compiler.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
             from core.compiler.target import gpu_present
@@ -426,21 +422,23 @@ class CompilePanel(QWidget):
             text = f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
         else:
             text = f"Compiling for {target.upper()}…"
-        self._start_job(Job(work, title="Compile & Run", parent=self), self._done, text, self._compile_progress)
+        self._start_job(work, "Compile & Run", self._done, text, self._compile_progress, for_model=True)
 
-    def _start_job(self, job: Job, done, status: str | None, progressed=None) -> None:
-        """Run `job` as the panel's one background job: progress in the bar, done/failed/cancelled
-        to their slots, the controls busy until it ends."""
-        self.job = job
-        job.progressed.connect(progressed or self._progress)
-        job.done.connect(done)
-        job.failed.connect(self._failed)
-        job.cancelled.connect(self._cancelled)
+    def _start_job(self, work, title: str, done, status: str | None, progressed=None, for_model: bool = False) -> None:
+        """Run `work` as the panel's one background job: progress in the bar, done/failed/cancelled
+        to their slots, the controls busy until it ends. A job `for_model` (a compile of the open
+        model) delivers nothing once another model has been opened: its kernels name the old
+        model's nodes."""
+        generation = self.generation
         self._busy(True)
         if status is not None:
             self.status.setStyleSheet("")
             self.status.setText(status)
-        job.start()
+        self.job = start_job(
+            work, title, self, progressed=progressed or self._progress, ended=lambda _job: self._busy(False),
+            done=done, failed=self._failed, cancelled=self._cancelled,
+            wanted=(lambda: generation == self.generation) if for_model else None,
+        )
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -450,8 +448,20 @@ class CompilePanel(QWidget):
             else:
                 self.status.setText("Cancelling (at the end of the current step)…")
 
+    def _update_compile_button(self) -> None:
+        """Compile & Run only when it can run, and says why not otherwise (a silent button that
+        does nothing on click reads as broken)."""
+        has_model = self.window.document.graph is not None
+        self.compile_btn.setEnabled(has_model and not self._busy_now)
+        self.save_onnx_btn.setEnabled(has_model)
+        if not has_model:
+            self.compile_btn.setToolTip("Open a model first: there is nothing to compile.")
+        elif self._busy_now:
+            self.compile_btn.setToolTip("A job is running: wait for it or Cancel it.")
+        else:
+            self.compile_btn.setToolTip("Compile the open model for the target, check it against onnxruntime and measure it (F5)")
+
     def _busy(self, on: bool) -> None:
-        self.compile_btn.setEnabled(not on)
         self.open_artifact_btn.setEnabled(not on)
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
@@ -462,6 +472,7 @@ class CompilePanel(QWidget):
             self._tuning_now = False
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
+        self._update_compile_button()
         self._update_tune_controls()
 
     def _progress(self, frac: float, text: str) -> None:
@@ -493,17 +504,16 @@ class CompilePanel(QWidget):
         self.progress.setFormat("done")
         self._show_results()
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Compile & Run")
         self._busy(False)
         self.progress.setValue(0)
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
         # a refusal names the node (unsupported op, or where the results first differ): show it
-        import re
-
-        m = re.search(r"node '([^']+)'", message or "")
-        ids = self._node_ids([m.group(1)]) if m else []
+        node = getattr(exc, "node_name", "") or ""
+        ids = self._node_ids([node]) if node else []
         if ids:
             self.window.document.set_selection(ids)
             self.window.canvas.center_on(ids[0])
@@ -545,8 +555,33 @@ class CompilePanel(QWidget):
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
         rows += _tuning_rows(m.get("tuning"))
         self._fill_table(rows)
+        self._warn_spread(res)
         self.chart.set_kernels(res.kernels if res is not None else [])
+        self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
+
+    def _warn_spread(self, res) -> None:
+        """A median whose runs disagree widely is flagged: its cell turns orange with the reason,
+        and the status line says it (after the figures it qualifies)."""
+        from core.compiler.bench import spread_warning
+
+        self.spread_note = ""
+        if res is None:
+            return
+        notes = [(1, spread_warning(res.latency_ms))]
+        if res.ort_latency_ms:
+            notes.append((2, spread_warning(res.ort_latency_ms)))
+        for column, note in notes:
+            item = self.table.item(0, column)
+            if note and item is not None:
+                item.setBackground(QColor("#ffe2b8"))
+                item.setText("⚠ " + item.text())
+                item.setToolTip(note)
+        said = [n for _c, n in notes if n]
+        if said:
+            who = "Ours" if notes[0][1] else "onnxruntime"
+            self.spread_note = f"{who}: {said[0]}"
+            self.status.setText(self.status.text() + "\n⚠ " + self.spread_note)
 
     def _fill_table(self, rows: list[tuple[str, str, str]]) -> None:
         self.table.setRowCount(len(rows))
@@ -565,23 +600,43 @@ class CompilePanel(QWidget):
         by_label = {n.label: n.id for n in graph.nodes}
         return [by_label[l] for l in labels if l in by_label]
 
-    def heat_values(self) -> dict[int, float]:
-        """ONNX node id -> ms of kernel time (what the canvas overlay shows)."""
-        if self.result is None or self.stale:
-            return {}
-        from core.compiler.bench import node_heat
+    def _heat(self) -> tuple[dict[int, float], list[dict]]:
+        """(ONNX node id -> ms of the slowest kernel it is part of, kernel groups for the canvas)."""
+        if not self.heat_kernels or self.stale:
+            return {}, []
+        from core.compiler.bench import kernel_heat
 
         graph = self.window.document.graph
         by_label = {n.label: n.id for n in graph.nodes} if graph is not None else {}
-        return {by_label[l]: ms for l, ms in node_heat(self.result.kernels).items() if l in by_label}
+        nodes, groups = kernel_heat(self.heat_kernels)
+        values = {by_label[l]: ms for l, ms in nodes.items() if l in by_label}
+        shown = []
+        for g in groups:
+            ids = [by_label[l] for l in g["onnx_nodes"] if l in by_label]
+            if ids:
+                tip = f"{g['name']}: {g['ms']:.3g} ms, from {len(ids)} ONNX node{'s' if len(ids) != 1 else ''}: " + ", ".join(g["onnx_nodes"][:8])
+                shown.append({"ids": ids, "value": g["ms"], "label": g["name"], "tooltip": tip})
+        return values, shown
+
+    def heat_values(self) -> dict[int, float]:
+        """ONNX node id -> ms of kernel time (the colour the canvas overlay gives each node)."""
+        return self._heat()[0]
 
     def _apply_heat(self, *_args) -> None:
         canvas = self.window.canvas
-        values = self.heat_values() if self.heat.isChecked() else {}
+        values, groups = self._heat() if self.heat.isChecked() else ({}, [])
         if values and getattr(canvas, "mode", "model") == "model":
-            canvas.set_overlay(values, _HEAT_LEGEND)
-        else:
+            # the scale's top is the chart's top bar, so a colour reads the same in both
+            top = max((k["ms"] for k in self.heat_kernels), default=None)
+            canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
+        elif canvas._overlay is not None:
             canvas.set_overlay(None)
+
+    def _schedule_kernel(self, kernel: dict) -> None:
+        """Double-clicked bar: open the kernel in the Schedule panel (on the open model, CPU)."""
+        panel = getattr(self.window, "schedule_panel", None)
+        if panel is not None and self.target.currentData() == "cpu":
+            panel.open_from_model(kernel["name"])
 
     def _select_kernel(self, kernel: dict) -> None:
         ids = self._node_ids(kernel.get("onnx_nodes") or [])
@@ -598,7 +653,11 @@ class CompilePanel(QWidget):
             self._apply_heat()
 
     def _reset(self) -> None:
+        self.generation += 1
+        if self.job is not None and self._busy_now:
+            self.job.cancel()  # a compile of the model that was replaced: its result would be dropped anyway
         self.artifact = self.result = None
+        self.heat_kernels = []
         self.stale = False
         self.table.setRowCount(0)
         self.chart.set_kernels([])
@@ -606,6 +665,7 @@ class CompilePanel(QWidget):
         self.status.setStyleSheet("")
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         self.window.canvas.set_overlay(None)
+        self._update_compile_button()
 
     # -- export ----------------------------------------------------------------------------
 
@@ -625,10 +685,17 @@ class CompilePanel(QWidget):
             self.progress.setFormat("exported")
             self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
 
-        self._start_job(Job(work, title="Export", parent=self), exported, None)
+        self._start_job(work, "Export", exported, None)
 
     def export_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export the compiled artifact into folder")
+        """Ask for the artifact folder: a new name is created, an existing folder written into."""
+        from app.dialogs.files import ask_new_folder
+
+        if self.artifact is None:
+            return
+        doc = self.window.document.path
+        suggested = f"{Path(doc).stem if doc else 'model'}_{self.artifact.target}"
+        folder = ask_new_folder(self.window, self, "export", "Export the compiled artifact to folder (type a new name to create it)", suggested)
         if folder:
             self.export_to(folder)
 
@@ -636,7 +703,11 @@ class CompilePanel(QWidget):
         graph = self.window.document.graph
         if graph is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Save optimized ONNX", "", "ONNX models (*.onnx)")
+        from app.dialogs.files import save_file
+
+        doc = self.window.document.path
+        path = save_file(self.window, self, "onnx-out", "Save optimized ONNX", "ONNX models (*.onnx)",
+                         suggested=f"{Path(doc).stem if doc else 'model'}_optimized.onnx")
         if not path:
             return
         try:
@@ -650,7 +721,9 @@ class CompilePanel(QWidget):
     # -- open a compiled artifact ------------------------------------------------------------
 
     def open_artifact_dialog(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open Compiled Artifact (a folder with manifest.json)")
+        from app.dialogs.files import open_folder
+
+        folder = open_folder(self.window, self, "artifact", "Open Compiled Artifact (a folder with manifest.json)")
         if folder:
             self.open_artifact(folder)
 
@@ -698,37 +771,49 @@ class CompilePanel(QWidget):
 
         def work(job: Job):
             from core.compiler.bench import benchmark
-            from core.compiler.compile import CompileCancelled
 
-            try:
-                return art, benchmark(
-                    art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                    progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-                )
-            except CompileCancelled:
-                raise JobCancelled() from None
+            return art, benchmark(
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
+            )
 
-        self._start_job(Job(work, title="Run artifact", parent=self), self._artifact_done, f"Running the artifact in {folder}…")
+        self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
 
     def _artifact_done(self, result) -> None:
         art, res = result
-        # the table now describes the artifact, not the open model: drop the compile's heat
         self.artifact = self.result = None
         self.stale = False
         self._busy(False)
         self.progress.setValue(1000)
         self.progress.setFormat("done")
-        self.window.canvas.set_overlay(None)
         self._fill_table(_result_rows(res))
         self.chart.set_kernels(res.kernels)
+        self._warn_spread(res)
+        # the heat map colours the open model only when the artifact was compiled from it (its
+        # kernels' lineage names the open model's nodes); otherwise the old heat would lie
+        graph = self.window.document.graph
+        labels = {n.label for n in graph.nodes} if graph is not None else set()
+        traced = [l for k in res.kernels for l in (k.get("onnx_nodes") or [])]
+        same_model = bool(traced) and all(l in labels for l in traced)
+        self.heat_kernels = list(res.kernels) if same_model else []
+        self._apply_heat()
+        heat_note = "" if same_model else " The heat map is off: the open model is not the one this artifact was compiled from."
         dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
         match = ""
         if res.outputs_match_ort is not None:
             match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
         self.status.setText(
             f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
-            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}."
+            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
         )
+
+
+def _range(stats: dict, lo: str, hi: str) -> str:
+    """"a – b ms" of two figures of a latency record (older records lack p10 / max: one figure)."""
+    a, b = stats.get(lo), stats.get(hi)
+    if a is None or b is None:
+        return _ms(a if a is not None else b)
+    return f"{_ms(a).removesuffix(' ms')} – {_ms(b)}"
 
 
 def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str, str]]:
@@ -737,8 +822,10 @@ def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, st
     rows: list[tuple[str, str, str]] = []
     if res is not None:
         ort = res.ort_latency_ms or {}
-        for key, label in (("median", "Latency median"), ("p90", "Latency p90"), ("min", "Latency min")):
-            rows.append((label, _ms(res.latency_ms.get(key)), _ms(ort.get(key)) if ort else "–"))
+        lat = res.latency_ms
+        rows.append(("Latency median", _ms(lat.get("median")), _ms(ort.get("median")) if ort else "–"))
+        rows.append(("Latency p10 – p90", _range(lat, "p10", "p90"), _range(ort, "p10", "p90") if ort else "–"))
+        rows.append(("Latency min – max", _range(lat, "min", "max"), _range(ort, "min", "max") if ort else "–"))
         rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
         if res.ratio is not None:
             rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))

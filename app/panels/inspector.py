@@ -2,20 +2,109 @@
 
 A node shows its op, name, domain, attributes and its inputs/outputs with shapes and dtypes; a
 tensor (click an edge or a constant badge) shows its shape, dtype, producer and consumers, and for
-constants min/max/mean and the first values. The rows come from `core.views.viewgraph.node_facts` /
-`tensor_facts`, so `inspect`-style scripts see the same facts. In a non-model view (a lowering
+constants min/max/mean, the first values and "View all values…" (app.dialogs.tensor_viewer). The
+rows come from `core.views.viewgraph.node_facts` / `tensor_facts`, so `inspect`-style scripts see
+the same facts. With nothing selected it shows the model's properties (producer, IR version,
+opsets, metadata, inputs and outputs: core.model.summary). In a non-model view (a lowering
 stage) it shows the view node's own label, detail and lineage.
+
+Values are never cut in the middle: they wrap (anywhere, for long names without spaces), and the
+full text is in each row's tooltip.
 """
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDockWidget, QLabel, QTreeWidget, QTreeWidgetItem
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QPalette, QTextLayout, QTextOption
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+)
 
-from core.views.viewgraph import node_facts, tensor_facts
+from core.model.summary import summarize
+from core.views.viewgraph import constant_array, node_facts, tensor_facts
 
-__all__ = ["create_panel", "InspectorPanel", "AREA"]
+__all__ = ["create_panel", "InspectorPanel", "AREA", "model_facts"]
 
 AREA = "right"
+
+
+def _wrap_option(align=Qt.AlignLeft | Qt.AlignTop) -> QTextOption:
+    option = QTextOption(align)
+    option.setWrapMode(QTextOption.WrapAtWordBoundaryOrAnywhere)  # at spaces when it can, anywhere in a long name
+    return option
+
+
+def _wrapped_height(text: str, font, width: float) -> float:
+    """Height of `text` laid out as the delegate paints it, `width` wide."""
+    layout = QTextLayout(text, font)
+    layout.setTextOption(_wrap_option())
+    layout.beginLayout()
+    height = 0.0
+    while True:
+        line = layout.createLine()
+        if not line.isValid():
+            break
+        line.setLineWidth(max(width, 20.0))
+        height += line.height()
+    layout.endLayout()
+    return height
+
+
+class WrappingValues(QStyledItemDelegate):
+    """Keys and values wrapped to their column's width, row heights to match: a long tensor name
+    or list reads whole instead of "gpu_0/data_..., 224]". (QTreeView's own word wrap keeps one
+    line per row and elides.) A hint row spanning both columns wraps to the whole width."""
+
+    MARGIN = 4
+
+    def __init__(self, tree: QTreeWidget):
+        super().__init__(tree)
+        self.tree = tree
+
+
+    def _width(self, index) -> int:
+        if index.column() == 1:
+            return self.tree.columnWidth(1)
+        depth = 1
+        parent = index.parent()
+        while parent.isValid():
+            depth += 1
+            parent = parent.parent()
+        item = self.tree.itemFromIndex(index)
+        spanned = item is not None and item.isFirstColumnSpanned()
+        full = self.tree.viewport().width() if spanned else self.tree.columnWidth(0)
+        return full - self.tree.indentation() * depth
+
+    def sizeHint(self, option, index):
+        size = super().sizeHint(option, index)
+        text = index.data()
+        if text and isinstance(text, str):
+            size.setHeight(max(size.height(), int(_wrapped_height(text, option.font, self._width(index) - 2 * self.MARGIN)) + 5))
+        return size
+
+    def paint(self, painter, option, index) -> None:
+        item = self.tree.itemFromIndex(index)
+        if not index.data() or not isinstance(index.data(), str) or (item is not None and item.childCount()):
+            super().paint(painter, option, index)  # section titles: one bold line
+            return
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        text, opt.text = opt.text, ""
+        style = opt.widget.style() if opt.widget is not None else self.tree.style()
+        style.drawControl(QStyle.CE_ItemViewItem, opt, painter, opt.widget)
+        painter.save()
+        selected = bool(opt.state & QStyle.State_Selected)
+        painter.setPen(opt.palette.color(QPalette.HighlightedText if selected else QPalette.Text))
+        painter.setFont(opt.font)
+        painter.drawText(QRectF(opt.rect.adjusted(self.MARGIN, 2, -self.MARGIN, -2)), text, _wrap_option())
+        painter.restore()
 
 
 class InspectorPanel(QTreeWidget):
@@ -26,10 +115,15 @@ class InspectorPanel(QTreeWidget):
         self.setHeaderLabels(["Property", "Value"])
         self.setRootIsDecorated(True)
         self.setAlternatingRowColors(True)
-        self.setUniformRowHeights(True)
-        self.setWordWrap(False)
+        self.setUniformRowHeights(False)
+        self.setWordWrap(True)  # long values wrap rather than being cut in the middle
         self.setColumnWidth(0, 130)
-        self.setTextElideMode(Qt.ElideMiddle)
+        self.setTextElideMode(Qt.ElideRight)
+        self.header().setStretchLastSection(True)
+        self.header().setSectionResizeMode(0, QHeaderView.Interactive)
+        self.setItemDelegate(WrappingValues(self))
+        self.header().sectionResized.connect(lambda *_a: self.scheduleDelayedItemsLayout())
+        self.viewer = None  # the tensor viewer last opened
         # empty state: a word-wrapped hint over the (empty) table, readable at any dock width
         self.empty_hint = QLabel(self.viewport())
         self.empty_hint.setWordWrap(True)
@@ -80,20 +174,45 @@ class InspectorPanel(QTreeWidget):
         self.empty_hint.hide()
         self.empty_hint.setText("")
         for section, key, value in rows:
+            if section == "Inspector":  # a hint line above facts
+                hint = QTreeWidgetItem([value, ""])
+                hint.setForeground(0, self.palette().placeholderText())
+                self.addTopLevelItem(hint)
+                hint.setFirstColumnSpanned(True)  # only takes once the item is in the tree
+                continue
             top = sections.get(section)
             if top is None:
                 top = QTreeWidgetItem([section, ""])
                 font = top.font(0)
                 font.setBold(True)
                 top.setFont(0, font)
-                top.setFirstColumnSpanned(True)
                 self.addTopLevelItem(top)
+                top.setFirstColumnSpanned(True)
                 sections[section] = top
             item = QTreeWidgetItem([key, value])
+            item.setToolTip(0, key)
             item.setToolTip(1, value)
             top.addChild(item)
+            if section == "Values" and key == "all values":
+                button = QPushButton("View all values…")
+                button.setToolTip("Every value in a table, with a histogram; copy or save as .npy")
+                button.clicked.connect(lambda _c=False, name=value: self.view_tensor(name))
+                self.setItemWidget(item, 1, button)
+                item.setText(1, "")
         self.expandAll()
         self.setUpdatesEnabled(True)
+
+    def view_tensor(self, name: str):
+        """Open the tensor viewer on the constant tensor `name` of the open model."""
+        from app.dialogs.tensor_viewer import TensorViewer
+
+        graph = self.window.document.graph
+        data = constant_array(graph, name) if graph is not None else None
+        if data is None:
+            return None
+        self.viewer = TensorViewer(name, data, self.window, window=self.window)
+        self.viewer.show()
+        return self.viewer
 
     def _facts(self) -> list[tuple[str, str, str]]:
         doc = self.window.document
@@ -104,7 +223,7 @@ class InspectorPanel(QTreeWidget):
         if canvas.mode == "model":
             tensor = doc.selected_tensor
             if tensor and graph.has_value(tensor):
-                return tensor_facts(graph, tensor)
+                return self._tensor(graph, tensor)
             ids = doc.selection
             if len(ids) == 1:
                 nid = ids[0]
@@ -117,10 +236,12 @@ class InspectorPanel(QTreeWidget):
                     except KeyError:
                         vn = None
                     if vn is not None and vn.data.get("tensor") and graph.has_value(vn.data["tensor"]):
-                        return tensor_facts(graph, vn.data["tensor"])
+                        return self._tensor(graph, vn.data["tensor"])
+                    if vn is not None and vn.data.get("kind") == "scope":
+                        return group_facts(vn)
             if len(ids) > 1:
                 return self._many(ids)
-            return [("Inspector", "", "Select a node, an edge or a weight badge.")]
+            return [("Inspector", "", "Select a node, an edge or a weight badge for its details.")] + model_facts(graph)
         ids = canvas.selected_ids()
         view = canvas.view
         if view is None or not ids:
@@ -138,6 +259,12 @@ class InspectorPanel(QTreeWidget):
             rows.append(("Lineage", "ONNX nodes", ", ".join(labels) or ", ".join(map(str, vn.origin))))
         return rows
 
+    def _tensor(self, graph, name: str) -> list[tuple[str, str, str]]:
+        rows = tensor_facts(graph, name)
+        if any(section == "Values" and key == "first values" for section, key, _v in rows):
+            rows.append(("Values", "all values", name))  # drawn as the viewer's button
+        return rows
+
     def _many(self, ids) -> list[tuple[str, str, str]]:
         view = self.window.canvas.view
         counts: dict[str, int] = {}
@@ -152,9 +279,55 @@ class InspectorPanel(QTreeWidget):
         return rows
 
 
+def _shape(entry: dict) -> str:
+    shape = entry["shape"]
+    return "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def model_facts(graph) -> list[tuple[str, str, str]]:
+    """The model's properties as (section, key, value) rows, from core.model.summary."""
+    s = summarize(graph)
+    rows = [("Model", "file", s["file"] or "(not saved)"), ("Model", "producer", s["producer"] or "(none)"),
+            ("Model", "IR version", str(s["ir_version"])), ("Model", "opset", str(s["opset"]))]
+    others = {d: v for d, v in s["opset_imports"].items() if d not in ("", "ai.onnx")}
+    if others:
+        rows.append(("Model", "other opsets", ", ".join(f"{d} v{v}" for d, v in others.items())))
+    if s["graph_name"]:
+        rows.append(("Model", "graph name", s["graph_name"]))
+    doc = graph.model.doc_string or ""
+    if doc:
+        rows.append(("Model", "description", doc))
+    rows.append(("Model", "nodes", f"{s['nodes']:,}"))
+    p = s["params"]
+    rows.append(("Model", "parameters", f"{p['count']:,} in {p['tensors']} tensors"))
+    if s["functions"]:
+        rows.append(("Model", "functions", ", ".join(s["functions"])))
+    rows += [("Inputs", e["name"], f"{e['dtype']} {_shape(e)}") for e in s["inputs"]]
+    rows += [("Outputs", e["name"], f"{e['dtype']} {_shape(e)}") for e in s["outputs"]]
+    rows += [("Metadata", k, v) for k, v in s["metadata"].items()]
+    top = list(s["ops"].items())[:12]
+    rows += [("Ops", op, str(n)) for op, n in top]
+    if len(s["ops"]) > 12:
+        rows.append(("Ops", f"{len(s['ops']) - 12} more op types", ", ".join(list(s["ops"])[12:])))
+    return rows
+
+
 def create_panel(window) -> QDockWidget:
     dock = QDockWidget("Inspector", window)
     dock.setObjectName("panel-inspector")
     dock.setWidget(InspectorPanel(window))
     dock.setMinimumWidth(280)
     return dock
+
+
+def group_facts(vn) -> list[tuple[str, str, str]]:
+    """Rows for a collapsed group's box (core.views.scopes.group_node): what is inside and what
+    crosses its border."""
+    d = vn.data
+    rows = [("Group", "path", d.get("path", "")), ("Group", "nodes", f"{d.get('size', 0):,}"),
+            ("Group", "parameters", f"{d.get('params', 0):,}"), ("Group", "open", "double-click, Enter or +")]
+    rows += [("Ops", op, str(k)) for op, k in d.get("ops", {}).items()]
+    details = d.get("shapes", {})
+    rows += [("Inputs", t, details.get(t, "")) for t in d.get("inputs", [])[:20]]
+    rows += [("Outputs", t, details.get(t, "")) for t in d.get("outputs", [])[:20]]
+    return rows

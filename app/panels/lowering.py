@@ -10,7 +10,8 @@ Selecting a stage draws its graph on the canvas. Clicking a node shows its IR li
 the canvas every node that came from the same ONNX nodes (role "lineage") and selects those ONNX
 nodes in the document (the inspector shows them); "Show in model" switches to the ONNX graph with
 them outlined. Double-clicking a call expands it into its fused function / TIR kernel ("Back"
-returns). Keys: Ctrl+L lower, Alt+Down / Alt+Up next / previous stage.
+returns); a TIR kernel also opens in the Schedule panel (app.panels.schedule), as it stands
+before ScheduleTIR. Keys: Ctrl+L lower, Alt+Down / Alt+Up next / previous stage.
 
 Lowering runs on a worker thread (app.workers.Job) with progress and Cancel; the GUI only shows
 what core.compiler.lowering computed.
@@ -40,12 +41,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import WorkbenchError
-from core.compiler.lowering import LoweringCache, LoweringCancelled, Stage, lower
+from core.errors import Cancelled, WorkbenchError
+from core.compiler.lowering import LoweringCache, Stage, lower
 from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
-from app.workers import Job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "LoweringPanel", "AREA", "LINEAGE_COLOR"]
 
@@ -143,6 +144,10 @@ class LoweringPanel(QWidget):
         bottom.addWidget(self.origin_label, 1)
         bottom.addWidget(self.back_button)
         bottom.addWidget(self.show_model_button)
+        self.compare_button = QPushButton("Compare…")
+        self.compare_button.setToolTip("This stage's graph beside the one before the last step that changed it, differences marked")
+        self.compare_button.clicked.connect(self.compare_with_previous)
+        bottom.addWidget(self.compare_button)
         mv.addLayout(bottom)
 
         # -- passes
@@ -223,7 +228,11 @@ class LoweringPanel(QWidget):
         self.reset_passes()
 
     def _passes_edited(self, *_args) -> None:
-        problems = validate(self.specs())
+        specs = self.specs()
+        document = getattr(self.window, "document", None)
+        if document is not None:  # what a compile for this target builds with
+            document.set_pipeline(self.target_box.currentText(), specs)
+        problems = validate(specs)
         self.pass_status.setText(problems[0] if problems else "")
         self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
         self.rerun_button.setEnabled(not problems and self.job is None)
@@ -260,23 +269,23 @@ class LoweringPanel(QWidget):
             try:
                 stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
                 return stages, ""
-            except LoweringCancelled as e:
+            except Cancelled as e:
                 return e.stages, "Cancelled."
             except WorkbenchError as e:
                 return getattr(e, "stages", []) or [], str(e)
 
         generation = self.generation
-        self.job = Job(work, "Lowering", parent=self)
-        self.job.progressed.connect(self._progressed)
-        self.job.done.connect(lambda result: self._done(result) if generation == self.generation else self._finish_job())
-        self.job.failed.connect(self._failed)
-        self.job.cancelled.connect(lambda: self._done(([], "Cancelled.")) if generation == self.generation else self._finish_job())
         self.lower_button.setEnabled(False)
         self.rerun_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress.setValue(0)
         self.status.setText("Lowering…")
-        self.job.start()
+        # a result for a model that has been replaced meanwhile is dropped (wanted)
+        self.job = start_job(
+            work, "Lowering", self, progressed=self._progressed, ended=lambda _job: self._finish_job(),
+            done=self._done, failed=self._failed, cancelled=lambda: self._done(([], "Cancelled.")),
+            wanted=lambda: generation == self.generation,
+        )
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -293,15 +302,14 @@ class LoweringPanel(QWidget):
         self.cancel_button.setEnabled(False)
         self._passes_edited()
 
-    def _failed(self, message: str) -> None:
-        self._finish_job()
+    def _failed(self, exc: BaseException) -> None:
+        message = error_text(exc, "Lowering")
         self.error = message
         self.status.setText(message)
         self.status.setStyleSheet("color: #b00020;")
 
     def _done(self, result) -> None:
         stages, error = result
-        self._finish_job()
         previous = self.current.name if self.current is not None else None
         self.error = error
         self.stale = False
@@ -383,9 +391,10 @@ class LoweringPanel(QWidget):
         return prev.text if prev.language == stage.language else None
 
     def _stage_selected(self, item, _old=None) -> None:
-        if item is None:
-            return
-        stage = self.stages[item.data(0, Qt.UserRole)]
+        index = item.data(0, Qt.UserRole) if item is not None else None
+        if index is None or not 0 <= index < len(self.stages):
+            return  # the tree is being emptied (another model opened): nothing to show
+        stage = self.stages[index]
         self.current = stage
         self.expanded = None
         self.back_button.hide()
@@ -413,16 +422,31 @@ class LoweringPanel(QWidget):
             f"<b>{s.index}. {s.name}</b>{where} &nbsp;<span style='color:{color}'>{s.level}</span> · {s.pass_name} · "
             f"{s.seconds:.3f} s · {s.text.count(chr(10)) + 1} lines · {self.ir.summary()}{note}")
 
+    def compare_with_previous(self):
+        """Open a Compare window: the current stage beside the nearest earlier stage whose graph
+        differs (unchanged steps are skipped). Returns the window (None when there is nothing)."""
+        stage = self.current
+        if stage is None or stage.index == 0:
+            self.status.setText("Select a stage after the first to compare it with the one before.")
+            return None
+        earlier = next((s for s in reversed(self.stages[: stage.index]) if s.changed or s.index == 0), self.stages[stage.index - 1])
+        from app.compare import CompareWindow
+
+        w = CompareWindow(self.window)
+        w.setWindowFlag(Qt.Window, True)
+        w.compare_views(earlier.view, stage.view, f"{earlier.index} {earlier.name}", f"{stage.index} {stage.name}")
+        w.show()
+        return w
+
     def _with_view(self, stage: Stage, then) -> None:
         """Build a stage's view off the UI thread (big modules take a moment), then call `then(view)`."""
         if stage._view is not None:
             then(stage._view)
             return
-        job = Job(lambda _job: stage.view, "Building the stage graph", parent=self)
-        job.done.connect(lambda view: then(view) if self.current is stage and self.expanded is None else None)
-        job.failed.connect(lambda msg: self.status.setText(msg))
-        self.view_job = job
-        job.start()
+        self.view_job = start_job(
+            lambda _job: stage.view, "Building the stage graph", self,
+            done=then, failed=lambda exc: self.status.setText(error_text(exc, "Building the stage graph")), wanted=lambda: self.current is stage and self.expanded is None,
+        )
 
     def _show_view(self, stage: Stage, view) -> None:
         if view is not None:
@@ -501,6 +525,29 @@ class LoweringPanel(QWidget):
         if not callee or callee not in self.current.functions:
             return
         self.expand(callee)
+        self._schedule_kernel(callee)
+
+    def _schedule_kernel(self, kernel: str) -> None:
+        """A TIR kernel double-clicked: open it in the Schedule panel as it stands before
+        ScheduleTIR (this stage when it comes before; else the last stage before it)."""
+        import tvm
+
+        panel = getattr(self.window, "schedule_panel", None)
+        stage = self.current
+        if panel is None or stage is None or stage.mod is None or self.target_box.currentText() != "cpu":
+            return
+        gvars = {gv.name_hint: f for gv, f in stage.mod.functions_items()}
+        if not isinstance(gvars.get(kernel), tvm.tirx.PrimFunc):
+            return
+        names = [s.name for s in self.stages]
+        cut = names.index("ScheduleTIR") if "ScheduleTIR" in names else len(self.stages)
+        base = stage if stage.index < cut else next((s for s in reversed(self.stages[:cut]) if s.mod is not None), None)
+        if base is None:
+            return
+        graph = self.window.document.graph
+        ids = stage.lineage_map().get("@" + kernel, []) if stage.lineage is not None else []
+        labels = [graph.node(i).label for i in ids if graph is not None and graph.has_node(i)]
+        panel.open_from_module(base.mod, kernel, onnx_nodes=labels)
 
     def expand(self, function: str) -> None:
         """Show one fused function / kernel of the current stage: its graph and its lines."""
@@ -538,9 +585,21 @@ class LoweringPanel(QWidget):
         if self.job is not None:
             self.job.cancel()
         self.cache.clear()
+        # the tree first, without its signals: clearing it moves the current item, and the
+        # selection handler must not look up a stage in a list that is already gone
+        self.stage_tree.blockSignals(True)
+        self.stage_tree.clear()
+        self.stage_tree.blockSignals(False)
         self.stages = []
         self.current = None
-        self.stage_tree.clear()
+        self.expanded = None
+        self.origin = []
+        self.error = ""
+        self.stale = False
+        self.back_button.hide()
+        self.origin_label.setText("")
+        self.show_model_button.setEnabled(False)
+        self.progress.setValue(0)
         self.ir.set_ir("", "")
         self.header.setText("")
         self.status.setText("Press Lower (Ctrl+L) to step the model down to target code.")

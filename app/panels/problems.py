@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QDockWidget, QStyle, QTreeWidget, QTreeWidgetItem
 
 from core.model.validation import Problem, prepare
 
-from app.workers import Job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "ProblemsPanel", "AREA", "PROBLEM_COLOR"]
 
@@ -67,11 +67,11 @@ class ProblemsPanel(QTreeWidget):
         if prepared.proto is None or len(prepared.nodes) < ASYNC_NODES:
             self._show_problems(prepared.finish())
             return
-        job = Job(lambda _job: prepared.finish(), "Checking the model", self)
-        self._job = job
-        job.done.connect(lambda problems: self._job_done(job, graph, prepared.revision, problems))
-        job.failed.connect(lambda message: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {message}")]))
-        job.start()
+        job = self._job = start_job(
+            lambda _job: prepared.finish(), "Checking the model", self,
+            done=lambda problems: self._job_done(job, graph, prepared.revision, problems),
+            failed=lambda exc: self._job_done(job, graph, prepared.revision, [Problem("the checker", f"failed: {error_text(exc, job.title)}")]),
+        )
 
     def _job_done(self, job, graph, revision: int, problems: list[Problem]) -> None:
         if job is not self._job or graph is not self.window.document.graph or graph.revision != revision:

@@ -43,7 +43,7 @@ from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
 from rewrites import all_rules
 
-from app.workers import Job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "RewritesPanel", "AREA", "MATCH_COLOR"]
 
@@ -62,6 +62,7 @@ class RewritesPanel(QWidget):
         self.rules = all_rules()
         self.matches: dict[str, list] = {}
         self.counted_revision: tuple[int, int] | None = None  # (id(graph), revision) counted
+        self._result_state: tuple[int, int] | None = None  # (id(graph), revision) the result text describes
         self.spare: SpareCopy | None = None
         self.preview = None  # the Preview shown on the canvas
         self.last_result = ""
@@ -80,7 +81,7 @@ class RewritesPanel(QWidget):
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
         for r in self.rules:
-            item = QTreeWidgetItem([r.id, "…"])
+            item = QTreeWidgetItem([r.id, "–"])  # "…" only while a count runs
             item.setData(0, Qt.UserRole, r.id)
             tip = f"{r.description}\nFamily: {r.family}"
             if r.conditions:
@@ -156,6 +157,7 @@ class RewritesPanel(QWidget):
         doc.graphChanged.connect(self._graph_changed)
         doc.graphReplaced.connect(self._graph_changed)
         self._update_buttons()
+        self._set_counts(None, pending=doc.graph is not None)
         if doc.graph is not None:
             self._timer.start()
 
@@ -184,8 +186,12 @@ class RewritesPanel(QWidget):
         return g is not None and self.counted_revision == (id(g), g.revision)
 
     def _set_result(self, text: str) -> None:
+        """The explanation box. Its text describes the model as it is now: the next edit, undo,
+        redo or model opened clears it (see _graph_changed)."""
         self.last_result = text
         self.result.setPlainText(text)
+        g = self.graph
+        self._result_state = (id(g), g.revision) if g is not None else None
 
     def _busy(self, text: str) -> None:
         self.status.setText(text)
@@ -213,33 +219,58 @@ class RewritesPanel(QWidget):
         return pv is not None and not pv.is_stale and pv.base is self.graph and bool(pv.applied) and (pv.verification is None or pv.verification.ok)
 
     def _start(self, work, title: str, done, attr: str) -> Job:
-        job = Job(work, title, self)
-        self._jobs.add(job)
-        setattr(self, attr, job)
-
-        def finish(kind, payload=None):
+        def ended(job):
             if getattr(self, attr) is job:
                 setattr(self, attr, None)
-            if kind == "done":
-                done(payload)
-            elif kind == "failed":
-                self._job_failed(title, payload)
-            else:
-                self._idle("Cancelled.")
-            self._update_buttons()
-            self._idle(self.status.text())
 
-        job.done.connect(lambda r: finish("done", r))
-        job.failed.connect(lambda m: finish("failed", m))
-        job.cancelled.connect(lambda: finish("cancelled"))
-        job.progressed.connect(lambda f, t: self.status.setText(t))
-        job.finished.connect(lambda: self._jobs.discard(job))
+        def after(slot):
+            def run(*args):
+                slot(*args)
+                self._update_buttons()
+                self._idle(self.status.text())
+            return run
+
         self._busy(title)
+        job = start_job(
+            work, title, self, ended=ended, done=after(done), failed=after(lambda exc: self._job_failed(title, error_text(exc, title))),
+            cancelled=after(lambda: self._cancelled(attr)), progressed=lambda f, t: self.status.setText(t), start=False,
+        )
+        self._jobs.add(job)
+        job.finished.connect(lambda: self._jobs.discard(job))
+        setattr(self, attr, job)
         job.start()
         self._update_buttons()
         return job
 
+    def _cancelled(self, attr: str) -> None:
+        self._idle("Cancelled.")
+        if attr == "_count_job" and self._count_job is None and not self._timer.isActive() and not self._counts_current():
+            self._set_counts(None)  # counts never stay at "…": they are unknown until counted again
+
+    def _set_counts(self, matches: dict | None, pending: bool = False) -> int:
+        """The Matches column: counts, "…" while counting (pending), "–" when unknown (no model,
+        or the count failed or was cancelled). Returns the total."""
+        total = 0
+        for i in range(self.rule_list.topLevelItemCount()):
+            item = self.rule_list.topLevelItem(i)
+            if pending or matches is None:
+                item.setText(1, "…" if pending else "–")
+                item.setToolTip(1, "Counting…" if pending else "Not counted: no model, or the count was stopped")
+                n = 0
+            else:
+                n = len(matches.get(item.data(0, Qt.UserRole), []))
+                item.setText(1, str(n))
+                item.setToolTip(1, f"{n} match{'es' if n != 1 else ''}")
+            total += n
+            f = item.font(0)
+            f.setBold(n > 0)
+            item.setFont(0, f)
+            item.setFont(1, f)
+        return total
+
     def _job_failed(self, title: str, message: str) -> None:
+        if title == "Counting matches" and self._count_job is None and not self._timer.isActive():
+            self._set_counts(None)
         self._idle("")
         self._set_result(f"{title} failed: {message}")
 
@@ -262,13 +293,15 @@ class RewritesPanel(QWidget):
 
     # ---- counting ----------------------------------------------------------------------------
     def _graph_changed(self) -> None:
+        g = self.graph
+        if self.last_result and self._result_state != ((id(g), g.revision) if g is not None else None):
+            self._set_result("")  # "Applied …" after Undo, a why-not of the previous model: no longer true
         self.counted_revision = None
         self.spare = None
         if self.preview is not None and (self.preview.base is not self.graph or self.preview.is_stale):
             self.preview = None
             self.window.canvas.clear_ghosts()
-        for i in range(self.rule_list.topLevelItemCount()):
-            self.rule_list.topLevelItem(i).setText(1, "…")
+        self._set_counts(None, pending=self.graph is not None)
         self.window.canvas.clear_highlight(_ROLE)
         self.match_list.clear()
         self._update_buttons()
@@ -308,16 +341,7 @@ class RewritesPanel(QWidget):
             self.matches = out
             self.spare = spare
             self.counted_revision = (id(g), rev)
-            total = 0
-            for i in range(self.rule_list.topLevelItemCount()):
-                item = self.rule_list.topLevelItem(i)
-                n = len(out.get(item.data(0, Qt.UserRole), []))
-                total += n
-                item.setText(1, str(n))
-                f = item.font(0)
-                f.setBold(n > 0)
-                item.setFont(0, f)
-                item.setFont(1, f)
+            total = self._set_counts(out)
             self._idle(f"{total} match{'es' if total != 1 else ''} in {len(g)} nodes.")
             self._rule_selected()
 
@@ -482,12 +506,36 @@ class RewritesPanel(QWidget):
             return
         text = self._describe(pv)
         self.preview = None
-        self.window.canvas.clear_ghosts()
-        if self.window.canvas.mode != "model":
-            self.window.canvas.show_model()
-        if self.window.document.push(edit):
+        canvas = self.window.canvas
+        canvas.clear_ghosts()
+        if canvas.mode != "model":
+            canvas.show_model(keep=True)
+        document = self.window.document
+        before = {n.id for n in document.graph.nodes}
+        if document.push(edit):
             self._set_result("Applied (Edit ▸ Undo reverts it).\n" + text)
+            new = [n.id for n in document.graph.nodes if n.id not in before]
+            if new:
+                self._focus_after_layout(new)
         self._update_buttons()
+
+    def _focus_after_layout(self, ids: list) -> None:
+        """Select the nodes an apply made and bring the first into view once the edited graph is
+        drawn (the relayout keeps the view where it was; this moves it to the change)."""
+        canvas = self.window.canvas
+
+        def focus(_view=None):
+            try:
+                canvas.viewShown.disconnect(focus)
+            except (RuntimeError, TypeError):
+                pass
+            graph = self.graph
+            alive = [i for i in ids if graph is not None and graph.has_node(i)]
+            if alive and canvas.mode == "model":
+                self.window.document.set_selection(alive)
+                canvas.center_on(alive[0])
+
+        canvas.viewShown.connect(focus)
 
     def close_preview(self) -> None:
         self.preview = None
@@ -506,13 +554,15 @@ class RewritesPanel(QWidget):
             self._set_result("Select a node on the canvas first: Why not? explains why a rule does not apply to it.")
             return
         node = graph.node(sel[0])
-        rule = self.current_rule()
-        rules = [rule] if rule is not None else self.rules
-        lines = [f"Node '{node.label}' ({node.op_type}):"]
-        for r in rules:
-            why = explain(graph, r, node.id)
-            mark = "✔" if why.matches else "✘"
-            lines.append(f"{mark} {r.id}: {why.reason}")
+        # every rule, those that apply first; the rule selected in the list leads its group
+        current = self.current_rule()
+        answers = [explain(graph, r, node.id) for r in self.rules]
+        order = sorted(range(len(answers)), key=lambda i: (not answers[i].matches, self.rules[i] is not current, i))
+        applies = sum(1 for a in answers if a.matches)
+        lines = [f"Node '{node.label}' ({node.op_type}): {applies} of {len(answers)} rules apply."]
+        for i in order:
+            why = answers[i]
+            lines.append(f"{'✔' if why.matches else '✘'} {self.rules[i].id}: {why.reason}")
         self._set_result("\n".join(lines))
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import WorkbenchError
+from ..errors import UnsupportedOpError, WorkbenchError
 from .cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from .target import gpu_present
 
@@ -111,7 +111,14 @@ def specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
     inits = {t.name for t in proto.graph.initializer}
 
-    def spec(vi) -> TensorSpec:
+    def spec(vi, kind: str) -> TensorSpec:
+        if not vi.type.HasField("tensor_type"):
+            what = {"sequence_type": "a sequence of tensors", "optional_type": "an optional value", "map_type": "a map",
+                    "sparse_tensor_type": "a sparse tensor"}.get(vi.type.WhichOneof("value"), "not a tensor")
+            raise UnsupportedOpError(
+                f"the model's {kind} '{vi.name}' is {what}; the workbench compiles models whose inputs and outputs are "
+                f"tensors, so make '{vi.name}' a tensor (for example by ending the graph with ConcatFromSequence)."
+            )
         tt = vi.type.tensor_type
         shape: list[int | str] = []
         for i, d in enumerate(tt.shape.dim):
@@ -122,8 +129,8 @@ def specs_from_proto(proto) -> tuple[list[TensorSpec], list[TensorSpec]]:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).name
         return TensorSpec(vi.name, tuple(shape), dtype)
 
-    ins = [spec(vi) for vi in proto.graph.input if vi.name not in inits]
-    outs = [spec(vi) for vi in proto.graph.output]
+    ins = [spec(vi, "input") for vi in proto.graph.input if vi.name not in inits]
+    outs = [spec(vi, "output") for vi in proto.graph.output]
     return ins, outs
 
 
@@ -176,7 +183,8 @@ class Artifact:
         for spec in self.inputs:
             if spec.name not in feeds:
                 raise WorkbenchError(f"input '{spec.name}' is missing (the model needs {', '.join(s.name for s in self.inputs)}).")
-            a = np.ascontiguousarray(feeds[spec.name])
+            # np.asarray(order="C"), not np.ascontiguousarray: the latter makes a 0-d scalar shape (1,)
+            a = np.asarray(feeds[spec.name], order="C")
             if a.dtype != np.dtype(spec.dtype):
                 raise WorkbenchError(f"input '{spec.name}' has dtype {a.dtype}, the model needs {spec.dtype}.")
             if a.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
@@ -192,7 +200,15 @@ class Artifact:
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order."""
-        out = self.run_device(self.to_device(feeds))
+        args = self.to_device(feeds)
+        try:
+            out = self.run_device(args)
+        except WorkbenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a kernel's runtime check (shape, bounds) failed on these inputs
+            from ..errors import brief_reason
+
+            raise WorkbenchError(f"the compiled model fails on these inputs at run time ({brief_reason(e)}); check the inputs' shapes and values.") from e
         return flatten_outputs(out)
 
     # -- export --------------------------------------------------------------------------
@@ -231,8 +247,16 @@ class Artifact:
 
 
 def flatten_outputs(out) -> list[np.ndarray]:
+    """The VM's result as a flat list of numpy arrays: tensors, tuples (recursively), shapes
+    (a Shape node's output comes back as a ShapeTuple: int64, like onnxruntime's) and scalars."""
+    import tvm
+
     if hasattr(out, "numpy"):
         return [out.numpy()]
+    if isinstance(out, tvm.runtime.ShapeTuple):
+        return [np.array(list(out), dtype=np.int64)]
+    if isinstance(out, (bool, int, float, np.generic)):
+        return [np.asarray(out)]
     result = []
     for x in out:
         result.extend(flatten_outputs(x))
@@ -262,7 +286,10 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
             lib = tvm.runtime.load_module(str(lib_path))
     except Exception as e:  # noqa: BLE001
         raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
-    src_model = folder / manifest.get("source_model", SOURCE_MODEL)
+    src_model = _inside(folder, folder / MANIFEST, manifest, "source_model", SOURCE_MODEL, "source model")
+    model_bytes = src_model.read_bytes() if src_model.is_file() else None
+    if model_bytes is not None:
+        _check_source_model(src_model, model_bytes, manifest)
     cuda_src = folder / CUDA_SOURCE
     return Artifact(
         library=lib,
@@ -270,7 +297,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
         inputs=[TensorSpec.from_json(d) for d in manifest.get("inputs", [])],
         outputs=[TensorSpec.from_json(d) for d in manifest.get("outputs", [])],
         manifest=manifest,
-        model_bytes=src_model.read_bytes() if src_model.is_file() else None,
+        model_bytes=model_bytes,
         cuda_source=cuda_src.read_text() if cuda_src.is_file() else None,
         kernel_lineage=manifest.get("kernel_lineage", {}),
         folder=folder,
@@ -295,10 +322,42 @@ def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
         raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
     if not isinstance(manifest, dict):
         raise WorkbenchError(f"{man_path} is not an artifact manifest (expected a JSON object).")
-    library = manifest.get("library", LIBRARY)
-    lib_path = folder / str(library)
-    if os.path.isabs(str(library)) or not lib_path.resolve().is_relative_to(folder.resolve()):
-        raise WorkbenchError(f"{man_path} names the library '{library}', outside the artifact folder; refusing to load it.")
+    lib_path = _inside(folder, man_path, manifest, "library", LIBRARY, "library")
+    _inside(folder, man_path, manifest, "source_model", SOURCE_MODEL, "source model")
+    _inside(folder, man_path, manifest, "runner", RUNNER, "runner")
+    files = manifest.get("files", [])
+    if not isinstance(files, list):
+        raise WorkbenchError(f"{man_path} lists its files as {type(files).__name__}, not a list of file names.")
+    for name in files:
+        _inside(folder, man_path, {"file": name}, "file", "", "file")
     if not lib_path.is_file():
         raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
     return manifest, lib_path
+
+
+def _inside(folder: Path, man_path: Path, manifest: dict, key: str, default: str, what: str) -> Path:
+    """The path `manifest[key]` names, refused unless it is a plain relative name inside the
+    artifact folder: a manifest must not make the workbench read or load files elsewhere."""
+    value = manifest.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise WorkbenchError(f"{man_path} names the {what} as {json.dumps(value)}, which is not a file name.")
+    path = folder / value
+    if os.path.isabs(value) or not path.resolve().is_relative_to(folder.resolve()):
+        raise WorkbenchError(f"{man_path} names the {what} '{value}', outside the artifact folder; refusing to read it.")
+    return path
+
+
+def _check_source_model(path: Path, data: bytes, manifest: dict) -> None:
+    """The source model must be the one compiled: an ONNX file whose hash the manifest records
+    (onnxruntime would otherwise fail later with an internal error, or compare another model)."""
+    import hashlib
+
+    want = manifest.get("source_model_sha256")
+    if isinstance(want, str) and want and hashlib.sha256(data).hexdigest() != want:
+        raise WorkbenchError(f"{path} is not the model this artifact was compiled from (its sha256 differs from the manifest's).")
+    import onnx
+
+    try:
+        onnx.ModelProto().ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf raises several types on garbage
+        raise WorkbenchError(f"{path} is not an ONNX model.") from None

@@ -26,13 +26,10 @@ from typing import Any
 import numpy as np
 
 from .artifact import Artifact
-
-from .compile import CompileCancelled
-
 from .reference import compare_outputs, random_feeds
-from ..errors import WorkbenchError
+from ..errors import Cancelled, WorkbenchError
 
-__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat"]
+__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,16 +57,40 @@ class BenchResult:
 
 
 def latency_stats(times_ms: list[float]) -> dict:
-    """median / p90 / min / runs of a list of times in ms."""
+    """median / p10 / p90 / min / max / runs of a list of times in ms."""
     if not times_ms:
-        return {"median": None, "p90": None, "min": None, "runs": 0}
+        return {"median": None, "p10": None, "p90": None, "min": None, "max": None, "runs": 0}
     a = np.asarray(times_ms, dtype=np.float64)
     return {
         "median": round(float(np.median(a)), 4),
+        "p10": round(float(np.percentile(a, 10)), 4),
         "p90": round(float(np.percentile(a, 90)), 4),
         "min": round(float(a.min()), 4),
+        "max": round(float(a.max()), 4),
         "runs": int(a.size),
     }
+
+
+SPREAD_WIDE = 0.5  # p10-p90 wider than half the median ...
+MEDIAN_OVER_MIN = 2.0  # ... or a median more than twice the best run: the figure is not reliable
+
+
+def spread_warning(stats: dict) -> str:
+    """One sentence when the runs disagree too much for their median to mean much ("" when not):
+    the p10-p90 range wider than SPREAD_WIDE x the median, or the median above MEDIAN_OVER_MIN x
+    the best run (other processes took the cores, or too few runs)."""
+    med, lo, hi, best = (stats.get(k) for k in ("median", "p10", "p90", "min"))
+    if not med or stats.get("runs", 0) < 2:
+        return ""
+    reasons = []
+    if lo is not None and hi is not None and hi - lo > SPREAD_WIDE * med:
+        reasons.append(f"p10-p90 {lo:.3g}-{hi:.3g} ms around a median of {med:.3g} ms")
+    if best and med > MEDIAN_OVER_MIN * best:
+        reasons.append(f"the best run took {best:.3g} ms, {med / best:.1f}x less than the median")
+    if not reasons:
+        return ""
+    return ("Wide spread (" + "; ".join(reasons) + "): the machine was busy or there were too few runs; "
+            "measure again with more runs on an idle machine before trusting the figure.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,33 +182,28 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
         if not est:
             raise WorkbenchError("this artifact carries no memory estimate (it was exported without one).")
         return est
-    import tvm
     from tvm import relax
 
+    from .pipeline import PassSpec, make_pass
+    from .runner import Step, run_steps
     from .target import make_target
 
     mod = art.scheduled_mod
     sym = sorted({d for s in art.inputs for d in s.shape if isinstance(d, str)})
     bound = {name: int((dims or {}).get(name, 1)) for name in sym}
     target = make_target(art.target) if art.target == "cpu" else None
-    passes = []
-    if bound:
-        passes.append(relax.transform.BindSymbolicVars(bound))
-    passes += [
-        relax.transform.RewriteDataflowReshape(),
-        relax.transform.ToNonDataflow(),
-        relax.transform.RemovePurityChecking(),
-        relax.transform.CallTIRRewrite(),
-    ]
-    seq_unplanned = tvm.transform.Sequential(passes)
-    seq_planned = tvm.transform.Sequential(passes + [relax.transform.StaticPlanBlockMemory()])
-    if target is not None:
-        with target:
-            unplanned_mod = seq_unplanned(mod)
-            planned_mod = seq_planned(mod)
-    else:
-        unplanned_mod = seq_unplanned(mod)
-        planned_mod = seq_planned(mod)
+    # the module names a dim by its C identifier (manifest's code_names); dims the import left
+    # unnamed are not in it
+    code = art.manifest.get("code_names") or {}
+    defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
+    in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
+    # the pipeline's own VM-lowering steps, up to and then through memory planning
+    steps = [Step("BindSymbolicVars", "tensor program", lambda: relax.transform.BindSymbolicVars(in_module))] if in_module else []
+    steps += [Step(name, "tensor program", (lambda name=name: make_pass(PassSpec(name), target)))
+              for name in ("DataflowLowering", "CallTIRRewrite")]
+    unplanned_mod = run_steps(mod, steps, target)
+    planned_mod = run_steps(unplanned_mod, [Step("StaticPlanBlockMemory", "tensor program",
+                                                 lambda: make_pass(PassSpec("StaticPlanBlockMemory"), target))], target)
     unplanned, _, dyn = _allocation_bytes(unplanned_mod)
     _, planned, dyn2 = _allocation_bytes(planned_mod)
     return {
@@ -251,6 +267,31 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
     return rows
 
 
+def kernel_heat(kernels: list[dict]) -> tuple[dict[str, float], list[dict]]:
+    """Heat by kernel, for a graph view: nothing is split.
+
+    A fused kernel's time belongs to the kernel as a whole, not a share to each node it came from
+    (a Relu fused into a convolution costs nothing of its own). Returns (node ms, groups): each
+    ONNX node label with the time of the slowest kernel it is part of, and each kernel with
+    lineage as {name, ms, onnx_nodes} (slowest first), which the canvas outlines as one group.
+    Kernels made from the very same nodes (a Conv's padding and the convolution) are one group
+    with their times added and their names joined by " + "."""
+    by_nodes: dict[tuple, dict] = {}
+    for k in kernels:
+        labels = list(dict.fromkeys(k.get("onnx_nodes") or []))
+        if not labels:
+            continue
+        g = by_nodes.setdefault(tuple(sorted(labels)), {"name": "", "ms": 0.0, "onnx_nodes": labels})
+        g["name"] = f"{g['name']} + {k['name']}" if g["name"] else k["name"]
+        g["ms"] += k["ms"]
+    groups = sorted(by_nodes.values(), key=lambda g: -g["ms"])
+    nodes: dict[str, float] = {}
+    for g in groups:
+        for n in g["onnx_nodes"]:
+            nodes[n] = max(nodes.get(n, 0.0), g["ms"])
+    return nodes, groups
+
+
 def node_heat(kernels: list[dict]) -> dict[str, float]:
     """ms per ONNX node label: each kernel's time split evenly over the nodes it came from."""
     heat: dict[str, float] = {}
@@ -304,7 +345,7 @@ def benchmark(
 
     def stop():
         if cancel is not None and cancel():
-            raise CompileCancelled("benchmark cancelled.")
+            raise Cancelled("benchmark cancelled.")
 
     ort_proc = None
     if vs_ort:

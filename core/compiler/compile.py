@@ -1,8 +1,9 @@
 """Compile a model for CPU (LLVM) or GPU (CUDA), check it against onnxruntime, export a folder that ships.
 
-The chain is the one the Lowering panel shows: import the ONNX graph into Relax, run the pass
-pipeline of `core.compiler.pipeline` (graph passes, LegalizeOps, FuseOps/FuseTIR, then
-`core.compiler.schedules.schedule_pass(target)`), then the VM lowering passes and code generation
+The chain is the one the Lowering panel shows, run by the same runner (core.compiler.runner):
+import the ONNX graph into Relax, run the pass pipeline of `core.compiler.pipeline` (graph passes,
+LegalizeOps, FuseOps/FuseTIR, tuning when asked for, then
+`core.compiler.schedules.schedule_pass(target)`, then the VM lowering passes) and generate code
 (`tvm.compile`). What the user steps through is what gets compiled.
 
 Never a silent wrong answer: TVM's ONNX frontend computes wrong results for some ops without any
@@ -15,30 +16,32 @@ The exported folder is described in `core.compiler.artifact`; verification in
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkbenchError
+from ..errors import Cancelled, WorkbenchError
+from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .codegen import BuildCancelled, cancel_scope
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
-from .lineage import kernel_lineage
+from .lineage import KernelLineageTap
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
+from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
 
 __all__ = [
     "compile_model",
     "import_relax",
-    "split_pipeline",
     "CompileCancelled",
     # re-exported: what a compile hands back and how it is checked
     "Artifact",
@@ -54,8 +57,8 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[str, float], None]
 
 
-class CompileCancelled(WorkbenchError):
-    """The user cancelled a compile."""
+# the one cancel error of core (core.errors.Cancelled), under the name older callers import
+CompileCancelled = Cancelled
 
 
 def _resolve_graph(graph_or_path):
@@ -76,78 +79,45 @@ class Imported:
     mod: Any
     lineage: dict[str, list[str]]
     seconds: float
+    code_names: dict[str, str] | None = None  # user's name -> C identifier in the kernels (changed ones)
 
 
 def import_relax(graph) -> Imported:
-    """ONNX Graph -> Relax IRModule (weights as constants) through the workbench's import hook
-    `core.compiler.tvm_import` (lineage + the converter fixes of core.compiler.converters); TVM's plain
-    frontend with the same fixes when that module is absent."""
+    """ONNX Graph -> Relax IRModule (weights as constants) through the workbench's import
+    (core.compiler.tvm_import: lineage + the converter fixes of core.compiler.converters), with
+    the lineage told in node labels."""
+    from .runner import Pipeline
+
     t0 = time.perf_counter()
+    result = Pipeline.import_graph(graph)
+    label = {n.id: n.label for n in graph.nodes}
+    lineage = {var: [label[i] for i in ids if i in label] for var, ids in result.lineage.items()}
+    return Imported(result.mod, lineage, time.perf_counter() - t0, result.code_names)
+
+
+# Passes from here on turn scheduled Relax+TIR into VM code; compile keeps the module before them
+# (the scheduled module: memory estimate, lineage).
+VM_LOWERING_START = "DataflowLowering"
+
+
+@contextlib.contextmanager
+def _cancelled_as_compile(cancel: Callable[[], bool] | None):
+    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
+    RuntimeError: `cancel()` itself tells.)"""
     try:
-        from . import tvm_import
-    except ImportError:
-        tvm_import = None
-    if tvm_import is not None:
-        result = tvm_import.import_graph(graph)
-        label = {n.id: n.label for n in graph.nodes}
-        lineage = {var: [label[i] for i in ids if i in label] for var, ids in result.lineage.items()}
-        return Imported(result.mod, lineage, time.perf_counter() - t0)
-    from . import converters
-
-    proto = graph.to_proto()
-    mod = _guarded_import(lambda: converters.from_onnx_fixed(proto), proto)
-    return Imported(mod, {}, time.perf_counter() - t0)
-
-
-def _guarded_import(fn, proto):
-    """Run a frontend import; turn its failures into one sentence naming the op (and keep the
-    frontend's own prints off stdout, where `--json` output goes)."""
-    import contextlib
-    import io
-
-    from ..errors import UnsupportedOpError
-
-    buf = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buf):
-            return fn()
-    except WorkbenchError:
+        yield
+    except BuildCancelled:
+        raise CompileCancelled("compile cancelled.") from None
+    except Exception:
+        if cancel is not None and cancel():
+            raise CompileCancelled("compile cancelled.") from None
         raise
-    except Exception as e:  # noqa: BLE001 - every frontend failure is the model's op, told in one sentence
-        text = str(e).strip()
-        m = re.search(r"not supported for frontend ONNX: (.+)", text)
-        if m:
-            ops = m.group(1).strip().rstrip(".")
-            raise UnsupportedOpError(f"TVM's ONNX frontend does not support the op(s) {ops}; this model cannot be compiled.", op_type=ops) from None
-        m = re.search(r"Error converting operator (\w+)", buf.getvalue())
-        op = m.group(1) if m else ""
-        node = next((n.name or n.op_type for n in proto.graph.node if n.op_type == op), "") if op else ""
-        last = text.splitlines()[-1] if text else type(e).__name__
-        where = f" at {op} node '{node}'" if op else ""
-        raise UnsupportedOpError(f"TVM's ONNX frontend failed{where}: {last}", op_type=op, node_name=node) from None
-
-
-# Passes from here on turn scheduled Relax+TIR into VM code; compile stops before them to keep the
-# scheduled module (memory estimate, lineage) and hands them to tvm.compile.
-_VM_LOWERING_START = "DataflowLowering"
-
-
-def split_pipeline(target, specs=None) -> tuple[list, list]:
-    """(graph-to-scheduled-TIR specs, VM-lowering specs) of core.compiler.pipeline's list for `target`."""
-    from . import pipeline
-
-    specs = list(specs) if specs is not None else pipeline.default_pipeline(target)
-    problems = pipeline.validate(specs)
-    if problems:
-        raise WorkbenchError("the pass pipeline cannot build: " + " ".join(problems))
-    names = [s.name for s in specs]
-    cut = names.index(_VM_LOWERING_START) if _VM_LOWERING_START in names else len(specs)
-    return specs[:cut], specs[cut:]
 
 
 def _check_cancel(cancel: Callable[[], bool] | None) -> None:
     if cancel is not None and cancel():
-        raise CompileCancelled("compile cancelled.")
+        raise Cancelled("compile cancelled.")
 
 
 def compile_model(
@@ -157,6 +127,7 @@ def compile_model(
     pipeline=None,
     verify: bool = True,
     verify_dims: dict[str, int] | None = None,
+    verify_inputs: dict | None = None,
     rewrites: list[str] | None = None,
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
@@ -172,8 +143,9 @@ def compile_model(
     `pipeline` is a list of core.compiler.pipeline PassSpecs (the Lowering panel's, edits included);
     default: core.compiler.pipeline.default_pipeline(target). With `verify` (the default) the compiled
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
-    default 1); a difference beyond rtol/atol raises CompiledMismatchError naming the first op
-    that goes wrong. CUDA is verified only where a GPU exists (code generation needs none).
+    default 1), or on `verify_inputs` (input name -> array) when given; a difference beyond
+    rtol/atol raises CompiledMismatchError naming the first op that goes wrong. The reference is
+    onnxruntime, or onnx's reference evaluator where onnxruntime cannot run the model. CUDA is verified only where a GPU exists (code generation needs none).
     Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
@@ -184,11 +156,11 @@ def compile_model(
     measures the candidates on the devices registered under KEY with the TVM RPC tracker at
     HOST:PORT instead of here (the target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
-    compile with CompileCancelled at the next step.
+    compile with core.errors.Cancelled at the next step.
     """
     import tvm
 
-    from . import pipeline as pl
+    from .runner import Pipeline, Step, StepResult
     from .target import TARGET_KINDS, make_target
 
     if target not in TARGET_KINDS:
@@ -197,22 +169,25 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
-    proto = graph.to_proto()
+    check_size(graph, "compiling")
+    proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
     if target == "cuda" and gpu_present():
         prefer_nvcc_for_jit()
     tvm_target = make_target(target, cuda_arch=host_cuda_arch() or "sm_80") if target == "cuda" else make_target(target)
-    front, back = split_pipeline(tvm_target, pipeline)
+    pipe = Pipeline(tvm_target, pipeline)
     passes_applied: list[dict] = []
 
     report("import to Relax", 0.02)
     _check_cancel(cancel)
     imported = import_relax(graph)
-    mod = imported.mod
     passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(imported.seconds, 4)})
 
-    steps = [(spec.name, spec) for spec in front if spec.enabled]
+    # the steps up to the scheduled module, tuning before ScheduleTIR; then the VM lowering
+    steps = pipe.steps()
+    cut = next((i for i, s in enumerate(steps) if s.name == VM_LOWERING_START), len(steps))
+    front, back = steps[:cut], steps[cut:]
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
@@ -222,30 +197,36 @@ def compile_model(
 
             runner = rpc_runner(*parse_rpc_address(tune_rpc))
         tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
-        tune_at = next((i for i, (n, _) in enumerate(steps) if n == "ScheduleTIR"), len(steps))
-        steps.insert(tune_at, ("MetaSchedule tuning", tuning_step))
-    fused = prefused = None
-    with tvm_target:
-        for i, (name, spec) in enumerate(steps):
-            _check_cancel(cancel)
-            report(name, _step_fraction(i, len(steps), tune_at))
-            t0 = time.perf_counter()
-            p = pl.make_pass(spec, tvm_target) if isinstance(spec, pl.PassSpec) else spec
-            if name == "FuseOps":
-                prefused = mod
-            mod = p(mod)
-            passes_applied.append({"name": name, "seconds": round(time.perf_counter() - t0, 4)})
-            if name == "FuseOps" or (fused is None and name == "LegalizeOps"):
-                fused = mod
-    scheduled = mod
+        tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
+        front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
+    tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
+    kept: dict[str, Any] = {}
+
+    def before(i: int, step: Step) -> None:
+        _check_cancel(cancel)
+        if i < len(front):
+            report(step.name, _step_fraction(i, len(front), tune_at))
+        elif i == len(front):
+            report("code generation", 0.62)
+
+    def after(r: StepResult) -> None:
+        tap(r)
+        if r.index == len(front) - 1:
+            kept["scheduled"] = r.mod
+        passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
+
+    with _cancelled_as_compile(cancel), cancel_scope(cancel):
+        final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
+    scheduled = kept.get("scheduled", imported.mod)
     _check_cancel(cancel)
-    report("code generation", 0.62)
+    if not back:
+        report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = tvm.compile(scheduled, tvm_target, relax_pipeline=pl.build_relax_pipeline(back, tvm_target))
-    passes_applied += [{"name": spec.name} for spec in back if spec.enabled]
+    with _cancelled_as_compile(cancel):
+        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
-    lineage = kernel_lineage(fused, imported.lineage, graph, prefused, scheduled) if fused is not None else {}
+    lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
     cuda_src = cuda_source_of(ex) if target == "cuda" else None
     from .converters import fixes_applied
 
@@ -263,6 +244,7 @@ def compile_model(
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [s.to_json() for s in inputs],
         "outputs": [s.to_json() for s in outputs],
+        "code_names": dict(imported.code_names or {}),
         "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
         "converter_fixes": fixes_applied(proto),
         "passes": passes_applied,
@@ -292,12 +274,43 @@ def compile_model(
     if verify and (target == "cpu" or gpu_present()):
         _check_cancel(cancel)
         report("check against onnxruntime", 0.8)
-        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel)
+        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
     else:
         manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+def _tvm_failure(name: str, e: Exception) -> Exception | None:
+    """The refusal for TVM's own failure in step `name` (None: a WorkbenchError, raised as it is)."""
+    from ..errors import UnsupportedOpError, brief_reason
+
+    if isinstance(e, WorkbenchError):
+        return None
+    logger.debug("TVM step %s failed", name, exc_info=e)
+    return UnsupportedOpError(
+        f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
+        "or compile with another tool."
+    )
+
+
+def _tvm_step(name: str, fn, mod):
+    """fn(mod), with TVM's own failures (internal checks, type errors deep in a pass or in code
+    generation) turned into one sentence naming the step: a model TVM cannot compile is a
+    refusal the user can read, not a traceback."""
+    from ..errors import UnsupportedOpError, brief_reason
+
+    try:
+        return fn(mod)
+    except WorkbenchError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every TVM failure here is "TVM cannot compile this model"
+        logger.debug("TVM step %s failed", name, exc_info=True)
+        raise UnsupportedOpError(
+            f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
+            "or compile with another tool."
+        ) from e
 
 
 def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:
@@ -357,11 +370,6 @@ class _TuningStep:
     tuning database (counted, not taken from the report)."""
 
     def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
-        from . import schedules
-
-        fn = getattr(schedules, "tuning_pass", None)
-        if fn is None:
-            raise WorkbenchError("tuning is not available in this build (core.compiler.schedules has no tuning_pass); compile without --tune-trials.")
         self.summary: str | None = None
         self.kernels = self.from_database = 0
 
@@ -372,7 +380,9 @@ class _TuningStep:
             report(f"tuning: {msg}" if msg else "tuning", _TUNE_START + (_TUNE_END - _TUNE_START) * frac)
 
         try:
-            self._pass = fn(
+            from .tuning import tuning_pass
+
+            self._pass = tuning_pass(
                 tvm_target,
                 trials=trials,
                 database=str(db) if db is not None else None,

@@ -5,7 +5,7 @@ Each fix was found by running single-op models through TVM and onnxruntime on th
 own shape (`_impl_vN(bb, inputs, attr, params)`), registered in `FIXES` under the ONNX op type;
 `from_onnx_fixed` imports a model with TVM's converter map overlaid by `FIXES`.
 
-Importing this module registers every fix with `core.compiler.tvm_import.register_converter` (the import
+Importing this module registers every fix with `core.compiler.converter_registry.register_converter` (the import
 hook lowering and compile share; tvm_import imports this module before its first import), so the
 Lowering panel and compile see the same conversion. `from_onnx_fixed` is the same conversion for
 code that wants TVM's plain `from_onnx` (no lineage).
@@ -19,6 +19,15 @@ Fixed here:
    treats the empty tensor as given and refuses "Only one of scales and sizes can be provided".
    An empty `scales` is dropped, per the ONNX spec ("only one of scales and sizes may be
    specified; the other is empty").
+3. `Dropout`: the mask comes back as float, not bool; training mode (random) is refused.
+4. `IsInf`: detect_positive / detect_negative were ignored.
+5. `Mod` on floats by ±inf: NaN, where C's fmod gives a and Python's % gives a or b by sign.
+6. `BitShift` by a negative amount or by the width or more: LLVM's undefined shift, not 0 (-1).
+7. `PRelu`: a per-channel slope before opset 7 (legacy broadcast) failed an assertion; any
+   slope broadcast now goes through where(x < 0, slope * x, x).
+8. `Reshape` to a shape computed as a tensor at run time: TVM takes only constants and shapes.
+9. `Expand` to a shape given as a run-time tensor: broadcast both ways, as ONNX specifies.
+10. `LayerNormalization` with its Mean / InvStdDev outputs used: TVM returns zeros for them.
 """
 from __future__ import annotations
 
@@ -39,6 +48,8 @@ def _frontend():
 def _build_fixes() -> dict[str, type]:
     import tvm
     from tvm import relax
+
+    from ..errors import UnsupportedOpError
 
     fe = _frontend()
 
@@ -73,7 +84,197 @@ def _build_fixes() -> dict[str, type]:
                 inputs = fe.onnx_input([inputs[0], inputs[1], None, inputs[3]])
             return super()._impl_v18(bb, inputs, attr, params)
 
-    return {"Pow": PowMixedDtype, "Resize": ResizeEmptyScales}
+    def dtype_of(expr) -> str:
+        return str(getattr(getattr(expr, "ty", None), "dtype", "") or "")
+
+    def node_name(attr) -> str:
+        return str(attr.get("tvm_custom", {}).get("name", "") or "")
+
+    class DropoutInference(fe.Dropout):
+        """Dropout at inference: the input unchanged and an all-true bool mask (TVM returns the
+        mask in the input's float type). Training mode is random and refused."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            return cls._inference(inputs[0])
+
+        @classmethod
+        def _impl_v12(cls, bb, inputs, attr, params):
+            if len(inputs) > 2 and inputs[2] is not None:
+                const = fe.get_constant(inputs[2], params)
+                value = const.value.numpy() if isinstance(const, tvm.ir.GenericConst) else None
+                if value is None or bool(value.reshape(-1)[0]):
+                    name = node_name(attr)
+                    raise UnsupportedOpError(
+                        f"Dropout node '{name}' runs in training mode, which drops values at random; the workbench compiles "
+                        "inference, so remove the node or set training_mode to a constant false.", op_type="Dropout", node_name=name,
+                    )
+            return cls._inference(inputs[0])
+
+        @staticmethod
+        def _inference(x):
+            return relax.Tuple([x, relax.op.full_like(x, relax.const(True, "bool"), dtype="bool")])
+
+    class IsInfDirected(fe.IsInf):
+        """IsInf honouring detect_positive / detect_negative (TVM's ignores both)."""
+
+        @classmethod
+        def _impl_v10(cls, bb, inputs, attr, params):
+            x = inputs[0]
+            pos, neg = int(attr.get("detect_positive", 1)), int(attr.get("detect_negative", 1))
+            inf = relax.op.isinf(x)
+            if pos and neg:
+                return inf
+            if not pos and not neg:
+                return relax.op.full_like(x, relax.const(False, "bool"), dtype="bool")
+            zero = relax.const(0, dtype_of(x))
+            sign = relax.op.greater(x, zero) if pos else relax.op.less(x, zero)
+            return relax.op.logical_and(inf, sign)
+
+    class ModFmodInf(fe.Mod):
+        """Mod with fmod=1 on floats: C's fmod(a, ±inf) is a for finite a; TVM computes
+        a - trunc(a/b)*b, which is NaN there."""
+
+        @classmethod
+        def _impl_v10(cls, bb, inputs, attr, params):
+            result = super()._impl_v10(bb, inputs, attr, params)
+            a, b = inputs[0], inputs[1]
+            if not dtype_of(a).startswith(("float", "bfloat")):
+                return result
+            finite_by_inf = relax.op.logical_and(relax.op.isinf(b), relax.op.isfinite(a))
+            if attr.get("fmod", 0) == 0:
+                # Python's a % ±inf: a when a is 0 or has b's sign, else b
+                zero = relax.const(0, dtype_of(a))
+                differ = relax.op.logical_and(relax.op.logical_xor(relax.op.less(a, zero), relax.op.less(b, zero)), relax.op.not_equal(a, zero))
+                return relax.op.where(finite_by_inf, relax.op.where(differ, b, a), result)
+            return relax.op.where(finite_by_inf, a, result)
+
+    class BitShiftInRange(fe.BitShift):
+        """BitShift by a negative amount or by the type's width or more: 0 (RIGHT of a negative
+        signed value: -1), as ONNX specifies; TVM passes LLVM's undefined shift through."""
+
+        @classmethod
+        def _impl_v11(cls, bb, inputs, attr, params):
+            result = super()._impl_v11(bb, inputs, attr, params)
+            a, b = inputs[0], inputs[1]
+            dt = dtype_of(a)
+            if not dt:
+                return result
+            width = int("".join(ch for ch in dt if ch.isdigit()) or 64)
+            out = relax.op.logical_or(relax.op.less(b, relax.const(0, dtype_of(b))), relax.op.greater_equal(b, relax.const(width, dtype_of(b))))
+            zero = relax.const(0, dt)
+            fill = zero
+            direction = attr.get("direction", b"LEFT")
+            direction = direction.decode("ascii") if isinstance(direction, bytes) else str(direction)
+            if direction == "RIGHT" and dt.startswith("int"):
+                fill = relax.op.where(relax.op.less(a, zero), relax.const(-1, dt), zero)
+            return relax.op.where(out, fill, result)
+
+    class PReluChannel(fe.PRelu):
+        """PRelu as where(x < 0, slope * x, x) with ONNX's unidirectional broadcast of the slope;
+        before opset 7 a 1-D slope of the channel count applies per channel (axis 1). TVM's
+        converter asserts on a per-channel slope it cannot map to an axis."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            return cls._where(bb, inputs, legacy=True)
+
+        @classmethod
+        def _impl_v7(cls, bb, inputs, attr, params):
+            return cls._where(bb, inputs, legacy=False)
+
+        @staticmethod
+        def _where(bb, inputs, legacy: bool):
+            x, slope = inputs[0], inputs[1]
+            xs = list(x.ty.shape) if hasattr(x.ty, "shape") and x.ty.shape is not None else None
+            ss = list(slope.ty.shape) if hasattr(slope.ty, "shape") and slope.ty.shape is not None else None
+            if legacy and xs is not None and ss is not None and len(ss) == 1 and len(xs) > 2:
+                slope = relax.op.reshape(slope, [ss[0]] + [1] * (len(xs) - 2))
+            zero = relax.const(0, dtype_of(x))
+            return relax.op.where(relax.op.less(x, zero), relax.op.multiply(x, slope), x)
+
+    class ReshapeComputedShape(fe.Reshape):
+        """Reshape to a shape computed at run time as an int64 tensor (a Concat of Shape ->
+        Gather results whose sizes TVM cannot follow, e.g. after a Range): the tensor becomes a
+        shape with fresh symbolic dims (tensor_to_shape + match_cast). TVM's converter accepts
+        only constants and shapes. The entries must be the sizes themselves (no 0 or -1)."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, shape = inputs[0], inputs[1]
+            ty = getattr(shape, "ty", None)
+            if (
+                isinstance(data, relax.Expr) and not isinstance(data, relax.ShapeExpr)
+                and isinstance(ty, relax.TensorType) and not isinstance(fe.get_constant(shape, params), tvm.ir.GenericConst)
+                and ty.shape is not None and len(ty.shape) == 1 and isinstance(ty.shape[0], tvm.tirx.IntImm)
+            ):
+                n = int(ty.shape[0])
+                dims = [tvm.tirx.Var(f"reshape_dim{i}", "int64") for i in range(n)]
+                bb.match_cast(bb.emit(relax.op.tensor_to_shape(shape)), relax.ShapeType(dims))
+                return relax.op.reshape(data, relax.ShapeExpr(dims))
+            return super()._impl_v13(bb, inputs, attr, params)
+
+    class ExpandComputedShape(fe.Expand):
+        """Expand to a shape given as a run-time int64 tensor: ONNX broadcasts the input and the
+        shape both ways (the result has the larger rank; a 1 on either side takes the other's
+        size). TVM's converter broadcast_to's the input to the shape as given, which fails when
+        the shape is shorter and is wrong where it holds 1s (onnx `simple/test_expand_shape_model*`)."""
+
+        @classmethod
+        def _impl_v13(cls, bb, inputs, attr, params):
+            data, shape = inputs[0], inputs[1]
+            ty = getattr(shape, "ty", None)
+            dty = getattr(data, "ty", None)
+            if (
+                isinstance(ty, relax.TensorType) and not isinstance(fe.get_constant(shape, params), tvm.ir.GenericConst)
+                and ty.shape is not None and len(ty.shape) == 1 and isinstance(ty.shape[0], tvm.tirx.IntImm)
+                and isinstance(dty, relax.TensorType) and dty.shape is not None
+            ):
+                k = int(ty.shape[0])
+                dims = [tvm.tirx.Var(f"expand_dim{i}", "int64") for i in range(k)]
+                bb.match_cast(bb.emit(relax.op.tensor_to_shape(shape)), relax.ShapeType(dims))
+                data_dims = list(dty.shape)
+                rank = max(k, len(data_dims))
+                a = [None] * (rank - len(data_dims)) + data_dims
+                b = [None] * (rank - k) + dims
+                out = [x if y is None else y if x is None else tvm.tirx.max(x, y) for x, y in zip(a, b)]
+                return relax.op.broadcast_to(data, relax.ShapeExpr(out))
+            return super()._impl_v13(bb, inputs, attr, params)
+
+    class LayerNormalizationStats(fe.LayerNormalization):
+        """LayerNormalization whose Mean and InvStdDev outputs are used: TVM returns two scalar
+        zeros for them. They are computed here (in float32, ONNX's stash type): the mean and
+        1/sqrt(var + epsilon) over the normalized axes, kept as size-1 dims."""
+
+        @classmethod
+        def _impl_v17(cls, bb, inputs, attr, params):
+            if attr.get("tvm_custom", {}).get("num_outputs", 1) < 2:
+                return super()._impl_v17(bb, inputs, attr, params)
+            x, scale, bias = inputs[0], inputs[1], inputs[2] if len(inputs) > 2 else None
+            rank = len(x.ty.shape)
+            axis = int(attr.get("axis", -1))
+            axis = axis + rank if axis < 0 else axis
+            axes = list(range(axis, rank))
+            dt = dtype_of(x)
+            xf = relax.op.astype(x, "float32") if dt != "float32" else x
+            mean = bb.normalize(relax.op.mean(xf, axes, keepdims=True))
+            centered = bb.normalize(relax.op.subtract(xf, mean))
+            var = relax.op.mean(relax.op.multiply(centered, centered), axes, keepdims=True)
+            inv = bb.normalize(relax.op.rsqrt(relax.op.add(var, relax.const(float(attr.get("epsilon", 1e-5)), "float32"))))
+            y = relax.op.multiply(relax.op.multiply(centered, inv), relax.op.astype(scale, "float32") if dtype_of(scale) != "float32" else scale)
+            if bias is not None:
+                y = relax.op.add(y, relax.op.astype(bias, "float32") if dtype_of(bias) != "float32" else bias)
+            if dt != "float32":
+                y = relax.op.astype(y, dt)
+            return relax.Tuple([bb.normalize(y), mean, inv])
+
+    return {
+        "LayerNormalization": LayerNormalizationStats,
+        "Expand": ExpandComputedShape,
+        "Reshape": ReshapeComputedShape,
+        "Pow": PowMixedDtype, "Resize": ResizeEmptyScales, "Dropout": DropoutInference, "IsInf": IsInfDirected,
+        "Mod": ModFmodInf, "BitShift": BitShiftInRange, "PRelu": PReluChannel,
+    }
 
 
 _FIXES: dict[str, type] | None = None
@@ -87,11 +288,9 @@ def fixes() -> dict[str, type]:
 
 
 def _register_with_import_hook() -> None:
-    """Register every fix with core.compiler.tvm_import (the lowering import), when that module exists."""
-    try:
-        from .tvm_import import register_converter
-    except ImportError:
-        return
+    """Register every fix with the import's converter registry (core.compiler.converter_registry)."""
+    from .converter_registry import register_converter
+
     for op_type, converter in fixes().items():
         register_converter(op_type, converter)
 

@@ -1,6 +1,7 @@
 """CUDA export: carry compiled code (an nvcc fatbin) in the library, not source to be compiled at load."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -11,11 +12,13 @@ import tempfile
 from pathlib import Path
 
 from ..errors import WorkbenchError
-from .target import gpu_present
+from .target import gpu_present, host_cores
 
 __all__ = [
     "cuda_source_of",
     "nvcc_fatbin",
+    "explain_nvcc_failure",
+    "kernel_at_line",
     "export_cuda_library",
     "prefer_nvcc_for_jit",
     "host_cuda_arch",
@@ -67,10 +70,46 @@ def nvcc_fatbin(source: str, workdir: Path) -> bytes:
     for sm in _CUDA_GENCODES:
         cmd += ["-gencode", f"arch=compute_{sm[3:]},code={sm}"]
     cmd += ["-gencode", f"arch={_CUDA_PTX},code={_CUDA_PTX}"]
+    # one pass per architecture: run them side by side on the cores this process may use
+    cmd += ["--threads", str(max(1, min(len(_CUDA_GENCODES) + 1, host_cores())))]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise WorkbenchError(f"nvcc could not compile the generated CUDA kernels: {(r.stderr or r.stdout).strip().splitlines()[-1:]}.")
+        raise WorkbenchError(explain_nvcc_failure(r.stderr or r.stdout, source))
     return out.read_bytes()
+
+
+_NVCC_ERROR = re.compile(r"^(?:.*[\\/])?" + re.escape(CUDA_SOURCE) + r"\((\d+)\): (?:catastrophic )?error[^:]*: (.*)$", re.M)
+_KERNEL_DEF = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+
+
+def kernel_at_line(source: str, line: int) -> str | None:
+    """The __global__ function whose definition holds 1-based `line` of `source` (None: the
+    preamble before the first kernel, or a line past the end)."""
+    lines = source.splitlines()
+    if not 1 <= line <= len(lines):
+        return None
+    for text in reversed(lines[:line]):
+        m = _KERNEL_DEF.search(text)
+        if m and not text.rstrip().endswith(";"):  # a definition, not the forward declaration
+            return m.group(1)
+    return None
+
+
+def explain_nvcc_failure(stderr: str, source: str) -> str:
+    """One sentence for a failed nvcc run: the kernel and the first compiler error.
+
+    nvcc reports `kernels.cu(LINE): error: TEXT`; the line is mapped back to the __global__
+    function that contains it, since that (not a line of generated code) is what a user can find
+    in the Lowering panel and the kernel lineage."""
+    errors = _NVCC_ERROR.findall(stderr or "")
+    if not errors:
+        last = [ln.strip() for ln in (stderr or "").strip().splitlines() if ln.strip()][-1:] or ["no message"]
+        return f"nvcc could not compile the generated CUDA kernels: {last[0].rstrip('.')}."
+    line, text = int(errors[0][0]), errors[0][1].strip().rstrip(".")
+    kernel = kernel_at_line(source, line)
+    where = f"kernel '{kernel}'" if kernel else "the kernels' shared preamble"
+    more = {0: "", 1: " (1 more error follows)"}.get(len(errors) - 1, f" ({len(errors) - 1} more errors follow)")
+    return f"nvcc could not compile the generated CUDA {where}: {CUDA_SOURCE} line {line}: {text}{more}."
 
 
 def _u64(b: bytes, pos: int) -> tuple[int, int]:
@@ -122,31 +161,44 @@ def _patch_cuda_blob(blob: bytes, fatbin: bytes) -> bytes:
     return struct.pack("<Q", len(out)) + bytes(out)
 
 
-def _blob_from_c(c_src: str) -> tuple[str, bytes, str]:
-    m = re.search(r"(const unsigned char (\w+)\[\d+\] = \{)(.*?)(\};)", c_src, re.S)
-    if not m:
-        raise WorkbenchError("TVM's packed library source has an unexpected layout; cannot embed compiled CUDA kernels.")
-    data = bytes(int(x, 16) for x in re.findall(r"0x([0-9a-fA-F]{2})", m.group(3)))
-    return c_src[: m.start()], data, m.group(2)
+def _packed_imports(mod) -> bytes:
+    """The serialized import tree TVM embeds in a library (u64 size + payload), as bytes."""
+    import tvm
+
+    return tvm.get_global_func("runtime.ModulePackImportsToTensor")(mod).numpy().tobytes()
+
+
+def _host_triple() -> str:
+    """The triple of the C compiler that links the library (as TVM's export_library asks it)."""
+    import tvm
+    from tvm.support import cc
+
+    ask = getattr(cc.create_shared, "get_target_triple", None)
+    triple = (ask() if ask else None) or tvm.get_global_func("target.llvm_get_system_triple")()
+    return str(triple).strip()
 
 
 def export_cuda_library(lib, path: Path, manifest: dict) -> None:
-    from tvm.runtime import _ffi_api
+    """export_library, with the CUDA module's source swapped for an nvcc fatbin.
+
+    The import tree (host code, CUDA module, weights) is packed into the library as an LLVM
+    object, as TVM does by default: TVM's alternative, a C file with every byte written out as a
+    hex literal, took a C compiler over 17 GB of memory for ResNet-50's weights."""
+    import tvm
 
     source = cuda_source_of(lib)
     with tempfile.TemporaryDirectory(prefix="mlcwb-cuda-") as tmp:
         tmpd = Path(tmp)
         fatbin = nvcc_fatbin(source, tmpd) if source else b""
+        llvm_target = json.dumps({"kind": "llvm", "mtriple": _host_triple()})
 
         def pack_imports(mod, is_system_lib, prefix, workspace_dir):
-            c_src = _ffi_api.ModulePackImportsToC(mod, is_system_lib, prefix)
-            head, blob, symbol = _blob_from_c(c_src)
-            new_blob = _patch_cuda_blob(blob, fatbin) if fatbin else blob
-            body = ",".join(f"0x{b:02x}" for b in new_blob)
-            text = head + f"const unsigned char {symbol}[{len(new_blob)}] = {{{body}}};\n#ifdef __cplusplus\n}}\n#endif\n"
-            out = os.path.join(workspace_dir, f"{prefix}devc.c")
-            with open(out, "w") as f:
-                f.write(text)
+            blob = _packed_imports(mod)
+            if fatbin:
+                blob = _patch_cuda_blob(blob, fatbin)
+            obj = tvm.get_global_func("codegen.codegen_blob")(blob, is_system_lib, llvm_target, prefix)
+            out = os.path.join(workspace_dir, f"{prefix}devc.o")
+            obj.write_to_file(out)
             return out
 
         lib.export_library(str(path), fpack_imports=pack_imports)

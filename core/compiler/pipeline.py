@@ -6,12 +6,10 @@ an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipelin
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights, TVM's
 FoldConstant) and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`.
 
-Lowering (core.compiler.lowering) runs the enabled specs one by one and snapshots the module after each;
-compile builds with the very same list::
-
-    ex = tvm.compile(mod, target, relax_pipeline=build_relax_pipeline(specs, target))
-
-so what the Lowering panel shows is what gets compiled. Specs marked `required` are needed to
+The runner (core.compiler.runner) runs the enabled specs one by one for everything that compiles:
+lowering snapshots the module after each, compile builds with the very same list, so what the
+Lowering panel shows is what gets compiled. `build_relax_pipeline(specs, target)` packs a list as
+one pass for code that calls `tvm.compile(mod, target, relax_pipeline=...)` itself. Specs marked `required` are needed to
 produce a runnable module (the VM lowering); `validate(specs)` explains what a given edit breaks.
 
 Adding a pass: one entry in `PASSES` (name, level, factory(target) -> tvm Pass, description).
@@ -33,7 +31,6 @@ __all__ = [
     "default_pipeline",
     "make_pass",
     "build_relax_pipeline",
-    "run_passes",
     "validate",
     "fold_weights_pass",
 ]
@@ -380,15 +377,6 @@ def validate(specs: list[PassSpec]) -> list[str]:
             if name in order and order.index(name) < li:
                 problems.append(f"{name} works on TIR kernels and must come after LegalizeOps.")
     return problems
-
-
-def run_passes(mod, specs: list[PassSpec], target):
-    """Apply the enabled specs to `mod` in order (within `target`); returns the new module."""
-    with target:
-        for spec in specs:
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
-    return mod
 
 
 def build_relax_pipeline(specs: list[PassSpec], target):

@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
     if kind == "cuda" and not dev.exist:
         return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
-    lib = _load_module(tvm, os.path.join(HERE, manifest.get("library", "model.so")))
+    library = manifest.get("library", "model.so")
+    lib_path = os.path.realpath(os.path.join(HERE, str(library)))
+    if os.path.isabs(str(library)) or os.path.commonpath([lib_path, os.path.realpath(HERE)]) != os.path.realpath(HERE):
+        return _fail(f"manifest.json names the library '{library}', outside the artifact folder; refusing to load it.")
+    lib = _load_module(tvm, lib_path)
     vm = relax.VirtualMachine(lib, dev)
 
     args_dev = []

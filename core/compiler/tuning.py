@@ -4,7 +4,7 @@ Why a layer over `tvm.s_tir.meta_schedule`: TVM's one-call tuners spend a trial 
 kernels with no wall-clock limit, no way to stop them from a GUI, and they start every kernel's
 search from scratch. Here:
 
-* **Database**: a folder per target (`<root>/<target key>/`, a MetaSchedule JSONDatabase) holding
+* **Database** (core.compiler.tuning_db): a folder per target (`<root>/<target key>/`, a MetaSchedule JSONDatabase) holding
   tuning records keyed by the kernel's structure (workload) - so the same conv shape is tuned
   once and reused by every later compile, of this model or another one. `progress.json` beside
   it records trials spent per workload, which makes tuning resumable: a rerun continues where a
@@ -28,16 +28,37 @@ search from scratch. Here:
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from ..errors import WorkbenchError
+# the database (folders, record files, applying it) is core.compiler.tuning_db; its public names
+# are re-exported here, where callers have always found them
+from .tuning_db import (
+    PROGRESS_FILE,
+    TEMPLATES_FILE,
+    _best_seconds,
+    _current_space,
+    _load_progress,
+    _load_templates,
+    _prepare,
+    _save_progress,
+    _save_templates,
+    _template_rules,
+    _workload_key,
+    apply_database_pass,
+    database_choice,
+    database_coverage,
+    database_dir,
+    default_database_root,
+    kernel_workload,
+    open_database,
+    prepare_module,
+    record_schedule,
+    target_key,
+    tuned_schedule,
+)
 
 __all__ = [
     "TaskResult",
@@ -55,12 +76,14 @@ __all__ = [
     "parse_rpc_address",
     "local_builder",
     "local_runner",
+    "prepare_module",
+    "kernel_workload",
+    "tuned_schedule",
+    "record_schedule",
+    "database_choice",
 ]
 
 logger = logging.getLogger(__name__)
-
-PROGRESS_FILE = "progress.json"
-TEMPLATES_FILE = "templates.json"
 
 
 @dataclass
@@ -105,81 +128,6 @@ class TuningReport:
         return text
 
 
-def default_database_root() -> Path:
-    """Where tuning records live unless a folder is given: shared by all models and runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mlc-workbench" / "tuning"
-
-
-def target_key(target) -> str:
-    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
-    kind = target.kind.name
-    attrs = target.attrs
-    parts = [kind]
-    for key in ("mcpu", "arch", "num-cores"):
-        if key in attrs:
-            parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
-
-
-def database_dir(root, target) -> Path:
-    return Path(root if root is not None else default_database_root()) / target_key(target)
-
-
-def open_database(root, target):
-    """The JSON tuning database for `target` under `root` (created when missing)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    folder = database_dir(root, target)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise WorkbenchError(f"cannot use tuning database folder '{folder}': {exc.strerror}.") from exc
-    return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
-
-
-def _load_json(folder: Path, name: str) -> dict[str, dict]:
-    """A record file of the database folder ({} when missing or unreadable)."""
-    try:
-        return json.loads((folder / name).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:
-    """Write a record file whole, through a temporary file (a crash never leaves half of one)."""
-    tmp = folder / (name + ".tmp")
-    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
-    tmp.replace(folder / name)
-
-
-def _load_progress(folder: Path) -> dict[str, dict]:
-    return _load_json(folder, PROGRESS_FILE)
-
-
-def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
-    _save_json(folder, PROGRESS_FILE, progress)
-
-
-def _load_templates(folder: Path) -> dict[str, dict]:
-    return _load_json(folder, TEMPLATES_FILE)
-
-
-def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
-    _save_json(folder, TEMPLATES_FILE, templates)
-
-
-def _template_rules() -> list:
-    """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
-    from .schedules.cpu_conv import Conv2dNCHW
-
-    return [Conv2dNCHW()]
-
-
-def _template_rule(name: str):
-    return next((rule for rule in _template_rules() if rule.name == name), None)
-
-
 def _measure_schedules(schedules: list, target, builder, runner) -> list[float | None]:
     """Seconds per schedule (None where it did not build or run): all built, then all run."""
     from tvm.s_tir import meta_schedule as ms
@@ -205,12 +153,6 @@ def _measure_schedules(schedules: list, target, builder, runner) -> list[float |
         secs = sorted(float(s) for s in result.run_secs)
         out[index] = secs[len(secs) // 2]  # the median of the repeats: one slow run does not count
     return out
-
-
-def _current_space(record: dict) -> bool:
-    """True when `record` searched the rule's present candidate space (else it is redone)."""
-    rule = _template_rule(record.get("rule", ""))
-    return rule is not None and record.get("space") == getattr(rule, "space_version", 0)
 
 
 def _stop(report, cancel, deadline: float) -> bool:
@@ -347,13 +289,6 @@ def local_runner():
     return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
 
 
-def _prepare(mod):
-    """Mark weights as layout free (so tuned kernels may prepack them), as schedule_pass does."""
-    from tvm import relax
-
-    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
-
-
 def extract_tasks(mod, target) -> list:
     """MetaSchedule's tuning tasks for the fused module (one per distinct kernel), minus those
     already scheduled."""
@@ -381,12 +316,6 @@ def _static_shapes(func) -> bool:
     return True
 
 
-def _workload_key(task_mod) -> str:
-    import tvm_ffi  # TVM 0.27 keeps structural_hash in tvm_ffi, not tvm.ir
-
-    return f"{tvm_ffi.structural_hash(task_mod) & 0xFFFFFFFFFFFFFFFF:016x}"
-
-
 def _measure_default(task_mod, target, builder, runner) -> float | None:
     """Seconds of core.compiler.schedules' default schedule for one task, or None."""
     from .schedules import schedule_cpu_func
@@ -405,16 +334,6 @@ def _measure_default(task_mod, target, builder, runner) -> float | None:
 
 def _device_type(target) -> str:
     return "cpu" if target.kind.name == "llvm" else target.kind.name
-
-
-def _best_seconds(database, task_mod) -> float | None:
-    if not database.has_workload(task_mod):
-        return None
-    records = database.get_top_k(database.commit_workload(task_mod), 1)
-    if not records or not records[0].run_secs:
-        return None
-    secs = [float(s) for s in records[0].run_secs]
-    return sum(secs) / len(secs)
 
 
 def _make_callback(deadline: float, cancel: Callable[[], bool] | None, state: dict, on_round):
@@ -608,113 +527,6 @@ def _cores(target) -> int:
 
     cores = target.attrs.get("num-cores") if target.attrs is not None else None
     return int(cores) if cores else host_cores()
-
-
-def _task_module(func):
-    """The IRModule MetaSchedule's task extraction makes of a kernel (its workload key)."""
-    import tvm
-
-    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-
-
-def database_coverage(mod, target, database=None) -> tuple[int, int]:
-    """(kernels of the fused module the database holds tuned records for - template configs
-    or searched schedules -, kernels in all)."""
-    import tvm
-
-    folder = database_dir(database, target)
-    have_search = (folder / "database_workload.json").exists()
-    templates = _load_templates(folder)
-    funcs = [f for _, f in _prepare(mod).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    if not have_search and not templates:
-        return 0, len(funcs)
-    db = open_database(database, target) if have_search else None
-    known = 0
-    for func in funcs:
-        task_mod = _task_module(func)
-        known += _workload_key(task_mod) in templates or (db is not None and _best_seconds(db, task_mod) is not None)
-    return known, len(funcs)
-
-
-def apply_database_pass(target, database=None):
-    """A module pass that gives every kernel the database knows its fastest tuned schedule -
-    unless the default schedule measured faster (then schedule_pass schedules it as usual).
-    Kernels it applies are marked scheduled; the rest are left to schedule_pass."""
-    import tvm
-    from tvm import s_tir
-
-    @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
-    def _pass(mod, _ctx):
-        folder = database_dir(database, target)
-        have_search = (folder / "database_workload.json").exists()
-        templates = _load_templates(folder)
-        if not have_search and not templates:
-            return mod
-        db = open_database(database, target) if have_search else None
-        saved = _load_progress(folder)
-        mod = _prepare(mod)
-        updated = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
-                continue
-            task_mod = _task_module(func)
-            key = _workload_key(task_mod)
-            template = templates.get(key)
-            best = _best_seconds(db, task_mod) if db is not None else None
-            default_ms = saved.get(key, {}).get("default_ms")
-            if default_ms is None and template is not None:
-                default_ms = template.get("default_ms")
-            # the fastest measured of: default schedule, best template config, best searched
-            options = [("default", default_ms)]
-            if template is not None:
-                options.append(("template", template["ms"]))
-            if best is not None:
-                options.append(("search", best * 1e3))
-            known = [(kind, ms) for kind, ms in options if ms is not None]
-            if not known:
-                continue
-            choice = min(known, key=lambda x: x[1])[0]
-            if choice == "default" and default_ms is None:
-                continue
-            scheduled = None
-            if choice == "template":
-                scheduled = _apply_template(func, target, template, gvar.name_hint)
-            elif choice == "search":
-                scheduled = _apply_search_record(db, task_mod, gvar.name_hint)
-            if scheduled is not None:
-                updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
-        for gvar, func in updated.items():
-            mod[gvar] = func
-        return mod
-
-    return _pass
-
-
-def _apply_template(func, target, record: dict, name: str):
-    """`func` scheduled by the template rule's recorded config, or None (default schedule)."""
-    rule = _template_rule(record.get("rule", ""))
-    if rule is None:
-        logger.warning("tuning record for %s names an unknown rule %s", name, record.get("rule"))
-        return None
-    try:
-        sch = rule.apply(func, target, record["config"])
-    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
-        logger.warning("tuned config for %s does not apply: %s", name, exc)
-        return None
-    return None if sch is None else sch.mod["main"]
-
-
-def _apply_search_record(db, task_mod, name: str):
-    from tvm import s_tir
-
-    record = db.get_top_k(db.commit_workload(task_mod), 1)[0]
-    sch = s_tir.Schedule(task_mod)
-    try:
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
-    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
-        logger.warning("tuning record for %s does not apply: %s", name, exc)
-        return None
-    return sch.mod["main"]
 
 
 def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None, on_report=None):

@@ -23,29 +23,40 @@ that produce a well-formed but *broken* model (deleting a node whose output is s
 disconnecting a required input, an attribute value shape inference rejects) are allowed: the
 user is usually half-way through a change, and `core.model.validation` lists what is broken.
 
-The op schemas come from `onnx.defs` for the model's own opset imports (`op_spec`,
-`available_ops`); attribute values are typed and checked against them (`coerce_attribute`,
-`parse_attribute_text`).
+The op schemas come from `onnx.defs` for the model's own opset imports (core.model.op_schema:
+`op_spec`, `available_ops`); attribute values are typed and checked against them
+(core.model.attributes: `coerce_attribute`, `parse_attribute_text`). The edits of the model's
+boundary (tensor names, graph outputs, input shapes, weights) are in core.model.boundary_edits;
+this module re-exports all of them, so `core.model.edits` stays the one place to import edits from.
 """
 from __future__ import annotations
 
-import ast
-import functools
 import logging
-import os
-import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from ..errors import EditError
-from .graph import Dim, Graph, Node, dtype_name
+from .attributes import _infer_type, coerce_attribute, format_attribute_value, parse_attribute_text, parse_shape_text
+from .boundary_edits import AddGraphOutput, RemoveGraphOutput, RenameTensor, ReplaceInitializer, SetInputShape
+from .edit_support import (
+    _find_node,
+    _find_value,
+    _inferred_type,
+    _known_shape,
+    _restore_order,
+    _sort_if_needed,
+    _taken_value_names,
+    _unique,
+    _would_cycle,
+    node_text,
+)
+from .graph import NODE_ID as _ID
+from .graph import Graph
 from .history import Edit
+from .op_schema import AttributeSpec, OpSpec, _node_spec, available_ops, op_spec
 
 __all__ = [
     "DeleteNode",
@@ -73,432 +84,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_ID = "wb.id"
-_INFERRED = "wb.inferred"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]*$")
-
-
-# ---- naming helpers ---------------------------------------------------------------------------
-
-
-def node_text(n: ir.Node | Node) -> str:
-    """How messages and menus name a node: "Conv 'conv1'" (or "Conv #12" when it has no name)."""
-    irn = n.ir if isinstance(n, Node) else n
-    if irn.name:
-        return f"{irn.op_type} '{irn.name}'"
-    return f"{irn.op_type} #{irn.meta.get(_ID, '?')}"
-
-
-def _find_node(graph: Graph, node_id: int) -> ir.Node:
-    if not graph.has_node(node_id):
-        raise EditError(f"The model has no node with id {node_id} (was it deleted?).")
-    return graph.node(node_id).ir
-
-
-def _find_value(graph: Graph, name: str, what: str = "tensor") -> ir.Value:
-    if not name or not graph.has_value(name):
-        raise EditError(f"The model has no {what} named '{name}'.")
-    return graph.value(name).ir
-
-
-def _taken_value_names(g: ir.Graph) -> set[str]:
-    """Every tensor name the serialized graph mentions, dangling references included."""
-    names = {v.name for v in g.inputs if v.name}
-    names.update(g.initializers.keys())
-    names.update(v.name for v in g.outputs if v.name)
-    for n in g:
-        names.update(v.name for v in n.outputs if v.name)
-        names.update(v.name for v in n.inputs if v is not None and v.name)
-    return names
-
-
-def _unique(base: str, taken: set[str]) -> str:
-    if base not in taken:
-        return base
-    k = 1
-    while f"{base}_{k}" in taken:
-        k += 1
-    return f"{base}_{k}"
-
-
-def _known_shape(graph: Graph, v: ir.Value) -> tuple[str, tuple[Dim, ...] | None]:
-    w = graph.value(v.name) if v.name and graph.has_value(v.name) else None
-    if w is None:
-        return "?", None
-    return w.dtype, w.shape
-
-
-def _inferred_type(graph: Graph, v: ir.Value) -> tuple[ir.TypeProtocol | None, ir.Shape | None]:
-    """(type, shape) ONNX shape inference gives `v` in the graph as it is now (None, None if unknown)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(graph.to_proto(), check_type=False, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - an untyped output is flagged by validation
-        return None, None
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        if vi.name != v.name or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
-            continue
-        tt = vi.type.tensor_type
-        shape = None
-        if tt.HasField("shape"):
-            shape = ir.Shape([d.dim_value if d.HasField("dim_value") else ir.SymbolicDim(d.dim_param or None) for d in tt.shape.dim])
-        return ir.TensorType(ir.DataType(tt.elem_type)), shape
-    return None, None
-
-
-# ---- node order -------------------------------------------------------------------------------
-
-
-def _would_cycle(graph: Graph, producer: ir.Node | None, consumer: ir.Node) -> bool:
-    """True when feeding a value made by `producer` into `consumer` closes a cycle."""
-    if producer is None or producer.graph is not graph.model.graph:
-        return False
-    if producer is consumer:
-        return True
-    return producer.meta[_ID] in graph.descendants(consumer.meta[_ID])
-
-
-def _in_topological_order(g: ir.Graph) -> bool:
-    seen: set[int] = set()
-    for n in g:
-        for v in n.inputs:
-            if v is None:
-                continue
-            p = v.producer()
-            if p is not None and p.graph is g and id(p) not in seen:
-                return False
-        seen.add(id(n))
-    return True
-
-
-def _restore_order(g: ir.Graph, order: list[ir.Node]) -> None:
-    """Put the nodes back in `order` (same objects, so names and meta are untouched)."""
-    if list(g) == order:
-        return
-    g.remove(list(g))
-    g.extend(order)
-
-
-def _sort_if_needed(g: ir.Graph) -> list[ir.Node] | None:
-    """Restore topological order after a rewiring; returns the previous order when it changed."""
-    if _in_topological_order(g):
-        return None
-    before = list(g)
-    g.sort()
-    return before
-
-
-def _insert_at(g: ir.Graph, node: ir.Node, prev: ir.Node | None) -> None:
-    """Insert `node` right after `prev` (None: at the front)."""
-    if prev is not None:
-        g.insert_after(prev, node)
-    elif len(g):
-        g.insert_before(g[0], node)
-    else:
-        g.append(node)
-
-
-# ---- op schemas -------------------------------------------------------------------------------
-
-_ONNX_DOMAINS = {"", "ai.onnx.ml", "ai.onnx.preview", "ai.onnx.preview.training"}
-_EDITABLE_TYPES = {
-    ir.AttributeType.INT,
-    ir.AttributeType.FLOAT,
-    ir.AttributeType.STRING,
-    ir.AttributeType.INTS,
-    ir.AttributeType.FLOATS,
-    ir.AttributeType.STRINGS,
-    ir.AttributeType.TENSOR,
-}
-
-
-@dataclass(frozen=True)
-class AttributeSpec:
-    """One attribute of an op schema: its type, whether it is required, its default."""
-
-    name: str
-    type: ir.AttributeType
-    required: bool
-    default: Any = None  # plain Python value; None when the schema has no default
-    description: str = ""
-
-    @property
-    def type_name(self) -> str:
-        return self.type.name.lower()
-
-
-@dataclass(frozen=True)
-class FormalParameter:
-    name: str
-    optional: bool
-    variadic: bool
-    type_str: str = ""
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """An operator as the model's opset defines it (from onnx.defs)."""
-
-    op_type: str
-    domain: str
-    since_version: int
-    inputs: tuple[FormalParameter, ...]
-    outputs: tuple[FormalParameter, ...]
-    min_input: int
-    max_input: int
-    min_output: int
-    max_output: int
-    attributes: dict[str, AttributeSpec] = field(default_factory=dict)
-    doc: str = ""
-
-    @property
-    def qualified_name(self) -> str:
-        return self.op_type if not self.domain else f"{self.domain}.{self.op_type}"
-
-    def input_name(self, index: int) -> str:
-        if index < len(self.inputs):
-            return self.inputs[index].name
-        if self.inputs and self.inputs[-1].variadic:
-            return f"{self.inputs[-1].name}[{index - len(self.inputs) + 1}]"
-        return f"input {index}"
-
-
-def _default_value(proto: onnx.AttributeProto) -> Any:
-    if not proto.type:
-        return None
-    v = onnx.helper.get_attribute_value(proto)
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, list):
-        return [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
-    if isinstance(v, onnx.TensorProto):
-        return onnx.numpy_helper.to_array(v)
-    return v
-
-
-def _spec_from_schema(s: onnx.defs.OpSchema) -> OpSpec:
-    opt = onnx.defs.OpSchema.FormalParameterOption
-
-    def params(ps) -> tuple[FormalParameter, ...]:
-        return tuple(
-            FormalParameter(p.name, p.option == opt.Optional, p.option == opt.Variadic, p.type_str, p.description.strip())
-            for p in ps
-        )
-
-    attrs = {
-        name: AttributeSpec(name, ir.AttributeType(int(a.type)), bool(a.required), _default_value(a.default_value), a.description.strip())
-        for name, a in s.attributes.items()
-    }
-    return OpSpec(
-        op_type=s.name,
-        domain=s.domain,
-        since_version=s.since_version,
-        inputs=params(s.inputs),
-        outputs=params(s.outputs),
-        min_input=s.min_input,
-        max_input=s.max_input,
-        min_output=s.min_output,
-        max_output=s.max_output,
-        attributes=attrs,
-        doc=(s.doc or "").strip(),
-    )
-
-
-@functools.lru_cache(maxsize=4096)
-def op_spec(op_type: str, domain: str = "", opset: int | None = None) -> OpSpec | None:
-    """The schema of `op_type` as of `opset` (None: the newest), or None when ONNX does not know it."""
-    domain = "" if domain == "ai.onnx" else domain
-    try:
-        if opset is None:
-            s = onnx.defs.get_schema(op_type, domain)
-        else:
-            s = onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
-    return _spec_from_schema(s)
-
-
-@functools.lru_cache(maxsize=64)
-def _ops_of(domain: str, version: int) -> tuple[OpSpec, ...]:
-    latest: dict[str, onnx.defs.OpSchema] = {}
-    for s in onnx.defs.get_all_schemas_with_history():
-        if s.domain != domain or s.since_version > version:
-            continue
-        cur = latest.get(s.name)
-        if cur is None or s.since_version > cur.since_version:
-            latest[s.name] = s
-    return tuple(_spec_from_schema(s) for name, s in sorted(latest.items()) if not s.deprecated)
-
-
-def available_ops(graph: Graph) -> list[OpSpec]:
-    """Every op the model's opset imports define (ONNX-known domains only), sorted by name."""
-    out: list[OpSpec] = []
-    for domain, version in sorted(graph.opset_imports.items()):
-        d = "" if domain == "ai.onnx" else domain
-        if d in _ONNX_DOMAINS:
-            out.extend(_ops_of(d, int(version)))
-    return sorted(out, key=lambda s: (s.op_type.lower(), s.domain))
-
-
-def _node_spec(graph: Graph, n: ir.Node) -> OpSpec | None:
-    domain = n.domain or ""
-    version = graph.opset_imports.get(domain, graph.opset_imports.get("ai.onnx") if domain == "" else None)
-    if version is None:
-        return None
-    return op_spec(n.op_type, domain, int(version))
-
-
-# ---- attribute values -------------------------------------------------------------------------
-
-
-def _as_int(name: str, x: Any, where: str) -> int:
-    if isinstance(x, bool):
-        return int(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)) and float(x).is_integer():
-        return int(x)
-    raise EditError(f"Attribute '{name}' of {where} takes integers; {x!r} is not one.")
-
-
-def _as_float(name: str, x: Any, where: str) -> float:
-    if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool):
-        v = float(x)
-        if np.isfinite(v) or not np.isnan(v):
-            return v
-    raise EditError(f"Attribute '{name}' of {where} takes numbers; {x!r} is not one.")
-
-
-def _as_list(name: str, x: Any, where: str) -> list:
-    if isinstance(x, np.ndarray):
-        return x.reshape(-1).tolist()
-    if isinstance(x, (list, tuple)):
-        return list(x)
-    raise EditError(f"Attribute '{name}' of {where} takes a list; {x!r} is not one.")
-
-
-def coerce_attribute(name: str, attr_type: ir.AttributeType, value: Any, where: str = "the node") -> ir.Attr:
-    """An `ir.Attr` of `attr_type` from a plain Python value, or EditError saying why it does not fit."""
-    T = ir.AttributeType
-    if attr_type not in _EDITABLE_TYPES:
-        raise EditError(f"Attribute '{name}' of {where} is a {attr_type.name.lower()} and cannot be edited here.")
-    if attr_type == T.INT:
-        return ir.AttrInt64(name, _as_int(name, value, where))
-    if attr_type == T.FLOAT:
-        return ir.AttrFloat32(name, _as_float(name, value, where))
-    if attr_type == T.STRING:
-        if isinstance(value, bytes):
-            value = value.decode("utf-8")
-        if not isinstance(value, str):
-            raise EditError(f"Attribute '{name}' of {where} takes text; {value!r} is not text.")
-        return ir.AttrString(name, value)
-    if attr_type == T.INTS:
-        return ir.AttrInt64s(name, [_as_int(name, x, where) for x in _as_list(name, value, where)])
-    if attr_type == T.FLOATS:
-        return ir.AttrFloat32s(name, [_as_float(name, x, where) for x in _as_list(name, value, where)])
-    if attr_type == T.STRINGS:
-        items = _as_list(name, value, where)
-        if not all(isinstance(x, str) for x in items):
-            raise EditError(f"Attribute '{name}' of {where} takes a list of texts.")
-        return ir.AttrStrings(name, items)
-    # TENSOR
-    if isinstance(value, ir.TensorProtocol):
-        return ir.AttrTensor(name, value)
-    try:
-        arr = np.asarray(value)
-    except Exception:  # noqa: BLE001
-        arr = None
-    if arr is None or arr.dtype.kind not in "biuf":
-        raise EditError(f"Attribute '{name}' of {where} takes a numeric tensor; {value!r} is not one.")
-    return ir.AttrTensor(name, ir.Tensor(np.ascontiguousarray(arr)))
-
-
-def _infer_type(value: Any) -> ir.AttributeType:
-    T = ir.AttributeType
-    if isinstance(value, (bool, int, np.integer)):
-        return T.INT
-    if isinstance(value, (float, np.floating)):
-        return T.FLOAT
-    if isinstance(value, str):
-        return T.STRING
-    if isinstance(value, np.ndarray):
-        return T.TENSOR
-    if isinstance(value, (list, tuple)) and value:
-        if all(isinstance(x, (bool, int, np.integer)) for x in value):
-            return T.INTS
-        if all(isinstance(x, (int, float, np.integer, np.floating)) for x in value):
-            return T.FLOATS
-        if all(isinstance(x, str) for x in value):
-            return T.STRINGS
-    raise EditError(f"Cannot tell the attribute type of {value!r}; give a number, text or a list of them.")
-
-
-def parse_attribute_text(text: str, attr_type: ir.AttributeType, name: str = "value", like: Any = None) -> Any:
-    """Read what a user typed into an attribute field as a value of `attr_type`.
-
-    Lists may be written "1, 2" or "[1, 2]"; tensors as a (nested) list literal, cast to the
-    dtype of `like` (the current value) when there is one. Raises EditError with one sentence.
-    """
-    T = ir.AttributeType
-    s = text.strip()
-    try:
-        if attr_type == T.STRING:
-            return text
-        if attr_type == T.INT:
-            return int(s, 0) if not re.fullmatch(r"[+-]?\d+\.0*", s) else int(float(s))
-        if attr_type == T.FLOAT:
-            return float(s)
-        if attr_type in (T.INTS, T.FLOATS, T.STRINGS):
-            inner = s[1:-1] if s.startswith("[") and s.endswith("]") else s
-            parts = [p.strip() for p in inner.split(",")] if inner.strip() else []
-            if attr_type == T.INTS:
-                return [int(p) for p in parts]
-            if attr_type == T.FLOATS:
-                return [float(p) for p in parts]
-            return [p.strip("'\"") for p in parts]
-        if attr_type == T.TENSOR:
-            lit = ast.literal_eval(s)
-            dtype = like.dtype if isinstance(like, np.ndarray) else None
-            return np.asarray(lit, dtype=dtype)
-    except (ValueError, SyntaxError, TypeError) as e:
-        kind = attr_type.name.lower()
-        raise EditError(f"'{text}' is not a valid {kind} for attribute '{name}' ({e.__class__.__name__}).") from None
-    raise EditError(f"Attribute '{name}' is a {attr_type.name.lower()} and cannot be edited as text.")
-
-
-def format_attribute_value(value: Any) -> str:
-    """The text an attribute field shows; `parse_attribute_text` reads it back."""
-    if isinstance(value, np.ndarray):
-        return repr(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return ", ".join(format_attribute_value(x) if not isinstance(x, str) else x for x in value)
-    if isinstance(value, float):
-        return f"{value:g}" if abs(value) >= 1e-4 or value == 0 else repr(value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def parse_shape_text(text: str) -> list[Dim]:
-    """'batch, 3, 224, 224' or '[N, 3, 224, 224]' -> ['batch', 3, 224, 224]; '?' is an unknown dim."""
-    s = text.strip()
-    if s.startswith("[") and s.endswith("]") or s.startswith("(") and s.endswith(")"):
-        s = s[1:-1]
-    dims: list[Dim] = []
-    for part in (p.strip() for p in s.split(",")) if s.strip() else []:
-        if part in ("?", ""):
-            dims.append(None)
-        elif re.fullmatch(r"\d+", part):
-            dims.append(int(part))
-        elif _IDENTIFIER.match(part):
-            dims.append(part)
-        else:
-            raise EditError(f"'{part}' is not a dimension: write a size (224), a name (batch) or '?'.")
-    return dims
-
-
-# ---- the edits --------------------------------------------------------------------------------
 
 
 def bridge_input_index(graph: Graph, node_id: int) -> tuple[int | None, str]:
@@ -544,14 +129,9 @@ class DeleteNode(Edit):
         self.bridge = bridge
         n = _find_node(graph, node_id)
         self.description = f"{'Delete and reconnect' if bridge else 'Delete'} {node_text(n)}"
-        self._node: ir.Node | None = None
-        self._prev: ir.Node | None = None
-        self._inputs: tuple[ir.Value | None, ...] = ()
-        self._rewired: list[tuple[ir.Node, int, ir.Value]] = []
-        self._outputs_rewired: list[tuple[int, ir.Value]] = []
+        self._undo: list = []  # the Graph primitives' undos, in the order they ran
         self._bridge_index: int | None = None
         self._typed: tuple | None = None
-        self._dropped_outputs: list[tuple[int, ir.Value]] = []
 
     def do(self, graph: Graph) -> None:
         g = graph.model.graph
@@ -571,53 +151,22 @@ class DeleteNode(Edit):
                     f"Cannot delete and reconnect {node_text(n)}: its output '{out.name}' is a graph output "
                     f"and '{src.name}' is already a graph {'output' if src.is_graph_output() else 'input'}."
                 )
-        nodes = list(g)
-        i = nodes.index(n)
-        self._node, self._prev = n, nodes[i - 1] if i > 0 else None
-        self._inputs = tuple(n.inputs)
-        self._rewired, self._outputs_rewired = [], []
-        if src is not None:
-            for out in n.outputs:
-                for use in out.uses():
-                    self._rewired.append((use.node, use.idx, out))
-                    use.node.replace_input_with(use.idx, src)
-                for k, v in enumerate(g.outputs):
-                    if v is out:
-                        self._outputs_rewired.append((k, out))
-                        g.outputs[k] = src
-            if self._outputs_rewired and src.type is None:
-                # graph outputs must declare a type; the bridge checked both sides agree
-                self._typed = (src, src.type, src.shape)
-                dt, shape = _known_shape(graph, out)
-                src.type = ir.TensorType(out.dtype or ir.DataType.from_numpy(np.dtype(dt)))
-                src.shape = ir.Shape(list(shape)) if shape is not None else None
-        self._dropped_outputs = []
-        if src is None:
-            for out in n.outputs:
-                for use in out.uses():
-                    self._rewired.append((use.node, use.idx, out))
-                    use.node.replace_input_with(use.idx, None)
-            for k in reversed(range(len(g.outputs))):
-                if g.outputs[k].producer() is n:
-                    self._dropped_outputs.append((k, g.outputs[k]))
-                    g.outputs.pop(k)
-        for k in range(len(n.inputs)):
-            n.replace_input_with(k, None)
-        g.remove(n)
+        # readers of its outputs read the bridged input (or nothing; graph outputs it made are
+        # dropped), then the node, read by nobody, goes
+        became_output = src is not None and any(o.is_graph_output() for o in n.outputs)
+        self._undo = [graph.replace_all_uses(out, src) for out in n.outputs]
+        if became_output and src.type is None:
+            # graph outputs must declare a type; the bridge checked both sides agree
+            self._typed = (src, src.type, src.shape)
+            dt, shape = _known_shape(graph, out)
+            src.type = ir.TensorType(out.dtype or ir.DataType.from_numpy(np.dtype(dt)))
+            src.shape = ir.Shape(list(shape)) if shape is not None else None
+        self._undo.append(graph.remove_node(n))
 
     def undo(self, graph: Graph) -> None:
-        g = graph.model.graph
-        n = self._node
-        assert n is not None
-        _insert_at(g, n, self._prev)
-        for k, v in enumerate(self._inputs):
-            n.replace_input_with(k, v)
-        for k, out in reversed(self._dropped_outputs):
-            g.outputs.insert(k, out)
-        for k, out in reversed(self._outputs_rewired):
-            g.outputs[k] = out
-        for consumer, idx, out in reversed(self._rewired):
-            consumer.replace_input_with(idx, out)
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
         if self._typed is not None:
             v, t, shape = self._typed
             v.type, v.shape = t, shape
@@ -658,9 +207,8 @@ class InsertNode(Edit):
         label = op_type if not self.domain else f"{self.domain}.{op_type}"
         self.description = f"Insert {label}" + (f" '{name}'" if name else "") + (f" after '{insert_on}'" if insert_on else "")
         self._node: ir.Node | None = None
-        self._prev: ir.Node | None = None
-        self._rewired: list[tuple[ir.Node, int, ir.Value]] = []
-        self._outputs_rewired: list[tuple[int, ir.Value]] = []
+        self._undo: list = []  # the Graph primitives' undos, in the order they ran
+        self._became_output = False
         self._order: list[ir.Node] | None = None
         self._out_type: tuple | None = None
 
@@ -762,24 +310,13 @@ class InsertNode(Edit):
         for n in g:
             if id(n) in producers:
                 prev = n
-        self._prev = prev
-        _insert_at(g, node, prev)
-        for k, v in enumerate(self._inputs):
-            node.replace_input_with(k, v)
-        self._rewired, self._outputs_rewired = [], []
+        self._undo = [graph.insert_node(node, prev, self._inputs)]
+        self._became_output = target is not None and target.is_graph_output()
         if target is not None:
             new_out = node.outputs[0]
-            for use in target.uses():
-                if use.node is node:
-                    continue
-                self._rewired.append((use.node, use.idx, target))
-                use.node.replace_input_with(use.idx, new_out)
-            for k, v in enumerate(g.outputs):
-                if v is target:
-                    self._outputs_rewired.append((k, target))
-                    g.outputs[k] = new_out
+            self._undo.append(graph.replace_all_uses(target, new_out, except_node=node))
         self._order = _sort_if_needed(g)
-        if self._outputs_rewired:
+        if self._became_output:
             # the new node's output is now a graph output, which must declare its type
             if self._out_type is None:
                 self._out_type = _inferred_type(graph, new_out)
@@ -791,15 +328,11 @@ class InsertNode(Edit):
         assert node is not None
         if self._order is not None:
             _restore_order(g, self._order)
-        for k, target in reversed(self._outputs_rewired):
-            g.outputs[k] = target
-        for consumer, idx, target in reversed(self._rewired):
-            consumer.replace_input_with(idx, target)
-        if self._outputs_rewired:
+        if self._became_output:
             node.outputs[0].type, node.outputs[0].shape = None, None
-        for k in range(len(node.inputs)):
-            node.replace_input_with(k, None)
-        g.remove(node)
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
 
     @property
     def node_id(self) -> int | None:
@@ -978,260 +511,6 @@ class RenameNode(Edit):
     def undo(self, graph: Graph) -> None:
         n = _find_node(graph, self.node_id)
         n.name = self._old
-
-
-class RenameTensor(Edit):
-    """Rename a tensor everywhere: producers, consumers (subgraphs included, they share the
-    IR value), graph inputs/outputs, initializers and the file's value_info."""
-
-    def __init__(self, graph: Graph, old: str, new: str):
-        self.old, self.new = old, new
-        _find_value(graph, old)
-        self.description = f"Rename tensor '{old}' to '{new}'"
-        self._value: ir.Value | None = None
-        self._init_order: list[ir.Value] | None = None
-
-    def do(self, graph: Graph) -> None:
-        g = graph.model.graph
-        v = _find_value(graph, self.old)
-        new = self.new
-        if not new or not new.strip():
-            raise EditError(f"Cannot rename tensor '{self.old}': a tensor name cannot be empty.")
-        if new in _taken_value_names(g):
-            raise EditError(f"Cannot rename tensor '{self.old}' to '{new}': that name is already used.")
-        self._value = v
-        self._init_order = list(g.initializers.values()) if v.is_initializer() else None
-        v.name = new
-        if self._init_order is not None:
-            g.initializers.data = {x.name: x for x in self._init_order}  # keep the file's order
-        if graph.value_info_names is not None and self.old in graph.value_info_names:
-            graph.value_info_names.discard(self.old)
-            graph.value_info_names.add(new)
-
-    def undo(self, graph: Graph) -> None:
-        g = graph.model.graph
-        v = self._value
-        assert v is not None
-        v.name = self.old
-        if self._init_order is not None:
-            g.initializers.data = {x.name: x for x in self._init_order}
-        if graph.value_info_names is not None and self.new in graph.value_info_names:
-            graph.value_info_names.discard(self.new)
-            graph.value_info_names.add(self.old)
-
-
-class AddGraphOutput(Edit):
-    """Make a tensor a graph output (its inferred type is written down, as outputs need one)."""
-
-    def __init__(self, graph: Graph, tensor: str):
-        self.tensor = tensor
-        _find_value(graph, tensor)
-        self.description = f"Add graph output '{tensor}'"
-        self._plan: tuple | None = None
-        self._value: ir.Value | None = None
-        self._old_type = None
-        self._old_shape = None
-
-    def do(self, graph: Graph) -> None:
-        g = graph.model.graph
-        v = _find_value(graph, self.tensor)
-        if v.is_graph_output():
-            raise EditError(f"'{self.tensor}' is already a graph output.")
-        if self._plan is None:
-            dtype = v.dtype or v.meta.get(_INFERRED, (None, None))[0]
-            if dtype is None:
-                raise EditError(f"Cannot make '{self.tensor}' a graph output: its type is unknown (shape inference could not tell).")
-            inferred = v.meta.get(_INFERRED, (None, None))[1]
-            new_type = ir.TensorType(dtype) if v.type is None else v.type
-            new_shape = ir.Shape(list(inferred)) if v.shape is None and v.type is None and inferred is not None else v.shape
-            self._plan = (new_type, new_shape)
-        self._value, self._old_type, self._old_shape = v, v.type, v.shape
-        v.type, v.shape = self._plan
-        g.outputs.append(v)
-
-    def undo(self, graph: Graph) -> None:
-        g = graph.model.graph
-        v = self._value
-        assert v is not None and g.outputs[-1] is v
-        g.outputs.pop()
-        v.type, v.shape = self._old_type, self._old_shape
-
-
-class RemoveGraphOutput(Edit):
-    """Stop exposing a tensor as a graph output (the model keeps at least one output)."""
-
-    def __init__(self, graph: Graph, tensor: str):
-        self.tensor = tensor
-        self.description = f"Remove graph output '{tensor}'"
-        self._index = -1
-        self._value: ir.Value | None = None
-
-    def do(self, graph: Graph) -> None:
-        g = graph.model.graph
-        idx = next((i for i, v in enumerate(g.outputs) if v.name == self.tensor), None)
-        if idx is None:
-            raise EditError(f"'{self.tensor}' is not a graph output.")
-        if len(g.outputs) == 1:
-            raise EditError(f"Cannot remove '{self.tensor}': it is the model's only output.")
-        self._index, self._value = idx, g.outputs[idx]
-        g.outputs.pop(idx)
-
-    def undo(self, graph: Graph) -> None:
-        assert self._value is not None
-        graph.model.graph.outputs.insert(self._index, self._value)
-
-
-class SetInputShape(Edit):
-    """Change a graph input's shape (sizes, symbolic names such as 'batch', '?' for unknown).
-
-    With `refresh` (the default), shapes the file declares further down (value_info, graph
-    outputs) are re-inferred from the new input shape, so the saved model does not carry stale
-    declarations (a batch of 1 written on the outputs of a model whose batch is now 'N').
-    """
-
-    def __init__(self, graph: Graph, input_name: str, dims: Sequence[Dim], refresh: bool = True):
-        self.input_name, self.dims, self.refresh = input_name, list(dims), refresh
-        shown = ", ".join("?" if d is None else str(d) for d in self.dims)
-        self.description = f"Set shape of input '{input_name}' to [{shown}]"
-        self._changed: list[tuple[ir.Value, ir.Shape | None]] = []
-        self._updates: list[tuple[ir.Value, ir.Shape | None]] | None = None
-
-    def do(self, graph: Graph) -> None:
-        g = graph.model.graph
-        v = next((x for x in g.inputs if x.name == self.input_name and not x.is_initializer()), None)
-        if v is None:
-            raise EditError(f"The model has no graph input named '{self.input_name}'.")
-        for d in self.dims:
-            if isinstance(d, bool) or not (d is None or (isinstance(d, (int, np.integer)) and d >= 0) or (isinstance(d, str) and _IDENTIFIER.match(d))):
-                raise EditError(f"Cannot set the shape of '{self.input_name}': {d!r} is not a size, a name or '?'.")
-        new_shape = ir.Shape([int(d) if isinstance(d, (int, np.integer)) else (ir.SymbolicDim(d)) for d in self.dims])
-        if v.shape is not None and _dims_of(v.shape) == tuple(self.dims):
-            raise EditError(f"Input '{self.input_name}' already has the shape {list(self.dims)}.")
-        if self._updates is None:
-            updates: list[tuple[ir.Value, ir.Shape | None]] = [(v, new_shape)]
-            if self.refresh:
-                updates += _reinferred_declared_shapes(graph, v, new_shape)
-            self._updates = updates
-        updates = self._updates
-        self._changed = [(x, x.shape) for x, _ in updates]
-        for x, s in updates:
-            x.shape = s
-
-    def undo(self, graph: Graph) -> None:
-        for x, s in reversed(self._changed):
-            x.shape = s
-
-
-def _dims_of(shape: ir.Shape) -> tuple[Dim, ...]:
-    return tuple(d if isinstance(d, int) else getattr(d, "value", None) for d in shape)
-
-
-def _reinferred_declared_shapes(graph: Graph, changed: ir.Value, new_shape: ir.Shape) -> list[tuple[ir.Value, ir.Shape | None]]:
-    """Declared shapes of node outputs, re-inferred as they would be with `changed` at `new_shape`."""
-    g = graph.model.graph
-    declared = [o for n in g for o in n.outputs if o.name and o.shape is not None]
-    if not declared:
-        return []
-    proto = graph.to_proto()
-    for vi in proto.graph.input:
-        if vi.name == changed.name:
-            vi.type.tensor_type.ClearField("shape")
-            shp = vi.type.tensor_type.shape
-            for d in new_shape:
-                dim = shp.dim.add()
-                if isinstance(d, int):
-                    dim.dim_value = d
-                elif getattr(d, "value", None) is not None:
-                    dim.dim_param = str(d.value)
-    names = {o.name for o in declared}
-    for vi in list(proto.graph.value_info) + list(proto.graph.output):
-        if vi.name in names:
-            vi.type.tensor_type.ClearField("shape")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:  # noqa: BLE001 - the edit still applies; validation reports the failure
-        logger.info("re-inferring shapes after an input shape change failed: %s", e)
-        return []
-    found: dict[str, ir.Shape | None] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            found[vi.name] = None
-            continue
-        dims: list[int | ir.SymbolicDim] = []
-        for d in tt.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(d.dim_value)
-            else:
-                dims.append(ir.SymbolicDim(d.dim_param if d.HasField("dim_param") else None))
-        found[vi.name] = ir.Shape(dims)
-    out = []
-    for o in declared:
-        s = found.get(o.name)
-        if o.name in found and (s is None or _dims_of(s) != _dims_of(o.shape)):
-            out.append((o, s))
-    return out
-
-
-def _load_npy(path: str | os.PathLike) -> np.ndarray:
-    p = Path(path)
-    if not p.is_file():
-        raise EditError(f"{p}: no such file.")
-    try:
-        arr = np.load(p, allow_pickle=False)
-    except ValueError as e:
-        if "pickle" in str(e).lower():
-            raise EditError(f"{p} holds Python objects (pickled data), which the workbench never loads; save a plain numeric array.") from None
-        raise EditError(f"{p} is not a .npy array file ({e}).") from None
-    except Exception as e:  # noqa: BLE001 - numpy raises several types on malformed headers
-        raise EditError(f"{p} is not a .npy array file ({e.__class__.__name__}: {e}).") from None
-    if not isinstance(arr, np.ndarray):
-        raise EditError(f"{p} is an .npz archive, not a single .npy array.")
-    return arr
-
-
-class ReplaceInitializer(Edit):
-    """Replace a weight's data from a `.npy` file (read with allow_pickle=False) or an array.
-
-    The dtype must match (a float64 array for a float32 weight is refused: cast it first); a
-    different shape is allowed, and shape inference flags the consumers it breaks.
-    """
-
-    def __init__(self, graph: Graph, name: str, source: str | os.PathLike | np.ndarray):
-        self.name = name
-        v = _find_value(graph, name, "initializer")
-        if not v.is_initializer():
-            raise EditError(f"Tensor '{name}' is not an initializer (it is computed by a node), so its data cannot be replaced.")
-        if isinstance(source, (np.ndarray, np.generic)):
-            self.array, origin = np.asarray(source), "an array"
-        else:
-            self.array, origin = _load_npy(source), Path(source).name
-        self.description = f"Replace initializer '{name}' from {origin}"
-        self._value: ir.Value | None = None
-        self._old_tensor = None
-        self._old_shape: ir.Shape | None = None
-
-    def do(self, graph: Graph) -> None:
-        v = _find_value(graph, self.name, "initializer")
-        old = v.const_value
-        want = v.dtype or (old.dtype if old is not None else None)
-        arr = self.array
-        try:
-            have = ir.DataType.from_numpy(arr.dtype)
-        except Exception:  # noqa: BLE001
-            raise EditError(f"Cannot replace '{self.name}': arrays of dtype {arr.dtype} have no ONNX type.") from None
-        if want is not None and have != want:
-            raise EditError(f"Cannot replace '{self.name}': it holds {dtype_name(want)} and the array is {arr.dtype.name}; cast it first.")
-        self._value, self._old_tensor, self._old_shape = v, old, v.shape
-        v.const_value = ir.Tensor(np.ascontiguousarray(arr), name=self.name)
-        if v.shape is not None or v.is_graph_input():
-            v.shape = ir.Shape(list(arr.shape))
-
-    def undo(self, graph: Graph) -> None:
-        v = self._value
-        assert v is not None
-        v.const_value = self._old_tensor
-        v.shape = self._old_shape
 
 
 class CompoundEdit(Edit):

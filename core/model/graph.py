@@ -28,13 +28,15 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-__all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS"]
+from .meta import INFERRED, NODE_ID, REWRITES_KEY
+from .mutation import Mutations
+
+__all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS", "NODE_ID", "INFERRED"]
 
 logger = logging.getLogger(__name__)
 
 Dim = int | str | None
-_ID = "wb.id"
-_INFERRED = "wb.inferred"
+_ID, _INFERRED = NODE_ID, INFERRED
 
 # Ops whose outputs are constant when all their inputs are; random generators never are.
 _NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -223,8 +225,10 @@ class Node:
         return bool(self.ir.outputs) and all(o.name in consts for o in self.ir.outputs)
 
 
-class Graph:
-    """A loaded ONNX model. Mutate only through `core.model.edits` commands (which call `changed()`)."""
+class Graph(Mutations):
+    """A loaded ONNX model. Mutate only through `core.model.edits` commands (which call `changed()`),
+    and they through the reversible primitives of core.model.mutation (`replace_all_uses`,
+    `insert_node`, `remove_node`, `swap_model`)."""
 
     def __init__(self, model: ir.Model, path: str | Path | None = None):
         self.model = model
@@ -244,6 +248,20 @@ class Graph:
         for n in self.model.graph:
             if _ID not in n.meta:
                 n.meta[_ID] = next(self._next_id)
+
+    @property
+    def next_node_id(self) -> int:
+        """The id the next new node will get. Edit journals record it before each edit and set
+        it back with `continue_ids_at` on replay, so replayed edits number nodes as the originals
+        did (core.model.journal)."""
+        nxt = next(self._next_id)
+        self._next_id = itertools.count(nxt)
+        return nxt
+
+    def continue_ids_at(self, next_id: int) -> None:
+        """New nodes get ids from `next_id` on (never lower than an id in use)."""
+        top = max((n.meta.get(_ID, 0) for n in self.model.graph), default=0)
+        self._next_id = itertools.count(max(int(next_id), top + 1))
 
     def changed(self) -> None:
         """Record a mutation: new nodes get ids, derived views are rebuilt on next use."""
@@ -355,6 +373,26 @@ class Graph:
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self.model.metadata_props)
+
+    @property
+    def applied_rewrites(self) -> list[str]:
+        """The rewrites applied to this model, oldest first, as recorded in its metadata (an
+        applied rewrite records itself there, so the list is saved with the file and follows
+        undo/redo)."""
+        import json
+
+        try:
+            names = json.loads(self.model.metadata_props.get(REWRITES_KEY, "[]"))
+        except ValueError:
+            return []
+        return [str(n) for n in names] if isinstance(names, list) else []
+
+    def record_rewrite(self, description: str) -> None:
+        """Add a rewrite to `applied_rewrites` (the rewrite engine calls it on the rewritten copy
+        it swaps in, so undoing the rewrite takes the record back too)."""
+        import json
+
+        self.model.metadata_props[REWRITES_KEY] = json.dumps(self.applied_rewrites + [description])
 
     @property
     def functions(self) -> list[tuple[str, str]]:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
-from google.protobuf.message import DecodeError
 
 from ..errors import InvalidModelError, ModelLoadError
+from .external_data import SaveResult, write_model
 from .graph import Graph
 
-__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "KNOWN_DOMAINS"]
+__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "truncated_by", "KNOWN_DOMAINS", "SaveResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +35,14 @@ def _first_line(e: BaseException) -> str:
     return type(e).__name__
 
 
-def load_model(path: str | os.PathLike) -> Graph:
+def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False) -> Graph:
     """Load an ONNX file into a Graph, validated, with missing shapes inferred.
 
     Raises ModelLoadError / InvalidModelError with one sentence naming the file and the problem.
-    External data is read lazily, and only from files inside the model's folder.
+    External data is read lazily, and only from files inside the model's folder: a file from
+    elsewhere could make the workbench read any file on the machine. `allow_absolute_external`
+    also accepts absolute paths, for files the workbench wrote itself (autosaves, which refer to
+    the weights where they are instead of copying them).
     """
     p = Path(path)
     if not p.exists():
@@ -50,10 +53,61 @@ def load_model(path: str | os.PathLike) -> Graph:
         data = p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p} cannot be read: {e.strerror or e}.") from None
-    return load_model_bytes(data, p)
+    return load_model_bytes(data, p, allow_absolute_external=allow_absolute_external)
 
 
-def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
+def truncated_by(data: bytes) -> int:
+    """How many bytes the top-level protobuf fields of `data` declare beyond its end (0 when the
+    fields end within it, or when the data is not a protobuf message at all).
+
+    A model cut short (an interrupted copy or download) still starts as valid protobuf: walking
+    its top-level fields finds the last one (usually the graph) claiming more bytes than are
+    left, which tells "truncated" apart from "corrupt" or "not ONNX"."""
+    pos, end = 0, len(data)
+
+    def varint(i: int) -> tuple[int | None, int]:
+        value, shift = 0, 0
+        while i < end:
+            b = data[i]
+            value |= (b & 0x7F) << shift
+            i += 1
+            if not b & 0x80:
+                return value, i
+            shift += 7
+            if shift > 63:
+                return None, i  # not a varint: not protobuf
+        return -1, i  # ran off the end inside a varint
+
+    while pos < end:
+        key, pos = varint(pos)
+        if key is None or key == 0:
+            return 0
+        if key < 0:
+            return 1
+        wire = key & 7
+        if wire == 0:
+            value, pos = varint(pos)
+            if value is None:
+                return 0
+            if value < 0:
+                return 1
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = varint(pos)
+            if length is None:
+                return 0
+            if length < 0:
+                return 1
+            pos += length
+        else:
+            return 0  # groups (3, 4) and invalid types: ONNX uses none of them
+    return pos - end if pos > end else 0
+
+
+def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_external: bool = False) -> Graph:
     """Like `load_model`, from bytes already read; `path` names the file and anchors external data."""
     p = Path(path)
     if not data:
@@ -61,13 +115,17 @@ def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
-    except Exception as e:  # noqa: BLE001 - the protobuf runtime raises odd types on hostile input
+    except Exception as e:  # noqa: BLE001 - DecodeError, RuntimeError, ValueError, and odd types on hostile input
+        missing = truncated_by(data)
+        if missing:
+            raise ModelLoadError(
+                f"{p} is cut short: its data runs {missing:,} bytes past the end of the file ({len(data):,} bytes); "
+                "it was probably not copied or downloaded completely."
+            ) from None
         raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelLoadError(f"{p} is not an ONNX model: it has no {'graph' if not proto.HasField('graph') else 'opset imports'}.")
-    _check_external_data(proto, p)
+    _check_external_data(proto, p, allow_absolute_external)
     _check_tensor_sizes(proto, p)
     try:
         # onnx_ir logs its own warning for dangling inputs; validate_graph explains them better
@@ -82,6 +140,8 @@ def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
         raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
     _check_text(model, p)
     ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
+    if allow_absolute_external:
+        _anchor_absolute_locations(model)
     graph = Graph(model, p)
     graph.value_info_names = {vi.name for vi in proto.graph.value_info}
     # the parsed proto is the model: check and infer on it instead of serializing the graph again
@@ -90,8 +150,21 @@ def load_model_bytes(data: bytes, path: str | os.PathLike) -> Graph:
     return graph
 
 
-def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
-    """Refuse external-data locations outside the model's folder (path traversal) or missing files."""
+def _anchor_absolute_locations(model: ir.Model) -> None:
+    """onnx_ir reads external data only below a tensor's base folder: an absolute location
+    (autosaves, see `load_model`) becomes its file name under the file's own folder."""
+    from .external_data import external_tensors
+
+    for v, t in external_tensors(model):
+        loc = str(t.location)
+        if os.path.isabs(loc):
+            v.const_value = ir.ExternalTensor(os.path.basename(loc), t.offset, t.length, t.dtype, shape=t.shape, name=t.name,
+                                              doc_string=t.doc_string, base_dir=os.path.dirname(loc))
+
+
+def _check_external_data(proto: onnx.ModelProto, path: Path, allow_absolute: bool = False) -> None:
+    """Refuse external-data locations outside the model's folder (path traversal) or missing files;
+    absolute locations only with `allow_absolute`."""
     base = path.parent.resolve()
 
     def tensors():
@@ -106,7 +179,9 @@ def _check_external_data(proto: onnx.ModelProto, path: Path) -> None:
         if not loc:
             raise InvalidModelError(f"{path}: tensor '{t.name}' stores its data externally but names no file.")
         target = (base / loc).resolve()
-        if os.path.isabs(loc) or not target.is_relative_to(base):
+        if allow_absolute and os.path.isabs(loc):
+            pass
+        elif os.path.isabs(loc) or not target.is_relative_to(base):
             link = f" (a link to {target})" if not os.path.isabs(loc) and (base / loc).is_symlink() else ""
             raise InvalidModelError(
                 f"{path}: tensor '{t.name}' points its external data at '{loc}'{link}, outside the model's folder; refusing to read it."
@@ -306,17 +381,21 @@ def _find_cycle(graph: Graph) -> list[str]:
     return names + names[:1]
 
 
-def save_model(graph: Graph, path: str | os.PathLike) -> None:
-    """Write the graph as an ONNX file, atomically (temporary file, then rename).
+def save_model(graph: Graph, path: str | os.PathLike, *, external: str = "copy") -> SaveResult:
+    """Write the graph as an ONNX file, atomically (temporary file, then rename); returns where
+    the weights went (`SaveResult.describe()` says it in one sentence).
 
-    Models over 2 GB go to `<file>.data` as external data beside the model.
+    External data (core.model.external_data): with `external="copy"` weights whose file lies
+    outside the destination folder are copied into `<file>.data` beside it (the graph then reads
+    them from there); with `"reference"` (autosaves) they are referenced by absolute path, not
+    copied. Models over 2 GB keep their in-memory weights in `<file>.data` too.
     """
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    proto = graph.to_proto()
-    if proto.ByteSize() >= _TWO_GB:
-        ir.save(graph.model, str(p), external_data=p.name + ".data")
-        return
+    return write_model(graph, p, external, _write_atomically)
+
+
+def _write_atomically(proto: onnx.ModelProto, p: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
     try:
         with os.fdopen(fd, "wb") as f:

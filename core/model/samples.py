@@ -8,7 +8,12 @@ has the structure the rewrites and the compiler care about:
   symbolic batch dimension;
 * `tiny_transformer`: one encoder block as exporters write it: decomposed layer norms
   (ReduceMean/Sub/Pow/Sqrt/Div), single-head attention with a Transpose feeding a MatMul, an
-  Erf-based GELU, MatMul + Add linears and residual adds.
+  Erf-based GELU, MatMul + Add linears and residual adds;
+* `mm_relu`: the course's first tensor program, relu(A @ B) on 128x128 (the Schedule panel's
+  guided sample).
+
+`scoped_bert` (not bundled: generated on demand) is a BERT encoder named node by node the way
+torch.onnx names it (`/encoder/layer.3/attention/self/query/MatMul`), for the scope grouping.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["small_cnn", "mlp", "tiny_transformer", "SAMPLES"]
+__all__ = ["small_cnn", "mlp", "tiny_transformer", "mm_relu", "scoped_bert", "SAMPLES"]
 
 OPSET = 17
 
@@ -172,4 +177,100 @@ def tiny_transformer(seed: int = 2, seq: int = 16, dim: int = 32, hidden: int = 
     )
 
 
-SAMPLES = {"small_cnn": small_cnn, "mlp": mlp, "tiny_transformer": tiny_transformer}
+def scoped_bert(seed: int = 3, layers: int = 12, seq: int = 16, dim: int = 32, heads: int = 2, ffn: int = 128, vocab: int = 512) -> onnx.ModelProto:
+    """A BERT-base-shaped encoder, small in width, with torch.onnx's node names and op sequence:
+    embeddings (Gather, Add, LayerNormalization), `layers` layers of multi-head self-attention
+    (query/key/value MatMul+Add, Reshape/Transpose into heads, scaled scores, Softmax, context
+    Transpose/Reshape, output dense + residual + LayerNorm), an Erf GELU feed-forward, a pooler."""
+    b = _Builder("scoped_bert", seed)
+    hd = dim // heads
+    heads_shape = b.const("onnx::Reshape_heads", np.array([0, seq, heads, hd], dtype=np.int64))
+    merge_shape = b.const("onnx::Reshape_merge", np.array([0, seq, dim], dtype=np.int64))
+    scale = b.const("onnx::Div_scale", np.array(np.sqrt(hd), dtype=np.float32))
+    sqrt2 = b.const("onnx::Div_sqrt2", np.array(np.sqrt(2.0), dtype=np.float32))
+    one = b.const("onnx::Add_one", np.array(1.0, dtype=np.float32))
+    half = b.const("onnx::Mul_half", np.array(0.5, dtype=np.float32))
+
+    def op(op_type, inputs, name, **attrs):
+        out = f"{name}_output_0"
+        b.nodes.append(helper.make_node(op_type, inputs, [out], name=name, **attrs))
+        return out
+
+    def dense(x, cin, cout, scope, wname):
+        w = b.weight(f"{wname}.weight", (cin, cout))
+        bias = b.weight(f"{wname}.bias", (cout,), scale=0.1)
+        return op("Add", [op("MatMul", [x, w], f"{scope}/MatMul"), bias], f"{scope}/Add")
+
+    def layer_norm(x, scope, wname):
+        g = b.weight(f"{wname}.weight", (dim,), positive=True)
+        beta = b.weight(f"{wname}.bias", (dim,), scale=0.1)
+        return op("LayerNormalization", [x, g, beta], f"{scope}/LayerNormalization", axis=-1, epsilon=1e-12)
+
+    words = b.weight("embeddings.word_embeddings.weight", (vocab, dim), scale=0.5)
+    positions = b.weight("embeddings.position_embeddings.weight", (1, seq, dim), scale=0.1)
+    x = op("Gather", [words, "input_ids"], "/embeddings/word_embeddings/Gather")
+    x = op("Add", [x, positions], "/embeddings/Add")
+    x = layer_norm(x, "/embeddings/LayerNorm", "embeddings.LayerNorm")
+    for i in range(layers):
+        s, w = f"/encoder/layer.{i}", f"encoder.layer.{i}"
+        heads_of = {}
+        for part in ("query", "key", "value"):
+            y = dense(x, dim, dim, f"{s}/attention/self/{part}", f"{w}.attention.self.{part}")
+            sfx = {"query": "", "key": "_1", "value": "_2"}[part]
+            y = op("Reshape", [y, heads_shape], f"{s}/attention/self/Reshape{sfx}")
+            perm = [0, 2, 3, 1] if part == "key" else [0, 2, 1, 3]
+            heads_of[part] = op("Transpose", [y], f"{s}/attention/self/Transpose{sfx}", perm=perm)
+        scores = op("MatMul", [heads_of["query"], heads_of["key"]], f"{s}/attention/self/MatMul")
+        scores = op("Div", [scores, scale], f"{s}/attention/self/Div")
+        probs = op("Softmax", [scores], f"{s}/attention/self/Softmax", axis=-1)
+        ctx = op("MatMul", [probs, heads_of["value"]], f"{s}/attention/self/MatMul_1")
+        ctx = op("Transpose", [ctx], f"{s}/attention/self/Transpose_3", perm=[0, 2, 1, 3])
+        ctx = op("Reshape", [ctx, merge_shape], f"{s}/attention/self/Reshape_3")
+        y = dense(ctx, dim, dim, f"{s}/attention/output/dense", f"{w}.attention.output.dense")
+        y = op("Add", [y, x], f"{s}/attention/output/Add")
+        x = layer_norm(y, f"{s}/attention/output/LayerNorm", f"{w}.attention.output.LayerNorm")
+        h = dense(x, dim, ffn, f"{s}/intermediate/dense", f"{w}.intermediate.dense")
+        act = f"{s}/intermediate/intermediate_act_fn"
+        t = op("Div", [h, sqrt2], f"{act}/Div")
+        t = op("Erf", [t], f"{act}/Erf")
+        t = op("Add", [t, one], f"{act}/Add")
+        t = op("Mul", [h, t], f"{act}/Mul")
+        h = op("Mul", [t, half], f"{act}/Mul_1")
+        y = dense(h, ffn, dim, f"{s}/output/dense", f"{w}.output.dense")
+        y = op("Add", [y, x], f"{s}/output/Add")
+        x = layer_norm(y, f"{s}/output/LayerNorm", f"{w}.output.LayerNorm")
+    b.nodes[-1].output[0] = "last_hidden_state"
+    first = b.const("onnx::Gather_first", np.array(0, dtype=np.int64))
+    p = op("Gather", ["last_hidden_state", first], "/pooler/Gather", axis=1)
+    pw = b.weight("pooler.dense.weight", (dim, dim))
+    pb = b.weight("pooler.dense.bias", (dim,), scale=0.1)
+    p = op("Gemm", [p, pw, pb], "/pooler/dense/Gemm", transB=1)
+    op("Tanh", [p], "/pooler/activation/Tanh")
+    b.nodes[-1].output[0] = "pooler_output"
+    return b.model(
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, dim]),
+         helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [1, dim])],
+        f"BERT-style encoder, {layers} layers, torch.onnx node naming (seeded random weights).",
+    )
+
+
+def mm_relu(n: int = 128) -> onnx.ModelProto:
+    """The MLC course's first tensor program, `mm_relu`: Y = A @ B, C = relu(Y), n x n float32.
+
+    A and B are both inputs (as in the course's `mm_relu(A, B, C)`), so its one kernel is exactly
+    the course's loop nest: the guided sample of the Schedule panel (split j by 4, reorder,
+    reverse_compute_at, vectorize, decompose_reduction, parallel).
+    """
+    b = _Builder("mm_relu", 0)
+    y = b.op("MatMul", ["A", "B"], "matmul")
+    b.op("Relu", [y], "relu")
+    b.nodes[-1].output[0] = "C"
+    return b.model(
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [n, n]), helper.make_tensor_value_info("B", TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])],
+        f"The MLC course's mm_relu: C = relu(A @ B) on {n}x{n} float32 (the Schedule panel's guided sample).",
+    )
+
+
+SAMPLES = {"small_cnn": small_cnn, "mlp": mlp, "tiny_transformer": tiny_transformer, "mm_relu": mm_relu}

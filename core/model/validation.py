@@ -29,6 +29,7 @@ import onnx
 import onnx_ir as ir
 
 from ..errors import InvalidModelError
+from .graph import NODE_ID as _ID
 from .graph import Graph
 from .onnx_io import KNOWN_DOMAINS, _without_external_data, save_model
 
@@ -36,7 +37,6 @@ __all__ = ["Problem", "PreparedCheck", "check", "prepare", "refresh", "problems_
 
 logger = logging.getLogger(__name__)
 
-_ID = "wb.id"
 _TWO_GB = 2**31 - 1
 _INFERENCE_LINE = re.compile(r"\(op_type:(?P<op>[^,]*), node name: (?P<name>[^)]*)\): (?P<msg>.*)")
 _ECHO = "expected to have type but instead is null"

@@ -14,7 +14,6 @@ a rule on DenseNet-121 takes tens of milliseconds once its matches are known.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -25,6 +24,7 @@ import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchFailureError
 
 from ..errors import EditError
+from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from ..model.history import Edit
 from .constants import ConstantEvaluator
@@ -43,7 +43,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-_ID = "wb.id"
+
+
+def rewrite_description(rule_id: str, matches: int) -> str:
+    """'fuse-gelu (2 matches)': how an applied rewrite is named in Undo, the model and manifests."""
+    return f"{rule_id} ({matches} match{'es' if matches != 1 else ''})"
 
 
 def _context(graph: Graph) -> RuleContext:
@@ -85,6 +89,8 @@ def explain(graph: Graph, rule: RewriteRule, node_id: int) -> WhyNot:
     if not graph.has_node(node_id):
         raise EditError(f"there is no node with id {node_id} in the graph.")
     node = graph.node(node_id).ir
+    if node.op_type in rule.produces and node.op_type not in rule.pattern_ops:
+        return WhyNot(rule.id, node_id, False, f"{node_label(node)} is already a {node.op_type}, what {rule.id} produces: nothing left to rewrite.")
     if rule.pattern_ops and node.op_type not in rule.pattern_ops:
         what = f" ({rule.pattern_text})" if rule.pattern_text else ""
         return WhyNot(rule.id, node_id, False, f"{node_label(node)} is not part of this rule's pattern{what}.")
@@ -263,6 +269,8 @@ def preview(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = N
             reused.update(n.meta[_ID] for n in new_nodes if _ID in n.meta)
             applied.append(m)
         _remove_dead_constants(ctx, touched)
+    if applied:
+        clone.record_rewrite(rewrite_description(rule.id, len(applied)))
     clone.changed()
     # plain dicts, not Graph caches: previews run on worker threads
     before = {n.meta[_ID]: n for n in graph.model.graph}
@@ -312,35 +320,59 @@ class RewriteEdit(Edit):
         if pv.verification is not None and not pv.verification.ok:
             raise EditError(f"{pv.rule.id} is refused: the rewritten model's {pv.verification.explain()}")
         self.preview = pv
-        n = len(pv.applied)
-        self.description = f"{pv.rule.id} ({n} match{'es' if n != 1 else ''})"
-        self._before: tuple | None = None
+        self.description = rewrite_description(pv.rule.id, len(pv.applied))
         self._after: tuple | None = None
-
-    @staticmethod
-    def _state(g: Graph) -> tuple:
-        return (g.model, g.value_info_names, list(g.shape_problems))
-
-    @staticmethod
-    def _restore(g: Graph, state: tuple) -> None:
-        g.model, g.value_info_names, g.shape_problems = state[0], state[1], list(state[2])
-        g._cache.clear()
+        self._undo = None
 
     def do(self, graph: Graph) -> None:
         pv = self.preview
         if self._after is None:
             if pv.base is not graph or pv.is_stale:
                 raise EditError(f"the preview of {pv.rule.id} is out of date: the graph changed since; preview again.")
-            self._before = self._state(graph)
-            self._after = self._state(pv.graph)
-        self._restore(graph, self._after)
-        top = max((n.meta.get(_ID, 0) for n in graph.model.graph), default=0)
-        nxt = next(graph._next_id)
-        graph._next_id = itertools.count(max(nxt, top + 1))
+            self._after = (pv.graph.model, pv.graph.value_info_names, list(pv.graph.shape_problems))
+        self._undo = graph.swap_model(*self._after)
 
     def undo(self, graph: Graph) -> None:
-        assert self._before is not None
-        self._restore(graph, self._before)
+        assert self._undo is not None
+        self._undo()
+        self._undo = None
+
+
+def _journal_rewrite(edit: RewriteEdit, blobs) -> dict:
+    pv = edit.preview
+    return {"rule": pv.rule.id, "matches": [m.root_id for m in pv.matches], "applied": [m.root_id for m in pv.applied]}
+
+
+def _replay_rewrite(graph: Graph, args: dict, blobs, context: dict) -> RewriteEdit:
+    """A journaled rewrite, applied again: the same rule at the same roots (node ids replay as
+    recorded, see core.model.journal), refused when it no longer applies at the same places."""
+    from ..model.journal import ReplayError
+
+    lookup = context.get("rules")
+    if lookup is None:
+        raise ReplayError(f"the journal holds a rewrite ({args['rule']}) and no rule library was given to replay it.")
+    try:
+        rule = lookup(args["rule"])
+    except Exception as e:  # noqa: BLE001 - unknown rule id, in whatever words the library says it
+        raise ReplayError(f"the journal's rewrite {args['rule']} is not in the rule library ({e}).") from None
+    wanted = [int(i) for i in args["matches"]]
+    found = {m.root_id: m for m in find_matches(graph, rule)}
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise ReplayError(f"{rule.id} no longer matches at node{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))}.")
+    pv = preview(graph, rule, [found[i] for i in wanted])
+    if [m.root_id for m in pv.applied] != [int(i) for i in args["applied"]]:
+        raise ReplayError(f"{rule.id} applies at different places than it did ({len(pv.applied)} of {len(wanted)} matches).")
+    return RewriteEdit(pv)
+
+
+def _register_journal() -> None:
+    from ..model import journal
+
+    journal.register(RewriteEdit, "Rewrite", _journal_rewrite, _replay_rewrite)
+
+
+_register_journal()
 
 
 def apply_rewrite(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = None, history=None, verify: bool = False, **verify_kw) -> Preview:

@@ -37,6 +37,8 @@ from typing import Any, NoReturn
 import numpy as np
 import onnx_ir as ir
 
+from ..model.graph import INFERRED as _INFERRED
+from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from .constants import ConstantEvaluator
 
@@ -62,8 +64,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 WB_DOMAIN = "mlc.workbench"  # domain of the workbench's model-local functions (fused ops)
-_ID = "wb.id"
-_INFERRED = "wb.inferred"
 
 
 class ConditionFailed(Exception):
@@ -238,6 +238,8 @@ class RewriteRule(ABC):
     span: int = 1
     # one line naming the pattern, for messages ("Add(MatMul(a, b), c)")
     pattern_text: str = ""
+    # op types the rewrite produces: "why not?" on one of them says it is already the result
+    produces: frozenset[str] = frozenset()
 
     def candidates(self, graph: Graph) -> Iterator[ir.Node]:
         """Roots to try, last node first (so a longer pattern claims its nodes before a shorter

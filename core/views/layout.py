@@ -31,6 +31,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import Cancelled
 from .viewgraph import ViewGraph
 
 __all__ = ["Box", "Layout", "LayoutCancelled", "layout", "find_dot", "DOT_NODE_LIMIT", "DOT_TIME_BUDGET_S"]
@@ -49,8 +50,9 @@ NODE_SEP = 18.0  # horizontal gap between boxes
 RANK_SEP = 34.0  # vertical gap between rows
 
 
-class LayoutCancelled(Exception):
-    """Raised inside `layout` when its `cancel` callback returns True."""
+# raised inside `layout` when its `cancel` callback returns True: the one cancel error of core
+# (core.errors.Cancelled), under the name older callers import
+LayoutCancelled = Cancelled
 
 
 @dataclass
@@ -96,8 +98,18 @@ def layout(
     method: str = "auto",
     cancel: Callable[[], bool] | None = None,
     progress: Callable[[float], None] | None = None,
+    direction: str = "TB",
 ) -> Layout:
-    """Lay `view` out top to bottom. `sizes[id] = (w, h)`; `method` is auto, dot or layered."""
+    """Lay `view` out top to bottom (`direction="TB"`) or left to right ("LR").
+    `sizes[id] = (w, h)`; `method` is auto, dot or layered.
+
+    Left to right is the top-to-bottom layout of the boxes turned on their side (sizes swapped),
+    mirrored about the diagonal: rows become columns, so wide screens hold long chains."""
+    if direction not in ("TB", "LR"):
+        raise ValueError(f"unknown layout direction {direction!r}")
+    if direction == "LR":
+        turned = layout(view, {k: (h, w) for k, (w, h) in sizes.items()}, method, cancel, progress)
+        return _transposed(turned)
     t0 = time.perf_counter()
     cancel = cancel or (lambda: False)
     progress = progress or (lambda f: None)
@@ -115,7 +127,7 @@ def layout(
         else:
             try:
                 result = _dot_layout(view, sizes, dot, cancel, progress, None if method == "dot" else DOT_TIME_BUDGET_S)
-            except LayoutCancelled:
+            except Cancelled:
                 raise
             except _DotFailed as e:
                 notes.append(f"dot: {e}; used the layered fallback")
@@ -126,6 +138,13 @@ def layout(
     result.notes = notes + result.notes
     progress(1.0)
     return result
+
+
+def _transposed(lo: Layout) -> Layout:
+    """The layout mirrored about the diagonal (x <-> y), boxes back to their own width and height."""
+    boxes = {k: Box(b.y, b.x, b.h, b.w) for k, b in lo.boxes.items()}
+    routes = [[(y, x) for x, y in pts] for pts in lo.routes]
+    return Layout(boxes, routes, lo.height, lo.width, lo.method, lo.seconds, lo.notes)
 
 
 # ---- dot -------------------------------------------------------------------------------------
@@ -170,7 +189,7 @@ def _dot_layout(view, sizes, dot, cancel, progress, budget_s) -> Layout:
         if cancel():
             proc.kill()
             t.join()
-            raise LayoutCancelled()
+            raise Cancelled("layout cancelled.")
         elapsed = time.perf_counter() - start
         if budget_s is not None and elapsed > budget_s:
             proc.kill()
@@ -302,7 +321,7 @@ def _layered_layout(view, sizes, cancel, progress) -> Layout:
         if fwd and not pred[v]:
             layer[v] = max(layer[v], min(fwd) - 1)
     if cancel():
-        raise LayoutCancelled()
+        raise Cancelled("layout cancelled.")
     progress(0.15)
 
     # 3. dummy nodes for edges spanning several layers
@@ -366,7 +385,7 @@ def _layered_layout(view, sizes, cancel, progress) -> Layout:
     sweeps = 2 if huge else 4
     for it in range(sweeps):
         if cancel():
-            raise LayoutCancelled()
+            raise Cancelled("layout cancelled.")
         for rng, nbrs in ((range(1, n_layers), up), (range(n_layers - 2, -1, -1), down)):
             for li in rng:
                 lyr = layers[li]
@@ -397,7 +416,7 @@ def _layered_layout(view, sizes, cancel, progress) -> Layout:
     passes.append((range(n_layers), None))
     for k, (rng, nbrs) in enumerate(passes):
         if cancel():
-            raise LayoutCancelled()
+            raise Cancelled("layout cancelled.")
         for li in rng:
             lyr = layers[li]
             if not lyr:

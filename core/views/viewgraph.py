@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Hashable
 
-__all__ = ["ViewNode", "ViewEdge", "ViewGraph", "CATEGORIES", "from_graph", "op_category", "input_node_id", "output_node_id", "find_nodes", "node_facts", "tensor_facts"]
+__all__ = ["ViewNode", "ViewEdge", "ViewGraph", "CATEGORIES", "from_graph", "op_category", "input_node_id", "output_node_id", "find_nodes", "node_facts", "tensor_facts", "constant_array"]
 
 # Op categories the canvas colours by.
 CATEGORIES = (
@@ -30,6 +30,7 @@ CATEGORIES = (
     "shape",
     "io",
     "other",
+    "group",  # a collapsed name scope (core.views.scopes)
 )
 
 
@@ -312,6 +313,9 @@ def from_graph(graph) -> ViewGraph:
         out_names = [o.name for o in outs]
         out_text = ", ".join(f"{o.name}: {text_of(o)[1]} {text_of(o)[2]}" for o in outs[:4])
         domain = n.domain
+        # control flow (If, Loop, Scan): the graphs in its attributes, opened by a double-click
+        bodies = [k for k, a in n.ir.attributes.items() if a.type.name == "GRAPH"]
+        more = f"\nDouble-click to open its {' / '.join(bodies)}." if bodies else ""
         nodes.append(
             ViewNode(
                 id=node_id,
@@ -319,9 +323,10 @@ def from_graph(graph) -> ViewGraph:
                 detail=_key_detail(n, text_of(outs[0])[0] if outs else ""),
                 category=op_category(op_type),
                 badges=badges,
-                tooltip=f"{n.name or op_type} ({op_type})\n→ {out_text}",
+                tooltip=f"{n.name or op_type} ({op_type})\n→ {out_text}{more}",
                 origin=[node_id],
-                data={"kind": "node", "name": n.name, "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors},
+                data={"kind": "node", "name": n.name, "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors,
+                      "subgraphs": bodies},
             )
         )
         for name in out_names:
@@ -448,6 +453,14 @@ def _constant_data(graph, value):
         if size <= STATS_LIMIT:
             return np.full(value.shape, fill[0], dtype=fill.dtype)
     return None
+
+
+def constant_array(graph, name: str):
+    """All values of the constant tensor `name` (an initializer, a Constant's value, a small
+    ConstantOfShape fill), or None when it is not a constant with data at hand (the tensor viewer)."""
+    if not graph.has_value(name) or name not in graph.constant_values():
+        return None
+    return _constant_data(graph, graph.value(name))
 
 
 def tensor_facts(graph, name: str) -> list[tuple[str, str, str]]:

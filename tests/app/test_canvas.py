@@ -3,7 +3,10 @@ screenshot command built on it."""
 from __future__ import annotations
 
 import pytest
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QColor, QFontMetricsF, QImage
+
+from app.graph_items import ChipItem, GroupItem
+from app.style import node_fonts
 
 from core.views.viewgraph import ViewEdge, ViewGraph, ViewNode
 from tests.conftest import sample
@@ -48,9 +51,24 @@ def test_highlight_overlay_ghosts(window):
     c.set_overlay({ids[0]: 1.0, ids[1]: 4.0}, "kernel time (ms)")
     assert c.node_items[ids[1]].overlay is not None and c.node_items[ids[1]].overlay_text == "4"
     assert c.node_items[ids[0]].overlay != c.node_items[ids[1]].overlay
-    assert c.legend.isVisible() and "kernel time" in c.legend.text()
+    assert c.legend.isVisible() and "kernel time" in c.legend.text() and "4" in c.legend.text()
+    chips = sorted(it.text for it in c._group_items if isinstance(it, ChipItem))
+    assert chips == ["1", "4"]  # one chip per valued node, outside its box
+    for it in c._group_items:
+        if isinstance(it, ChipItem):
+            assert not any(it.rect.intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
     c.set_overlay(None)
-    assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible()
+    assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible() and not c._group_items
+
+    # a group (a fused kernel): one outline around its nodes, one chip with its value; the
+    # scale's top is given (the chart's slowest kernel), not the largest value drawn
+    c.set_overlay({ids[0]: 2.0, ids[1]: 2.0}, "kernel time", groups=[{"ids": ids[:2], "value": 2.0, "label": "fused"}], max_value=8.0, unit="ms")
+    outlines = [it for it in c._group_items if isinstance(it, GroupItem)]
+    assert len(outlines) == 1 and [it.text for it in c._group_items if isinstance(it, ChipItem)] == ["2 ms"]
+    for i in ids[:2]:
+        assert outlines[0].path.contains(c.node_items[i].sceneBoundingRect().center())
+    assert c._overlay_max == 8.0 and "8 ms" in c.legend.text()
+    c.set_overlay(None)
 
     c.set_ghosts(removed_ids=[ids[0]], added_ids=[ids[1]])
     assert c.node_items[ids[0]].ghost == "removed" and c.node_items[ids[1]].ghost == "added"
@@ -111,7 +129,7 @@ def test_big_graph_draws_an_overview_and_makes_items_on_demand(window, tmp_path)
     assert window.open_model(str(path), wait=True)
     c = window.canvas
     assert c._lazy is not None and len(c.view.nodes) == 452
-    c.fit()
+    c.fit_all()
     assert c.overview_active()
     assert len(c.node_items) < 50  # nothing is built for a view that shows the image
     img = c.viewport().grab().toImage()
@@ -145,3 +163,60 @@ def test_clicking_an_edge_picks_its_tensor(window, qtbot):
     assert edge.edge.src in c.node_items and "tensor" in c.node_items[edge.edge.src].highlights
     rows = window.panels["inspector"].widget().rows()
     assert ("Tensor", "name", edge.edge.label) in rows and ("Tensor", "kind", "activation") in rows
+
+
+def _dark_pixels(item, zoom: float) -> int:
+    """Near-black pixels (text) when `item` alone is painted at `zoom`."""
+    from PySide6.QtGui import QPainter
+    from PySide6.QtWidgets import QGraphicsScene
+
+    scene = QGraphicsScene()
+    scene.addItem(item)
+    r = item.boundingRect()
+    img = QImage(int(r.width() * zoom) + 2, int(r.height() * zoom) + 2, QImage.Format_ARGB32)
+    img.fill(QColor("white"))
+    p = QPainter(img)
+    scene.render(p, img.rect(), item.sceneBoundingRect())
+    p.end()
+    scene.removeItem(item)
+    return sum(1 for x in range(img.width()) for y in range(img.height()) if QColor(img.pixel(x, y)).lightness() < 90)
+
+
+def test_titles_stay_readable_at_the_scales_fit_produces(qapp):
+    """Between the overview and full detail a box still shows its op name, enlarged to stay
+    at least MIN_READABLE_PX tall on screen; only far below what Fit produces does it become a flat box."""
+    from app.canvas.view import FIT_MIN_SCALE
+    from app.graph_items import LABEL_LOD, MIN_READABLE_PX, TEXT_LOD, NodeItem, node_size
+    from app.style import TextMeasure
+
+    node = ViewNode(1, "Conv", "conv1 3×3", "convolution", badges=["W 64×3×3×3"])
+    w, h = node_size(node, TextMeasure())
+    assert LABEL_LOD < FIT_MIN_SCALE < TEXT_LOD
+    for zoom in (FIT_MIN_SCALE, 0.45):
+        item = NodeItem(node, w, h)
+        assert _dark_pixels(item, zoom) > 12, zoom  # the title is drawn
+        assert item._title is not None and item._title[1] == "Conv"
+        assert item._title[0] * zoom * QFontMetricsF(node_fonts()[0]).height() >= MIN_READABLE_PX * 0.95
+    assert _dark_pixels(NodeItem(node, w, h), LABEL_LOD / 2) == 0  # overview: a flat box
+
+
+def test_left_to_right_layout_and_shapes_on_edges(window, qtbot):
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    c = window.canvas
+    g = window.document.graph
+    first, last = g.find_node("stem.conv").id, g.nodes[-1].id
+    assert c.layout_result.boxes[first].y < c.layout_result.boxes[last].y
+    with qtbot.waitSignal(c.viewShown, timeout=10000):
+        window.direction_action.setChecked(True)
+    boxes = c.layout_result.boxes
+    assert c.direction == "LR" and boxes[first].x < boxes[last].x and c.layout_result.width > c.layout_result.height
+    assert window.settings.value("view/leftToRight") in (True, "true")
+    # edges run left to right: each starts left of where it ends
+    assert all(item.path.pointAtPercent(0).x() < item.path.pointAtPercent(1).x() for item in c.edge_items)
+
+    assert not any(e.always_label for e in c.edge_items)
+    window.edge_shapes_action.setChecked(True)
+    assert all(e.always_label for e in c.edge_items)
+    with qtbot.waitSignal(c.viewShown, timeout=10000):
+        window.direction_action.setChecked(False)  # new items keep the setting
+    assert c.direction == "TB" and all(e.always_label for e in c.edge_items)

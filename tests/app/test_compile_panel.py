@@ -30,6 +30,16 @@ def test_compile_and_run_fills_table_chart_and_heat(window, qtbot, tmp_path):
     conv_ids = {n.id for n in window.document.graph.nodes if n.op_type == "Conv"}
     assert conv_ids <= set(heat)
     assert window.canvas._overlay is not None and set(window.canvas._overlay[0]) == set(heat)
+    # a fused kernel's time is the kernel's: every node of it shows all of it, under one outline
+    from app.graph_items import ChipItem, GroupItem
+
+    fused = next(k for k in panel.chart.kernels if len(k["onnx_nodes"]) > 1)
+    ids = panel._node_ids(fused["onnx_nodes"])
+    assert all(heat[i] >= fused["ms"] for i in ids)
+    assert sum(isinstance(it, GroupItem) for it in window.canvas._group_items) >= 4
+    assert any(isinstance(it, ChipItem) and it.text.endswith("ms") for it in window.canvas._group_items)
+    # the scale's top is the chart's top bar
+    assert window.canvas._overlay_max == panel.chart.kernels[0]["ms"]
     # clicking the top bar selects the ONNX nodes its kernel came from
     panel._select_kernel(panel.chart.kernels[0])
     assert set(window.document.selection) == set(panel._node_ids(panel.chart.kernels[0]["onnx_nodes"]))
@@ -93,9 +103,13 @@ def test_compile_uses_the_lowering_panels_pipeline(window):
     lp = lowering.widget()
     lp.target_box.setCurrentText("cpu")
     specs = [PassSpec(s.name, enabled=(s.name != "FuseOps" and s.enabled)) for s in lp.specs()]
+    changed = []
+    window.document.pipelineChanged.connect(changed.append)
     lp.set_specs(specs)
-    assert _panel(window)._lowering_pipeline("cpu") == specs
-    assert _panel(window)._lowering_pipeline("cuda") is None
+    # the Lowering panel hands its list to the document, where the Compile panel reads it
+    assert changed == ["cpu"]
+    assert window.document.pipeline_for("cpu") == specs
+    assert window.document.pipeline_for("cuda") is None
 
 
 # -- tuning ---------------------------------------------------------------------------------
@@ -229,3 +243,67 @@ def test_cancel_stops_a_real_tuning_run_within_a_round(window, qtbot, tmp_path):
     saved = next((tmp_path / "db").glob("*/progress.json"), None)
     progress = json.loads(saved.read_text()) if saved is not None else {}
     assert sum(v.get("trials", 0) for v in progress.values()) <= 16, progress  # the round in flight at most
+
+
+def test_heat_comes_back_with_the_model_after_a_stage_was_shown(window, qtbot):
+    """A compile that finishes while a lowering stage is drawn colours the model once it is back."""
+    from tests.app.test_canvas import _stage_view
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    panel.runs.setValue(1)
+    panel.start()
+    with qtbot.waitSignal(window.canvas.viewShown, timeout=10000):
+        window.canvas.show_view(_stage_view())
+    qtbot.waitUntil(lambda: panel.result is not None, timeout=120_000)
+    assert window.canvas._overlay is None  # a stage is drawn: no model heat on it
+    with qtbot.waitSignal(window.canvas.viewShown, timeout=10000):
+        window.canvas.show_model()
+    assert window.canvas._overlay is not None and set(window.canvas._overlay[0]) == set(panel.heat_values())
+
+
+def test_a_wide_spread_is_shown_with_the_median(window):
+    from types import SimpleNamespace
+
+    from app.panels.compile import _result_rows
+    from core.compiler.bench import latency_stats
+
+    panel = _panel(window)
+    res = SimpleNamespace(
+        latency_ms=latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0]),
+        ort_latency_ms=latency_stats([1.0, 1.01, 0.99, 1.0]), ratio=11.6, memory={}, kernels=[],
+    )
+    panel._fill_table(_result_rows(res))
+    panel._warn_spread(res)
+    rows = {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}
+    assert panel.table.item(rows["Latency p10 – p90"], 1).text() == "0.597 – 14.600 ms"
+    assert panel.table.item(rows["Latency min – max"], 1).text() == "0.570 – 20.000 ms"
+    median = panel.table.item(rows["Latency median"], 1)
+    assert median.text().startswith("⚠") and "Wide spread" in median.toolTip()
+    assert not panel.table.item(rows["Latency median"], 2).text().startswith("⚠")  # onnxruntime's runs agree
+    assert "Wide spread" in panel.status.text() and panel.spread_note.startswith("Ours")
+
+
+def test_export_into_a_new_folder_name_and_dialogs_remember_where(window, qtbot, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.dialogs.files import start_dir
+
+    assert window.open_model(str(sample("mlp")), wait=True)
+    # before any pick: the model's folder
+    assert start_dir(window, "export") == str(sample("mlp").parent)
+    panel = _panel(window)
+    panel.runs.setValue(1)
+    panel.start()
+    qtbot.waitUntil(lambda: panel.result is not None and panel.compile_btn.isEnabled(), timeout=120_000)
+    asked = []
+    target = tmp_path / "not" / "there" / "yet"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: asked.append(a[2]) or (str(target), ""))
+    panel.export_dialog()
+    assert asked[0].endswith("mlp_cpu")  # a suggested name in the start folder
+    qtbot.waitUntil(lambda: (target / "manifest.json").exists() and panel.compile_btn.isEnabled(), timeout=60_000)
+    assert "Exported to" in panel.status.text()
+    # the next export dialog starts where this one went
+    assert start_dir(window, "export") == str(target.parent)
+    panel.export_dialog()
+    assert asked[1] == str(target.parent / "mlp_cpu")

@@ -58,3 +58,18 @@ def test_closing_with_unsaved_edits_asks(window, messages):
     doc.push(DeleteNode(doc.graph, relu.id, bridge=True))
     assert window.close()  # the fixture answers Discard
     assert messages and "Save the changes to small_cnn.onnx" in messages[-1]
+
+
+def test_document_records_applied_rewrites_and_undo_takes_them_back(window):
+    from core.rewrite.engine import RewriteEdit, preview
+    from rewrites import get_rule
+
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    doc = window.document
+    assert doc.applied_rewrites == []
+    assert doc.push(RewriteEdit(preview(doc.graph, get_rule("fold-conv-bn"))))
+    assert doc.applied_rewrites == ["fold-conv-bn (4 matches)"]
+    doc.undo_stack.undo()
+    assert doc.applied_rewrites == []
+    doc.undo_stack.redo()
+    assert doc.graph.clone().applied_rewrites == ["fold-conv-bn (4 matches)"]  # what a compile of it sees

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func", "tuning_pass"]
+__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,19 +55,45 @@ def _is_scheduled(func) -> bool:
     return attrs is not None and "tirx.is_scheduled" in attrs and bool(attrs["tirx.is_scheduled"])
 
 
+def with_root_block(func):
+    """`func` with its body inside a root block, when it has none.
+
+    Some of TVM's TOPI kernels (scatter_elements, which the importer also uses for Slice and
+    Unsqueeze with computed indices) are one opaque block with no root block around it. The
+    schedule rules look up "root" and pass over them, and SplitLayoutRewritePreproc, which visits
+    every kernel, fails an internal check on them ("There should be a compute block if there is
+    only one subtree under the root"); a root block around the body is what TVMScript's parser
+    would have added and satisfies both."""
+    from tvm.s_tir.stmt import SBlock, SBlockRealize
+
+    body = func.body
+    if isinstance(body, SBlockRealize) and body.block.name_hint == "root":
+        return func
+    if not isinstance(body, SBlockRealize):
+        return func  # a loop nest without blocks: the lowering handles it as written
+    root = SBlockRealize([], True, SBlock([], [], [], "root", body))
+    return func.with_body(root)
+
+
 def _cpu_schedule_pass(target):
     import tvm
+
+    from ..codegen import check_cancelled
 
     @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
     def _pass(mod, _ctx):
         rules = cpu_rules()
         updated = {}
         for gvar, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or _is_scheduled(func):
+            if not isinstance(func, tvm.tirx.PrimFunc):
                 continue
-            scheduled, _rule = schedule_cpu_func(func, target, rules)
-            if scheduled is not None:
-                updated[gvar] = scheduled
+            rooted = with_root_block(func)
+            if not _is_scheduled(func):
+                check_cancelled()
+                scheduled, _rule = schedule_cpu_func(rooted, target, rules)
+                rooted = scheduled if scheduled is not None else rooted
+            if not rooted.same_as(func):
+                updated[gvar] = rooted
         for gvar, func in updated.items():
             mod[gvar] = func
         return mod
@@ -81,6 +107,8 @@ def schedule_pass(target):
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
+    from ..codegen import fold_constant_calls_pass
+
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
@@ -92,7 +120,9 @@ def schedule_pass(target):
             _cpu_schedule_pass(target),
             # weight repacking moves out of the kernels into its own calls on the constants...
             relax.transform.SplitLayoutRewritePreproc(),
-            # ...which are evaluated now, so the compiled model carries prepacked weights
+            # ...which are evaluated now, so the compiled model carries prepacked weights (built
+            # in parallel and cancellable; relax's FoldConstant takes what is left, if anything)
+            fold_constant_calls_pass(target),
             relax.transform.FoldConstant(),
             # and the packing kernels, now unused, go
             relax.transform.DeadCodeElimination(),
@@ -100,9 +130,3 @@ def schedule_pass(target):
         name="DefaultCPUSchedule",
     )
 
-
-def tuning_pass(target, trials: int = 0, database=None, **options):
-    """MetaSchedule tuning + database application (see core.compiler.tuning.tuning_pass)."""
-    from ..tuning import tuning_pass as _tuning_pass
-
-    return _tuning_pass(target, trials=trials, database=database, **options)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from core.compiler.bench import benchmark, latency_stats, node_heat
+from core.compiler.bench import benchmark, kernel_heat, latency_stats, node_heat, spread_warning
 from core.compiler.compile import compile_model
 from tests.conftest import sample
 from tests.helpers import run_cli
@@ -93,3 +93,28 @@ def test_bench_cli_json_keys():
 def test_bench_cli_bad_runs_is_exit_2():
     r = run_cli("bench", sample("mlp"), "--runs", "0")
     assert r.returncode == 2 and "--runs" in r.stderr
+
+
+def test_kernel_heat_keeps_a_fused_kernels_time_whole():
+    kernels = [
+        {"name": "fused_conv2d_add_relu", "ms": 20.0, "onnx_nodes": ["conv", "bn", "relu"]},
+        {"name": "pad", "ms": 1.0, "onnx_nodes": ["conv2"]},
+        {"name": "conv2d", "ms": 3.0, "onnx_nodes": ["conv2"]},
+        {"name": "reshape", "ms": 0.5, "onnx_nodes": []},
+    ]
+    nodes, groups = kernel_heat(kernels)
+    # every node of the fused kernel shows the kernel's time, none a third of it
+    assert nodes == {"conv": 20.0, "bn": 20.0, "relu": 20.0, "conv2": 4.0}
+    assert [(g["name"], g["ms"]) for g in groups] == [("fused_conv2d_add_relu", 20.0), ("pad + conv2d", 4.0)]
+    assert node_heat(kernels)["relu"] < 7  # the old even split, for comparison
+
+
+def test_spread_warning_flags_a_median_the_runs_disagree_on():
+    steady = latency_stats([1.0, 1.02, 0.98, 1.01, 0.99, 1.0])
+    assert steady["p10"] <= steady["median"] <= steady["p90"] <= steady["max"]
+    assert spread_warning(steady) == ""
+    # the encoder of the issue: median 11.6 ms, best run 0.57 ms
+    busy = latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0])
+    note = spread_warning(busy)
+    assert note.startswith("Wide spread") and "best run took 0.57 ms" in note and "more runs" in note
+    assert spread_warning(latency_stats([5.0])) == ""  # one run has no spread to judge

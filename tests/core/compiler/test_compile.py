@@ -151,9 +151,9 @@ def test_tuning_is_refused_for_cuda():
 
 
 def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp_path):
-    """compile hands trials, budget, database, progress and cancel to core.compiler.schedules.tuning_pass,
+    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning.tuning_pass,
     maps its progress into 5-55 % without the bar running backwards, and records what it did."""
-    from core.compiler import schedules
+    from core.compiler import tuning
 
     seen = {}
 
@@ -171,7 +171,7 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
 
         return _pass
 
-    monkeypatch.setattr(schedules, "tuning_pass", fake_tuning_pass)
+    monkeypatch.setattr(tuning, "tuning_pass", fake_tuning_pass)
     steps = []
     art = compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_budget_s=90, tune_db=tmp_path,
                         progress=lambda s, f: steps.append((s, f)), cancel=lambda: False)
@@ -210,3 +210,15 @@ def test_cli_tune_minutes_bad_values_exit_2_with_one_sentence(args, message, cap
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and err.endswith(".")
     assert not (tmp_path / "out").exists()
+
+
+def test_exporter_style_names_compile_and_run_by_the_users_names(tmp_path):
+    from tests.helpers import exporter_names_model
+
+    model = exporter_names_model()
+    onnx.save(model, tmp_path / "names.onnx")
+    art = compile_model(tmp_path / "names.onnx", "cpu", verify_dims={"batch:0": 3})
+    assert art.manifest["verification"]["checked"]
+    assert [s["name"] for s in art.manifest["inputs"]] == ["a.b", "a/b", "a_b", "input-1", "0"]
+    assert art.manifest["code_names"]["batch:0"] == "batch_0" and art.manifest["memory_estimate"]["dims"] == {"batch:0": 3}
+    _check(art, tmp_path / "names.onnx", dims={"batch:0": 5})

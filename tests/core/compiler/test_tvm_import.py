@@ -10,6 +10,7 @@ from core import load_model
 from core.errors import UnsupportedOpError
 from core.model.graph import Graph
 from tests.conftest import sample
+from tests.helpers import exporter_names_model
 
 
 def _graph_of(model: onnx.ModelProto) -> Graph:
@@ -141,3 +142,25 @@ def test_unsupported_op_inside_a_local_function_names_the_call_node():
         import_graph(_graph_of(model))
     assert info.value.op_type == "Celu" and info.value.node_name == "call_site"
     assert "call_site" in str(info.value) and "Twice" in str(info.value)
+
+
+@pytest.mark.parametrize("keep_params", [False, True])
+def test_names_reaching_generated_code_are_unique_c_identifiers(keep_params):
+    import re
+
+    from tvm import relax
+
+    from core.compiler.tvm_import import import_graph
+
+    result = import_graph(_graph_of(exporter_names_model()), keep_params_in_input=keep_params)
+    main = result.mod["main"]
+    params = [p.name for p in main.params]
+    dims = [v.name for v in relax.analysis.defined_symbolic_vars(main)]
+    names = params + dims + [b.var.name for blk in main.body.blocks for b in blk.bindings]
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n) for n in names), names
+    assert len(set(params)) == len(params) and dims == ["batch_0"]
+    # the name that was an identifier already keeps it; the mapping tells the others' new names
+    assert params[2] == "a_b" and "a_b" not in result.code_names
+    assert result.code_names["a.b"] == params[0] and result.code_names["a/b"] == params[1]
+    assert result.code_names["input-1"] == params[3] and result.code_names["batch:0"] == "batch_0"
+    assert len(params) == (6 if keep_params else 5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import onnx
+import pytest
 
 from core import load_model
 from tests.conftest import sample
@@ -53,3 +54,15 @@ def test_failed_verification_exits_2_and_writes_nothing(tmp_path, monkeypatch, c
     assert code == 2
     assert "broken-gemm is refused" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_rewrites_from_the_command_line_reach_the_compiled_manifest(tmp_path):
+    out = tmp_path / "folded.onnx"
+    r = run_cli("rewrite", sample("small_cnn"), "--rules", "fold-conv-bn", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert load_model(out).applied_rewrites == ["fold-conv-bn (4 matches)"]
+    r = run_cli("compile", out, "-o", tmp_path / "art", "--no-verify", "--json")
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
+    assert manifest["rewrites"] == ["fold-conv-bn (4 matches)"]

@@ -1,0 +1,205 @@
+"""Decorations of the canvas's items, kept by node id and applied whenever an item is made.
+
+Highlights (outlines per role, which stack: "rewrite-match", "lineage", "search", "tensor"), the
+heat overlay ({id: value} with a legend) and the rewrite preview's ghosts (removed / added).
+`Decorations` is a mixin of `GraphCanvas`: it owns `_highlights`, `_overlay`, `_ghosts`.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Iterable
+
+from PySide6.QtCore import QPointF, QRectF
+from PySide6.QtGui import QColor
+
+from app.graph_items import ChipItem, EdgeItem, GroupItem, NodeItem
+from app.style import HIGHLIGHT_COLORS
+
+__all__ = ["Decorations", "heat_color"]
+
+logger = logging.getLogger(__name__)
+
+
+def heat_color(t: float) -> QColor:
+    """Pale yellow (0) -> orange (0.5) -> red (1)."""
+    t = max(0.0, min(1.0, t))
+    stops = [(0.0, (255, 247, 214)), (0.5, (255, 160, 70)), (1.0, (214, 39, 40))]
+    for (t0, c0), (t1, c1) in zip(stops, stops[1:]):
+        if t <= t1:
+            f = (t - t0) / (t1 - t0)
+            return QColor(*(round(a + (b - a) * f) for a, b in zip(c0, c1)))
+    return QColor(*stops[-1][1])
+
+
+
+class Decorations:
+    """Highlight, overlay and ghost state of a GraphCanvas, and its application to items."""
+
+    def _init_decorations(self) -> None:
+        self._highlights: dict[str, tuple[set, QColor]] = {}
+        self._overlay: tuple[dict, str] | None = None
+        self._ghosts: tuple[set, set] = (set(), set())
+        self._overlay_max = 0.0
+        self._overlay_groups: list[dict] | None = None
+        self._overlay_scale: float | None = None
+        self._group_items: list = []
+        self._overlay_unit = ""
+
+    def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
+        self._highlights[role] = (set(ids), QColor(color))
+        self._apply_highlights()
+
+    def clear_highlight(self, role: str) -> None:
+        if self._highlights.pop(role, None) is not None:
+            self._apply_highlights()
+
+    def set_overlay(self, values: dict | None, legend: str = "", groups: list[dict] | None = None,
+                    max_value: float | None = None, unit: str = "") -> None:
+        """Heat colours: each node with a value is filled from pale yellow (low) to red (high).
+
+        `groups` [{ids, value, label, tooltip}] outline nodes that share one value (a fused
+        kernel) and put the value on one chip above them; without groups every node with a
+        value gets its own chip. `max_value` fixes the top of the scale (e.g. the slowest kernel
+        of the chart beside it) instead of the largest value drawn."""
+        self._overlay = (dict(values), legend) if values else None
+        self._overlay_groups = list(groups) if (values and groups is not None) else None
+        self._overlay_scale = max_value if values else None
+        self._overlay_unit = unit
+        self._apply_overlay()
+
+    def set_ghosts(self, removed_ids: Iterable[Hashable] = (), added_ids: Iterable[Hashable] = ()) -> None:
+        self._ghosts = (set(removed_ids), set(added_ids))
+        self._apply_ghosts()
+
+    def clear_ghosts(self) -> None:
+        self.set_ghosts((), ())
+
+    # ---- decorations -------------------------------------------------------------------------
+    def _decorate_node(self, item: NodeItem) -> None:
+        nid = item.node_id
+        members = item.node.origin if item.node.category == "group" else ()  # a collapsed group lights up for what it holds
+        highlights = {role: color for role, (ids, color) in self._highlights.items() if nid in ids or (members and not ids.isdisjoint(members))}
+        overlay, text = self._overlay_style(item.node_id)
+        removed, added = self._ghosts
+        ghost = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
+        if highlights != item.highlights or overlay != item.overlay or text != item.overlay_text or ghost != item.ghost:
+            item.highlights, item.overlay, item.overlay_text, item.ghost = highlights, overlay, text, ghost
+            item.update()
+
+    def _decorate_edge(self, e: EdgeItem) -> None:
+        tensor = self.document.selected_tensor if self.mode == "model" else ""
+        color = None
+        if tensor and e.edge.label == tensor:
+            color = QColor(HIGHLIGHT_COLORS["tensor"])
+        else:
+            for role, (ids, c) in self._highlights.items():
+                if role != "tensor" and e.edge.src in ids and e.edge.dst in ids:
+                    color = c
+        removed = self._ghosts[0]
+        faded = e.edge.src in removed or e.edge.dst in removed
+        if color != e.highlight or faded != e.faded:
+            e.highlight, e.faded = color, faded
+            e.update()
+
+    def _overlay_style(self, node_id) -> tuple[QColor | None, str]:
+        if not self._overlay:
+            return None, ""
+        values, _legend = self._overlay
+        v = values.get(node_id)
+        if v is None:
+            return None, ""
+        hi = self._overlay_max
+        return heat_color(float(v) / hi if hi > 0 else 0.0), _fmt(float(v), self._overlay_unit)
+
+    def _redecorate(self) -> None:
+        for item in self.node_items.values():
+            self._decorate_node(item)
+        for e in self.edge_items:
+            self._decorate_edge(e)
+        self.minimap.rebuild()
+        if self._lazy is not None and self.overview_active():
+            self.viewport().update()
+
+    def _apply_highlights(self) -> None:
+        self._redecorate()
+
+    def _apply_ghosts(self) -> None:
+        self._redecorate()
+
+    def _apply_overlay(self) -> None:
+        values, legend = self._overlay if self._overlay else ({}, "")
+        if values:
+            from app.scopes import with_group_totals
+
+            values = with_group_totals(values, self.view)  # a collapsed group shows its nodes' total
+            self._overlay = (values, legend)
+        known = self.layout_result.boxes if self.layout_result is not None else {}
+        drawn = max((float(v) for k, v in values.items() if k in known), default=0.0)
+        self._overlay_max = self._overlay_scale if self._overlay_scale else drawn
+        self._redecorate()
+        self._make_groups()
+        if values:
+            hi, unit = self._overlay_max, self._overlay_unit
+            lo_c, hi_c = heat_color(0.0).name(), heat_color(1.0).name()
+            self.legend.setText(
+                f"{legend}&nbsp;&nbsp;<span style='color:{lo_c}'>■</span>&nbsp;0 → "
+                f"<span style='color:{hi_c}'>■</span>&nbsp;{_fmt(hi, unit)}")
+            self.legend.adjustSize()
+            self.legend.move(10, 10)
+            self.legend.show()
+        else:
+            self.legend.hide()
+
+    def _make_groups(self) -> None:
+        """Outlines and chips of the overlay (remade whole: a few hundred items at most)."""
+        for item in self._group_items:
+            try:
+                if item.scene() is not None:
+                    item.scene().removeItem(item)
+            except RuntimeError:  # went with an old scene
+                pass
+        self._group_items = []
+        if not self._overlay or self.layout_result is None or self.view is None:
+            return
+        values, _legend = self._overlay
+        boxes = self.layout_result.boxes
+        unit = self._overlay_unit
+        groups = self._overlay_groups
+        if groups is None:
+            groups = [{"ids": [k], "value": v, "label": "", "tooltip": ""} for k, v in values.items()]
+        members: dict = {}
+        for gi, g in enumerate(groups):
+            for nid in g["ids"]:
+                members.setdefault(nid, set()).add(gi)
+        bridges: dict[int, list] = {}
+        for e in self.view.edges:  # an edge inside a group is bridged, so a chain is one shape
+            shared = members.get(e.src, set()) & members.get(e.dst, set())
+            a, b = boxes.get(e.src), boxes.get(e.dst)
+            if shared and a is not None and b is not None:
+                r = QRectF(QPointF(min(a.x, b.x) - 8, min(a.y, b.y) - 8), QPointF(max(a.x, b.x) + 8, max(a.y, b.y) + 8))
+                for gi in shared:
+                    bridges.setdefault(gi, []).append(r)
+        hi = self._overlay_max
+        placed: list[QRectF] = []
+        scene = self.scene()
+        for gi, g in enumerate(groups):
+            rects = [QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h) for b in (boxes.get(i) for i in g["ids"]) if b is not None]
+            if not rects:
+                continue
+            color = heat_color(float(g["value"]) / hi if hi > 0 else 0.0)
+            outline = GroupItem(rects, bridges.get(gi, []), color)
+            anchor = outline.chip_anchor()
+            chip = ChipItem(anchor, _fmt(float(g["value"]), unit), color, g.get("tooltip") or g.get("label") or "")
+            while any(chip.rect.intersects(r) for r in placed):  # chips of groups sharing a corner: side by side
+                anchor = QPointF(anchor.x() - chip.rect.width() - 4, anchor.y())
+                chip = ChipItem(anchor, chip.text, color, chip.toolTip())
+            placed.append(chip.rect)
+            for item in (outline, chip):
+                scene.addItem(item)
+                self._group_items.append(item)
+
+
+
+def _fmt(value: float, unit: str) -> str:
+    """A value for a chip or the legend: three significant digits and the unit."""
+    return f"{value:.3g} {unit}".strip()

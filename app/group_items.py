@@ -1,0 +1,164 @@
+"""The box of a collapsed group on the canvas: a stacked card with the scope's name, its size and
+parameters, its op histogram and the shapes that enter and leave it.
+
+A group box is a `NodeItem` (selection, highlights, heat overlay and ghosts work unchanged) that
+draws more lines and looks like a stack of boxes, so it reads as "many nodes in here" at a glance.
+"""
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QPainter, QPen
+from PySide6.QtGui import QPainterPath
+from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
+
+from core.views.viewgraph import ViewNode
+
+from .graph_items import NodeItem, _fonts
+from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
+
+__all__ = ["GroupItem", "GroupFrame", "group_size"]
+
+PAD_X = 10.0
+PAD_Y = 6.0
+STACK = 4.0  # offset of the cards drawn behind the box
+MAX_WIDTH = 340.0
+MIN_WIDTH = 150.0
+
+
+def group_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
+    """Box size of a group: name, detail and one line per badge (histogram, shapes)."""
+    key = ("group", node.label, node.detail, tuple(node.badges))
+    size = measure.sizes.get(key)
+    if size is None:
+        w = max(measure.width(node.label, 0) + 18, measure.width(node.detail, 1))
+        for b in node.badges:
+            w = max(w, measure.width(b, 2))
+        h = 2 * PAD_Y + measure.heights[0] + measure.heights[1] + len(node.badges) * (measure.heights[2] + 1)
+        size = measure.sizes[key] = (max(MIN_WIDTH, min(MAX_WIDTH, math.ceil(w + 2 * PAD_X))) + STACK, math.ceil(h) + STACK)
+    return size
+
+
+class GroupItem(NodeItem):
+    """A collapsed scope: double-click (or Enter, +) expands it."""
+
+    def _layout_text(self) -> None:
+        self._texts = []  # drawn directly in paint (few items: groups are a small part of any view)
+        self._badge_spans = []
+        self._badge_y = (0.0, 0.0)
+
+    def badge_at(self, pos: QPointF) -> int | None:
+        return None  # group lines are not tensors
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        fill, accent = category_colors(self.node.category)
+        if self.overlay is not None:
+            fill = self.overlay
+        selected = bool(option.state & QStyle.State_Selected)
+        r = self.rect
+        card = QRectF(r.x(), r.y(), r.width() - STACK, r.height() - STACK)
+        if self.ghost == "removed":
+            painter.setOpacity(0.35)
+        if lod < 0.35:
+            if selected or self.highlights:
+                color = QColor(HIGHLIGHT_COLORS["selection"]) if selected else next(iter(self.highlights.values()))
+                painter.fillRect(r.adjusted(-4, -4, 4, 4), color)
+            painter.fillRect(r.adjusted(STACK, STACK, 0, 0), accent)
+            painter.fillRect(card, fill)
+            painter.fillRect(QRectF(card.x(), card.y(), card.width(), 4), accent)
+            return
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        for k, color in enumerate(self.highlights.values()):
+            painter.setPen(QPen(color, 3.0))
+            painter.setBrush(Qt.NoBrush)
+            d = 2.5 + 3 * min(k, 1)
+            painter.drawRoundedRect(r.adjusted(-d, -d, d, d), 6, 6)
+        # the stack behind: two offset cards
+        painter.setPen(QPen(accent, 1.0))
+        painter.setBrush(QBrush(fill.darker(112)))
+        painter.drawRoundedRect(card.translated(STACK, STACK), 5, 5)
+        painter.drawRoundedRect(card.translated(STACK / 2, STACK / 2), 5, 5)
+        if self.ghost == "added":
+            pen = QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
+        elif self.ghost == "removed":
+            pen = QPen(QColor("#c62828"), 2.0, Qt.DashLine)
+        elif selected:
+            pen = QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
+        else:
+            pen = QPen(accent, 1.4)
+        painter.setPen(pen)
+        painter.setBrush(QBrush(fill))
+        painter.drawRoundedRect(card, 5, 5)
+        painter.setRenderHint(QPainter.Antialiasing, False)
+        painter.fillRect(QRectF(card.x() + 1, card.y() + 1, card.width() - 2, 4), accent)
+        fonts, metrics = _fonts()
+        x = card.x() + PAD_X
+        avail = card.width() - 2 * PAD_X
+        y = card.y() + PAD_Y + 1
+        lines = [(self.node.label, 0, QColor("#1b1f23")), (self.node.detail, 1, QColor("#454d55"))]
+        lines += [(b, 2, QColor("#2d3a45")) for b in self.node.badges]
+        for k, (text, fi, color) in enumerate(lines):
+            fm = metrics[fi]
+            room = avail - (16 if k == 0 else 0)
+            shown = fm.elidedText(text, Qt.ElideRight, room) if fm.horizontalAdvance(text) > room else text
+            painter.setFont(fonts[fi])
+            painter.setPen(color)
+            painter.drawText(QPointF(x, y + fm.ascent()), shown)
+            y += fm.height() + (1 if fi == 2 else 0)
+        # the expand glyph, top right
+        painter.setFont(fonts[0])
+        painter.setPen(accent)
+        painter.drawText(QRectF(card.right() - 20, card.y() + 3, 16, 18), Qt.AlignCenter, "+")
+        if self.overlay_text:
+            painter.setFont(fonts[2])
+            painter.setPen(QColor("#1b1f23"))
+            painter.drawText(card.adjusted(0, 0, -6, -3), Qt.AlignRight | Qt.AlignBottom, self.overlay_text)
+
+
+class GroupFrame(QGraphicsItem):
+    """The frame around an expanded group's nodes, its path in the title strip; double-click
+    the title to collapse it again. Only the title takes clicks (the rest drags the view)."""
+
+    TITLE_H = 16.0
+
+    def __init__(self, path: str, rect: QRectF, depth: int, on_collapse):
+        super().__init__()
+        self.path = path
+        self.rect = rect
+        self.on_collapse = on_collapse
+        self.setZValue(-2 + 0.01 * depth)
+        self.setToolTip(f"{path}: double-click the title (or select a node inside and press -) to collapse")
+        self._shade = QColor(86, 102, 122, 14 + 6 * min(depth, 4))
+
+    def boundingRect(self) -> QRectF:
+        return self.rect.adjusted(-1, -1, 1, 1)
+
+    def _title(self) -> QRectF:
+        return QRectF(self.rect.x(), self.rect.y(), self.rect.width(), self.TITLE_H)
+
+    def shape(self) -> QPainterPath:
+        p = QPainterPath()
+        p.addRect(self._title())
+        return p
+
+    def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
+        painter.fillRect(self.rect, self._shade)
+        painter.setPen(QPen(QColor("#8795a6"), 1.0, Qt.DashLine))
+        painter.setBrush(Qt.NoBrush)
+        painter.drawRect(self.rect)
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        if lod < 0.35:
+            return
+        fonts, metrics = _fonts()
+        painter.setFont(fonts[2])
+        painter.setPen(QColor("#45525f"))
+        painter.drawText(self._title().adjusted(6, 0, -6, 0), Qt.AlignLeft | Qt.AlignVCenter, "− " + self.path)
+
+    def mousePressEvent(self, event) -> None:
+        event.accept()
+
+    def mouseDoubleClickEvent(self, event) -> None:
+        event.accept()
+        self.on_collapse(self.path)

@@ -1,0 +1,330 @@
+"""The tuning database: where tuning records live, how they are read and written, and the pass
+that gives each kernel its fastest measured schedule.
+
+A folder per target (`<root>/<target key>/`) holds MetaSchedule's JSONDatabase (searched
+schedules keyed by the kernel's structure), `templates.json` (the best template config per
+workload, with the default schedule's time) and `progress.json` (trials spent and the default's
+time per workload). core.compiler.tuning fills it; compile applies it (`apply_database_pass`),
+so a kernel tuned once is fast in every later compile of any model that has it.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+from ..errors import WorkbenchError
+
+__all__ = [
+    "PROGRESS_FILE",
+    "TEMPLATES_FILE",
+    "default_database_root",
+    "target_key",
+    "database_dir",
+    "open_database",
+    "database_coverage",
+    "apply_database_pass",
+    "prepare_module",
+    "kernel_workload",
+    "tuned_schedule",
+    "record_schedule",
+    "database_choice",
+]
+
+logger = logging.getLogger(__name__)
+
+
+PROGRESS_FILE = "progress.json"
+TEMPLATES_FILE = "templates.json"
+
+
+def default_database_root() -> Path:
+    """Where tuning records live unless a folder is given: shared by all models and runs."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mlc-workbench" / "tuning"
+
+
+def target_key(target) -> str:
+    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
+    kind = target.kind.name
+    attrs = target.attrs
+    parts = [kind]
+    for key in ("mcpu", "arch", "num-cores"):
+        if key in attrs:
+            parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
+
+
+def database_dir(root, target) -> Path:
+    return Path(root if root is not None else default_database_root()) / target_key(target)
+
+
+def open_database(root, target):
+    """The JSON tuning database for `target` under `root` (created when missing)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    folder = database_dir(root, target)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkbenchError(f"cannot use tuning database folder '{folder}': {exc.strerror}.") from exc
+    return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
+
+
+def _load_json(folder: Path, name: str) -> dict[str, dict]:
+    """A record file of the database folder ({} when missing or unreadable)."""
+    try:
+        return json.loads((folder / name).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:
+    """Write a record file whole, through a temporary file (a crash never leaves half of one)."""
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
+    tmp.replace(folder / name)
+
+
+def _load_progress(folder: Path) -> dict[str, dict]:
+    return _load_json(folder, PROGRESS_FILE)
+
+
+def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
+    _save_json(folder, PROGRESS_FILE, progress)
+
+
+def _load_templates(folder: Path) -> dict[str, dict]:
+    return _load_json(folder, TEMPLATES_FILE)
+
+
+def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
+    _save_json(folder, TEMPLATES_FILE, templates)
+
+
+def _template_rules() -> list:
+    """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
+    from .schedules.cpu_conv import Conv2dNCHW
+
+    return [Conv2dNCHW()]
+
+
+def _template_rule(name: str):
+    return next((rule for rule in _template_rules() if rule.name == name), None)
+
+
+def _current_space(record: dict) -> bool:
+    """True when `record` searched the rule's present candidate space (else it is redone)."""
+    rule = _template_rule(record.get("rule", ""))
+    return rule is not None and record.get("space") == getattr(rule, "space_version", 0)
+
+
+def _prepare(mod):
+    """Mark weights as layout free (so tuned kernels may prepack them), as schedule_pass does."""
+    from tvm import relax
+
+    return relax.transform.AttachAttrLayoutFreeBuffers()(mod)
+
+
+def _workload_key(task_mod) -> str:
+    import tvm_ffi  # TVM 0.27 keeps structural_hash in tvm_ffi, not tvm.ir
+
+    return f"{tvm_ffi.structural_hash(task_mod) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def _best_seconds(database, task_mod) -> float | None:
+    if not database.has_workload(task_mod):
+        return None
+    records = database.get_top_k(database.commit_workload(task_mod), 1)
+    if not records or not records[0].run_secs:
+        return None
+    secs = [float(s) for s in records[0].run_secs]
+    return sum(secs) / len(secs)
+
+
+def _task_module(func):
+    """The IRModule MetaSchedule's task extraction makes of a kernel (its workload key)."""
+    import tvm
+
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+def database_coverage(mod, target, database=None) -> tuple[int, int]:
+    """(kernels of the fused module the database holds tuned records for - template configs
+    or searched schedules -, kernels in all)."""
+    import tvm
+
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    templates = _load_templates(folder)
+    funcs = [f for _, f in _prepare(mod).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    if not have_search and not templates:
+        return 0, len(funcs)
+    db = open_database(database, target) if have_search else None
+    known = 0
+    for func in funcs:
+        task_mod = _task_module(func)
+        known += _workload_key(task_mod) in templates or (db is not None and _best_seconds(db, task_mod) is not None)
+    return known, len(funcs)
+
+
+def apply_database_pass(target, database=None):
+    """A module pass that gives every kernel the database knows its fastest tuned schedule -
+    unless the default schedule measured faster (then schedule_pass schedules it as usual).
+    Kernels it applies are marked scheduled; the rest are left to schedule_pass."""
+    import tvm
+    from tvm import s_tir
+
+    @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
+    def _pass(mod, _ctx):
+        folder = database_dir(database, target)
+        have_search = (folder / "database_workload.json").exists()
+        templates = _load_templates(folder)
+        if not have_search and not templates:
+            return mod
+        db = open_database(database, target) if have_search else None
+        saved = _load_progress(folder)
+        mod = _prepare(mod)
+        updated = {}
+        for gvar, func in mod.functions_items():
+            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
+                continue
+            task_mod = _task_module(func)
+            key = _workload_key(task_mod)
+            template = templates.get(key)
+            options = _schedule_options(key, task_mod, template, db, saved)
+            default_ms = options[0][1]
+            known = [(kind, ms) for kind, ms in options if ms is not None]
+            if not known:
+                continue
+            choice = min(known, key=lambda x: x[1])[0]
+            if choice == "default" and default_ms is None:
+                continue
+            scheduled = None
+            if choice == "template":
+                scheduled = _apply_template(func, target, template, gvar.name_hint)
+            elif choice == "search":
+                scheduled = _apply_search_record(db, task_mod, gvar.name_hint)
+            if scheduled is not None:
+                updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+        for gvar, func in updated.items():
+            mod[gvar] = func
+        return mod
+
+    return _pass
+
+
+def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict) -> list[tuple[str, float | None]]:
+    """[(kind, ms)] of one kernel's measured schedules: default first, then the best template
+    config and the best record of the MetaSchedule database (searched or made by hand)."""
+    default_ms = saved.get(key, {}).get("default_ms")
+    if default_ms is None and template is not None:
+        default_ms = template.get("default_ms")
+    options: list[tuple[str, float | None]] = [("default", default_ms)]
+    if template is not None:
+        options.append(("template", template["ms"]))
+    best = _best_seconds(db, task_mod) if db is not None else None
+    if best is not None:
+        options.append(("search", best * 1e3))
+    return options
+
+
+def _apply_template(func, target, record: dict, name: str):
+    """`func` scheduled by the template rule's recorded config, or None (default schedule)."""
+    rule = _template_rule(record.get("rule", ""))
+    if rule is None:
+        logger.warning("tuning record for %s names an unknown rule %s", name, record.get("rule"))
+        return None
+    try:
+        sch = rule.apply(func, target, record["config"])
+    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
+        logger.warning("tuned config for %s does not apply: %s", name, exc)
+        return None
+    return None if sch is None else sch.mod["main"]
+
+
+def _apply_search_record(db, task_mod, name: str):
+    from tvm import s_tir
+
+    record = db.get_top_k(db.commit_workload(task_mod), 1)[0]
+    sch = s_tir.Schedule(task_mod)
+    try:
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+    except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
+        logger.warning("tuning record for %s does not apply: %s", name, exc)
+        return None
+    return sch.mod["main"]
+
+
+# ---- hand-made schedules (core.compiler.schedule_session) ------------------------------------------
+
+def prepare_module(mod):
+    """The fused module as tuning and apply_database_pass see it (weights marked layout-free):
+    a kernel taken from it has the workload key the database files its records under."""
+    return _prepare(mod)
+
+
+def kernel_workload(func) -> str:
+    """The database key of one kernel (a PrimFunc of prepare_module's result)."""
+    return _workload_key(_task_module(func))
+
+
+def tuned_schedule(func, target, database=None):
+    """The database's fastest tuned schedule of kernel `func`: (kind 'template' | 'search',
+    scheduled PrimFunc, recorded ms), or None when the database has none for its workload."""
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    template = _load_templates(folder).get(kernel_workload(func))
+    if not have_search and template is None:
+        return None
+    task_mod = _task_module(func)
+    db = open_database(database, target) if have_search else None
+    options = [(k, ms) for k, ms in _schedule_options(kernel_workload(func), task_mod, template, db, {})[1:] if ms is not None]
+    for kind, ms in sorted(options, key=lambda x: x[1]):
+        name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "kernel"
+        scheduled = _apply_template(func, target, template, name) if kind == "template" else _apply_search_record(db, task_mod, name)
+        if scheduled is not None:
+            return kind, scheduled, ms
+    return None
+
+
+def record_schedule(func, target, trace, ms: float, database=None, default_ms: float | None = None) -> str:
+    """File a schedule made by hand (a trace on kernel `func`, measured at `ms`) in the MetaSchedule
+    database of `target`, where compile's apply_database_pass weighs it against the default and
+    the tuned schedules like any searched record. `default_ms`, measured beside it, becomes the
+    default's figure when the database has none. Returns the database folder."""
+    from tvm.s_tir import meta_schedule as ms_
+
+    folder = database_dir(database, target)
+    db = open_database(database, target)
+    task_mod = _task_module(func)
+    workload = db.commit_workload(task_mod)
+    db.commit_tuning_record(
+        ms_.database.TuningRecord(
+            trace, workload, run_secs=[float(ms) / 1e3], target=target, args_info=ms_.arg_info.ArgInfo.from_prim_func(task_mod["main"])
+        )
+    )
+    if default_ms is not None:
+        saved = _load_progress(folder)
+        entry = saved.setdefault(kernel_workload(func), {})
+        if entry.get("default_ms") is None:
+            entry["default_ms"] = float(default_ms)
+            _save_progress(folder, saved)
+    return str(folder)
+
+
+def database_choice(func, target, database=None) -> tuple[str | None, list[tuple[str, float | None]]]:
+    """Which schedule a compile applying `database` gives kernel `func` ('default', 'template',
+    'search' or None when the database knows nothing of it), and the options it weighed."""
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    task_mod = _task_module(func)
+    key = kernel_workload(func)
+    db = open_database(database, target) if have_search else None
+    options = _schedule_options(key, task_mod, _load_templates(folder).get(key), db, _load_progress(folder))
+    known = [(kind, ms) for kind, ms in options if ms is not None]
+    if not known or (len(known) == 1 and known[0][0] == "default"):
+        return None, options
+    return min(known, key=lambda x: x[1])[0], options

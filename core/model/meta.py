@@ -1,0 +1,13 @@
+"""Keys of the workbench's own entries in onnx_ir `meta` (never written to a file): one constant
+per key, imported wherever a key is read or written."""
+from __future__ import annotations
+
+__all__ = ["NODE_ID", "INFERRED", "REWRITES_KEY"]
+
+NODE_ID = "wb.id"  # a node's id: stable across edits, undo and clone (what the canvas selects)
+INFERRED = "wb.inferred"  # (dtype, shape) shape inference found for a value the file leaves untyped
+
+# key of the model's metadata_props (saved with the file) listing the rewrites applied to it, as
+# a JSON list of their descriptions: the artifact manifest of a later compile lists them, from
+# the GUI or the command line alike
+REWRITES_KEY = "mlc_workbench.rewrites"
