@@ -7,7 +7,8 @@
 * "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
-  (shared by all models; another one can be chosen for this session). Tuning runs inside the
+  (shared by all models; another one can be chosen for this session); candidates are measured
+  here, or on the devices behind a TVM RPC tracker given as HOST:PORT:KEY. Tuning runs inside the
   compile job: its progress shows in the bar and the status line, and Cancel stops it after the
   measuring round in progress (records measured so far stay in the database, so the next tuned
   compile resumes). The results table says how many kernels run on tuned schedules.
@@ -42,6 +43,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QMessageBox,
     QProgressBar,
     QScrollArea,
@@ -235,7 +237,7 @@ class CompilePanel(QWidget):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
-        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
@@ -298,6 +300,10 @@ class CompilePanel(QWidget):
         self.tune_trials.setSingleStep(16)
         self.tune_trials.setSuffix(" search trials per kernel")
         self.tune_trials.setSpecialValueText("template search only")
+        # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
+        self.tune_rpc = QLineEdit()
+        self.tune_rpc.setPlaceholderText("measure here (or RPC HOST:PORT:KEY)")
+        self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
         self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
         self.tune_db_label = QLabel()
         self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -310,6 +316,9 @@ class CompilePanel(QWidget):
             self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
             self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
             "0: template search only); kernels already tuned this far are reused",
+            self.tune_rpc: "Empty: candidates are measured on this machine. HOST:PORT:KEY: on the devices registered "
+            "under KEY with the TVM RPC tracker at HOST:PORT (python -m tvm.exec.rpc_tracker / rpc_server); "
+            "the target must describe those devices",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
             self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
             "(tuned, or filed from the Schedule panel with 'Use in compile')",
@@ -333,7 +342,7 @@ class CompilePanel(QWidget):
         self.tune.setEnabled(cpu and not busy)
         self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
         on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials):
+        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc):
             w.setEnabled(on)
         for w in (self.tune_db_label, self.tune_db_btn):
             w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
@@ -357,11 +366,14 @@ class CompilePanel(QWidget):
             return {"tune_db": self.tune_db_path}
         if not (self.tune.isChecked() and self.tuning_available()):
             return {}
-        return {
+        options = {
             "tune_trials": self.tune_trials.value(),
             "tune_budget_s": round(self.tune_minutes.value() * 60.0, 3),
             "tune_db": self.tune_db_path,
         }
+        if self.tune_rpc.text().strip():
+            options["tune_rpc"] = self.tune_rpc.text().strip()
+        return options
 
     # -- compile + bench ------------------------------------------------------------------
 
