@@ -4,7 +4,8 @@
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
-* "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
+* "Tune" (CPU; CUDA only where a GPU is here to measure on) tunes every kernel before
+  scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
   (shared by all models; another one can be chosen for this session); candidates are measured
@@ -66,7 +67,8 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
-_TUNE_CPU_ONLY = "Tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
+_TUNE_CPU_ONLY = ("Tuning for CUDA measures every candidate on a GPU, and this machine has none; CUDA compiles here use "
+                  "dlight's default GPU schedules.")
 
 
 def _mb(n) -> str:
@@ -334,7 +336,12 @@ class CompilePanel(QWidget):
             self.set_tune_db(folder)
 
     def tuning_available(self) -> bool:
-        return self.target.currentData() == "cpu"
+        """CPU always; CUDA where a GPU is here to measure on."""
+        if self.target.currentData() == "cpu":
+            return True
+        from core.compiler.target import gpu_present
+
+        return gpu_present()
 
     def _update_tune_controls(self, *_args) -> None:
         busy = self._busy_now
@@ -352,7 +359,7 @@ class CompilePanel(QWidget):
 
     def _show_tune_db(self) -> None:
         if not self.tuning_available():
-            self.tune_db_label.setText("tuning: CPU target only")
+            self.tune_db_label.setText("tuning: needs a GPU here")
             self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
             return
         fm = QFontMetrics(self.tune_db_label.font())

@@ -43,6 +43,7 @@ __all__ = [
     "compile_model",
     "import_relax",
     "CompileCancelled",
+    "CUDA_TUNING_NEEDS_GPU",
     # re-exported: what a compile hands back and how it is checked
     "Artifact",
     "TensorSpec",
@@ -151,10 +152,12 @@ def compile_model(
     searches `tune_trials` schedules per kernel with the time left; the records go to the
     database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
     uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
-    database. Tuning is for the cpu target; it reports through `progress` (5-55 %) and stops
-    after the measuring round in which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY')
-    measures the candidates on the devices registered under KEY with the TVM RPC tracker at
-    HOST:PORT instead of here (the target must describe those devices).
+    database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
+    template search is CPU-only, so a CUDA tuning is MetaSchedule's search against dlight's
+    defaults). It reports through `progress` (5-55 %) and stops after the measuring round in
+    which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY') measures the candidates on the
+    devices registered under KEY with the TVM RPC tracker at HOST:PORT instead of here (the
+    target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
@@ -359,9 +362,16 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
             budget = float("nan")
         if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
             raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
-    if (tune_trials > 0 or tune_budget_s is not None) and target != "cpu":
-        raise WorkbenchError(f"tuning is available for the cpu target only, not {target}; compile for {target} without tuning.")
+    if (tune_trials > 0 or tune_budget_s is not None) and target == "cuda" and not gpu_present():
+        raise WorkbenchError(CUDA_TUNING_NEEDS_GPU)
     return budget
+
+
+# MetaSchedule measures every candidate schedule on the device it tunes for
+CUDA_TUNING_NEEDS_GPU = (
+    "tuning for cuda measures every candidate on a GPU, and this machine has none; compile for cuda without "
+    "tuning (a database tuned on a GPU machine still applies with tune_db / --tune-db)."
+)
 
 
 class _TuningStep:
