@@ -126,7 +126,9 @@ class GroupFrame(QGraphicsItem):
     def __init__(self, path: str, rect: QRectF, depth: int, on_collapse):
         super().__init__()
         self.path = path
-        self.rect = rect
+        _, metrics = _fonts()
+        need = metrics[2].horizontalAdvance("− " + path) + 14  # the title fits: widen to the right
+        self.rect = rect if rect.width() >= need else QRectF(rect.x(), rect.y(), need, rect.height())
         self.on_collapse = on_collapse
         self.setZValue(-2 + 0.01 * depth)
         self.setToolTip(f"{path}: double-click the title (or select a node inside and press -) to collapse")

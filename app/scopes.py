@@ -88,6 +88,11 @@ class ScopeController(QObject):
         return scoped_view(full, tree, self.expanded)
 
     @property
+    def full_view(self) -> ViewGraph | None:
+        """The model's view with every node (what search looks through)."""
+        return self._full
+
+    @property
     def active(self) -> bool:
         return self.canvas.mode == "model" and self._tree is not None and bool(self._tree.groups) and self.canvas.document.graph is not None
 

@@ -133,6 +133,7 @@ def compile_model(
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
     tune_budget_s: float | None = None,
+    tune_rpc: str | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -154,7 +155,9 @@ def compile_model(
     database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
     template search is CPU-only, so a CUDA tuning is MetaSchedule's search against dlight's
     defaults). It reports through `progress` (5-55 %) and stops after the measuring round in
-    which `cancel()` turns True.
+    which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY') measures the candidates on the
+    devices registered under KEY with the TVM RPC tracker at HOST:PORT instead of here (the
+    target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
@@ -191,7 +194,12 @@ def compile_model(
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
+        runner = None
+        if tune_rpc:
+            from .tuning import parse_rpc_address, rpc_runner
+
+            runner = rpc_runner(*parse_rpc_address(tune_rpc))
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
@@ -371,7 +379,7 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
         self.summary: str | None = None
         self.kernels = self.from_database = 0
 
@@ -391,6 +399,7 @@ class _TuningStep:
                 budget_s=budget_s,
                 progress=progress,
                 cancel=cancel,
+                runner=runner,
                 on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
             )
         except ImportError as e:

@@ -73,6 +73,7 @@ __all__ = [
     "database_coverage",
     "tuning_pass",
     "rpc_runner",
+    "parse_rpc_address",
     "local_builder",
     "local_runner",
     "prepare_module",
@@ -581,6 +582,20 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
         return apply(mod)
 
     return _pass
+
+
+def parse_rpc_address(text: str) -> tuple[str, int, str]:
+    """'HOST:PORT:KEY' (a TVM RPC tracker and the key its devices registered under) as
+    (host, port, key); a WorkbenchError naming what is wrong otherwise."""
+    from ..errors import WorkbenchError
+
+    parts = str(text).strip().rsplit(":", 2)
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise WorkbenchError(f"--tune-rpc wants HOST:PORT:KEY (a TVM RPC tracker and a device key), not '{text}'.")
+    host, port, key = (p.strip() for p in parts)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise WorkbenchError(f"--tune-rpc: the tracker port must be a number from 1 to 65535, not '{port}'.")
+    return host, int(port), key
 
 
 def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):

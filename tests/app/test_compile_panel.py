@@ -158,6 +158,7 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     qtbot.waitUntil(lambda: "trials" in panel.progress.format(), timeout=20_000)
     kwargs = calls[0]
     assert kwargs["tune_trials"] == 32 and kwargs["tune_budget_s"] == 150.0 and kwargs["tune_db"] == str(tmp_path / "db")
+    assert "tune_rpc" not in kwargs  # measured here unless a tracker is named
     assert panel.progress.toolTip().startswith("tuning fused_conv2d_add_relu: ") and "trials" in panel.progress.format()
     assert 0 < panel.progress.value() < 700
     assert "Tuning (budget 2.5 min)" in panel.status.text() and "trials" in panel.status.text()
@@ -171,8 +172,13 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     panel.tune_trials.setValue(0)
     assert panel.tune_trials.text() == "template search only"
     assert panel.tuning_options()["tune_trials"] == 0 and panel.tuning_options()["tune_budget_s"] == 150.0
+    # a tracker named in the Tune box: compile measures there (compile_model(tune_rpc=...))
+    assert panel.tune_rpc.isEnabled()
+    panel.tune_rpc.setText(" 10.0.0.2:9190:cpu-znver4 ")
+    assert panel.tuning_options()["tune_rpc"] == "10.0.0.2:9190:cpu-znver4"
     # unchecked: no tuning keywords at all
     panel.tune.setChecked(False)
+    assert not panel.tune_rpc.isEnabled()
     assert panel.tuning_options() == {}
 
 
