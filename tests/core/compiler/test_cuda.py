@@ -67,11 +67,11 @@ def test_real_nvcc_failure_is_one_sentence_naming_the_kernel(tmp_path):
 
 # The models the CUDA export must handle: the onnx wheel's light models, the bundled samples and an
 # exporter-style model (names with / . : -). nvcc takes ~10-60 s a model on a shared 2-core machine,
-# so the suite exports a few that cover the cases (ZFNet-512: Caffe2's 'gpu_0/data_0' and a
-# '-' in a name); MLCWB_CUDA_SWEEP=all exports every one.
+# so the suite exports a few that cover the cases (ShuffleNet: Caffe2's 'gpu_0/data_0', grouped
+# convolutions); MLCWB_CUDA_SWEEP=all exports every one.
 _ALL = ["exporter_names"] + [f"light:{n.removeprefix('light_').removesuffix('.onnx')}" for n in LIGHT_MODELS] + [
     f"sample:{n.removesuffix('.onnx')}" for n in SAMPLE_MODELS]
-_DEFAULT = ["exporter_names", "light:zfnet512", "sample:mlp"]
+_DEFAULT = ["exporter_names", "light:shufflenet", "sample:mlp"]
 _MODELS = _ALL if os.environ.get("MLCWB_CUDA_SWEEP") == "all" else [m for m in _DEFAULT if m in _ALL]
 
 
