@@ -46,6 +46,19 @@ def _fonts():
     return _FONTS, _METRICS
 
 
+_CHIP_FONT = None
+
+
+def _chip_font():
+    """The badge font in bold: a value chip's."""
+    global _CHIP_FONT
+    if _CHIP_FONT is None:
+        fonts, _ = _fonts()
+        _CHIP_FONT = type(fonts[2])(fonts[2])
+        _CHIP_FONT.setBold(True)
+    return _CHIP_FONT
+
+
 def badge_text(node: ViewNode) -> str:
     return BADGE_SEP.join(node.badges)
 
@@ -390,33 +403,41 @@ class GroupItem(QGraphicsItem):
 
 
 class ChipItem(QGraphicsItem):
-    """A small white label with dark text (a group's value), above boxes and edges; its right
-    bottom corner at `anchor`."""
+    """A small white label with dark text (a group's value), above boxes and edges, its right
+    bottom corner at `anchor`. Drawn at the same size on screen at every zoom (it ignores the
+    view's scaling), so the figure stays readable on a fitted graph; hidden when the graph is
+    so small that chips would cover it."""
+
+    HIDE_BELOW = 0.2  # canvas zoom under which chips are not drawn
 
     def __init__(self, anchor: QPointF, text: str, color: QColor, tooltip: str = ""):
         super().__init__()
-        _, metrics = _fonts()
-        fm = metrics[0]
-        tw, th = fm.horizontalAdvance(text) + 10, fm.height() + 2
+        fm = QFontMetricsF(_chip_font())
+        tw, th = fm.horizontalAdvance(text) + 8, fm.height() + 1  # small: it sits in the gap above its boxes
         self.text = text
         self.color = QColor(color)
-        self.rect = QRectF(anchor.x() - tw, anchor.y() - th, tw, th)
+        self.rect = QRectF(-tw, -th, tw, th)  # in screen pixels, from the anchor
+        self.setPos(anchor)
+        self.setFlag(QGraphicsItem.ItemIgnoresTransformations, True)
         self.setZValue(3)
         if tooltip:
             self.setToolTip(tooltip)
+
+    def scene_rect_at_100(self) -> QRectF:
+        """Where the chip lies in the scene at 100 % (for keeping chips apart)."""
+        return self.rect.translated(self.pos())
 
     def boundingRect(self) -> QRectF:
         return self.rect.adjusted(-1, -1, 1, 1)
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        lod = option.levelOfDetailFromTransform(painter.worldTransform())
-        if lod < 0.25:
-            return  # too small to read: the group's colour says it
-        fonts, _ = _fonts()
+        views = self.scene().views() if self.scene() is not None else []
+        if views and views[0].transform().m11() < self.HIDE_BELOW:
+            return  # the group's colour says it
         painter.setRenderHint(QPainter.Antialiasing, True)
         painter.setPen(QPen(self.color.darker(135), 1.2))
         painter.setBrush(QColor("#ffffff"))
         painter.drawRoundedRect(self.rect, 4, 4)
-        painter.setFont(fonts[0])
+        painter.setFont(_chip_font())
         painter.setPen(QColor("#111417"))
         painter.drawText(self.rect, Qt.AlignCenter, self.text)

@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         help="workbench: compile with core.compiler.compile (what the app and CLI run); own: this file's minimal pass list",
     )
     parser.add_argument("--background-load", type=int, default=0, metavar="N", help="also measure with N busy processes beside (the 'loaded' columns)")
+    parser.add_argument("--ort-spinning", choices=("on", "off"), default="on", help="onnxruntime's spinning worker threads (default on, its default; off is its better setting on a busy machine)")
     args = parser.parse_args(argv)
 
     import os
@@ -267,7 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         models = {k: v for k, v in models.items() if k in wanted}
 
     loads = [0] + ([args.background_load] if args.background_load > 0 else [])
-    print(f"host {host_description(target)}  threads {args.threads}  pipeline {args.pipeline}  load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"host {host_description(target)}  threads {args.threads}  pipeline {args.pipeline}  "
+        f"onnxruntime spinning {args.ort_spinning}  load average {os.getloadavg()[0]:.1f}"
+    )
     print(
         "timing: onnxruntime in its own process, ours in this one, both with default threading, in "
         "alternating blocks with a pause between; ms as median (p10-p90); 'x ort' = median / median, "
@@ -288,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         vm = build(proto, target)
         build_s = time.perf_counter() - t0
         cells = ""
-        with OrtProcess(proto.SerializeToString(), feeds, args.threads) as ort_proc:
+        with OrtProcess(proto.SerializeToString(), feeds, args.threads, spinning=args.ort_spinning == "on") as ort_proc:
             err = _check(vm, ort_proc, feeds)
             probe, _ = measure(vm, ort_proc, feeds, runs=1, warmup=1, blocks=1)
             runs = _runs_for(probe[0] * 20, args.seconds, args.runs)

@@ -45,7 +45,7 @@ def model_list(wanted: str = "") -> list[tuple[str, Path, bool]]:
         names = set(wanted.split(","))
         unknown = names - {m[0] for m in models}
         if unknown:
-            raise SystemExit(f"gpu_check: unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(m[0] for m in models)}.")
+            raise ValueError(f"gpu_check: unknown model(s) {', '.join(sorted(unknown))}; known: {', '.join(m[0] for m in models)}.")
         models = [m for m in models if m[0] in names]
     return models
 
@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.compiler.target import gpu_present, host_cores, host_cpu
 
+    try:
+        models = model_list(args.models)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if args.target == "cuda" and not gpu_present():
         print("gpu_check: no CUDA GPU is visible to TVM on this machine, so there is nothing to run; skipped.")
         return 0
@@ -152,7 +157,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.compiler.gpu_peaks import gpu_peak
 
-    models = model_list(args.models)
     if args.target == "cuda":
         dev = tvm.cuda(0)
         name = dev.device_name
@@ -170,9 +174,14 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
 
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(build, n, str(p), light, str(out), args.target) for n, p, light in models]
+        # the biggest graphs first: the longest builds start at once and set the wall time
+        by_size = sorted(models, key=lambda m: -m[1].stat().st_size)
+        futures = {pool.submit(build, n, str(p), light, str(out), args.target): n for n, p, light in by_size}
         for f in as_completed(futures):
-            built.append(f.result())
+            try:
+                built.append(f.result())
+            except Exception as e:  # noqa: BLE001 - a worker that died (a crash in native code) fails its model only
+                built.append({"model": futures[f], "error": f"the build process failed: {type(e).__name__}: {e}"})
     print(f"built {sum('error' not in r for r in built)}/{len(built)} artifacts in {time.perf_counter() - t_start:.0f} s ({jobs} at a time)\n")
     order = {n: i for i, (n, _, _) in enumerate(models)}
     built.sort(key=lambda r: order[r["model"]])

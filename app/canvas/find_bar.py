@@ -118,14 +118,13 @@ class FindBar(QFrame):
         view = scopes.full_view if scopes is not None and scopes.active else self.canvas.view  # hits may be inside groups
         q = text.strip().lower()
         for node_id in self.hits[: self.LIST_LIMIT]:
-            n = view.node(node_id)
-            name = str(n.data.get("name") or n.data.get("tensor") or "")
+            label, name, tensors, tip = self._describe(view, node_id)
             via = ""
-            if q and q not in n.label.lower() and q not in name.lower():
-                tensors = [t for t in list(n.data.get("inputs", ())) + list(n.data.get("outputs", ())) if t and q in t.lower()]
-                via = f"  · {tensors[0]}" if tensors else ""
-            item = QListWidgetItem(f"{n.label}  {name}{via}".strip())
-            item.setToolTip(n.tooltip or n.label)
+            if q and q not in label.lower() and q not in name.lower():
+                matched = [t for t in tensors if t and q in t.lower()]
+                via = f"  · {matched[0]}" if matched else ""
+            item = QListWidgetItem(f"{label}  {name}{via}".strip())
+            item.setToolTip(tip or label)
             self.results.addItem(item)
         if len(self.hits) > self.LIST_LIMIT:
             more = QListWidgetItem(f"… {len(self.hits) - self.LIST_LIMIT:,} more (use the arrows)")
@@ -134,6 +133,20 @@ class FindBar(QFrame):
         self.results.setVisible(bool(self.hits))
         self.results.setFixedHeight(min(220, 6 + self.results.sizeHintForRow(0) * min(len(self.hits) + 1, 10)) if self.hits else 0)
         self.place()
+
+    def _describe(self, view, node_id) -> tuple[str, str, list, str]:
+        """(label, name, tensors, tooltip) of a hit: from the view, or from the model for a node
+        inside a collapsed group (app.scopes), which has no box of its own."""
+        try:
+            n = view.node(node_id)
+        except (KeyError, AttributeError):
+            graph = self.canvas.document.graph
+            if graph is not None and isinstance(node_id, int) and graph.has_node(node_id):
+                node = graph.node(node_id)
+                return node.op_type, node.label, [v for v in list(node.inputs) + list(node.outputs) if v], ""
+            return str(node_id), "", [], ""
+        name = str(n.data.get("name") or n.data.get("tensor") or "")
+        return n.label, name, list(n.data.get("inputs", ())) + list(n.data.get("outputs", ())), n.tooltip
 
     def _update_count(self) -> None:
         if not self.edit.text():

@@ -37,6 +37,7 @@ FIT_MIN_SCALE = 0.3  # Fit goes no smaller: box titles stay readable down to her
 
 class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
     nodeActivated = Signal(object)
+    tensorActivated = Signal(str)  # double-click on a weight badge (the Inspector opens its values)
     viewSelectionChanged = Signal(list)
     viewShown = Signal(object)
     zoomChanged = Signal(float)
@@ -323,7 +324,12 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
             return
         item = self.itemAt(event.position().toPoint())
         if isinstance(item, NodeItem):
-            self.nodeActivated.emit(item.node_id)
+            badge = item.badge_at(item.mapFromScene(self.mapToScene(event.position().toPoint())))
+            tensors = item.node.data.get("badge_tensors", [])
+            if badge is not None and self.mode == "model" and badge < len(tensors):
+                self.tensorActivated.emit(tensors[badge])
+            else:
+                self.nodeActivated.emit(item.node_id)
             event.accept()
             return
         super().mouseDoubleClickEvent(event)

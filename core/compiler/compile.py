@@ -43,6 +43,7 @@ __all__ = [
     "compile_model",
     "import_relax",
     "CompileCancelled",
+    "CUDA_TUNING_NEEDS_GPU",
     # re-exported: what a compile hands back and how it is checked
     "Artifact",
     "TensorSpec",
@@ -132,6 +133,7 @@ def compile_model(
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
     tune_budget_s: float | None = None,
+    tune_rpc: str | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -150,8 +152,12 @@ def compile_model(
     searches `tune_trials` schedules per kernel with the time left; the records go to the
     database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
     uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
-    database. Tuning is for the cpu target; it reports through `progress` (5-55 %) and stops
-    after the measuring round in which `cancel()` turns True.
+    database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
+    template search is CPU-only, so a CUDA tuning is MetaSchedule's search against dlight's
+    defaults). It reports through `progress` (5-55 %) and stops after the measuring round in
+    which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY') measures the candidates on the
+    devices registered under KEY with the TVM RPC tracker at HOST:PORT instead of here (the
+    target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
@@ -188,7 +194,12 @@ def compile_model(
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
+        runner = None
+        if tune_rpc:
+            from .tuning import parse_rpc_address, rpc_runner
+
+            runner = rpc_runner(*parse_rpc_address(tune_rpc))
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
@@ -351,9 +362,16 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
             budget = float("nan")
         if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
             raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
-    if (tune_trials > 0 or tune_budget_s is not None) and target != "cpu":
-        raise WorkbenchError(f"tuning is available for the cpu target only, not {target}; compile for {target} without tuning.")
+    if (tune_trials > 0 or tune_budget_s is not None) and target == "cuda" and not gpu_present():
+        raise WorkbenchError(CUDA_TUNING_NEEDS_GPU)
     return budget
+
+
+# MetaSchedule measures every candidate schedule on the device it tunes for
+CUDA_TUNING_NEEDS_GPU = (
+    "tuning for cuda measures every candidate on a GPU, and this machine has none; compile for cuda without "
+    "tuning (a database tuned on a GPU machine still applies with tune_db / --tune-db)."
+)
 
 
 class _TuningStep:
@@ -361,7 +379,7 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
         self.summary: str | None = None
         self.kernels = self.from_database = 0
 
@@ -381,6 +399,7 @@ class _TuningStep:
                 budget_s=budget_s,
                 progress=progress,
                 cancel=cancel,
+                runner=runner,
                 on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
             )
         except ImportError as e:

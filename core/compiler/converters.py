@@ -237,7 +237,14 @@ def _build_fixes() -> dict[str, type]:
                 rank = max(k, len(data_dims))
                 a = [None] * (rank - len(data_dims)) + data_dims
                 b = [None] * (rank - k) + dims
-                out = [x if y is None else y if x is None else tvm.tirx.max(x, y) for x, y in zip(a, b)]
+                def joint(x, y):
+                    if y is None or x is None:
+                        return x if y is None else y
+                    if isinstance(x, tvm.tirx.IntImm):  # a static size: 1 takes the shape's, n stays n
+                        return y if int(x) == 1 else x
+                    return tvm.tirx.max(x, y)
+
+                out = [joint(x, y) for x, y in zip(a, b)]
                 return relax.op.broadcast_to(data, relax.ShapeExpr(out))
             return super()._impl_v13(bb, inputs, attr, params)
 

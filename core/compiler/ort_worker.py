@@ -7,7 +7,7 @@ its default threading, and the parent leaves a pause between blocks for the spin
 
 Run as a script, it imports only numpy and onnxruntime (never the workbench):
 
-    python ort_worker.py MODEL.onnx FEEDS.npz THREADS
+    python ort_worker.py MODEL.onnx FEEDS.npz THREADS [nospin]
 
 then reads commands on stdin, one per line, and answers each with one JSON line on stdout:
 
@@ -28,7 +28,7 @@ __all__ = ["serve", "OrtProcess"]
 logger = logging.getLogger(__name__)
 
 
-def serve(model_path: str, feeds_path: str, threads: int, stdin=None, stdout=None) -> int:
+def serve(model_path: str, feeds_path: str, threads: int, spinning: bool = True, stdin=None, stdout=None) -> int:
     import numpy as np
     import onnxruntime as ort
 
@@ -37,6 +37,8 @@ def serve(model_path: str, feeds_path: str, threads: int, stdin=None, stdout=Non
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
     with np.load(feeds_path) as data:
         feeds = {name: data[name] for name in data.files}
@@ -63,9 +65,10 @@ def serve(model_path: str, feeds_path: str, threads: int, stdin=None, stdout=Non
 class OrtProcess:
     """onnxruntime on `model_bytes` in a child process (this file run as a script); a context
     manager. `run(n)` times n runs there and returns their latencies in ms; `outputs()` returns
-    one run's outputs. The child is ended on exit, and when this process's owner cancels."""
+    one run's outputs. The child is ended on exit. `spinning=False` turns onnxruntime's spinning
+    worker threads off (its better setting on a machine other processes keep busy)."""
 
-    def __init__(self, model_bytes: bytes, feeds: dict, threads: int):
+    def __init__(self, model_bytes: bytes, feeds: dict, threads: int, spinning: bool = True):
         import subprocess
         import tempfile
         from pathlib import Path
@@ -78,7 +81,7 @@ class OrtProcess:
         np.savez(folder / "feeds.npz", **feeds)
         self._folder = folder
         self._proc = subprocess.Popen(
-            [sys.executable, __file__, str(folder / "model.onnx"), str(folder / "feeds.npz"), str(int(threads))],
+            [sys.executable, __file__, str(folder / "model.onnx"), str(folder / "feeds.npz"), str(int(threads)), *([] if spinning else ["nospin"])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -130,4 +133,4 @@ class OrtProcess:
 
 
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    sys.exit(serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), spinning="nospin" not in sys.argv[4:]))

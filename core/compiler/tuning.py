@@ -73,6 +73,7 @@ __all__ = [
     "database_coverage",
     "tuning_pass",
     "rpc_runner",
+    "parse_rpc_address",
     "local_builder",
     "local_runner",
     "prepare_module",
@@ -166,6 +167,8 @@ def _stop(report, cancel, deadline: float) -> bool:
 
 
 def _has_template(func, target) -> bool:
+    if target.kind.name != "llvm":  # the template rules are CPU schedules
+        return False
     return any(rule.candidates(func, target) for rule in _template_rules())
 
 
@@ -307,6 +310,28 @@ def extract_tasks(mod, target) -> list:
     return out
 
 
+def _tuning_target(target):
+    """`target` with what MetaSchedule's GPU rules read and dlight does not: the per-block thread
+    and shared-memory limits (from the GPU when one is here; else sm_80+'s 1024 threads and the
+    48 KiB of shared memory a block gets without opting in). CPU targets are returned as they are."""
+    import json
+
+    import tvm
+
+    if target.kind.name != "cuda" or "max_threads_per_block" in target.attrs:
+        return target
+    threads, shared = 1024, 48 * 1024
+    from .target import gpu_present
+
+    if gpu_present():
+        dev = tvm.cuda(0)
+        threads, shared = int(dev.max_threads_per_block), int(dev.max_shared_memory_per_block)
+    config = json.loads(str(target))
+    config.update({"max_threads_per_block": threads, "max_shared_memory_per_block": shared})
+    host = config.pop("host", None)
+    return tvm.target.Target(config, host=host)
+
+
 def _static_shapes(func) -> bool:
     for param in func.params:
         shape = getattr(param, "shape", None)
@@ -317,9 +342,9 @@ def _static_shapes(func) -> bool:
 
 def _measure_default(task_mod, target, builder, runner) -> float | None:
     """Seconds of core.compiler.schedules' default schedule for one task, or None."""
-    from .schedules import schedule_cpu_func
+    from .schedules import default_schedule
 
-    scheduled, _rule = schedule_cpu_func(task_mod["main"], target)
+    scheduled, _rule = default_schedule(task_mod["main"], target)
     if scheduled is None:
         return None
     from tvm import s_tir
@@ -377,6 +402,7 @@ def tune_module(
     start = time.monotonic()
     deadline = start + budget_s
     report_progress = progress or (lambda fraction, message: None)
+    target = _tuning_target(target)
     folder = database_dir(database, target)
     db = open_database(database, target)
     saved = _load_progress(folder)
@@ -556,6 +582,20 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
         return apply(mod)
 
     return _pass
+
+
+def parse_rpc_address(text: str) -> tuple[str, int, str]:
+    """'HOST:PORT:KEY' (a TVM RPC tracker and the key its devices registered under) as
+    (host, port, key); a WorkbenchError naming what is wrong otherwise."""
+    from ..errors import WorkbenchError
+
+    parts = str(text).strip().rsplit(":", 2)
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise WorkbenchError(f"--tune-rpc wants HOST:PORT:KEY (a TVM RPC tracker and a device key), not '{text}'.")
+    host, port, key = (p.strip() for p in parts)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise WorkbenchError(f"--tune-rpc: the tracker port must be a number from 1 to 65535, not '{port}'.")
+    return host, int(port), key
 
 
 def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):

@@ -56,7 +56,7 @@ def test_highlight_overlay_ghosts(window):
     assert chips == ["1", "4"]  # one chip per valued node, outside its box
     for it in c._group_items:
         if isinstance(it, ChipItem):
-            assert not any(it.rect.intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
+            assert not any(it.scene_rect_at_100().intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
     c.set_overlay(None)
     assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible() and not c._group_items
 

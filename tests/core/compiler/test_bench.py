@@ -83,8 +83,8 @@ def test_bench_cli_json_keys():
     r = run_cli("bench", sample("mlp"), "--runs", "2", "--vs-ort", "--json", "--dim", "batch=2", timeout=300)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d["latency_ms"]) == {"median", "p90", "min", "runs"}
-    assert set(d["ort_latency_ms"]) == {"median", "p90", "min", "runs"}
+    assert set(d["latency_ms"]) == {"median", "p10", "p90", "min", "max", "runs"}
+    assert set(d["ort_latency_ms"]) == {"median", "p10", "p90", "min", "max", "runs"}
     assert set(d["memory"]) == {"params_bytes", "planned_bytes", "unplanned_bytes", "peak_rss_bytes"}
     assert d["kernels"] and set(d["kernels"][0]) >= {"name", "ms", "share", "onnx_nodes"}
     assert d["dims"] == {"batch": 2}
