@@ -186,7 +186,7 @@ class ScopeController(QObject):
 
     def _draw_frames(self) -> None:
         """A frame around each expanded group's drawn nodes (titled with its path)."""
-        from .group_items import GroupFrame
+        from .scope_items import ScopeFrame
 
         self.frames = []
         canvas = self.canvas
@@ -222,7 +222,7 @@ class ScopeController(QObject):
         for p, (x0, y0, x1, y1) in extent.items():
             depth = p.count("/")
             pad = 6.0 + 10.0 * height[p]
-            frame = GroupFrame(p, QRectF(x0 - pad, y0 - pad - GroupFrame.TITLE_H, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad + GroupFrame.TITLE_H), depth, self.collapse)
+            frame = ScopeFrame(p, QRectF(x0 - pad, y0 - pad - ScopeFrame.TITLE_H, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad + ScopeFrame.TITLE_H), depth, self.collapse)
             scene.addItem(frame)
             self.frames.append(frame)
 
