@@ -88,6 +88,11 @@ class ScopeController(QObject):
         return scoped_view(full, tree, self.expanded)
 
     @property
+    def paths(self) -> set[str]:
+        """Paths of the current model's groups."""
+        return set(self._tree.by_path) - {""} if self._tree is not None else set()
+
+    @property
     def full_view(self) -> ViewGraph | None:
         """The model's view with every node (what search looks through)."""
         return self._full
