@@ -66,10 +66,10 @@ def badge_text(node: ViewNode) -> str:
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
     Memoised per text: big graphs repeat the same few labels thousands of times."""
-    if node.category == "group":  # a collapsed group's box (app.group_items)
-        from app.group_items import group_size
+    if node.category == "group":  # a collapsed name scope's box (app.scope_items)
+        from app.scope_items import scope_box_size
 
-        return group_size(node, measure)
+        return scope_box_size(node, measure)
     key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
     size = measure.sizes.get(key)
     if size is None:

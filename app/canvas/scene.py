@@ -20,7 +20,7 @@ from core.views.viewgraph import ViewGraph
 
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
-from app.group_items import GroupItem
+from app.scope_items import ScopeBoxItem
 from app.style import HIGHLIGHT_COLORS
 from app.workers import Job, error_text, start_job
 
@@ -151,7 +151,7 @@ class SceneBuilder:
         if box is None:
             return None
         node = self.view.node(node_id)
-        item = (GroupItem if node.category == "group" else NodeItem)(node, box.w, box.h)
+        item = (ScopeBoxItem if node.category == "group" else NodeItem)(node, box.w, box.h)
         item.setPos(box.x - box.w / 2, box.y - box.h / 2)
         self._decorate_node(item)
         if not self._layer.visible:

@@ -1,12 +1,18 @@
 """How big a model lowering and compiling take on, and the refusal beyond it.
 
-TVM's per-op work grows with the model and is not cheap: LegalizeOps builds a tensor expression and
-a PrimFunc for every call (1-2 ms each in Python), the workbench keeps a snapshot, its listing and
-its lineage after every step, and LLVM compiles the fused kernels. Measured on a chain of Relu
-(2-core AMD EPYC host shared with other work, `lower` CLI): 2,000 nodes 4 s, 5,000 7 s, 10,000
-~55 s wall (28 s in the steps), 20,000 ~100 s; a 60,000-node chain was still compiling after 300 s.
-So beyond `DEFAULT_MAX_NODES` nodes lowering and compiling stop at once with one sentence saying
-so, instead of running for minutes; MLCWB_MAX_NODES sets another limit (0: none).
+Both grow linearly with the model now (kernel lineage was quadratic: see core.compiler.lineage),
+but TVM's per-op work is not cheap: LegalizeOps builds a tensor expression and a PrimFunc for every
+call (0.4 ms each), and lowering also keeps every stage's listing and lineage. Measured on a chain
+of Relu (2-core AMD EPYC host shared with other work; CPU seconds of the CLI process):
+
+    nodes     compile    lower
+    2,000       4 s        -
+    10,000     11 s      (28 s in the steps)
+    60,000     53 s       84 s
+
+So lowering stops at once beyond 40,000 nodes and compiling beyond 60,000, with one sentence
+saying so, instead of running for minutes; MLCWB_MAX_NODES sets one limit for both (0: none).
+Node count is a proxy: heavier ops (convolutions) cost more per node than Relu.
 """
 from __future__ import annotations
 
@@ -19,31 +25,32 @@ __all__ = ["ModelTooBigError", "DEFAULT_MAX_NODES", "max_nodes", "check_size"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NODES = 10_000
+DEFAULT_MAX_NODES = {"lowering": 40_000, "compiling": 60_000}
 
 
 class ModelTooBigError(WorkbenchError):
-    """The model has more nodes than lowering and compiling take on."""
+    """The model has more nodes than lowering or compiling take on."""
 
 
-def max_nodes() -> int:
-    """The node limit: MLCWB_MAX_NODES when set (0 = no limit), else DEFAULT_MAX_NODES."""
+def max_nodes(what: str = "compiling") -> int:
+    """The node limit for `what`: MLCWB_MAX_NODES when set (0 = no limit), else its default."""
+    default = DEFAULT_MAX_NODES.get(what, DEFAULT_MAX_NODES["compiling"])
     text = os.environ.get("MLCWB_MAX_NODES", "").strip()
     if text:
         try:
             return max(0, int(text))
         except ValueError:
-            logger.warning("MLCWB_MAX_NODES=%r is not a whole number; using %d", text, DEFAULT_MAX_NODES)
-    return DEFAULT_MAX_NODES
+            logger.warning("MLCWB_MAX_NODES=%r is not a whole number; using %d", text, default)
+    return default
 
 
 def check_size(graph, what: str) -> None:
-    """Refuse `what` ('lowering', 'compiling') for a graph over the node limit."""
-    limit = max_nodes()
+    """Refuse `what` ('lowering', 'compiling') for a graph over its node limit."""
+    limit = max_nodes(what)
     n = len(graph)
     if limit and n > limit:
         name = graph.path.name if getattr(graph, "path", None) is not None else (graph.name or "the model")
         raise ModelTooBigError(
-            f"{name} has {n:,} nodes; {what} is limited to {limit:,} (TVM takes about a minute per 10,000 nodes "
-            f"here and grows faster than that); set MLCWB_MAX_NODES={n} to try anyway."
+            f"{name} has {n:,} nodes; {what} is limited to {limit:,} (about a minute of CPU at that size here); "
+            f"set MLCWB_MAX_NODES={n} to try anyway."
         )

@@ -22,7 +22,7 @@ def test_big_scoped_model_opens_collapsed_and_expands_in_place(window, qtbot, tm
     c = window.canvas
     assert len(_scopes(c)) == 12 and len(c.view.nodes) == 21  # embeddings & pooler nodes, 12 layer boxes, io
     item = c.node_items["scope:encoder/layer.3"]
-    assert type(item).__name__ == "GroupItem" and "33 nodes" in item.node.detail
+    assert type(item).__name__ == "ScopeBoxItem" and "33 nodes" in item.node.detail
     def on_screen(node_id):
         b = c.layout_result.boxes[node_id]
         return c.mapFromScene(b.x, b.y)
