@@ -37,7 +37,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from core import WorkbenchError, load_model, save_model
 from core.model import journal
-from core.model.external_data import content_fingerprint
+from core.model.external_data import content_fingerprint, referenced_files
 
 __all__ = ["Autosaver", "Recovery", "autosave_dir", "pending_recoveries", "offer_recovery", "recover", "DEFAULT_INTERVAL_MS", "FAILED"]
 
@@ -273,8 +273,10 @@ class Recovery:
         return [self.model, self.info, self.model.with_name(self.model.name + ".data"),
                 stem.with_name(stem.name + ".journal.json"), stem.with_name(stem.name + ".blobs")]
 
-    def remove(self) -> None:
-        _remove_files(*self.files)
+    def remove(self, keep: set[Path] | frozenset = frozenset()) -> None:
+        """Delete the autosave's files, except those in `keep` (e.g. a data file the recovered
+        model still reads its weights from)."""
+        _remove_files(*(p for p in self.files if p.resolve() not in keep))
 
     def set_aside(self) -> Path:
         """Move the autosave into the `failed` folder (kept for the user, not offered again)."""
@@ -417,7 +419,8 @@ def recover(window, recovery: Recovery) -> bool:
             autosaver.base = None  # no file holds this state: later autosaves have no journal
             autosaver.inherited_edits = recovery.edits
     if autosaver is None or autosaver.save_now("recovered"):
-        recovery.remove()
+        # a model recovered without history may read weights from the old autosave's data file
+        recovery.remove(keep=referenced_files(doc.graph.model) if doc.graph is not None else frozenset())
     how = "with its undo history" if with_history else f"without its undo history ({note.rstrip('.')})"
     window.statusBar().showMessage(f"Recovered {recovery.describe()} {how}; save it to keep the edits.", 15000)
     window.last_recovery_note = "" if with_history else note

@@ -149,7 +149,7 @@ class CompareWindow(QMainWindow):
         if scoped and other.scopes.active and other.scopes.expanded != side.scopes.expanded and not self._syncing:
             self._syncing = True
             try:
-                other.scopes.set_expanded(set(side.scopes.expanded) & set(other.scopes._tree.by_path))
+                other.scopes.set_expanded(set(side.scopes.expanded) & other.scopes.paths)
             finally:
                 self._syncing = False
 

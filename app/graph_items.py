@@ -31,6 +31,8 @@ BADGE_SEP = "  "
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
 READABLE_PX = 9.0  # on-screen height of that enlarged title
+MIN_READABLE_PX = 7.0  # ... or as small as this when the whole title then fits its box
+BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
@@ -44,6 +46,19 @@ def _fonts():
     return _FONTS, _METRICS
 
 
+_CHIP_FONT = None
+
+
+def _chip_font():
+    """The badge font in bold: a value chip's."""
+    global _CHIP_FONT
+    if _CHIP_FONT is None:
+        fonts, _ = _fonts()
+        _CHIP_FONT = type(fonts[2])(fonts[2])
+        _CHIP_FONT.setBold(True)
+    return _CHIP_FONT
+
+
 def badge_text(node: ViewNode) -> str:
     return BADGE_SEP.join(node.badges)
 
@@ -51,11 +66,11 @@ def badge_text(node: ViewNode) -> str:
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
     Memoised per text: big graphs repeat the same few labels thousands of times."""
-    if node.category == "group":  # a collapsed group's box (app.group_items)
-        from app.group_items import group_size
+    if node.category == "group":  # a collapsed name scope's box (app.scope_items)
+        from app.scope_items import scope_box_size
 
-        return group_size(node, measure)
-    key = (node.label, node.detail, tuple(node.badges))
+        return scope_box_size(node, measure)
+    key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
     size = measure.sizes.get(key)
     if size is None:
         size = measure.sizes[key] = _node_size(node, measure)
@@ -63,7 +78,7 @@ def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
 
 
 def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    w = measure.width(node.label, 0)
+    w = measure.width(node.label, 0) + (BODY_MARK + 6 if node.data.get("subgraphs") else 0)
     h = PAD_Y * 2 + measure.heights[0]
     if node.detail:
         w = max(w, measure.width(node.detail, 1))
@@ -165,8 +180,13 @@ class NodeItem(QGraphicsItem):
         fonts, metrics = _fonts()
         fm = metrics[0]
         rect = self.rect
-        k = min(READABLE_PX / (fm.height() * lod), (rect.height() - 2) / fm.height())
-        k = round(max(k, 1.0), 1)  # a step of 0.1: the elided text is remade only when k moves
+        # as big as READABLE_PX, smaller (down to MIN_READABLE_PX) when that lets the whole title
+        # fit the box, and never taller than the box
+        room = rect.width() - STRIPE - 8
+        k_fit = room / max(fm.horizontalAdvance(self.node.label), 1.0)
+        k = max(min(READABLE_PX / (fm.height() * lod), k_fit), MIN_READABLE_PX / (fm.height() * lod))
+        k = min(k, (rect.height() - 2) / fm.height())
+        k = max(1.0, int(k * 10) / 10)  # a step of 0.1 (rounded down): the elided text is remade only when k moves
         if self._title is None or self._title[0] != k:
             avail = (rect.width() - STRIPE - 8) / k
             text = self.node.label
@@ -230,6 +250,13 @@ class NodeItem(QGraphicsItem):
             painter.setFont(fonts[fi])
             painter.setPen(colors[fi])
             painter.drawStaticText(pt, st)
+        if self.node.data.get("subgraphs"):
+            # two stacked squares, top right: this box holds graphs (double-click opens them)
+            x, y, s = rect.right() - BODY_MARK - 5, rect.top() + 5, BODY_MARK
+            painter.setPen(QPen(accent, 1.2))
+            painter.setBrush(QColor("#ffffff"))
+            painter.drawRect(QRectF(x + 3, y, s - 3, s - 3))
+            painter.drawRect(QRectF(x, y + 3, s - 3, s - 3))
 
 
 class EdgeItem(QGraphicsItem):
@@ -376,33 +403,41 @@ class GroupItem(QGraphicsItem):
 
 
 class ChipItem(QGraphicsItem):
-    """A small white label with dark text (a group's value), above boxes and edges; its right
-    bottom corner at `anchor`."""
+    """A small white label with dark text (a group's value), above boxes and edges, its right
+    bottom corner at `anchor`. Drawn at the same size on screen at every zoom (it ignores the
+    view's scaling), so the figure stays readable on a fitted graph; hidden when the graph is
+    so small that chips would cover it."""
+
+    HIDE_BELOW = 0.2  # canvas zoom under which chips are not drawn
 
     def __init__(self, anchor: QPointF, text: str, color: QColor, tooltip: str = ""):
         super().__init__()
-        _, metrics = _fonts()
-        fm = metrics[0]
-        tw, th = fm.horizontalAdvance(text) + 10, fm.height() + 2
+        fm = QFontMetricsF(_chip_font())
+        tw, th = fm.horizontalAdvance(text) + 8, fm.height() + 1  # small: it sits in the gap above its boxes
         self.text = text
         self.color = QColor(color)
-        self.rect = QRectF(anchor.x() - tw, anchor.y() - th, tw, th)
+        self.rect = QRectF(-tw, -th, tw, th)  # in screen pixels, from the anchor
+        self.setPos(anchor)
+        self.setFlag(QGraphicsItem.ItemIgnoresTransformations, True)
         self.setZValue(3)
         if tooltip:
             self.setToolTip(tooltip)
+
+    def scene_rect_at_100(self) -> QRectF:
+        """Where the chip lies in the scene at 100 % (for keeping chips apart)."""
+        return self.rect.translated(self.pos())
 
     def boundingRect(self) -> QRectF:
         return self.rect.adjusted(-1, -1, 1, 1)
 
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
-        lod = option.levelOfDetailFromTransform(painter.worldTransform())
-        if lod < 0.25:
-            return  # too small to read: the group's colour says it
-        fonts, _ = _fonts()
+        views = self.scene().views() if self.scene() is not None else []
+        if views and views[0].transform().m11() < self.HIDE_BELOW:
+            return  # the group's colour says it
         painter.setRenderHint(QPainter.Antialiasing, True)
         painter.setPen(QPen(self.color.darker(135), 1.2))
         painter.setBrush(QColor("#ffffff"))
         painter.drawRoundedRect(self.rect, 4, 4)
-        painter.setFont(fonts[0])
+        painter.setFont(_chip_font())
         painter.setPen(QColor("#111417"))
         painter.drawText(self.rect, Qt.AlignCenter, self.text)

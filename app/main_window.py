@@ -91,6 +91,9 @@ class MainWindow(QMainWindow):
         from app.edit_actions import EditActions  # keys, context menu, drag-to-connect, save guard
 
         self.edit_actions = EditActions(self)
+        from app.subgraphs import SubgraphNavigator  # If / Loop / Scan bodies on the canvas
+
+        self.subgraphs = SubgraphNavigator(self)
         from app.autosave import Autosaver  # unsaved edits survive a crash (app.autosave)
 
         self.autosaver = Autosaver(self)
@@ -415,6 +418,7 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         graph, view, lo, extras = result
         self.canvas.prime_model_layout(graph, view, lo, extras)
+        self.canvas.set_empty_message(None)
         self.document.set_graph(graph, path)
         self.last_open_seconds = time.perf_counter() - t0
         self._add_recent(path)
@@ -428,6 +432,8 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
+        if self.document.graph is None:  # nothing else to show: the canvas keeps saying why
+            self.canvas.set_empty_message(f"Could not open {Path(path).name}.\n{message}\n\nFile ▸ Open (Ctrl+O) another model, or drop one here.")
         QMessageBox.warning(self, "Cannot open model", message)
 
     def _load_cancelled(self, job: Job) -> None:

@@ -88,6 +88,16 @@ class ScopeController(QObject):
         return scoped_view(full, tree, self.expanded)
 
     @property
+    def paths(self) -> set[str]:
+        """Paths of the current model's groups."""
+        return set(self._tree.by_path) - {""} if self._tree is not None else set()
+
+    @property
+    def full_view(self) -> ViewGraph | None:
+        """The model's view with every node (what search looks through)."""
+        return self._full
+
+    @property
     def active(self) -> bool:
         return self.canvas.mode == "model" and self._tree is not None and bool(self._tree.groups) and self.canvas.document.graph is not None
 
@@ -181,7 +191,7 @@ class ScopeController(QObject):
 
     def _draw_frames(self) -> None:
         """A frame around each expanded group's drawn nodes (titled with its path)."""
-        from .group_items import GroupFrame
+        from .scope_items import ScopeFrame
 
         self.frames = []
         canvas = self.canvas
@@ -217,7 +227,7 @@ class ScopeController(QObject):
         for p, (x0, y0, x1, y1) in extent.items():
             depth = p.count("/")
             pad = 6.0 + 10.0 * height[p]
-            frame = GroupFrame(p, QRectF(x0 - pad, y0 - pad - GroupFrame.TITLE_H, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad + GroupFrame.TITLE_H), depth, self.collapse)
+            frame = ScopeFrame(p, QRectF(x0 - pad, y0 - pad - ScopeFrame.TITLE_H, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad + ScopeFrame.TITLE_H), depth, self.collapse)
             scene.addItem(frame)
             self.frames.append(frame)
 

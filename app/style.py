@@ -16,7 +16,7 @@ CATEGORY_COLORS: dict[str, tuple[str, str]] = {
     "shape": ("#ececec", "#858585"),
     "io": ("#3b4a54", "#1e282e"),
     "other": ("#f7dde3", "#c65b75"),
-    "group": ("#eef1f6", "#56667a"),  # a collapsed name scope (app.group_items)
+    "group": ("#eef1f6", "#56667a"),  # a collapsed name scope (app.scope_items)
 }
 
 HIGHLIGHT_COLORS = {

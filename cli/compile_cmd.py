@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--verify-inputs IN.npz]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz]`."""
 from __future__ import annotations
 
 import json
@@ -11,10 +11,11 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
     p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
-    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="tune, with N MetaSchedule trials per kernel after the template search (cpu target only; budget 10 minutes unless --tune-minutes)")
+    p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="tune, with N MetaSchedule trials per kernel after the template search (cuda: on a GPU here, search only; budget 10 minutes unless --tune-minutes)")
     # read as text and checked in run(): a bad value is one sentence and exit 2, not argparse's usage dump
-    p.add_argument("--tune-minutes", metavar="M", help="tune for up to M minutes for the whole model: template search, then --tune-trials N MetaSchedule trials per kernel if given (cpu target only)")
+    p.add_argument("--tune-minutes", metavar="M", help="tune for up to M minutes for the whole model: template search, then --tune-trials N MetaSchedule trials per kernel if given (cuda: on a GPU here)")
     p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
+    p.add_argument("--tune-rpc", metavar="HOST:PORT:KEY", help="measure tuning candidates on the devices registered under KEY with the TVM RPC tracker at HOST:PORT (with --tune-minutes or --tune-trials)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
     p.add_argument("--verify-inputs", metavar="IN.npz", help="check against the reference on these inputs (an .npz keyed by input name) instead of seeded random ones")
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
@@ -74,9 +75,19 @@ def run(args) -> int:
     dims = parse_dims(args.dim)
     if args.tune_trials < 0:
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
-    if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target != "cpu":
-        raise WorkbenchError(f"tuning (--tune-trials, --tune-minutes) works for --target cpu only, not {args.target}.")
+    if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target == "cuda":
+        from core.compiler.target import gpu_present
+
+        if not gpu_present():
+            raise WorkbenchError("tuning (--tune-trials, --tune-minutes) for --target cuda measures every candidate on a GPU, and this "
+                                 "machine has none; compile without them (a database tuned on a GPU machine still applies with --tune-db).")
     budget_s = parse_tune_minutes(args.tune_minutes, args.tune_trials)
+    if args.tune_rpc is not None:
+        from core.compiler.tuning import parse_rpc_address
+
+        parse_rpc_address(args.tune_rpc)
+        if args.tune_trials == 0 and args.tune_minutes is None:
+            raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
     verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
 
     from core.compiler.compile import compile_model
@@ -94,6 +105,7 @@ def run(args) -> int:
         tune_trials=args.tune_trials,
         tune_db=args.tune_db,
         tune_budget_s=budget_s,
+        tune_rpc=args.tune_rpc,
         progress=progress,
     )
     measured = None

@@ -58,6 +58,17 @@ def _report(args, stages, error: str | None) -> None:
     print(f"total {sum(r['seconds'] for r in rows):.2f} s over {len(rows)} stages")
 
 
+def _progress(args):
+    """Step-by-step progress on a terminal (a big model lowers for a minute); none when piped."""
+    if args.json or not sys.stderr.isatty():
+        return None
+
+    def report(done: int, total: int, name: str) -> None:
+        print(f"[{done}/{total}] {name}", file=sys.stderr, flush=True)
+
+    return report
+
+
 def run(args) -> int:
     from core import load_model
     from core.errors import WorkbenchError
@@ -77,7 +88,7 @@ def run(args) -> int:
         raise WorkbenchError(f"unknown pass '{sorted(unknown)[0]}' in --disable: the pipeline has {', '.join(s.name for s in specs)}.")
     specs = [s.toggled(False) if s.name in disable else s for s in specs]
     try:
-        stages = lower(graph, args.target, specs, assembly=args.asm)
+        stages = lower(graph, args.target, specs, assembly=args.asm, progress=_progress(args))
     except WorkbenchError as e:  # core.errors.Cancelled (with the stages done) is one too
         partial = getattr(e, "stages", []) or []
         if partial:

@@ -45,7 +45,8 @@ def _list(args) -> int:
     for k in kernels:
         j = k.to_json()
         nodes = ", ".join(k.onnx_nodes[:6]) + (" ..." if len(k.onnx_nodes) > 6 else "")
-        print(f"{k.name}  ({j['flops'] / 1e6:.1f} MFLOP; ONNX: {nodes or '-'})")
+        work = f"{j['flops'] / 1e6:.1f} MFLOP" if j["flops"] else "FLOPs unknown: symbolic shapes"
+        print(f"{k.name}  ({work}; ONNX: {nodes or '-'})")
         for line in loop_nest(k.func).describe():
             print(f"    {line}")
     return 0
@@ -83,7 +84,8 @@ def run(args) -> int:
             obj["use_in_compile"] = filed
         print(json.dumps(obj))
         return 0
-    print(f"kernel {session.name}: {len(session.steps)} steps applied; {session.flops / 1e6:.1f} MFLOP, {session.bytes / 1e6:.2f} MB moved at least")
+    work = f"{session.flops / 1e6:.1f} MFLOP, {session.bytes / 1e6:.2f} MB moved at least" if session.flops else "symbolic shapes"
+    print(f"kernel {session.name}: {len(session.steps)} steps applied; {work}")
     for line in session.nest().describe():
         print(f"    {line}")
     if measured is not None:
@@ -92,7 +94,11 @@ def run(args) -> int:
               f"{session.peak.describe()}; default schedule {measured.default_ms:.4f} ms{tuned}")
     if filed is not None:
         weighed = ", ".join(f"{o['kind']} {o['ms']:.4f} ms" for o in filed["options"] if o["ms"] is not None)
-        print(f"filed in the tuning database {filed['database']}: a compile with --tune-db uses the {filed['choice']} schedule ({weighed})")
+        from core.compiler.tuning import default_database_root
+
+        root = args.tune_db or default_database_root()
+        print(f"filed in the tuning database {filed['database']}: `compile {args.model} --tune-db {root}` gives this kernel "
+              f"the {filed['choice']} schedule ({weighed})")
     if not args.measure and not args.save_trace and not args.use_in_compile:
         print(session.script())
     if args.save_trace:

@@ -28,6 +28,16 @@ def _parse_size(text: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def _wait(app, done, timeout_s: float) -> None:
+    """Process events until `done()` or `timeout_s` passed."""
+    import time
+
+    end = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
 def run(args) -> int:
     from core.errors import WorkbenchError
 
@@ -71,6 +81,13 @@ def run(args) -> int:
     app.processEvents()
     if args.zoom == "fit":
         window.canvas.fit()
+    # the panels' background work (match counts, the model check) is part of the picture: a shot
+    # with "…" where the counts go shows a state no one waits in
+    rewrites = window.panels.get("rewrites")
+    if rewrites is not None and hasattr(rewrites.widget(), "wait_idle"):
+        rewrites.widget().wait_idle(60)
+    problems = window.panels.get("problems")
+    _wait(app, lambda: problems is None or getattr(problems.widget(), "_job", None) is None, 30)
     app.processEvents()
     image = window.grab()
     if not image.save(out, "PNG"):

@@ -136,3 +136,22 @@ def test_core_imports_no_qt():
             if any(m.split(".")[0] in ("PySide6", "PyQt5", "PyQt6", "shiboken6", "app") for m in mods):
                 graph_names.add(name)
     assert not graph_names, f"core modules importing Qt or app/: {sorted(graph_names)}"
+
+
+# what each package of core/ may not import: the layers point downwards only
+# (model <- views <- rewrite, model/views <- compiler; the compiler never edits or rewrites)
+FORBIDDEN = {
+    "core.model": ("core.views", "core.rewrite", "core.compiler"),
+    "core.views": ("core.rewrite", "core.compiler"),
+    "core.rewrite": ("core.compiler",),
+    "core.compiler": ("core.rewrite",),
+}
+
+
+def test_core_packages_import_downwards_only():
+    wrong = []
+    for name, deps in import_graph().items():
+        for package, banned in FORBIDDEN.items():
+            if name == package or name.startswith(package + "."):
+                wrong += [f"{name} -> {d}" for d in sorted(deps) if d.startswith(banned)]
+    assert not wrong, "imports against the layers of core/: " + "; ".join(wrong)

@@ -35,6 +35,7 @@ whatever ids the shown ViewGraph uses otherwise)::
 Signals::
 
     nodeActivated(id)          double-click or Enter on a node
+    tensorActivated(name)      double-click on a weight badge (model view): the Inspector opens its values
     viewSelectionChanged(list) the selected view node ids changed (any mode)
     viewShown(object)          a ViewGraph is on screen (after its layout)
     zoomChanged(float)         the scale changed (1.0 = 100 %)

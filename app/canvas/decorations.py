@@ -76,7 +76,9 @@ class Decorations:
 
     # ---- decorations -------------------------------------------------------------------------
     def _decorate_node(self, item: NodeItem) -> None:
-        highlights = {role: color for role, (ids, color) in self._highlights.items() if item.node_id in ids}
+        nid = item.node_id
+        members = item.node.origin if item.node.category == "group" else ()  # a collapsed group lights up for what it holds
+        highlights = {role: color for role, (ids, color) in self._highlights.items() if nid in ids or (members and not ids.isdisjoint(members))}
         overlay, text = self._overlay_style(item.node_id)
         removed, added = self._ghosts
         ghost = "removed" if item.node_id in removed else ("added" if item.node_id in added else "")
@@ -188,10 +190,10 @@ class Decorations:
             outline = GroupItem(rects, bridges.get(gi, []), color)
             anchor = outline.chip_anchor()
             chip = ChipItem(anchor, _fmt(float(g["value"]), unit), color, g.get("tooltip") or g.get("label") or "")
-            while any(chip.rect.intersects(r) for r in placed):  # chips of groups sharing a corner: side by side
+            while any(chip.scene_rect_at_100().intersects(r) for r in placed):  # chips of groups sharing a corner: side by side
                 anchor = QPointF(anchor.x() - chip.rect.width() - 4, anchor.y())
                 chip = ChipItem(anchor, chip.text, color, chip.toolTip())
-            placed.append(chip.rect)
+            placed.append(chip.scene_rect_at_100())
             for item in (outline, chip):
                 scene.addItem(item)
                 self._group_items.append(item)

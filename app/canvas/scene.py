@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Hashable
 
-from PySide6.QtCore import QPointF, QRectF
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGraphicsScene
 
@@ -20,7 +20,7 @@ from core.views.viewgraph import ViewGraph
 
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.graph_items import EdgeItem, NodeItem, node_size
-from app.group_items import GroupItem
+from app.scope_items import ScopeBoxItem
 from app.style import HIGHLIGHT_COLORS
 from app.workers import Job, error_text, start_job
 
@@ -151,7 +151,7 @@ class SceneBuilder:
         if box is None:
             return None
         node = self.view.node(node_id)
-        item = (GroupItem if node.category == "group" else NodeItem)(node, box.w, box.h)
+        item = (ScopeBoxItem if node.category == "group" else NodeItem)(node, box.w, box.h)
         item.setPos(box.x - box.w / 2, box.y - box.h / 2)
         self._decorate_node(item)
         if not self._layer.visible:
@@ -230,6 +230,9 @@ class SceneBuilder:
             painter.drawImage(self._lazy.rect, self._lazy.image_for(self.zoom()))
 
     def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+        if self.view is None and self.empty_message:
+            self._draw_empty(painter)
+            return
         if self._lazy is None or not self.overview_active() or self.layout_result is None:
             return
         # the overview image has no selection or highlights: mark those nodes on top of it
@@ -252,6 +255,19 @@ class SceneBuilder:
                 continue
             grow = max(0.0, 4 * px - b.w / 2)
             painter.fillRect(QRectF(b.x - b.w / 2 - grow, b.y - b.h / 2 - grow, b.w + 2 * grow, b.h + 2 * grow), color)
+
+    def _draw_empty(self, painter: QPainter) -> None:
+        """Nothing to draw: say why and what to do, in the middle of the viewport."""
+        painter.save()
+        painter.resetTransform()
+        vp = self.viewport().rect()
+        box = QRectF(vp).adjusted(vp.width() * 0.15, vp.height() * 0.3, -vp.width() * 0.15, -vp.height() * 0.3)
+        painter.setPen(QColor("#5b6570"))
+        font = painter.font()
+        font.setPointSizeF(font.pointSizeF() * 1.15)
+        painter.setFont(font)
+        painter.drawText(box, Qt.AlignCenter | Qt.TextWordWrap, self.empty_message)
+        painter.restore()
 
     def _new_scene(self) -> QGraphicsScene:
         scene = QGraphicsScene(self)

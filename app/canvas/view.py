@@ -31,11 +31,13 @@ logger = logging.getLogger(__name__)
 
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
+EMPTY_MESSAGE = "No model open.\nFile ▸ Open (Ctrl+O), Open Recent, or drop an .onnx file here."
 FIT_MIN_SCALE = 0.3  # Fit goes no smaller: box titles stay readable down to here (app.graph_items LOD)
 
 
 class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
     nodeActivated = Signal(object)
+    tensorActivated = Signal(str)  # double-click on a weight badge (the Inspector opens its values)
     viewSelectionChanged = Signal(list)
     viewShown = Signal(object)
     zoomChanged = Signal(float)
@@ -66,6 +68,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.edge_shapes = False  # View > Tensor Shapes on Edges
         self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
         self.scopes = None  # app.scopes.ScopeController, when installed
+        self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -224,6 +227,11 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         if self.view is not None:
             self._layout_and_show(self.view, {"fit": True})
 
+    def set_empty_message(self, text: str | None = None) -> None:
+        """What an empty canvas says (None: the default hint); e.g. why the last open failed."""
+        self.empty_message = text or EMPTY_MESSAGE
+        self.viewport().update()
+
     def set_edge_shapes(self, on: bool) -> None:
         """Tensor shapes on every edge (on demand: at 100 % they crowd a dense graph)."""
         self.edge_shapes = on
@@ -316,7 +324,12 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
             return
         item = self.itemAt(event.position().toPoint())
         if isinstance(item, NodeItem):
-            self.nodeActivated.emit(item.node_id)
+            badge = item.badge_at(item.mapFromScene(self.mapToScene(event.position().toPoint())))
+            tensors = item.node.data.get("badge_tensors", [])
+            if badge is not None and self.mode == "model" and badge < len(tensors):
+                self.tensorActivated.emit(tensors[badge])
+            else:
+                self.nodeActivated.emit(item.node_id)
             event.accept()
             return
         super().mouseDoubleClickEvent(event)

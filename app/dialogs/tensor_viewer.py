@@ -141,7 +141,8 @@ class TensorViewer(QDialog):
         self.table = QTableView()
         self.table.setModel(self.model)
         self.table.verticalHeader().setDefaultSectionSize(QFontMetrics(self.font()).height() + 4)
-        self.table.horizontalHeader().setDefaultSectionSize(84)
+        # wide enough for the longest "%.6g" text ("-0.000123456", "-1.23457e+06") uncut
+        self.table.horizontalHeader().setDefaultSectionSize(QFontMetrics(self.table.font()).horizontalAdvance("-0.000123456") + 16)
         layout.addWidget(self.table, 1)
         row = QHBoxLayout()
         self.copy_button = QPushButton("Copy")

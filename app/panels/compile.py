@@ -4,10 +4,12 @@
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
-* "Tune" (CPU only) tunes every kernel before scheduling: a budget in minutes for the model, in
+* "Tune" (CPU; CUDA only where a GPU is here to measure on) tunes every kernel before
+  scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
   searches the given trials per kernel (0: template search only), and the tuning database folder
-  (shared by all models; another one can be chosen for this session). Tuning runs inside the
+  (shared by all models; another one can be chosen for this session); candidates are measured
+  here, or on the devices behind a TVM RPC tracker given as HOST:PORT:KEY. Tuning runs inside the
   compile job: its progress shows in the bar and the status line, and Cancel stops it after the
   measuring round in progress (records measured so far stay in the database, so the next tuned
   compile resumes). The results table says how many kernels run on tuned schedules.
@@ -28,6 +30,7 @@ says so and offers Export.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
@@ -41,6 +44,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QMessageBox,
     QProgressBar,
     QScrollArea,
@@ -63,7 +67,8 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
-_TUNE_CPU_ONLY = "Tuning is available for the CPU target only; CUDA compiles use dlight's default GPU schedules."
+_TUNE_CPU_ONLY = ("Tuning for CUDA measures every candidate on a GPU, and this machine has none; CUDA compiles here use "
+                  "dlight's default GPU schedules.")
 
 
 def _mb(n) -> str:
@@ -178,6 +183,8 @@ class CompilePanel(QWidget):
         self.stale = False
         self._tuning_job = False  # the running (or last) compile tunes
         self._tuning_now = False  # its latest progress came from the tuning step
+        self._step_now, self._step_started = "", 0.0  # the progress text now, and since when
+        self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
         self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
         self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
@@ -232,7 +239,7 @@ class CompilePanel(QWidget):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
-        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_db_label, self.tune_db_btn):
+        for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
         self.table.setMinimumHeight(60)
@@ -274,6 +281,7 @@ class CompilePanel(QWidget):
         doc.graphReplaced.connect(self._reset)
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
+        self._update_compile_button()
 
     # -- tuning controls -------------------------------------------------------------------
 
@@ -294,6 +302,10 @@ class CompilePanel(QWidget):
         self.tune_trials.setSingleStep(16)
         self.tune_trials.setSuffix(" search trials per kernel")
         self.tune_trials.setSpecialValueText("template search only")
+        # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
+        self.tune_rpc = QLineEdit()
+        self.tune_rpc.setPlaceholderText("measure here (or RPC HOST:PORT:KEY)")
+        self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
         self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
         self.tune_db_label = QLabel()
         self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -306,6 +318,9 @@ class CompilePanel(QWidget):
             self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
             self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
             "0: template search only); kernels already tuned this far are reused",
+            self.tune_rpc: "Empty: candidates are measured on this machine. HOST:PORT:KEY: on the devices registered "
+            "under KEY with the TVM RPC tracker at HOST:PORT (python -m tvm.exec.rpc_tracker / rpc_server); "
+            "the target must describe those devices",
             self.tune_db_btn: "Choose the tuning database folder (for this session)",
             self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
             "(tuned, or filed from the Schedule panel with 'Use in compile')",
@@ -321,7 +336,12 @@ class CompilePanel(QWidget):
             self.set_tune_db(folder)
 
     def tuning_available(self) -> bool:
-        return self.target.currentData() == "cpu"
+        """CPU always; CUDA where a GPU is here to measure on."""
+        if self.target.currentData() == "cpu":
+            return True
+        from core.compiler.target import gpu_present
+
+        return gpu_present()
 
     def _update_tune_controls(self, *_args) -> None:
         busy = self._busy_now
@@ -329,7 +349,7 @@ class CompilePanel(QWidget):
         self.tune.setEnabled(cpu and not busy)
         self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
         on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials):
+        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc):
             w.setEnabled(on)
         for w in (self.tune_db_label, self.tune_db_btn):
             w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
@@ -339,7 +359,7 @@ class CompilePanel(QWidget):
 
     def _show_tune_db(self) -> None:
         if not self.tuning_available():
-            self.tune_db_label.setText("tuning: CPU target only")
+            self.tune_db_label.setText("tuning: needs a GPU here")
             self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
             return
         fm = QFontMetrics(self.tune_db_label.font())
@@ -353,11 +373,14 @@ class CompilePanel(QWidget):
             return {"tune_db": self.tune_db_path}
         if not (self.tune.isChecked() and self.tuning_available()):
             return {}
-        return {
+        options = {
             "tune_trials": self.tune_trials.value(),
             "tune_budget_s": round(self.tune_minutes.value() * 60.0, 3),
             "tune_db": self.tune_db_path,
         }
+        if self.tune_rpc.text().strip():
+            options["tune_rpc"] = self.tune_rpc.text().strip()
+        return options
 
     # -- compile + bench ------------------------------------------------------------------
 
@@ -427,16 +450,42 @@ class CompilePanel(QWidget):
             wanted=(lambda: generation == self.generation) if for_model else None,
         )
 
+    # compile steps that poll cancel inside (core.compiler.codegen): they stop within a fraction of a second
+    _STOPS_AT_ONCE = ("ScheduleTIR", "code generation", "check against onnxruntime", "import to Relax")
+
     def cancel(self) -> None:
         if self.job is not None:
             self.job.cancel()
-            if self._tuning_now:
-                self.status.setText("Cancelling: tuning stops after the measuring round in progress…")
-            else:
-                self.status.setText("Cancelling (at the end of the current step)…")
+            self.status.setText(self.cancel_text())
+
+    def cancel_text(self) -> str:
+        """What Cancel will wait for: at once in the steps that poll it; otherwise the TVM pass
+        running now, which cannot be interrupted, with the time it has left by the last compile."""
+        if self._tuning_now:
+            return "Cancelling: tuning stops after the measuring round in progress…"
+        step = self._step_now.removeprefix("compile: ") if self._step_now.startswith("compile: ") else ""
+        if not step or step.startswith(self._STOPS_AT_ONCE) or self._step_now.startswith("measure"):
+            return "Cancelling…"
+        took = self._step_seconds.get(step)
+        if took is None:
+            return f"Cancelling: {step} is one TVM pass and cannot be interrupted; the compile stops when it ends…"
+        left = max(0.0, took - (time.perf_counter() - self._step_started))
+        return f"Cancelling: {step} is one TVM pass and cannot be interrupted; it ends in about {left:.1f} s (it took {took:.1f} s last time)…"
+
+    def _update_compile_button(self) -> None:
+        """Compile & Run only when it can run, and says why not otherwise (a silent button that
+        does nothing on click reads as broken)."""
+        has_model = self.window.document.graph is not None
+        self.compile_btn.setEnabled(has_model and not self._busy_now)
+        self.save_onnx_btn.setEnabled(has_model)
+        if not has_model:
+            self.compile_btn.setToolTip("Open a model first: there is nothing to compile.")
+        elif self._busy_now:
+            self.compile_btn.setToolTip("A job is running: wait for it or Cancel it.")
+        else:
+            self.compile_btn.setToolTip("Compile the open model for the target, check it against onnxruntime and measure it (F5)")
 
     def _busy(self, on: bool) -> None:
-        self.compile_btn.setEnabled(not on)
         self.open_artifact_btn.setEnabled(not on)
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
@@ -447,6 +496,7 @@ class CompilePanel(QWidget):
             self._tuning_now = False
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
+        self._update_compile_button()
         self._update_tune_controls()
 
     def _progress(self, frac: float, text: str) -> None:
@@ -459,6 +509,8 @@ class CompilePanel(QWidget):
     def _compile_progress(self, frac: float, text: str) -> None:
         """The bar, and while tuning also the status line: a tuning step lasts minutes and its
         message (kernel, trials so far) is longer than the bar shows."""
+        if text != self._step_now:
+            self._step_now, self._step_started = text, time.perf_counter()
         tuning = text.startswith("compile: tuning")
         if tuning:
             # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
@@ -472,6 +524,9 @@ class CompilePanel(QWidget):
 
     def _done(self, result) -> None:
         self.artifact, self.result = result
+        art = self.artifact
+        if art is not None:  # how long each step took: what a cancel in that step waits for next time
+            self._step_seconds = {p["name"]: float(p["seconds"]) for p in art.manifest.get("passes", []) if "seconds" in p}
         self.stale = False
         self._busy(False)
         self.progress.setValue(1000)
@@ -639,6 +694,7 @@ class CompilePanel(QWidget):
         self.status.setStyleSheet("")
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         self.window.canvas.set_overlay(None)
+        self._update_compile_button()
 
     # -- export ----------------------------------------------------------------------------
 

@@ -137,6 +137,7 @@ class InspectorPanel(QTreeWidget):
         doc.graphReplaced.connect(self.refresh)
         window.canvas.viewSelectionChanged.connect(lambda _ids: self.refresh())
         window.canvas.viewShown.connect(lambda _v: self.refresh())
+        window.canvas.tensorActivated.connect(self.view_tensor)  # double-click on a weight badge
         self.refresh()
 
     def rows(self) -> list[tuple[str, str, str]]:

@@ -81,7 +81,7 @@ class RewritesPanel(QWidget):
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
         for r in self.rules:
-            item = QTreeWidgetItem([r.id, "…"])
+            item = QTreeWidgetItem([r.id, "–"])  # "…" only while a count runs
             item.setData(0, Qt.UserRole, r.id)
             tip = f"{r.description}\nFamily: {r.family}"
             if r.conditions:
@@ -157,6 +157,7 @@ class RewritesPanel(QWidget):
         doc.graphChanged.connect(self._graph_changed)
         doc.graphReplaced.connect(self._graph_changed)
         self._update_buttons()
+        self._set_counts(None, pending=doc.graph is not None)
         if doc.graph is not None:
             self._timer.start()
 

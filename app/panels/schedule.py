@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
 from core.compiler.schedule_session import StepRefused, describe_step
 
 from app.ir_view import IRView
-from app.workers import Job
+from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "SchedulePanel", "LoopTree", "StepChart", "AREA"]
 
@@ -236,19 +236,19 @@ class SchedulePanel(QWidget):
         self._show_dock()
         self.status.setStyleSheet("")
         self.status.setText(f"Opening kernel {kernel}…")
-        job = Job(lambda _job: make(), "Opening kernel", parent=self)
-        job.done.connect(lambda s: self._opened(s) if generation == self.generation else None)
-        job.failed.connect(lambda m: self._error(m) if generation == self.generation else None)
-        job.finished.connect(lambda: self._job_finished(job))
-        self.job = job
+        self.job = start_job(
+            lambda _job: make(), "Opening kernel", self, ended=self._job_finished, done=self._opened,
+            failed=lambda exc: self._error(error_text(exc, "Opening kernel")), wanted=lambda: generation == self.generation,
+        )
         self._update_buttons()
-        job.start()
 
     def _opened(self, session) -> None:
         self.session = session
         self.previous_text = None
         nodes = ", ".join(session.onnx_nodes[:6]) + (" …" if len(session.onnx_nodes) > 6 else "")
-        self.header.setText(f"<b>{session.name}</b> — {session.flops / 1e6:.1f} MFLOP, at least {session.bytes / 1e6:.2f} MB moved"
+        work = (f"{session.flops / 1e6:.1f} MFLOP, at least {session.bytes / 1e6:.2f} MB moved" if session.flops
+                else "symbolic shapes: FLOPs unknown, cannot be measured alone")
+        self.header.setText(f"<b>{session.name}</b> — {work}"
                             + (f"; ONNX: {nodes}" if nodes else "")
                             + f"<br><span style='color:#666'>{session.peak.describe()}</span>")
         self.result.setText("")
@@ -464,13 +464,12 @@ class SchedulePanel(QWidget):
     # ---- plumbing -----------------------------------------------------------------------------
     def _run(self, work, title: str, on_done) -> None:
         generation = self.generation
-        job = Job(work, title, parent=self)
-        job.done.connect(lambda r: on_done(r) if generation == self.generation else None)
-        job.failed.connect(lambda m: self._error(m) if generation == self.generation else None)
-        job.finished.connect(lambda: self._job_finished(job))
-        self.job = job
+        # the job's exception comes as an object: error_text makes its one line
+        self.job = start_job(
+            work, title, self, ended=self._job_finished, done=on_done,
+            failed=lambda exc: self._error(error_text(exc, title)), wanted=lambda: generation == self.generation,
+        )
         self._update_buttons()
-        job.start()
 
     def _job_finished(self, job) -> None:
         if self.job is job:

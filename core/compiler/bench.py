@@ -2,7 +2,8 @@
 
 * Latency: median / p90 / min over `runs` timed calls after `warmup` untimed ones. With
   `vs_ort`, onnxruntime (CPU provider, same thread count as the TVM target) runs on the same
-  inputs, interleaved call by call with ours so both see the same machine state; `ratio` is
+  inputs in a process of its own, the two timed in alternating blocks with a pause between
+  (never one while the other's threads spin; see ALTERNATING_BLOCKS); `ratio` is
   ours / onnxruntime (medians; below 1 means faster than onnxruntime).
 * Memory: `params_bytes` (the constants the executable carries), `planned_bytes` vs
   `unplanned_bytes` (activation memory with and without TVM's static memory planning: the
@@ -305,6 +306,21 @@ def node_heat(kernels: list[dict]) -> dict[str, float]:
 # the benchmark
 
 
+# Timing with onnxruntime beside ours: onnxruntime runs in a process of its own (core.compiler.ort_worker)
+# with its default threading, ours here with TVM's; they take turns in blocks (ours, pause, theirs,
+# pause, ...) so that neither is timed while the other's threads spin, and slow drifts of the
+# machine's load (other processes) hit both alike.
+ALTERNATING_BLOCKS = 5
+# TVM's idle workers yield-spin up to ~10^5 times before they sleep, onnxruntime's briefly too.
+SETTLE_S = 0.2
+
+
+def _block_sizes(runs: int, blocks: int) -> list[int]:
+    """`runs` split into at most `blocks` nearly equal blocks."""
+    blocks = max(1, min(blocks, runs))
+    return [runs // blocks + (1 if i < runs % blocks else 0) for i in range(blocks)]
+
+
 def benchmark(
     art: Artifact,
     *,
@@ -326,55 +342,67 @@ def benchmark(
     feeds = random_feeds(art.inputs, seed=seed, dims=dims)
     args = art.to_device(feeds)
     dev = art.device
-    ort_sess = None
-    if vs_ort:
-        if art.model_bytes is None:
-            raise WorkbenchError("this artifact has no source model (model.onnx) to run onnxruntime on; bench it without --vs-ort.")
-        from .reference import ort_session
-
-        ort_sess = ort_session(art.model_bytes, threads=host_cores())
-        ort_names = {i.name for i in ort_sess.get_inputs()}
-        ort_feeds = {k: v for k, v in feeds.items() if k in ort_names}
 
     def stop():
         if cancel is not None and cancel():
             raise Cancelled("benchmark cancelled.")
 
-    report("warm-up", 0.0)
-    for _ in range(max(0, warmup)):
-        stop()
-        art.run_device(args)
-        if ort_sess is not None:
-            ort_sess.run(None, ort_feeds)
-    dev.sync()
-    ours_ms: list[float] = []
-    ort_ms: list[float] = []
-    for i in range(runs):
-        stop()
-        t0 = time.perf_counter()
-        art.run_device(args)
-        dev.sync()
-        ours_ms.append((time.perf_counter() - t0) * 1000.0)
-        if ort_sess is not None:
-            t0 = time.perf_counter()
-            ort_sess.run(None, ort_feeds)
-            ort_ms.append((time.perf_counter() - t0) * 1000.0)
-        report("timing", 0.1 + 0.6 * (i + 1) / runs)
+    ort_proc = None
+    if vs_ort:
+        if art.model_bytes is None:
+            raise WorkbenchError("this artifact has no source model (model.onnx) to run onnxruntime on; bench it without --vs-ort.")
+        import onnx
 
-    result = BenchResult(
-        target=art.target,
-        dims={d: int((dims or {}).get(d, 1)) for s in art.inputs for d in s.shape if isinstance(d, str)},
-        latency_ms=latency_stats(ours_ms),
-        memory={},
-    )
-    if ort_sess is not None:
-        result.ort_latency_ms = latency_stats(ort_ms)
-        if result.ort_latency_ms["median"]:
-            result.ratio = round(result.latency_ms["median"] / result.ort_latency_ms["median"], 3)
-        ours_out = art.run(feeds)
-        ok, err, _ = compare_outputs(ours_out, ort_sess.run(None, ort_feeds))
-        result.max_abs_err_vs_ort = err
-        result.outputs_match_ort = ok
+        from .ort_worker import OrtProcess
+
+        ort_names = {i.name for i in onnx.load_from_string(art.model_bytes).graph.input}
+        report("starting onnxruntime", 0.0)
+        try:
+            ort_proc = OrtProcess(art.model_bytes, {k: v for k, v in feeds.items() if k in ort_names}, host_cores())
+        except RuntimeError as exc:
+            raise WorkbenchError(f"onnxruntime cannot run this artifact's source model: {exc}.") from None
+    try:
+        report("warm-up", 0.05)
+        for _ in range(max(0, warmup)):
+            stop()
+            art.run_device(args)
+        dev.sync()
+        if ort_proc is not None and warmup > 0:
+            ort_proc.run(warmup)
+        ours_ms: list[float] = []
+        ort_ms: list[float] = []
+        sizes = _block_sizes(runs, ALTERNATING_BLOCKS if ort_proc is not None else 1)
+        for index, size in enumerate(sizes):
+            for _ in range(size):
+                stop()
+                t0 = time.perf_counter()
+                art.run_device(args)
+                dev.sync()
+                ours_ms.append((time.perf_counter() - t0) * 1000.0)
+            if ort_proc is not None:
+                time.sleep(SETTLE_S)  # our pool's threads stop spinning before onnxruntime is timed
+                stop()
+                ort_ms.extend(ort_proc.run(size))
+                time.sleep(SETTLE_S)  # and onnxruntime's before ours are
+            report("timing", 0.1 + 0.6 * (index + 1) / len(sizes))
+
+        result = BenchResult(
+            target=art.target,
+            dims={d: int((dims or {}).get(d, 1)) for s in art.inputs for d in s.shape if isinstance(d, str)},
+            latency_ms=latency_stats(ours_ms),
+            memory={},
+        )
+        if ort_proc is not None:
+            result.ort_latency_ms = latency_stats(ort_ms)
+            if result.ort_latency_ms["median"]:
+                result.ratio = round(result.latency_ms["median"] / result.ort_latency_ms["median"], 3)
+            ours_out = art.run(feeds)
+            ok, err, _ = compare_outputs(ours_out, ort_proc.outputs())
+            result.max_abs_err_vs_ort = err
+            result.outputs_match_ort = ok
+    finally:
+        if ort_proc is not None:
+            ort_proc.close()
 
     stop()
     report("memory", 0.75)

@@ -16,6 +16,7 @@ The exported folder is described in `core.compiler.artifact`; verification in
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -30,9 +31,11 @@ from typing import Any
 from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
 from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .codegen import BuildCancelled, cancel_scope
 from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
-from .lineage import kernel_lineage
+from .lineage import KernelLineageTap
 from .reference import ATOL, RTOL, compare_outputs, random_feeds
+from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
 
@@ -40,6 +43,7 @@ __all__ = [
     "compile_model",
     "import_relax",
     "CompileCancelled",
+    "CUDA_TUNING_NEEDS_GPU",
     # re-exported: what a compile hands back and how it is checked
     "Artifact",
     "TensorSpec",
@@ -94,7 +98,22 @@ def import_relax(graph) -> Imported:
 
 # Passes from here on turn scheduled Relax+TIR into VM code; compile keeps the module before them
 # (the scheduled module: memory estimate, lineage).
-_VM_LOWERING_START = "DataflowLowering"
+VM_LOWERING_START = "DataflowLowering"
+
+
+@contextlib.contextmanager
+def _cancelled_as_compile(cancel: Callable[[], bool] | None):
+    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
+    RuntimeError: `cancel()` itself tells.)"""
+    try:
+        yield
+    except BuildCancelled:
+        raise CompileCancelled("compile cancelled.") from None
+    except Exception:
+        if cancel is not None and cancel():
+            raise CompileCancelled("compile cancelled.") from None
+        raise
 
 
 def _check_cancel(cancel: Callable[[], bool] | None) -> None:
@@ -114,6 +133,7 @@ def compile_model(
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
     tune_budget_s: float | None = None,
+    tune_rpc: str | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -132,8 +152,12 @@ def compile_model(
     searches `tune_trials` schedules per kernel with the time left; the records go to the
     database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
     uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
-    database. Tuning is for the cpu target; it reports through `progress` (5-55 %) and stops
-    after the measuring round in which `cancel()` turns True.
+    database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
+    template search is CPU-only, so a CUDA tuning is MetaSchedule's search against dlight's
+    defaults). It reports through `progress` (5-55 %) and stops after the measuring round in
+    which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY') measures the candidates on the
+    devices registered under KEY with the TVM RPC tracker at HOST:PORT instead of here (the
+    target must describe those devices).
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
@@ -148,6 +172,7 @@ def compile_model(
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
+    check_size(graph, "compiling")
     proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
@@ -164,15 +189,21 @@ def compile_model(
 
     # the steps up to the scheduled module, tuning before ScheduleTIR; then the VM lowering
     steps = pipe.steps()
-    cut = next((i for i, s in enumerate(steps) if s.name == _VM_LOWERING_START), len(steps))
+    cut = next((i for i, s in enumerate(steps) if s.name == VM_LOWERING_START), len(steps))
     front, back = steps[:cut], steps[cut:]
     tuning_step = tune_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel)
+        runner = None
+        if tune_rpc:
+            from .tuning import parse_rpc_address, rpc_runner
+
+            runner = rpc_runner(*parse_rpc_address(tune_rpc))
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
-    kept: dict[str, Any] = {"prev": imported.mod}  # modules lineage reads: before and after FuseOps
+    tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
+    kept: dict[str, Any] = {}
 
     def before(i: int, step: Step) -> None:
         _check_cancel(cancel)
@@ -182,26 +213,23 @@ def compile_model(
             report("code generation", 0.62)
 
     def after(r: StepResult) -> None:
-        if r.step.name == "FuseOps":
-            kept["prefused"] = kept["prev"]
-        if r.step.name == "FuseOps" or ("fused" not in kept and r.step.name == "LegalizeOps"):
-            kept["fused"] = r.mod
+        tap(r)
         if r.index == len(front) - 1:
             kept["scheduled"] = r.mod
-        kept["prev"] = r.mod
         passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
 
-    final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
+    with _cancelled_as_compile(cancel), cancel_scope(cancel):
+        final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
     scheduled = kept.get("scheduled", imported.mod)
-    fused, prefused = kept.get("fused"), kept.get("prefused")
     _check_cancel(cancel)
     if not back:
         report("code generation", 0.62)
     t0 = time.perf_counter()
-    ex = _tvm_step("code generation", pipe.codegen, final)
+    with _cancelled_as_compile(cancel):
+        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
     passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
-    lineage = kernel_lineage(fused, imported.lineage, graph, prefused, scheduled) if fused is not None else {}
+    lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
     cuda_src = cuda_source_of(ex) if target == "cuda" else None
     from .converters import fixes_applied
 
@@ -334,9 +362,16 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
             budget = float("nan")
         if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
             raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
-    if (tune_trials > 0 or tune_budget_s is not None) and target != "cpu":
-        raise WorkbenchError(f"tuning is available for the cpu target only, not {target}; compile for {target} without tuning.")
+    if (tune_trials > 0 or tune_budget_s is not None) and target == "cuda" and not gpu_present():
+        raise WorkbenchError(CUDA_TUNING_NEEDS_GPU)
     return budget
+
+
+# MetaSchedule measures every candidate schedule on the device it tunes for
+CUDA_TUNING_NEEDS_GPU = (
+    "tuning for cuda measures every candidate on a GPU, and this machine has none; compile for cuda without "
+    "tuning (a database tuned on a GPU machine still applies with tune_db / --tune-db)."
+)
 
 
 class _TuningStep:
@@ -344,7 +379,7 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
         self.summary: str | None = None
         self.kernels = self.from_database = 0
 
@@ -364,6 +399,7 @@ class _TuningStep:
                 budget_s=budget_s,
                 progress=progress,
                 cancel=cancel,
+                runner=runner,
                 on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
             )
         except ImportError as e:

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import WorkbenchError
-from .target import gpu_present
+from .target import gpu_present, host_cores
 
 __all__ = [
     "cuda_source_of",
@@ -70,6 +70,8 @@ def nvcc_fatbin(source: str, workdir: Path) -> bytes:
     for sm in _CUDA_GENCODES:
         cmd += ["-gencode", f"arch=compute_{sm[3:]},code={sm}"]
     cmd += ["-gencode", f"arch={_CUDA_PTX},code={_CUDA_PTX}"]
+    # one pass per architecture: run them side by side on the cores this process may use
+    cmd += ["--threads", str(max(1, min(len(_CUDA_GENCODES) + 1, host_cores())))]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise WorkbenchError(explain_nvcc_failure(r.stderr or r.stdout, source))
@@ -86,9 +88,12 @@ def kernel_at_line(source: str, line: int) -> str | None:
     lines = source.splitlines()
     if not 1 <= line <= len(lines):
         return None
-    for text in reversed(lines[:line]):
+    own = _KERNEL_DEF.search(lines[line - 1])
+    if own:  # the line declares or defines a kernel (a bad parameter name lands here)
+        return own.group(1)
+    for text in reversed(lines[: line - 1]):
         m = _KERNEL_DEF.search(text)
-        if m and not text.rstrip().endswith(";"):  # a definition, not the forward declaration
+        if m and not text.rstrip().endswith(";"):  # a definition, not a forward declaration
             return m.group(1)
     return None
 
@@ -105,9 +110,9 @@ def explain_nvcc_failure(stderr: str, source: str) -> str:
         return f"nvcc could not compile the generated CUDA kernels: {last[0].rstrip('.')}."
     line, text = int(errors[0][0]), errors[0][1].strip().rstrip(".")
     kernel = kernel_at_line(source, line)
-    where = f"kernel '{kernel}'" if kernel else "the kernels' shared preamble"
+    where = f"kernel '{kernel}': {CUDA_SOURCE} line {line}" if kernel else f"code: {CUDA_SOURCE} line {line} (before the first kernel)"
     more = {0: "", 1: " (1 more error follows)"}.get(len(errors) - 1, f" ({len(errors) - 1} more errors follow)")
-    return f"nvcc could not compile the generated CUDA {where}: {CUDA_SOURCE} line {line}: {text}{more}."
+    return f"nvcc could not compile the generated CUDA {where}: {text}{more}."
 
 
 def _u64(b: bytes, pos: int) -> tuple[int, int]:
@@ -142,8 +147,11 @@ def _patch_cuda_blob(blob: bytes, fatbin: bytes) -> bytes:
         if key == "cuda":
             flen, q = _u64(data, 0)
             fmt = data[q : q + flen].decode()
-            if fmt == "cuda":
-                # code (the source) is the trailing u64-length-prefixed field
+            # "cuda" (source) where no GPU is; where one is, TVM already compiled the kernels for
+            # that GPU alone ("ptx", "fatbin", "cubin"): either way the fatbin for every listed
+            # architecture replaces the code, so the manifest's list is what ships
+            if fmt in ("cuda", "ptx", "fatbin", "cubin"):
+                # code is the trailing u64-length-prefixed field
                 for start in range(len(data) - 8, q + flen - 1, -1):
                     clen = struct.unpack_from("<Q", data, start)[0]
                     if start + 8 + clen == len(data) and clen > 0:

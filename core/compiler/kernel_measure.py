@@ -86,9 +86,13 @@ _FLOAT_OPS = ("Add", "Sub", "Mul", "Div", "Max", "Min", "FloorDiv", "FloorMod")
 
 def estimate_flops(func) -> int:
     """Floating-point operations of one call of `func` (TVM's own estimate: every float add,
-    multiply, max... of every block, times its iterations)."""
+    multiply, max... of every block, times its iterations); 0 when its shapes are symbolic (TVM
+    would count a symbolic extent as 1)."""
     import tvm
     from tvm.s_tir.analysis import estimate_tir_flops
+
+    if func.params and estimate_bytes(func) == 0:
+        return 0
 
     try:
         return int(estimate_tir_flops(tvm.IRModule({"main": func})))

@@ -17,8 +17,9 @@ hooks in after each step to take its snapshot. Lineage is recorded at import
 
 Editing the pipeline and lowering again reuses a `LoweringCache`: a stage is keyed by the model's
 bytes, the target and the enabled passes up to it, so disabling pass k recomputes from k on.
-`cancel()` is polled between steps (a step itself, e.g. LLVM codegen, runs to its end);
-`progress(done, total, name)` reports each one.
+`cancel()` is polled between steps, and within the long ones: the CPU schedules between kernels,
+their weight prepacking and the target code between groups of kernels (core.compiler.codegen);
+other single TVM passes run to their end. `progress(done, total, name)` reports each step.
 """
 from __future__ import annotations
 
@@ -244,17 +245,19 @@ def _find_modules(lib, kinds: tuple[str, ...]) -> list:
     return found
 
 
-def _cpu_code_parallel(mod, target, with_asm: bool, parts: int) -> list[tuple[str, str, str]]:
-    """The kernels' LLVM IR, built in `parts` chunks on as many threads.
+def _cpu_code_parallel(mod, target, with_asm: bool, parts: int, cancel=None) -> list[tuple[str, str, str]]:
+    """The kernels' LLVM IR, built in `parts` chunks on a few threads (`cancel()` polled meanwhile).
 
     TVM's LLVM codegen is single-threaded and is most of the lowering time of a big model
     (ResNet-50: ~6 s CPU); the kernels are independent PrimFuncs, so building them in chunks on
     every core gives the same code per kernel (same target, same TIR pipeline) in a fraction of
     the wall time. Each chunk's module is shown in turn, headed by a comment line.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     import tvm
+
+    from .codegen import POLL_S, BuildCancelled
 
     funcs = sorted(((gv, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)),
                    key=lambda kv: kv[0].name_hint)
@@ -264,8 +267,19 @@ def _cpu_code_parallel(mod, target, with_asm: bool, parts: int) -> list[tuple[st
         lib = tvm.tirx.build(tvm.IRModule(chunk, attrs=mod.attrs), target)
         return lib.inspect_source("ll"), (lib.inspect_source("asm") if with_asm else "")
 
-    with ThreadPoolExecutor(parts) as pool:
-        built = list(pool.map(build, chunks))
+    from .target import host_cores
+
+    pool = ThreadPoolExecutor(min(parts, host_cores(), 4), thread_name_prefix="codegen")
+    try:
+        futures = [pool.submit(build, c) for c in chunks]
+        pending = set(futures)
+        while pending:  # cancel lands between polls; chunks already building finish in the background
+            _, pending = wait(pending, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            if cancel is not None and cancel():
+                raise BuildCancelled()
+        built = [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     head = "; ---- kernels {names} ({i}/{n}) ----\n"
     ll = "".join(head.format(names=f"{len(c)} functions", i=i + 1, n=parts) + code[0] for i, (c, code) in enumerate(zip(chunks, built)))
     out = [("LLVM IR", "llvm", ll)]
@@ -275,18 +289,22 @@ def _cpu_code_parallel(mod, target, with_asm: bool, parts: int) -> list[tuple[st
     return out
 
 
-def _target_code(mod, target, with_asm: bool) -> list[tuple[str, str, str]]:
+def _target_code(mod, target, with_asm: bool, cancel=None) -> list[tuple[str, str, str]]:
     """[(stage name, language, text)] from building `mod` (already through the Relax pipeline)."""
     import tvm
 
+    from .codegen import BuildCancelled
     from .target import host_cores
 
     if "gpu" not in target.keys:
         n_funcs = sum(1 for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
-        parts = min(host_cores(), 4, n_funcs)
+        # more chunks than threads: a cancel leaves at most one small chunk per thread running
+        parts = min(max(host_cores(), n_funcs // 4), n_funcs)
         if parts > 1 and n_funcs >= 8:
             try:
-                return _cpu_code_parallel(mod, target, with_asm, parts)
+                return _cpu_code_parallel(mod, target, with_asm, parts, cancel)
+            except BuildCancelled:
+                raise
             except Exception:  # noqa: BLE001 - fall back to the plain build, which reports properly
                 logger.debug("parallel codegen failed; building in one piece", exc_info=True)
     ex = tvm.compile(mod, target, relax_pipeline=None)
@@ -340,7 +358,9 @@ def lower(
     """
     from .lineage import import_lineage, propagate_lineage
     from .runner import Pipeline, StepResult, run_timed
+    from .size_limit import check_size
 
+    check_size(graph, "lowering")
     pipe = Pipeline(target, specs, check=False)
     tgt = pipe.target
     steps = pipe.steps()
@@ -416,10 +436,15 @@ def lower(
             cache.put(keys[r.index], stage)
 
     def failed(s, e):  # TVM raises its own types; name the pass
+        if isinstance(e, Cancelled) or (cancel is not None and cancel()):
+            return Cancelled("lowering cancelled.", stages)  # a pass polling cancel stopped
         return LoweringError(f"pass {s.name} failed on {graph.path.name if graph.path else 'the model'}: "
                              f"{_first_line(e)}.", stages)
 
-    pipe.run(stages[-1].mod, steps, before=lambda i, s: step(s.name), reuse=cached, after=snapshot, on_error=failed)
+    from .codegen import BuildCancelled, cancel_scope
+
+    with cancel_scope(cancel):
+        pipe.run(stages[-1].mod, steps, before=lambda i, s: step(s.name), reuse=cached, after=snapshot, on_error=failed)
 
     with tgt:
         if target_code:
@@ -435,7 +460,9 @@ def lower(
                 # routes every tensor through an allocation)
                 base = next((s for s in reversed(stages) if s.language == "tvmscript" and "R.call_tir(" in s.text), last)
                 try:
-                    codes, seconds, times = run_timed(lambda m: _target_code(m, tgt, assembly), last.mod)
+                    codes, seconds, times = run_timed(lambda m: _target_code(m, tgt, assembly, cancel), last.mod)
+                except BuildCancelled:
+                    raise Cancelled("lowering cancelled.", stages) from None
                 except LoweringError as e:
                     e.stages = stages
                     raise

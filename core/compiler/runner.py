@@ -168,12 +168,13 @@ class Pipeline:
         """`run_steps` over `steps` (default: every enabled spec) inside this pipeline's target."""
         return run_steps(mod, self.steps() if steps is None else steps, self.target, **hooks)
 
-    def codegen(self, mod):
+    def codegen(self, mod, *, cancel=None, progress=None):
         """Code generation for a module that has been through every step: a Relax VM executable
-        (TIR pipeline + LLVM, or CUDA with an LLVM host)."""
-        import tvm
+        (TIR pipeline + LLVM, or CUDA with an LLVM host), built by core.compiler.codegen so that
+        `cancel()` stops it within a fraction of a second (CPU kernels build in small groups)."""
+        from .codegen import build_executable
 
-        return tvm.compile(mod, self.target, relax_pipeline=None)
+        return build_executable(mod, self.target, [], cancel=cancel, progress=progress)
 
     def build(self, graph, **hooks):
         """import -> every step -> code generation, in one call; returns the executable."""

@@ -318,30 +318,23 @@ def _target(target):
 def list_kernels(graph_or_path, target="cpu") -> list[KernelInfo]:
     """The kernels of a model as FuseTIR leaves them (what ScheduleTIR and tuning receive), in
     the order main calls them, with the ONNX nodes each computes."""
-    import tvm
-
     from ..model.graph import Graph
     from ..model.onnx_io import load_model
-    from .compile import import_relax, split_pipeline
-    from .lineage import kernel_lineage
-    from .pipeline import make_pass
+    from .compile import VM_LOWERING_START, import_relax
+    from .lineage import KernelLineageTap
+    from .runner import Pipeline
 
     graph = graph_or_path if isinstance(graph_or_path, Graph) else load_model(graph_or_path)
-    tgt = _target(target)
-    front, _ = split_pipeline(tgt)
+    pipe = Pipeline(_target(target))
+    # the default pipeline's steps up to the VM lowering, without scheduling: what tuning receives
+    steps = pipe.steps()
+    names = [s.name for s in steps]
+    front = steps[: names.index(VM_LOWERING_START) if VM_LOWERING_START in names else len(steps)]
     imported = import_relax(graph)
-    mod, prefused, fused = imported.mod, None, None
-    with tgt:
-        for spec in front:
-            if not spec.enabled or spec.name == "ScheduleTIR":
-                continue
-            if spec.name == "FuseOps":
-                prefused = mod
-            mod = make_pass(spec, tgt)(mod)
-            if spec.name == "FuseOps" or (fused is None and spec.name == "LegalizeOps"):
-                fused = mod
+    tap = KernelLineageTap(imported.mod)
+    mod = pipe.run(imported.mod, [s for s in front if s.name != "ScheduleTIR"], after=tap)
     try:
-        lineage = kernel_lineage(fused, imported.lineage, graph, prefused, mod) if fused is not None else {}
+        lineage = tap.kernel_lineage(imported.lineage, graph, mod)
     except Exception as exc:  # noqa: BLE001 - lineage is a help, never a reason to fail the listing
         logger.warning("no kernel lineage: %s", exc)
         lineage = {}

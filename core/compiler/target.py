@@ -34,8 +34,22 @@ def use_host_cores() -> None:
     latency's parallelism. The pool is created once, at the first parallel kernel (compile runs
     some: weight packing), so this runs when `core` is imported. A TVM_NUM_THREADS the user set
     wins.
+
+    Also (unless set) TVM_BIND_THREADS=0: by default TVM pins each worker to one core, and when
+    another process is busy on that core every parallel kernel waits for the pinned worker's
+    next time slice (a small CNN measured 64-84 ms against 0.065 ms unpinned beside one busy
+    process on 2 cores, 0.045-0.064 ms either way without it; a shared, noisy machine).
     """
     os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    # And TVM_THREAD_POOL_SPIN_COUNT=0: idle workers sleep at once instead of calling sched_yield
+    # ~300,000 times. Those yield loops take the cores from everything else on a busy machine,
+    # this process's own main thread included. SqueezeNet at 2 threads on a shared 2-core Zen 4,
+    # one extra busy process: 9.8 ms median with 0, 50-121 ms with the default, 180 ms with 100;
+    # without it, 34-39 ms with 0 against 74-124 ms. Waking sleeping workers costs a few us per
+    # parallel kernel, which is why only kernels of ~1 M multiply-adds and more run in parallel
+    # (core.compiler.schedules).
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
 
 
 def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr: list[str] | None = None, cores: int | None = None):

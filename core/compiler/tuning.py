@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# the database (folders, record files, applying it) is core.compiler.tuning_db; its public names
-# are re-exported here, where callers have always found them
+# the database (folders, record files, applying it) is core.compiler.tuning_db, the builders and
+# runners that measure candidates core.compiler.tuning_runners; their public names are
+# re-exported here, where callers have always found them
 from .tuning_db import (
     PROGRESS_FILE,
     TEMPLATES_FILE,
@@ -59,6 +60,7 @@ from .tuning_db import (
     target_key,
     tuned_schedule,
 )
+from .tuning_runners import _worker_initializer, local_builder, local_runner, parse_rpc_address, rpc_runner
 
 __all__ = [
     "TaskResult",
@@ -73,6 +75,7 @@ __all__ = [
     "database_coverage",
     "tuning_pass",
     "rpc_runner",
+    "parse_rpc_address",
     "local_builder",
     "local_runner",
     "prepare_module",
@@ -166,6 +169,8 @@ def _stop(report, cancel, deadline: float) -> bool:
 
 
 def _has_template(func, target) -> bool:
+    if target.kind.name != "llvm":  # the template rules are CPU schedules
+        return False
     return any(rule.candidates(func, target) for rule in _template_rules())
 
 
@@ -221,73 +226,6 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
     }
 
 
-def _worker_initializer():
-    """Import TVM's tensor intrinsics quickly (a closure, so it can also be shipped by value to
-    a worker process that cannot import this package).
-
-    Why: MetaSchedule's default build and every TuneContext import `tvm.s_tir.tensor_intrin`,
-    which parses ~250 TVMScript functions, each calling `inspect.stack()` - and that reads
-    source files for every frame. Measured here: 143 s under load, longer than the builder's
-    timeout, so every build timed out. With a stack that skips source lookup: ~13 s.
-    """
-
-    def initialize():
-        import inspect
-        import sys
-
-        def light_stack(context=1):
-            frame, frames = sys._getframe(1), []
-            while frame is not None:
-                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
-                frame = frame.f_back
-            return frames
-
-        if "tvm.s_tir.tensor_intrin" in sys.modules:
-            return
-        original = inspect.stack
-        inspect.stack = light_stack
-        try:
-            import tvm.s_tir.tensor_intrin  # noqa: F401
-        finally:
-            inspect.stack = original
-
-    return initialize
-
-
-def _build_without_intrinsics():
-    """MetaSchedule's default_build minus its import of every tensor intrinsic (see
-    _worker_initializer), which CPU float kernels never use; a closure, shipped by value."""
-
-    def build(mod, target, _params):
-        from tvm.driver import build as tvm_build
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-        # measure the kernel, not its one-off weight repacking (as default_build does)
-        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        return tvm_build(mod, target=target)
-
-    return build
-
-
-def local_builder(workers: int | None = None):
-    """A LocalBuilder that starts in seconds (no tensor-intrinsic import); one worker per core
-    up to two by default (builds are LLVM-bound; candidates are built in batches)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from .target import host_cores
-
-    workers = workers or max(1, min(2, host_cores()))
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
-
-
-def local_runner():
-    """A LocalRunner measuring each candidate as 3 repeats of >= 40 ms (medians are kept)."""
-    from tvm.s_tir import meta_schedule as ms
-
-    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
-    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
-
-
 def extract_tasks(mod, target) -> list:
     """MetaSchedule's tuning tasks for the fused module (one per distinct kernel), minus those
     already scheduled."""
@@ -307,6 +245,28 @@ def extract_tasks(mod, target) -> list:
     return out
 
 
+def _tuning_target(target):
+    """`target` with what MetaSchedule's GPU rules read and dlight does not: the per-block thread
+    and shared-memory limits (from the GPU when one is here; else sm_80+'s 1024 threads and the
+    48 KiB of shared memory a block gets without opting in). CPU targets are returned as they are."""
+    import json
+
+    import tvm
+
+    if target.kind.name != "cuda" or "max_threads_per_block" in target.attrs:
+        return target
+    threads, shared = 1024, 48 * 1024
+    from .target import gpu_present
+
+    if gpu_present():
+        dev = tvm.cuda(0)
+        threads, shared = int(dev.max_threads_per_block), int(dev.max_shared_memory_per_block)
+    config = json.loads(str(target))
+    config.update({"max_threads_per_block": threads, "max_shared_memory_per_block": shared})
+    host = config.pop("host", None)
+    return tvm.target.Target(config, host=host)
+
+
 def _static_shapes(func) -> bool:
     for param in func.params:
         shape = getattr(param, "shape", None)
@@ -317,9 +277,9 @@ def _static_shapes(func) -> bool:
 
 def _measure_default(task_mod, target, builder, runner) -> float | None:
     """Seconds of core.compiler.schedules' default schedule for one task, or None."""
-    from .schedules import schedule_cpu_func
+    from .schedules import default_schedule
 
-    scheduled, _rule = schedule_cpu_func(task_mod["main"], target)
+    scheduled, _rule = default_schedule(task_mod["main"], target)
     if scheduled is None:
         return None
     from tvm import s_tir
@@ -377,6 +337,7 @@ def tune_module(
     start = time.monotonic()
     deadline = start + budget_s
     report_progress = progress or (lambda fraction, message: None)
+    target = _tuning_target(target)
     folder = database_dir(database, target)
     db = open_database(database, target)
     saved = _load_progress(folder)
@@ -556,27 +517,3 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
         return apply(mod)
 
     return _pass
-
-
-def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):
-    """A MetaSchedule runner that measures candidates on the devices registered under `key`
-    with the TVM RPC tracker at tracker_host:tracker_port.
-
-    Scale-out recipe (every machine needs the same TVM version):
-
-        python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190               # one machine
-        python -m tvm.exec.rpc_server --tracker HOST:9190 --key cpu-znver3      # each device
-        python -m tvm.exec.query_rpc_tracker --host HOST --port 9190            # check
-
-    then `tune_module(..., runner=rpc_runner(HOST, 9190, "cpu-znver3"))`. Candidates are built
-    here (for the target given, which must describe the devices) and sent to the servers.
-    """
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms.runner.RPCRunner(
-        rpc_config=ms.runner.RPCConfig(
-            tracker_host=tracker_host, tracker_port=int(tracker_port), tracker_key=key, session_timeout_sec=session_timeout_s
-        ),
-        evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
-        max_workers=max_workers,
-    )

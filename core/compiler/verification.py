@@ -62,8 +62,15 @@ def verify_artifact(
     else:
         feeds = random_feeds(art.inputs, seed=seed, dims=dims, model=proto)
         kind = "seeded random"
+
+    def check() -> None:  # between the runs: each one runs to its end
+        if cancel is not None and cancel():
+            raise Cancelled("compile cancelled.")
+
     ref, reference = reference_run(art.model_bytes, feeds)
+    check()
     ours = art.run(feeds)
+    check()
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
     if ok:
         bad_dtype = next((i for i, (a, b) in enumerate(zip(ours, ref)) if np.asarray(a).dtype != np.asarray(b).dtype), -1)

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import onnx
 import onnx_ir as ir
-from google.protobuf.message import DecodeError
 
 from ..errors import InvalidModelError, ModelLoadError
 from .external_data import SaveResult, write_model
 from .graph import Graph
 
-__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "KNOWN_DOMAINS", "SaveResult"]
+__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "truncated_by", "KNOWN_DOMAINS", "SaveResult"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +56,57 @@ def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False
     return load_model_bytes(data, p, allow_absolute_external=allow_absolute_external)
 
 
+def truncated_by(data: bytes) -> int:
+    """How many bytes the top-level protobuf fields of `data` declare beyond its end (0 when the
+    fields end within it, or when the data is not a protobuf message at all).
+
+    A model cut short (an interrupted copy or download) still starts as valid protobuf: walking
+    its top-level fields finds the last one (usually the graph) claiming more bytes than are
+    left, which tells "truncated" apart from "corrupt" or "not ONNX"."""
+    pos, end = 0, len(data)
+
+    def varint(i: int) -> tuple[int | None, int]:
+        value, shift = 0, 0
+        while i < end:
+            b = data[i]
+            value |= (b & 0x7F) << shift
+            i += 1
+            if not b & 0x80:
+                return value, i
+            shift += 7
+            if shift > 63:
+                return None, i  # not a varint: not protobuf
+        return -1, i  # ran off the end inside a varint
+
+    while pos < end:
+        key, pos = varint(pos)
+        if key is None or key == 0:
+            return 0
+        if key < 0:
+            return 1
+        wire = key & 7
+        if wire == 0:
+            value, pos = varint(pos)
+            if value is None:
+                return 0
+            if value < 0:
+                return 1
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = varint(pos)
+            if length is None:
+                return 0
+            if length < 0:
+                return 1
+            pos += length
+        else:
+            return 0  # groups (3, 4) and invalid types: ONNX uses none of them
+    return pos - end if pos > end else 0
+
+
 def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_external: bool = False) -> Graph:
     """Like `load_model`, from bytes already read; `path` names the file and anchors external data."""
     p = Path(path)
@@ -65,9 +115,13 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as e:
-        raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
-    except Exception as e:  # noqa: BLE001 - the protobuf runtime raises odd types on hostile input
+    except Exception as e:  # noqa: BLE001 - DecodeError, RuntimeError, ValueError, and odd types on hostile input
+        missing = truncated_by(data)
+        if missing:
+            raise ModelLoadError(
+                f"{p} is cut short: its data runs {missing:,} bytes past the end of the file ({len(data):,} bytes); "
+                "it was probably not copied or downloaded completely."
+            ) from None
         raise ModelLoadError(f"{p} is not an ONNX model: its protobuf data cannot be parsed ({_first_line(e)}).") from None
     if not proto.HasField("graph") or not proto.opset_import:
         raise ModelLoadError(f"{p} is not an ONNX model: it has no {'graph' if not proto.HasField('graph') else 'opset imports'}.")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -276,6 +277,16 @@ def _structural_parts(view: ViewGraph) -> dict:
     return parts
 
 
+def _range_size(n: int) -> int:
+    """Items per range so that n items nest in balanced levels of at most FAN_OUT: with L levels
+    needed, n^((L-1)/L) per range (60,000 nodes: 16 ranges of 3,750, of 16 of 235, ...)."""
+    levels = max(1, math.ceil(math.log(n) / math.log(FAN_OUT) - 1e-9))
+    size = math.ceil(n ** ((levels - 1) / levels))
+    while math.ceil(n / size) > FAN_OUT:
+        size += 1
+    return max(1, size)
+
+
 def _nest(items: list[list], labels: list[str], prefix: list[str], parts: dict, start: int) -> None:
     """Give items (runs of node ids) their scope parts under `prefix`, in ranges of <= FAN_OUT."""
     if len(items) <= FAN_OUT:
@@ -284,10 +295,7 @@ def _nest(items: list[list], labels: list[str], prefix: list[str], parts: dict, 
             for nid in r:
                 parts[nid] = p
         return
-    # nest so every level has at most FAN_OUT children: chunk sizes are powers of FAN_OUT
-    size = 1
-    while size * FAN_OUT < len(items):
-        size *= FAN_OUT
+    size = _range_size(len(items))
     for a in range(0, len(items), size):
         b = min(a + size, len(items))
         label = f"[{start + a}–{start + b - 1}]"
@@ -365,9 +373,7 @@ def _range_children(s: Scope, by_path: dict) -> None:
     """More than FAN_OUT child groups (a 300-layer encoder) are nested into ranges
     ('layer.0 … layer.31') so no level shows more than FAN_OUT boxes."""
     kids = s.children
-    size = 1
-    while size * FAN_OUT < len(kids):
-        size *= FAN_OUT
+    size = _range_size(len(kids))
     ranges = []
     for a in range(0, len(kids), size):
         part = kids[a:a + size]

@@ -313,6 +313,9 @@ def from_graph(graph) -> ViewGraph:
         out_names = [o.name for o in outs]
         out_text = ", ".join(f"{o.name}: {text_of(o)[1]} {text_of(o)[2]}" for o in outs[:4])
         domain = n.domain
+        # control flow (If, Loop, Scan): the graphs in its attributes, opened by a double-click
+        bodies = [k for k, a in n.ir.attributes.items() if a.type.name == "GRAPH"]
+        more = f"\nDouble-click to open its {' / '.join(bodies)}." if bodies else ""
         nodes.append(
             ViewNode(
                 id=node_id,
@@ -320,9 +323,10 @@ def from_graph(graph) -> ViewGraph:
                 detail=_key_detail(n, text_of(outs[0])[0] if outs else ""),
                 category=op_category(op_type),
                 badges=badges,
-                tooltip=f"{n.name or op_type} ({op_type})\n→ {out_text}",
+                tooltip=f"{n.name or op_type} ({op_type})\n→ {out_text}{more}",
                 origin=[node_id],
-                data={"kind": "node", "name": n.name, "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors},
+                data={"kind": "node", "name": n.name, "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors,
+                      "subgraphs": bodies},
             )
         )
         for name in out_names:

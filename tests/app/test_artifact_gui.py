@@ -62,7 +62,7 @@ def test_load_and_run_shows_latency(window, qtbot, monkeypatch, artifact_folder)
     _answer("Load and Run", seen)
     panel.open_artifact(str(artifact_folder))
     assert calls == [str(artifact_folder)]
-    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.compile_btn.isEnabled(), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.open_artifact_btn.isEnabled(), timeout=30_000)  # no model open: Compile & Run stays off
     labels = [panel.table.item(r, 0).text() for r in range(panel.table.rowCount())]
     for label in ("Latency median", "Latency p10 – p90"):
         cell = panel.table.item(labels.index(label), 1).text().removeprefix("⚠ ")
@@ -95,3 +95,19 @@ def test_file_menu_opens_the_panels_dialog(window, monkeypatch):
     action = next(a for a in window.file_menu.actions() if a.text() == "Open Compiled &Artifact…")
     action.trigger()
     assert picked and "manifest.json" in picked[0] and window.panels["compile"].isVisible()
+
+
+def test_artifact_heat_colours_the_model_it_was_compiled_from(window, qtbot, artifact_folder):
+    panel = window.panels["compile"].widget()
+    panel.runs.setValue(2)
+    assert window.open_model(str(sample("mlp")), wait=True)
+    _answer("Load and Run", [])
+    panel.open_artifact(str(artifact_folder))
+    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.open_artifact_btn.isEnabled(), timeout=30_000)
+    assert window.canvas._overlay is not None and panel.heat_values()
+    # another model open: the artifact's kernels name none of its nodes, so no heat, and it says so
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    _answer("Load and Run", [])
+    panel.open_artifact(str(artifact_folder))
+    qtbot.waitUntil(lambda: panel.table.rowCount() > 0 and panel.open_artifact_btn.isEnabled(), timeout=30_000)
+    assert window.canvas._overlay is None and "heat map is off" in panel.status.text()

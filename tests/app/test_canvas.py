@@ -56,7 +56,7 @@ def test_highlight_overlay_ghosts(window):
     assert chips == ["1", "4"]  # one chip per valued node, outside its box
     for it in c._group_items:
         if isinstance(it, ChipItem):
-            assert not any(it.rect.intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
+            assert not any(it.scene_rect_at_100().intersects(n.sceneBoundingRect().adjusted(5, 5, -5, -5)) for n in c.node_items.values())
     c.set_overlay(None)
     assert c.node_items[ids[1]].overlay is None and not c.legend.isVisible() and not c._group_items
 
@@ -184,9 +184,9 @@ def _dark_pixels(item, zoom: float) -> int:
 
 def test_titles_stay_readable_at_the_scales_fit_produces(qapp):
     """Between the overview and full detail a box still shows its op name, enlarged to stay
-    READABLE_PX tall on screen; only far below what Fit produces does it become a flat box."""
+    at least MIN_READABLE_PX tall on screen; only far below what Fit produces does it become a flat box."""
     from app.canvas.view import FIT_MIN_SCALE
-    from app.graph_items import LABEL_LOD, READABLE_PX, TEXT_LOD, NodeItem, node_size
+    from app.graph_items import LABEL_LOD, MIN_READABLE_PX, TEXT_LOD, NodeItem, node_size
     from app.style import TextMeasure
 
     node = ViewNode(1, "Conv", "conv1 3×3", "convolution", badges=["W 64×3×3×3"])
@@ -196,7 +196,7 @@ def test_titles_stay_readable_at_the_scales_fit_produces(qapp):
         item = NodeItem(node, w, h)
         assert _dark_pixels(item, zoom) > 12, zoom  # the title is drawn
         assert item._title is not None and item._title[1] == "Conv"
-        assert item._title[0] * zoom * QFontMetricsF(node_fonts()[0]).height() >= READABLE_PX * 0.95
+        assert item._title[0] * zoom * QFontMetricsF(node_fonts()[0]).height() >= MIN_READABLE_PX * 0.95
     assert _dark_pixels(NodeItem(node, w, h), LABEL_LOD / 2) == 0  # overview: a flat box
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from core.compiler.target import gpu_present
 from tests.conftest import sample
 
 
@@ -157,6 +158,7 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     qtbot.waitUntil(lambda: "trials" in panel.progress.format(), timeout=20_000)
     kwargs = calls[0]
     assert kwargs["tune_trials"] == 32 and kwargs["tune_budget_s"] == 150.0 and kwargs["tune_db"] == str(tmp_path / "db")
+    assert "tune_rpc" not in kwargs  # measured here unless a tracker is named
     assert panel.progress.toolTip().startswith("tuning fused_conv2d_add_relu: ") and "trials" in panel.progress.format()
     assert 0 < panel.progress.value() < 700
     assert "Tuning (budget 2.5 min)" in panel.status.text() and "trials" in panel.status.text()
@@ -170,22 +172,28 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     panel.tune_trials.setValue(0)
     assert panel.tune_trials.text() == "template search only"
     assert panel.tuning_options()["tune_trials"] == 0 and panel.tuning_options()["tune_budget_s"] == 150.0
+    # a tracker named in the Tune box: compile measures there (compile_model(tune_rpc=...))
+    assert panel.tune_rpc.isEnabled()
+    panel.tune_rpc.setText(" 10.0.0.2:9190:cpu-znver4 ")
+    assert panel.tuning_options()["tune_rpc"] == "10.0.0.2:9190:cpu-znver4"
     # unchecked: no tuning keywords at all
     panel.tune.setChecked(False)
+    assert not panel.tune_rpc.isEnabled()
     assert panel.tuning_options() == {}
 
 
-def test_tune_controls_are_disabled_for_cuda(window):
+@pytest.mark.skipif(gpu_present(), reason="CUDA tuning is offered where a GPU is")
+def test_tune_controls_are_disabled_for_cuda_without_a_gpu(window):
     panel = _panel(window)
     panel.tune.setChecked(True)
     panel.target.setCurrentIndex(panel.target.findData("cuda"))
     assert not panel.tune.isEnabled() and not panel.tune_minutes.isEnabled() and not panel.tune_db_btn.isEnabled()
-    assert "CPU target only" in panel.tune.toolTip() and "CPU target only" in panel.tune_trials.toolTip()
-    assert panel.tune_db_label.text() == "tuning: CPU target only"
+    assert "this machine has none" in panel.tune.toolTip() and "this machine has none" in panel.tune_trials.toolTip()
+    assert panel.tune_db_label.text() == "tuning: needs a GPU here"
     assert panel.tuning_options() == {}
     panel.target.setCurrentIndex(panel.target.findData("cpu"))
     assert panel.tune.isEnabled() and panel.tune_minutes.isEnabled()
-    assert "CPU target only" not in panel.tune.toolTip() and panel.tune_db_label.text().startswith("database: ")
+    assert "has none" not in panel.tune.toolTip() and panel.tune_db_label.text().startswith("database: ")
 
 
 def test_results_table_reports_tuning(window):

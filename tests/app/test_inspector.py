@@ -66,3 +66,23 @@ def test_tensor_viewer_shows_every_value_histogram_copy_and_npy(window, qtbot, t
     assert len(text.split()) == data.size and float(text.split()[0]) == float(f"{data.reshape(-1)[0]:.6g}")
     viewer.save(str(tmp_path / "w.npy"))
     assert np.array_equal(np.load(tmp_path / "w.npy", allow_pickle=False), data)
+
+
+def test_double_click_on_a_weight_badge_opens_the_viewer(window, qtbot):
+    from PySide6.QtCore import QPointF, Qt
+
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    canvas = window.canvas
+    g = window.document.graph
+    conv = g.find_node("stem.conv")
+    canvas.zoom_100()
+    canvas.center_on(conv.id)
+    item = canvas.node_items[conv.id]
+    item.badge_at(QPointF(0, 0))  # lays the text out: badge positions known
+    a, b, k = item._badge_spans[0]
+    y0, y1 = item._badge_y
+    pos = canvas.mapFromScene(item.mapToScene(QPointF((a + b) / 2, (y0 + y1) / 2)))
+    qtbot.mouseDClick(canvas.viewport(), Qt.LeftButton, pos=pos)
+    viewer = _inspector(window).viewer
+    assert viewer is not None and viewer.name == item.node.data["badge_tensors"][k]
+    qtbot.addWidget(viewer)

@@ -80,10 +80,21 @@ def test_search_enter_selects_and_centers_next_hit(window, qtbot):
     assert window.canvas.selected_ids() == [hits[1]]
     assert window.canvas._visible(hits[1])
     assert bar.count.text() == "2/9"
-    # tensor names find the nodes that read or write them
+    # every hit is listed under the field; the current one is marked, a click jumps to another
+    assert bar.results.isVisible() and bar.results.count() == 9 and bar.results.currentRow() == 1
+    assert bar.results.item(0).text().startswith("Concat")
+    rect = bar.results.visualItemRect(bar.results.item(5))
+    qtbot.mouseClick(bar.results.viewport(), Qt.LeftButton, pos=rect.center())
+    assert window.canvas.selected_ids() == [hits[5]] and bar.count.text() == "6/9" and window.canvas._visible(hits[5])
+    bar.previous_hit()
+    assert window.canvas.selected_ids() == [hits[4]] and bar.results.currentRow() == 4
+    # tensor names find the nodes that read or write them, and the row says through which tensor
     g = window.document.graph
     some = next(n for n in g.nodes if n.op_type == "MaxPool")
     assert some.id in bar.search(some.outputs[0])
+    assert any(some.outputs[0] in bar.results.item(i).text() for i in range(bar.results.count()))
+    bar.search("no-such-op")
+    assert not bar.results.isVisible() and bar.count.text() == "no hits"
 
 
 def test_fit_and_zoom(window, qtbot):

@@ -50,9 +50,16 @@ def _endless_compile(monkeypatch, started: list):
     monkeypatch.setattr(core_compile, "compile_model", fake)
 
 
+_EARLIER: set = set()  # jobs of earlier tests still winding down: not this test's to wait for
+
+
 def _settle(window, qtbot) -> None:
-    """Wait until every job (old model's and new model's) has ended and the canvas is idle."""
-    qtbot.waitUntil(lambda: not _RUNNING and not window.canvas.busy, timeout=LONG)
+    """Wait until every job of this test (old model's and new model's) has ended and the canvas is idle."""
+    mine = lambda: [j for j in list(_RUNNING) if j not in _EARLIER]  # noqa: E731
+    try:
+        qtbot.waitUntil(lambda: not mine() and not window.canvas.busy, timeout=LONG)
+    except Exception:
+        raise AssertionError(f"still running: {[j.title for j in mine()]}, canvas busy {window.canvas.busy}") from None
     qtbot.wait(50)  # queued results of the last jobs
     assert window.panels["rewrites"].widget().wait_idle(60)
 
@@ -128,6 +135,8 @@ STATES = {
 @pytest.mark.qt_no_exception_capture
 @pytest.mark.parametrize("state", list(STATES))
 def test_opening_another_model_in_every_panel_state(state, reports, window, qtbot, monkeypatch):
+    _EARLIER.clear()
+    _EARLIER.update(_RUNNING)
     assert window.open_model(str(sample("small_cnn")), wait=True)
     STATES[state](window, qtbot, monkeypatch)
     _switch(window, qtbot, "mlp")

@@ -22,7 +22,7 @@ def test_big_scoped_model_opens_collapsed_and_expands_in_place(window, qtbot, tm
     c = window.canvas
     assert len(_scopes(c)) == 12 and len(c.view.nodes) == 21  # embeddings & pooler nodes, 12 layer boxes, io
     item = c.node_items["scope:encoder/layer.3"]
-    assert type(item).__name__ == "GroupItem" and "33 nodes" in item.node.detail
+    assert type(item).__name__ == "ScopeBoxItem" and "33 nodes" in item.node.detail
     def on_screen(node_id):
         b = c.layout_result.boxes[node_id]
         return c.mapFromScene(b.x, b.y)
@@ -61,6 +61,16 @@ def test_search_finds_inside_collapsed_groups_and_expands_to_the_node(window, tm
     assert hits[0] in c.layout_result.boxes and c.selected_ids() == [hits[0]]
     assert bar.count.text() == "1/2"
     assert window.document.graph.node(hits[0]).op_type == "Softmax"
+
+
+def test_highlights_of_hidden_nodes_light_their_group(window, tmp_path):
+    assert window.open_model(_bert(tmp_path), wait=True)
+    c = window.canvas
+    g = window.document.graph
+    erf = [n.id for n in g.nodes if n.op_type == "Erf"][4]  # layer.4's GELU
+    c.set_highlight("rewrite-match", [erf], "#ff00ff")
+    assert "rewrite-match" in c.node_items["scope:encoder/layer.4"].highlights
+    assert "rewrite-match" not in c.node_items["scope:encoder/layer.3"].highlights
 
 
 def test_heat_overlay_sums_over_a_group(window, tmp_path):

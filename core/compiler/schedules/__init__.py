@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["schedule_pass", "cpu_rules", "schedule_cpu_func"]
+__all__ = ["schedule_pass", "cpu_rules", "gpu_rules", "schedule_cpu_func", "schedule_gpu_func", "default_schedule"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,36 @@ def schedule_cpu_func(func, target, rules=None):
         if sch is not None:
             return sch.mod["main"].with_attr("tirx.is_scheduled", True), rule.name
     return None, None
+
+
+def gpu_rules() -> list:
+    """dlight's GPU rules, in the order they are tried (the last, Fallback, binds anything)."""
+    from tvm.s_tir import dlight as dl
+
+    return [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()]
+
+
+def schedule_gpu_func(func, target, rules=None):
+    """(PrimFunc scheduled by the first dlight GPU rule that applies, rule name), or (None, None)."""
+    for rule in rules if rules is not None else gpu_rules():
+        try:
+            sch = rule.apply(func, target, False)
+        except Exception as exc:  # noqa: BLE001 - as in schedule_cpu_func: the next rule is tried
+            logger.warning("schedule rule %s failed (%s); trying the next rule", type(rule).__name__, exc)
+            continue
+        if isinstance(sch, list):  # a rule may offer several; ApplyDefaultSchedule takes the first
+            sch = sch[0] if sch else None
+        if sch is not None:
+            return sch.mod["main"].with_attr("tirx.is_scheduled", True), type(rule).__name__
+    return None, None
+
+
+def default_schedule(func, target):
+    """(`func` as the default schedule for `target` makes it, rule name), or (None, None): what
+    schedule_pass gives a kernel, for measuring it against tuned schedules."""
+    if "gpu" in target.keys:
+        return schedule_gpu_func(func, target)
+    return schedule_cpu_func(func, target)
 
 
 def _is_scheduled(func) -> bool:
@@ -78,6 +108,8 @@ def with_root_block(func):
 def _cpu_schedule_pass(target):
     import tvm
 
+    from ..codegen import check_cancelled
+
     @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
     def _pass(mod, _ctx):
         rules = cpu_rules()
@@ -87,6 +119,7 @@ def _cpu_schedule_pass(target):
                 continue
             rooted = with_root_block(func)
             if not _is_scheduled(func):
+                check_cancelled()
                 scheduled, _rule = schedule_cpu_func(rooted, target, rules)
                 rooted = scheduled if scheduled is not None else rooted
             if not rooted.same_as(func):
@@ -104,10 +137,10 @@ def schedule_pass(target):
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
+    from ..codegen import fold_constant_calls_pass
+
     if "gpu" in target.keys:
-        return dl.ApplyDefaultSchedule(
-            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback()
-        )
+        return dl.ApplyDefaultSchedule(*gpu_rules())
     return tvm.transform.Sequential(
         [
             # which kernel arguments are weights (constants): only those may be repacked ahead of time
@@ -115,7 +148,9 @@ def schedule_pass(target):
             _cpu_schedule_pass(target),
             # weight repacking moves out of the kernels into its own calls on the constants...
             relax.transform.SplitLayoutRewritePreproc(),
-            # ...which are evaluated now, so the compiled model carries prepacked weights
+            # ...which are evaluated now, so the compiled model carries prepacked weights (built
+            # in parallel and cancellable; relax's FoldConstant takes what is left, if anything)
+            fold_constant_calls_pass(target),
             relax.transform.FoldConstant(),
             # and the packing kernels, now unused, go
             relax.transform.DeadCodeElimination(),

@@ -28,9 +28,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Below this many innermost iterations a parallel region costs more (thread wake-up, a few us)
-# than it saves on a 2-core machine.
-PARALLEL_MIN_WORK = 1 << 14
+# Below this many innermost iterations a parallel region costs more than it saves on a 2-core
+# machine: waking the pool (a few us), and on a busy machine waiting at the closing barrier for a
+# worker the OS has not scheduled yet (TVM splits a parallel loop statically: every worker's
+# share must finish), up to a time slice, milliseconds.
+PARALLEL_MIN_WORK = 1 << 16
 
 
 def vector_lanes(target, dtype_bits: int = 32) -> int:

@@ -96,6 +96,21 @@ def choose_conv_tile(out_channels_per_group: int, out_width: int, lanes: int, ou
     return None if best is None else (best[1], best[2], 1)
 
 
+# Multiply-adds below which a convolution runs on one thread (~40 us of work or less): waking the
+# pool's workers, and on a busy machine waiting for one of them to be scheduled (see
+# cpu_common.PARALLEL_MIN_WORK), costs more than half of it saves. (The small CNN sample, convs
+# of 0.3-0.6 M multiply-adds: 0.050 ms at 1 thread, 0.045-0.064 ms at 2, 16 ms at 2 beside a
+# busy process.)
+CONV_PARALLEL_MIN_MACS = 1 << 20
+
+
+def _multiply_adds(extents) -> int:
+    total = 1
+    for extent in extents:
+        total *= extent
+    return total
+
+
 class Conv2dNCHW:
     """Register-blocked direct convolution with a prepacked weight (see module docstring)."""
 
@@ -271,7 +286,8 @@ class Conv2dNCHW:
         ic = reduction[0]
         sch.reverse_compute_at(writeback, ow_outer)
         parallel = sch.fuse(n, oc_outer, oh_outer)
-        sch.parallel(parallel)
+        if _multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
+            sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
         init = sch.decompose_reduction(conv, ic)
@@ -310,7 +326,9 @@ class Conv2dNCHW:
         ow_outer, ow_inner = sch.split(ow, [None, vx])
         sch.reorder(n, oc_outer, oh, ow_outer, ic, kh, kw, oc_inner, ow_inner)
         sch.reverse_compute_at(writeback, ow_outer)
-        sch.parallel(sch.fuse(n, oc_outer, oh))
+        parallel = sch.fuse(n, oc_outer, oh)
+        if _multiply_adds([const_int(sch.get(loop).extent) or 1 for loop in sch.get_loops(conv)]) >= CONV_PARALLEL_MIN_MACS:
+            sch.parallel(parallel)
         sch.vectorize(ow_inner)
         sch.unroll(oc_inner)
         init = sch.decompose_reduction(conv, ic)

@@ -37,8 +37,9 @@ __all__ = ["Matmul", "choose_matmul_tile"]
 logger = logging.getLogger(__name__)
 
 # Multiply-adds below which one thread beats waking the pool (measured on the mlp sample: a
-# 784x128 GEMV runs in ~10 us alone, a parallel launch without spinning threads costs ~20 us).
-PARALLEL_MIN_WORK_MATMUL = 1 << 18
+# 784x128 GEMV runs in ~10 us alone, a parallel launch without spinning threads costs ~20 us;
+# and beside a busy process a parallel kernel may wait a time slice for its second worker).
+PARALLEL_MIN_WORK_MATMUL = 1 << 20
 
 
 def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR_REGISTERS) -> tuple[int, int]:

@@ -31,6 +31,29 @@ def test_benchmark_reports_ours_and_onnxruntime(cnn_art):
     assert r.outputs_match_ort is True
 
 
+def test_onnxruntime_is_timed_in_its_own_process_in_alternating_blocks(cnn_art, monkeypatch):
+    """Neither runtime is timed while the other's threads spin: onnxruntime runs in a child
+    process, the two take turns in blocks."""
+    import os
+
+    from core.compiler import bench, ort_worker
+
+    calls = []
+    real_run = ort_worker.OrtProcess.run
+
+    def run(self, n):
+        assert self.pid != os.getpid()
+        calls.append(n)
+        return real_run(self, n)
+
+    monkeypatch.setattr(ort_worker.OrtProcess, "run", run)
+    monkeypatch.setattr(bench, "SETTLE_S", 0.0)
+    r = benchmark(cnn_art, runs=7, warmup=1, vs_ort=True, kernels=False)
+    assert calls[0] == 1 and calls[1:] == bench._block_sizes(7, bench.ALTERNATING_BLOCKS) and sum(calls[1:]) == 7
+    assert r.ort_latency_ms["runs"] == 7 and r.outputs_match_ort is True
+    assert bench._block_sizes(3, 5) == [1, 1, 1] and bench._block_sizes(12, 5) == [3, 3, 2, 2, 2]
+
+
 def test_memory_planning_saves_and_params_are_the_weights(cnn_art):
     import onnx
 
@@ -60,8 +83,8 @@ def test_bench_cli_json_keys():
     r = run_cli("bench", sample("mlp"), "--runs", "2", "--vs-ort", "--json", "--dim", "batch=2", timeout=300)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert set(d["latency_ms"]) == {"median", "p90", "min", "runs"}
-    assert set(d["ort_latency_ms"]) == {"median", "p90", "min", "runs"}
+    assert set(d["latency_ms"]) == {"median", "p10", "p90", "min", "max", "runs"}
+    assert set(d["ort_latency_ms"]) == {"median", "p10", "p90", "min", "max", "runs"}
     assert set(d["memory"]) == {"params_bytes", "planned_bytes", "unplanned_bytes", "peak_rss_bytes"}
     assert d["kernels"] and set(d["kernels"][0]) >= {"name", "ms", "share", "onnx_nodes"}
     assert d["dims"] == {"batch": 2}

@@ -20,7 +20,7 @@ def _cnn_model() -> onnx.ModelProto:
     """Every conv form the rules know, pooling with padding, and two dense layers."""
     rng = np.random.default_rng(0)
     inits = [
-        _weight(rng, "w_full", (16, 8, 3, 3)),  # packed-weight conv, 2-vector channel blocks
+        _weight(rng, "w_full", (16, 8, 3, 3)),  # packed-weight conv, 2-vector channel blocks (2.7 M multiply-adds: parallel)
         _weight(rng, "b_full", (16,)),
         _weight(rng, "w_dw", (16, 1, 3, 3)),  # depthwise, stride 2: row-vectorized form
         _weight(rng, "w_grp", (24, 8, 1, 1)),  # 2 groups of 12 channels: no full vector divides 12
@@ -45,7 +45,7 @@ def _cnn_model() -> onnx.ModelProto:
     graph = helper.make_graph(
         nodes,
         "schedule_forms",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 48, 48])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
         inits,
     )
@@ -130,7 +130,7 @@ def _rules_used(mod, target) -> dict[str, str]:
 @pytest.mark.slow
 def test_conv_pool_dense_forms_match_onnxruntime(target):
     model = _cnn_model()
-    feeds = {"x": np.random.default_rng(2).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 8, 48, 48)).astype(np.float32)}
     mod = _fused(model)
     used = _rules_used(mod, target)
     conv_funcs = [name for name in used if "conv2d" in name]

@@ -244,3 +244,74 @@ def test_every_conv_candidate_computes_the_same(target):
         outputs.append(tensors[-1].numpy())
     for out in outputs[1:]:
         np.testing.assert_allclose(out, outputs[0], rtol=1e-4, atol=1e-4)
+
+
+def _loopback_tracker(key: str, servers: int):
+    """A TVM RPC tracker on 127.0.0.1 with `servers` servers registered under `key`, ready."""
+    from tvm import rpc
+    from tvm.rpc.tracker import Tracker
+
+    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9290, silent=True)
+    started = [rpc.Server(host="127.0.0.1", port=9300, port_end=9400, key=key, tracker_addr=("127.0.0.1", tracker.port), silent=True) for _ in range(servers)]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # servers register with the tracker asynchronously
+        queue = rpc.connect_tracker("127.0.0.1", tracker.port).summary().get("queue_info", {})
+        if queue.get(key, {}).get("free", 0) >= servers:
+            break
+        time.sleep(0.5)
+    return tracker, started
+
+
+@pytest.mark.slow
+def test_compile_tunes_through_an_rpc_tracker_with_two_servers(tmp_path, monkeypatch):
+    """compile_model(tune_rpc='HOST:PORT:KEY'), what `compile --tune-rpc` and the Tune box run:
+    every candidate is measured on the tracker's devices, none here."""
+    from core.compiler import tuning
+    from core.compiler.compile import compile_model
+
+    def no_local_runner():
+        raise AssertionError("measured locally although --tune-rpc was given")
+
+    monkeypatch.setattr(tuning, "local_runner", no_local_runner)
+    rng = np.random.default_rng(8)
+    weight = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) / 9).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        "small_conv",  # 8 input channels: few template candidates, a short search
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 8, 8])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model_path = tmp_path / "conv.onnx"
+    onnx.save(model, str(model_path))
+    tracker, servers = _loopback_tracker("wb-two", 2)
+    try:
+        art = compile_model(str(model_path), "cpu", tune_budget_s=240, tune_db=tmp_path / "db", tune_rpc=f"127.0.0.1:{tracker.port}:wb-two")
+    finally:
+        for server in servers:
+            server.terminate()
+        tracker.terminate()
+    import json
+
+    from core.compiler.target import make_target
+    from core.compiler.tuning import TEMPLATES_FILE, database_dir
+
+    assert art.manifest["tuning"]["summary"].startswith("1/1 kernels tuned"), art.manifest["tuning"]
+    (record,) = json.loads((database_dir(tmp_path / "db", make_target("cpu")) / TEMPLATES_FILE).read_text()).values()
+    measured = [ms for _config, ms in record["measured"] if ms is not None]
+    assert len(measured) > 3 and record["ms"] > 0  # candidates timed on the tracker's devices
+
+
+def test_tune_rpc_addresses_are_checked():
+    from core.compiler.tuning import parse_rpc_address
+    from core.errors import WorkbenchError
+    from tests.helpers import run_cli
+
+    assert parse_rpc_address("10.0.0.2:9190:cpu-znver4") == ("10.0.0.2", 9190, "cpu-znver4")
+    for bad in ("10.0.0.2:9190", "host:port:key", "host:70000:key", "::"):
+        with pytest.raises(WorkbenchError):
+            parse_rpc_address(bad)
+    r = run_cli("compile", "model.onnx", "-o", "out", "--tune-rpc", "localhost:x:key")
+    assert r.returncode == 2 and "tracker port" in r.stderr

@@ -157,7 +157,7 @@ def _bad_cases(tmp_path):
     (tmp_path / "text.onnx").write_text("this is not a model\n")
     cases["not_onnx"] = (tmp_path / "text.onnx", "not an ONNX model")
     (tmp_path / "trunc.onnx").write_bytes(good[: len(good) // 3])
-    cases["truncated"] = (tmp_path / "trunc.onnx", "cannot be parsed")
+    cases["truncated"] = (tmp_path / "trunc.onnx", "is cut short")
     corrupt = bytearray(good)
     corrupt[0:8] = b"\xff" * 8
     (tmp_path / "corrupt.onnx").write_bytes(bytes(corrupt))
@@ -217,3 +217,14 @@ def test_saved_file_gets_normal_permissions(tmp_path):
     (tmp_path / "new.onnx").chmod(0o640)
     save_model(g, tmp_path / "new.onnx")
     assert (tmp_path / "new.onnx").stat().st_mode & 0o777 == 0o640
+
+
+def test_truncation_is_told_apart_from_corruption():
+    from core.model.onnx_io import truncated_by
+
+    good = (SAMPLES_DIR / "small_cnn.onnx").read_bytes()
+    assert truncated_by(good) == 0
+    for cut in (len(good) // 3, len(good) - 1, 7):
+        assert truncated_by(good[:cut]) > 0, cut
+    assert truncated_by(b"this is not a model\n") == 0
+    assert truncated_by(b"\xff" * 8 + good[8:]) == 0

@@ -1,4 +1,4 @@
-"""The box of a collapsed group on the canvas: a stacked card with the scope's name, its size and
+"""The box of a collapsed name scope on the canvas (and the frame around an open one): a stacked card with the scope's name, its size and
 parameters, its op histogram and the shapes that enter and leave it.
 
 A group box is a `NodeItem` (selection, highlights, heat overlay and ghosts work unchanged) that
@@ -15,10 +15,10 @@ from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 
 from core.views.viewgraph import ViewNode
 
-from .graph_items import NodeItem, _fonts
+from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, _fonts
 from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
 
-__all__ = ["GroupItem", "GroupFrame", "group_size"]
+__all__ = ["ScopeBoxItem", "ScopeFrame", "scope_box_size"]
 
 PAD_X = 10.0
 PAD_Y = 6.0
@@ -27,7 +27,7 @@ MAX_WIDTH = 340.0
 MIN_WIDTH = 150.0
 
 
-def group_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
+def scope_box_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a group: name, detail and one line per badge (histogram, shapes)."""
     key = ("group", node.label, node.detail, tuple(node.badges))
     size = measure.sizes.get(key)
@@ -40,7 +40,7 @@ def group_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     return size
 
 
-class GroupItem(NodeItem):
+class ScopeBoxItem(NodeItem):
     """A collapsed scope: double-click (or Enter, +) expands it."""
 
     def _layout_text(self) -> None:
@@ -61,13 +61,16 @@ class GroupItem(NodeItem):
         card = QRectF(r.x(), r.y(), r.width() - STACK, r.height() - STACK)
         if self.ghost == "removed":
             painter.setOpacity(0.35)
-        if lod < 0.35:
+        if lod < TEXT_LOD:
+            # zoomed out (a fitted big graph): the card, and its name enlarged as node titles are
             if selected or self.highlights:
                 color = QColor(HIGHLIGHT_COLORS["selection"]) if selected else next(iter(self.highlights.values()))
                 painter.fillRect(r.adjusted(-4, -4, 4, 4), color)
             painter.fillRect(r.adjusted(STACK, STACK, 0, 0), accent)
             painter.fillRect(card, fill)
             painter.fillRect(QRectF(card.x(), card.y(), card.width(), 4), accent)
+            if lod >= LABEL_LOD:
+                self._paint_title(painter, lod)
             return
         painter.setRenderHint(QPainter.Antialiasing, True)
         for k, color in enumerate(self.highlights.values()):
@@ -117,7 +120,7 @@ class GroupItem(NodeItem):
             painter.drawText(card.adjusted(0, 0, -6, -3), Qt.AlignRight | Qt.AlignBottom, self.overlay_text)
 
 
-class GroupFrame(QGraphicsItem):
+class ScopeFrame(QGraphicsItem):
     """The frame around an expanded group's nodes, its path in the title strip; double-click
     the title to collapse it again. Only the title takes clicks (the rest drags the view)."""
 
@@ -126,7 +129,9 @@ class GroupFrame(QGraphicsItem):
     def __init__(self, path: str, rect: QRectF, depth: int, on_collapse):
         super().__init__()
         self.path = path
-        self.rect = rect
+        _, metrics = _fonts()
+        need = metrics[2].horizontalAdvance("− " + path) + 14  # the title fits: widen to the right
+        self.rect = rect if rect.width() >= need else QRectF(rect.x(), rect.y(), need, rect.height())
         self.on_collapse = on_collapse
         self.setZValue(-2 + 0.01 * depth)
         self.setToolTip(f"{path}: double-click the title (or select a node inside and press -) to collapse")

@@ -1,0 +1,118 @@
+"""Where tuning builds and measures candidate schedules: a LocalBuilder that starts in seconds,
+a LocalRunner that keeps medians, and an RPC runner for devices registered with a TVM tracker.
+
+Split from core.compiler.tuning (which re-exports these names), so the search itself reads apart
+from the machinery that times it.
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = ["local_builder", "local_runner", "parse_rpc_address", "rpc_runner"]
+
+logger = logging.getLogger(__name__)
+
+
+def _worker_initializer():
+    """Import TVM's tensor intrinsics quickly (a closure, so it can also be shipped by value to
+    a worker process that cannot import this package).
+
+    Why: MetaSchedule's default build and every TuneContext import `tvm.s_tir.tensor_intrin`,
+    which parses ~250 TVMScript functions, each calling `inspect.stack()` - and that reads
+    source files for every frame. Measured here: 143 s under load, longer than the builder's
+    timeout, so every build timed out. With a stack that skips source lookup: ~13 s.
+    """
+
+    def initialize():
+        import inspect
+        import sys
+
+        def light_stack(context=1):
+            frame, frames = sys._getframe(1), []
+            while frame is not None:
+                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
+                frame = frame.f_back
+            return frames
+
+        if "tvm.s_tir.tensor_intrin" in sys.modules:
+            return
+        original = inspect.stack
+        inspect.stack = light_stack
+        try:
+            import tvm.s_tir.tensor_intrin  # noqa: F401
+        finally:
+            inspect.stack = original
+
+    return initialize
+
+
+def _build_without_intrinsics():
+    """MetaSchedule's default_build minus its import of every tensor intrinsic (see
+    _worker_initializer), which CPU float kernels never use; a closure, shipped by value."""
+
+    def build(mod, target, _params):
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        # measure the kernel, not its one-off weight repacking (as default_build does)
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm_build(mod, target=target)
+
+    return build
+
+
+def local_builder(workers: int | None = None):
+    """A LocalBuilder that starts in seconds (no tensor-intrinsic import); one worker per core
+    up to two by default (builds are LLVM-bound; candidates are built in batches)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .target import host_cores
+
+    workers = workers or max(1, min(2, host_cores()))
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
+
+
+def local_runner():
+    """A LocalRunner measuring each candidate as 3 repeats of >= 40 ms (medians are kept)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+
+
+def parse_rpc_address(text: str) -> tuple[str, int, str]:
+    """'HOST:PORT:KEY' (a TVM RPC tracker and the key its devices registered under) as
+    (host, port, key); a WorkbenchError naming what is wrong otherwise."""
+    from ..errors import WorkbenchError
+
+    parts = str(text).strip().rsplit(":", 2)
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise WorkbenchError(f"--tune-rpc wants HOST:PORT:KEY (a TVM RPC tracker and a device key), not '{text}'.")
+    host, port, key = (p.strip() for p in parts)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise WorkbenchError(f"--tune-rpc: the tracker port must be a number from 1 to 65535, not '{port}'.")
+    return host, int(port), key
+
+
+def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):
+    """A MetaSchedule runner that measures candidates on the devices registered under `key`
+    with the TVM RPC tracker at tracker_host:tracker_port.
+
+    Scale-out recipe (every machine needs the same TVM version):
+
+        python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190               # one machine
+        python -m tvm.exec.rpc_server --tracker HOST:9190 --key cpu-znver3      # each device
+        python -m tvm.exec.query_rpc_tracker --host HOST --port 9190            # check
+
+    then `tune_module(..., runner=rpc_runner(HOST, 9190, "cpu-znver3"))`. Candidates are built
+    here (for the target given, which must describe the devices) and sent to the servers.
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.RPCRunner(
+        rpc_config=ms.runner.RPCConfig(
+            tracker_host=tracker_host, tracker_port=int(tracker_port), tracker_key=key, session_timeout_sec=session_timeout_s
+        ),
+        evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
+        max_workers=max_workers,
+    )
