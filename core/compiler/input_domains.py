@@ -65,10 +65,6 @@ def _first_k(values) -> Domain:
     return draw
 
 
-def _nonzero_int() -> Domain:
-    return lambda rng, shape, dt: rng.integers(1, 5, size=shape).astype(dt)
-
-
 def _distinct_along(axis: int, dim: int) -> Domain:
     """ScatterElements indices: distinct along `axis` (a repeated target is undefined)."""
 

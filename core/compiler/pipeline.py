@@ -183,7 +183,7 @@ def _fold_weights(mod):
             hit = self.env.get(op.name)
             if hit is not None and hit[0].same_as(op):
                 # used by something not folded: materialize now (intermediates never are)
-                const = relax.const(np.ascontiguousarray(hit[1]))
+                const = relax.const(np.asarray(hit[1], order="C"))  # ascontiguousarray makes 0-d shape (1,)
                 self.consts[op.name] = (op, const)
                 return const
             return None

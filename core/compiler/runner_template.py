@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         name = spec["name"]
         if name not in feeds:
             return _fail(f"input '{name}' is missing (the model needs {', '.join(s['name'] for s in manifest['inputs'])}).")
-        a = np.ascontiguousarray(feeds[name])
+        a = np.asarray(feeds[name], order="C")  # not ascontiguousarray: it makes a 0-d input shape (1,)
         if a.dtype != np.dtype(spec["dtype"]):
             return _fail(f"input '{name}' has dtype {a.dtype}, the model needs {spec['dtype']}.")
         shape = spec["shape"]

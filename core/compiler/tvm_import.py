@@ -173,7 +173,7 @@ def _importer_class():
                 except WorkbenchError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the frontend raises anything; name the node
-                    reason = brief_reason(e)
+                    reason = _in_user_terms(brief_reason(e))
                     if isinstance(e, KeyError) and e.args:  # the converter read an attribute the node does not set
                         reason = f"its converter needs the attribute '{e.args[0]}', which this node does not set"
                     raise UnsupportedOpError(
@@ -283,6 +283,26 @@ def _importer_class():
             pass  # done before import, with node names (see import_graph)
 
     return LineageImporter
+
+
+# TVM's wording for "this input must be a constant" -> the user's terms and what they can do
+_RUN_TIME_INPUT = "; give the model fixed input sizes or fold the shape computation (onnxsim) so it becomes a constant"
+_USER_TERMS = [
+    (re.compile(r"Type <class '[\w.]+'> for (size|scale|roi) is currently unsupported"),
+     lambda m: f"TVM needs its {m.group(1)}s as a constant, and here they are computed at run time" + _RUN_TIME_INPUT),
+    (re.compile(r"Only constant (\w+) (?:currently )?supported"),
+     lambda m: f"TVM needs its {m.group(1)} as a constant, and here they are an input or computed at run time" + _RUN_TIME_INPUT),
+    (re.compile(r"Node \S* ?cannot handle ShapeExpr inputs"),
+     lambda m: "TVM cannot take a shape computed from another tensor's Shape as this op's input" + _RUN_TIME_INPUT),
+]
+
+
+def _in_user_terms(reason: str) -> str:
+    for pattern, say in _USER_TERMS:
+        m = pattern.search(reason)
+        if m:
+            return say(m)
+    return reason
 
 
 # ops whose TVM converter takes a Relax shape as an input (the frontend's own list)
