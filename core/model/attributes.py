@@ -81,7 +81,7 @@ def coerce_attribute(name: str, attr_type: ir.AttributeType, value: Any, where: 
         arr = None
     if arr is None or arr.dtype.kind not in "biuf":
         raise EditError(f"Attribute '{name}' of {where} takes a numeric tensor; {value!r} is not one.")
-    return ir.AttrTensor(name, ir.Tensor(np.ascontiguousarray(arr)))
+    return ir.AttrTensor(name, ir.Tensor(np.asarray(arr, order="C")))
 
 
 def _infer_type(value: Any) -> ir.AttributeType:

@@ -270,7 +270,7 @@ class ReplaceInitializer(Edit):
         if want is not None and have != want:
             raise EditError(f"Cannot replace '{self.name}': it holds {dtype_name(want)} and the array is {arr.dtype.name}; cast it first.")
         self._value, self._old_tensor, self._old_shape = v, old, v.shape
-        v.const_value = ir.Tensor(np.ascontiguousarray(arr), name=self.name)
+        v.const_value = ir.Tensor(np.asarray(arr, order="C"), name=self.name)
         if v.shape is not None or v.is_graph_input():
             v.shape = ir.Shape(list(arr.shape))
 

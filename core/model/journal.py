@@ -56,7 +56,7 @@ class Blobs:
     written: set[str] = field(default_factory=set)
 
     def put(self, array: np.ndarray) -> str:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         if array.dtype == object:
             raise NotJournaled("an edit holds an array of Python objects, which is never written to disk")
         h = hashlib.sha1(array.tobytes() + str((array.dtype.str, array.shape)).encode()).hexdigest()[:20]

@@ -35,7 +35,7 @@ def lazy_tensor(compute, dtype: np.dtype, shape, name: str | None = None) -> ir.
     the graph, it does not multiply 8 M numbers the user may never apply."""
 
     def materialize() -> ir.Tensor:
-        return ir.tensor(np.ascontiguousarray(compute()), name=name)
+        return ir.tensor(np.asarray(compute(), order="C"), name=name)
 
     return ir.LazyTensor(materialize, dtype=ir.DataType.from_numpy(np.dtype(dtype)), shape=ir.Shape(list(shape)), cache=True, name=name)
 

@@ -92,3 +92,13 @@ def test_an_edit_kind_nobody_registered_is_not_journaled(tmp_path):
     g = load_model(sample("small_cnn"))
     with pytest.raises(journal.NotJournaled, match="Custom"):
         journal.encode_edit(Custom(g, g.find_node("stem.relu").id, "x"), journal.Blobs(tmp_path))
+
+
+def test_a_scalar_array_keeps_its_0d_shape_through_the_journal(tmp_path):
+    """NumPy 2.5's ascontiguousarray turns a 0-d array into shape (1,): a journaled scalar weight
+    must come back as the scalar it was."""
+    from core.model.journal import Blobs
+
+    blobs = Blobs(tmp_path / "arrays")
+    back = blobs.get(blobs.put(np.array(2.5, dtype=np.float32)))
+    assert back.shape == () and back.dtype == np.float32 and float(back) == 2.5
