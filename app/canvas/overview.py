@@ -116,27 +116,31 @@ def render_overview(view: ViewGraph, result: Layout, max_px: int, job=None) -> t
     img = QImage(max(1, int(w * scale)), max(1, int(h * scale)), QImage.Format_ARGB32_Premultiplied)
     img.fill(QColor(0, 0, 0, 0))
     p = QPainter(img)
-    p.setRenderHint(QPainter.Antialiasing, True)
-    p.scale(scale, scale)
-    pen = QPen(QColor("#8a96a1"), 0)
-    p.setPen(pen)
-    for k, pts in enumerate(result.routes):
-        if len(pts) >= 2:
-            path = QPainterPath(QPointF(*pts[0]))
-            for i in range(1, len(pts) - 2, 3):
-                path.cubicTo(QPointF(*pts[i]), QPointF(*pts[i + 1]), QPointF(*pts[i + 2]))
-            p.drawPath(path)
-        if job is not None and k % 2000 == 0:
-            job.check()
-    p.setRenderHint(QPainter.Antialiasing, False)
-    boxes = result.boxes
-    for k, n in enumerate(view.nodes):
-        b = boxes.get(n.id)
-        if b is None:
-            continue
-        # strong colours: this image is only seen shrunk, where pastel boxes would vanish
-        p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h), category_colors(n.category)[1])
-        if job is not None and k % 2000 == 0:
-            job.check()
-    p.end()
+    # a cancel (job.check raises) must not leave the painter active: a painter still open on
+    # its image when the frame is freed ends on an image already destroyed (a segfault)
+    try:
+        p.setRenderHint(QPainter.Antialiasing, True)
+        p.scale(scale, scale)
+        pen = QPen(QColor("#8a96a1"), 0)
+        p.setPen(pen)
+        for k, pts in enumerate(result.routes):
+            if len(pts) >= 2:
+                path = QPainterPath(QPointF(*pts[0]))
+                for i in range(1, len(pts) - 2, 3):
+                    path.cubicTo(QPointF(*pts[i]), QPointF(*pts[i + 1]), QPointF(*pts[i + 2]))
+                p.drawPath(path)
+            if job is not None and k % 2000 == 0:
+                job.check()
+        p.setRenderHint(QPainter.Antialiasing, False)
+        boxes = result.boxes
+        for k, n in enumerate(view.nodes):
+            b = boxes.get(n.id)
+            if b is None:
+                continue
+            # strong colours: this image is only seen shrunk, where pastel boxes would vanish
+            p.fillRect(QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h), category_colors(n.category)[1])
+            if job is not None and k % 2000 == 0:
+                job.check()
+    finally:
+        p.end()
     return img, QRectF(0, 0, w, h)
