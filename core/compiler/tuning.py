@@ -313,6 +313,19 @@ def _make_callback(deadline: float, cancel: Callable[[], bool] | None, state: di
     return _StopWhenAsked()
 
 
+def _reset_meta_schedule_logging() -> None:
+    """Drop the handlers MetaSchedule's previous tuning runs left on its logger.
+
+    Each run's logging set-up lists the logger's current handlers by name and adds its own two, so
+    they pile up over a session (a file handle per run), and a handler without a name, left by an
+    earlier set-up in the same process, turns into None in that list and fails the next tuning
+    ("'NoneType' object has no attribute 'format'"). Every run adds the two it needs again."""
+    ms_logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(ms_logger.handlers):
+        ms_logger.removeHandler(handler)
+        handler.close()
+
+
 def tune_module(
     mod,
     target,
@@ -419,6 +432,7 @@ def tune_module(
 
         on_round()
         _worker_initializer()()  # TuneContext imports every tensor intrinsic: do it the fast way
+        _reset_meta_schedule_logging()
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             [task], work_dir=work_dir, num_threads=_cores(target), seed=seed, strategy=_search_strategy()
         )
