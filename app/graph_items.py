@@ -63,6 +63,18 @@ def badge_text(node: ViewNode) -> str:
     return BADGE_SEP.join(node.badges)
 
 
+def outline_pen(ghost: str | None, selected: bool, accent, width: float) -> QPen:
+    """A box's outline: dashed green / red for a node only in the new / old graph of a preview or
+    comparison, the selection colour when selected, else the category accent `width` wide."""
+    if ghost == "added":
+        return QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
+    if ghost == "removed":
+        return QPen(QColor("#c62828"), 2.0, Qt.DashLine)
+    if selected:
+        return QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
+    return QPen(accent, width)
+
+
 def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
     """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
     Memoised per text: big graphs repeat the same few labels thousands of times."""
@@ -229,15 +241,7 @@ class NodeItem(QGraphicsItem):
             painter.setBrush(Qt.NoBrush)
             d = 2.5 + 3 * k if k < 2 else 2.5
             painter.drawRoundedRect(rect.adjusted(-d, -d, d, d), 5, 5)
-        if self.ghost == "added":
-            pen = QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
-        elif self.ghost == "removed":
-            pen = QPen(QColor("#c62828"), 2.0, Qt.DashLine)
-        elif selected:
-            pen = QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
-        else:
-            pen = QPen(accent, 1.0)
-        painter.setPen(pen)
+        painter.setPen(outline_pen(self.ghost, selected, accent, 1.0))
         painter.setBrush(QBrush(fill))
         painter.drawRoundedRect(rect, 4, 4)
         painter.setRenderHint(QPainter.Antialiasing, False)

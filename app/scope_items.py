@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 
 from core.views.viewgraph import ViewNode
 
-from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, _fonts
+from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, _fonts, outline_pen
 from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
 
 __all__ = ["ScopeBoxItem", "ScopeFrame", "scope_box_size"]
@@ -83,15 +83,7 @@ class ScopeBoxItem(NodeItem):
         painter.setBrush(QBrush(fill.darker(112)))
         painter.drawRoundedRect(card.translated(STACK, STACK), 5, 5)
         painter.drawRoundedRect(card.translated(STACK / 2, STACK / 2), 5, 5)
-        if self.ghost == "added":
-            pen = QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
-        elif self.ghost == "removed":
-            pen = QPen(QColor("#c62828"), 2.0, Qt.DashLine)
-        elif selected:
-            pen = QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
-        else:
-            pen = QPen(accent, 1.4)
-        painter.setPen(pen)
+        painter.setPen(outline_pen(self.ghost, selected, accent, 1.4))
         painter.setBrush(QBrush(fill))
         painter.drawRoundedRect(card, 5, 5)
         painter.setRenderHint(QPainter.Antialiasing, False)
