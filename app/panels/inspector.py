@@ -161,6 +161,16 @@ class InspectorPanel(QTreeWidget):
         super().resizeEvent(event)
         self._place_hint()
 
+    def _model_facts(self, graph) -> list[tuple[str, str, str]]:
+        """model_facts, computed once per graph, revision and file: every selection change, view
+        switch and graph signal refreshes the panel, and summarizing a big model takes a
+        noticeable fraction of a second on the UI thread."""
+        key = (graph.revision, str(graph.path))
+        cached = getattr(self, "_model_rows", None)  # (graph, key, rows): the graph itself, not its id
+        if cached is None or cached[0] is not graph or cached[1] != key:
+            self._model_rows = cached = (graph, key, model_facts(graph))
+        return cached[2]
+
     def refresh(self) -> None:
         rows = self._facts()
         self.setUpdatesEnabled(False)
@@ -242,7 +252,7 @@ class InspectorPanel(QTreeWidget):
                         return group_facts(vn)
             if len(ids) > 1:
                 return self._many(ids)
-            return [("Inspector", "", "Select a node, an edge or a weight badge for its details.")] + model_facts(graph)
+            return [("Inspector", "", "Select a node, an edge or a weight badge for its details.")] + self._model_facts(graph)
         ids = canvas.selected_ids()
         view = canvas.view
         if view is None or not ids:

@@ -86,3 +86,23 @@ def test_double_click_on_a_weight_badge_opens_the_viewer(window, qtbot):
     viewer = _inspector(window).viewer
     assert viewer is not None and viewer.name == item.node.data["badge_tensors"][k]
     qtbot.addWidget(viewer)
+
+
+def test_model_properties_are_summarized_once_per_revision(window, qtbot, monkeypatch):
+    """The properties pane is refreshed by every selection and view signal; the model is
+    summarized again only when it changed."""
+    import app.panels.inspector as inspector
+    from core.model.edits import RenameNode
+
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    calls = []
+    real = inspector.model_facts
+    monkeypatch.setattr(inspector, "model_facts", lambda g: calls.append(g.revision) or real(g))
+    panel = window.panels["inspector"].widget()
+    for _ in range(3):
+        panel.refresh()
+    assert len(calls) <= 1
+    g = window.document.graph
+    assert window.document.push(RenameNode(g, g.nodes[0].id, "renamed_stem"))
+    panel.refresh()
+    assert calls and calls[-1] == g.revision
