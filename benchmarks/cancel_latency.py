@@ -94,7 +94,7 @@ def _codegen_side_by_side(graph, repeats: int) -> None:
         first_run(tvm.compile(mod, target, relax_pipeline=None))
         plain = time.perf_counter() - t0
         t0 = time.perf_counter()
-        first_run(build_executable(mod, target, []))
+        first_run(build_executable(mod, target))
         ours = time.perf_counter() - t0
         rows.append((plain, ours))
     print("\ncode generation + first run (machine code), same module after every step (seconds):")

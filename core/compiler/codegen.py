@@ -1,17 +1,17 @@
 """Code generation that stops when asked: `tvm.compile` split into steps a cancel can land between.
 
-`tvm.compile(mod, target)` runs the VM-lowering passes, emits the VM's bytecode, then builds every
-TIR kernel into one LLVM module: seconds on a big model (TVM's LLVM codegen is single-threaded),
-during which a cancel waits. `build_executable` takes the same steps itself:
+`tvm.compile(mod, target)` emits the VM's bytecode, then builds every TIR kernel into one LLVM
+module: seconds on a big model (TVM's LLVM codegen is single-threaded), during which a cancel
+waits. `build_executable` takes the same steps itself, on a module the pipeline runner
+(core.compiler.runner) has already taken through the VM-lowering passes, one step at a time:
 
-1. the VM-lowering passes one at a time, `cancel()` polled between them;
-2. the VM bytecode (relax's own `_vmcodegen`);
-3. the kernels in small groups, each built by `tvm.tirx.build` with the default TIR pipeline, on a
+1. the VM bytecode (relax's own `_vmcodegen`);
+2. the kernels in small groups, each built by `tvm.tirx.build` with the default TIR pipeline, on a
    thread pool (one thread per core: the groups are independent, so this is also faster than one
    piece); `cancel()` is polled every 20 ms while they build. On cancel the queued groups are
    dropped and the call raises `BuildCancelled` at once; groups already running finish in the
    background (a group is a few kernels, see `GROUP_KERNELS`);
-4. linking exactly as tvm.compile does (relax's `VMLink`), the other groups imported into the first
+3. linking exactly as tvm.compile does (relax's `VMLink`), the other groups imported into the first
    group's module: the VM finds kernels through the imports, and `export_library` links every
    group's object file into the one shared library.
 
@@ -22,7 +22,7 @@ Passes that run long inside one step poll the same `cancel()`: `cancel_scope(can
 thread's current one (compile and lower set it around their passes) and `check_cancelled()`
 raises `BuildCancelled`. `fold_constant_calls` is such a pass: the weight repacking that the CPU
 schedules split out (`R.call_tir(..._weight_prepack, (constant,))`) is computed with the kernels
-built as in step 3, instead of relax's FoldConstant, which compiles and runs them one by one in
+built as in step 2, instead of relax's FoldConstant, which compiles and runs them one by one in
 C++ (SqueezeNet: 3.9 s that no cancel could stop).
 """
 from __future__ import annotations
@@ -76,11 +76,10 @@ def _check(cancel: Callable[[], bool] | None) -> None:
         raise BuildCancelled()
 
 
-def build_executable(mod, target, passes: list, *, cancel: Callable[[], bool] | None = None,
+def build_executable(mod, target, *, cancel: Callable[[], bool] | None = None,
                      workers: int | None = None, progress: Callable[[str], None] | None = None):
-    """`tvm.compile(mod, target, relax_pipeline=Sequential(passes))`, cancellable (module docstring).
-
-    `passes` are tvm module passes (core.compiler.pipeline.make_pass of the VM-lowering specs)."""
+    """`tvm.compile(mod, target, relax_pipeline=None)` for a module already through every pass,
+    cancellable (module docstring)."""
     import tvm
     from tvm.relax import vm_build
 
@@ -90,15 +89,10 @@ def build_executable(mod, target, passes: list, *, cancel: Callable[[], bool] | 
     if "gpu" in target.keys:
         _check(cancel)
         report("code generation (CUDA: cannot be interrupted)")
-        pipeline = tvm.transform.Sequential(passes)
-        ex = tvm.compile(mod, target, relax_pipeline=pipeline)
+        ex = tvm.compile(mod, target, relax_pipeline=None)
         _check(cancel)
         return ex
     t0 = time.perf_counter()
-    with target:
-        for p in passes:
-            _check(cancel)
-            mod = tvm.transform.Sequential([p])(mod)  # as tvm.compile's Sequential runs it (opt levels)
     _check(cancel)
     attrs = dict(mod.attrs) if mod.attrs else {}
     ext_libs = list(attrs.get("external_mods", []))

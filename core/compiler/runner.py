@@ -174,7 +174,7 @@ class Pipeline:
         `cancel()` stops it within a fraction of a second (CPU kernels build in small groups)."""
         from .codegen import build_executable
 
-        return build_executable(mod, self.target, [], cancel=cancel, progress=progress)
+        return build_executable(mod, self.target, cancel=cancel, progress=progress)
 
     def build(self, graph, **hooks):
         """import -> every step -> code generation, in one call; returns the executable."""

@@ -39,11 +39,11 @@ def _cancel_after(seconds: float):
 def test_code_generation_stops_within_half_a_second(scheduled):
     pipe, mod = scheduled
     t0 = time.perf_counter()
-    build_executable(mod, pipe.target, [])
+    build_executable(mod, pipe.target)
     whole = time.perf_counter() - t0
     cancel, state = _cancel_after(min(0.2, whole / 4))
     with pytest.raises(BuildCancelled):
-        build_executable(mod, pipe.target, [], cancel=cancel)
+        build_executable(mod, pipe.target, cancel=cancel)
     assert isinstance(BuildCancelled(), Cancelled)
     assert time.perf_counter() - state["at"] < GOAL_S
 
@@ -58,7 +58,7 @@ def test_grouped_build_runs_like_tvm_compile(scheduled):
     graph = load_model(sample("tiny_transformer"))
     inputs, outputs = specs_from_proto(graph.to_proto())
     feeds = random_feeds(inputs, seed=0, dims={"batch": 2})
-    ours = Artifact(library=build_executable(mod, pipe.target, []), target="cpu", inputs=inputs, outputs=outputs, manifest={}).run(feeds)
+    ours = Artifact(library=build_executable(mod, pipe.target), target="cpu", inputs=inputs, outputs=outputs, manifest={}).run(feeds)
     ref = Artifact(library=tvm.compile(mod, pipe.target, relax_pipeline=None), target="cpu", inputs=inputs, outputs=outputs,
                    manifest={}).run(feeds)
     for a, b in zip(ours, ref):
