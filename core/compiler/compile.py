@@ -300,20 +300,15 @@ def _tvm_failure(name: str, e: Exception) -> Exception | None:
 
 def _tvm_step(name: str, fn, mod):
     """fn(mod), with TVM's own failures (internal checks, type errors deep in a pass or in code
-    generation) turned into one sentence naming the step: a model TVM cannot compile is a
-    refusal the user can read, not a traceback."""
-    from ..errors import UnsupportedOpError, brief_reason
-
+    generation) turned into one sentence naming the step (`_tvm_failure`): a model TVM cannot
+    compile is a refusal the user can read, not a traceback."""
     try:
         return fn(mod)
-    except WorkbenchError:
-        raise
     except Exception as e:  # noqa: BLE001 - every TVM failure here is "TVM cannot compile this model"
-        logger.debug("TVM step %s failed", name, exc_info=True)
-        raise UnsupportedOpError(
-            f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "
-            "or compile with another tool."
-        ) from e
+        better = _tvm_failure(name, e)
+        if better is None:
+            raise
+        raise better from e
 
 
 def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:
