@@ -529,25 +529,20 @@ class LoweringPanel(QWidget):
 
     def _schedule_kernel(self, kernel: str) -> None:
         """A TIR kernel double-clicked: open it in the Schedule panel as it stands before
-        ScheduleTIR (this stage when it comes before; else the last stage before it)."""
-        import tvm
+        ScheduleTIR (core.compiler.lowering.kernel_to_schedule)."""
+        from core.compiler.lowering import kernel_to_schedule
 
         panel = getattr(self.window, "schedule_panel", None)
         stage = self.current
-        if panel is None or stage is None or stage.mod is None or self.target_box.currentText() != "cpu":
+        if panel is None or stage is None or self.target_box.currentText() != "cpu":
             return
-        gvars = {gv.name_hint: f for gv, f in stage.mod.functions_items()}
-        if not isinstance(gvars.get(kernel), tvm.tirx.PrimFunc):
+        found = kernel_to_schedule(self.stages, stage, kernel)
+        if found is None:
             return
-        names = [s.name for s in self.stages]
-        cut = names.index("ScheduleTIR") if "ScheduleTIR" in names else len(self.stages)
-        base = stage if stage.index < cut else next((s for s in reversed(self.stages[:cut]) if s.mod is not None), None)
-        if base is None:
-            return
+        mod, ids = found
         graph = self.window.document.graph
-        ids = stage.lineage_map().get("@" + kernel, []) if stage.lineage is not None else []
         labels = [graph.node(i).label for i in ids if graph is not None and graph.has_node(i)]
-        panel.open_from_module(base.mod, kernel, onnx_nodes=labels)
+        panel.open_from_module(mod, kernel, onnx_nodes=labels)
 
     def expand(self, function: str) -> None:
         """Show one fused function / kernel of the current stage: its graph and its lines."""

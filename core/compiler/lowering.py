@@ -33,7 +33,7 @@ from typing import Any, Callable
 from ..errors import Cancelled, UnsupportedOpError, WorkbenchError
 from ..views.viewgraph import ViewGraph
 
-__all__ = ["Stage", "LoweringCache", "LoweringError", "LoweringCancelled", "lower", "onnx_text", "stage_filename"]
+__all__ = ["Stage", "LoweringCache", "LoweringError", "LoweringCancelled", "lower", "onnx_text", "stage_filename", "kernel_to_schedule"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,28 @@ def stage_filename(stage: Stage) -> str:
 
 
 # ---- ONNX stage ---------------------------------------------------------------------------------
+
+def kernel_to_schedule(stages: list[Stage], stage: Stage, kernel: str):
+    """(module, ONNX node ids) to schedule TIR kernel `kernel` of `stage` by hand, or None.
+
+    The kernel is taken as it stands before ScheduleTIR (this stage when it comes before it, else
+    the last stage before it), so hand steps start from the unscheduled loop nest; the node ids
+    are the stage's lineage of the kernel."""
+    import tvm
+
+    if stage.mod is None:
+        return None
+    func = next((f for gv, f in stage.mod.functions_items() if gv.name_hint == kernel), None)
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        return None
+    names = [s.name for s in stages]
+    cut = names.index("ScheduleTIR") if "ScheduleTIR" in names else len(stages)
+    base = stage if stage.index < cut else next((s for s in reversed(stages[:cut]) if s.mod is not None), None)
+    if base is None:
+        return None
+    ids = stage.lineage_map().get("@" + kernel, [])
+    return base.mod, list(ids)
+
 
 def _attr_text(v) -> str:
     import numpy as np

@@ -232,3 +232,23 @@ def test_lineage_of_shared_fused_functions_in_interleaved_branches():
         assert {ids[f"conv_{branch}"], ids[f"bn_{branch}"], ids[f"relu_{branch}"]} <= set(node.origin) <= \
             {ids[f"conv_{branch}"], ids[f"bn_{branch}"], ids[f"relu_{branch}"], ids["join"]}
     assert {i for n in convs for i in n.origin} == set(ids.values())
+
+
+def test_a_kernel_is_scheduled_by_hand_from_before_schedule_tir(mlp_stages):
+    """kernel_to_schedule hands the Schedule panel a kernel as it stands before ScheduleTIR, with
+    the ONNX nodes it computes; from a later stage it takes the last module before ScheduleTIR;
+    a Relax function is not a kernel."""
+    from core.compiler.lowering import kernel_to_schedule
+
+    _graph, _cache, stages = mlp_stages
+    cut = [s.name for s in stages].index("ScheduleTIR")
+    before = stages[cut - 1]
+    kernel = next(k[1:] for k in before.lineage_map() if str(k).startswith("@fused_"))
+    mod, ids = kernel_to_schedule(stages, before, kernel)
+    assert mod is before.mod and ids
+    import tvm
+
+    scheduled = stages[cut]
+    other = next(gv.name_hint for gv, f in scheduled.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
+    assert kernel_to_schedule(stages, scheduled, other)[0] is before.mod
+    assert kernel_to_schedule(stages, before, "main") is None
