@@ -24,27 +24,11 @@ from core.views.viewgraph import ViewGraph, find_nodes, from_graph
 
 from .graph_items import node_size
 
-__all__ = ["ScopeController", "with_group_totals"]
+__all__ = ["ScopeController"]
 
 logger = logging.getLogger(__name__)
 
 FRAME_GAP = 24.0  # room above an opened group for its frame's title
-
-
-def with_group_totals(values: dict, view: ViewGraph | None) -> dict:
-    """Heat values with each collapsed group's total (the sum over the nodes it holds) added, so
-    a group box shows its compiled time when the heat overlay is on."""
-    if not values or view is None:
-        return values
-    out = None
-    for n in view.nodes:
-        if n.category == "group" and n.id not in values:
-            total = sum(float(values[o]) for o in n.origin if o in values)
-            if total:
-                if out is None:
-                    out = dict(values)
-                out[n.id] = total
-    return out if out is not None else values
 
 
 class ScopeController(QObject):

@@ -129,7 +129,7 @@ class Decorations:
     def _apply_overlay(self) -> None:
         values, legend = self._overlay if self._overlay else ({}, "")
         if values:
-            from app.scopes import with_group_totals
+            from core.views.scopes import with_group_totals
 
             values = with_group_totals(values, self.view)  # a collapsed group shows its nodes' total
             self._overlay = (values, legend)

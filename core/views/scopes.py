@@ -29,6 +29,7 @@ from ..model.meta import NODE_ID
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
 __all__ = [
+    "with_group_totals",
     "Scope",
     "ScopeTree",
     "scope_tree",
@@ -545,3 +546,19 @@ def scoped_view(view: ViewGraph, tree: ScopeTree, expanded: Iterable[str] = ()) 
     data = dict(view.data)
     data["scopes"] = {"expanded": sorted(expanded), "boxes": len(boxes), "source": tree.source}
     return ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data)
+
+
+def with_group_totals(values: dict, view: ViewGraph | None) -> dict:
+    """Heat values with each collapsed group's total (the sum over the nodes it holds) added, so
+    a group box shows its compiled time when the heat overlay is on."""
+    if not values or view is None:
+        return values
+    out = None
+    for n in view.nodes:
+        if n.category == "group" and n.id not in values:
+            total = sum(float(values[o]) for o in n.origin if o in values)
+            if total:
+                if out is None:
+                    out = dict(values)
+                out[n.id] = total
+    return out if out is not None else values

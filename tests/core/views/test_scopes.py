@@ -153,3 +153,14 @@ def test_residual_blocks_become_structural_blocks():
     assert tree.source == "structure"
     blocks = [s for s in tree.groups if s.name.startswith("block")]
     assert len(blocks) >= 290 and all(s.size == 5 for s in blocks)  # Conv-Relu-Conv-Add-Relu, or the 2-branch form
+
+
+def test_a_collapsed_group_shows_the_heat_of_the_nodes_it_holds():
+    from core.views.scopes import with_group_totals
+    from core.views.viewgraph import ViewGraph, ViewNode
+
+    view = ViewGraph("g", [ViewNode("grp", "layer.0", category="group", origin=[1, 2, 3]), ViewNode(4, "Relu", origin=[4])], [])
+    values = {1: 0.5, 2: 0.25, 4: 1.0}
+    out = with_group_totals(values, view)
+    assert out["grp"] == 0.75 and out[4] == 1.0 and "grp" not in values  # the caller's dict is left alone
+    assert with_group_totals({}, view) == {}
