@@ -1,6 +1,7 @@
 """Latency of the workbench's compiled CPU code against onnxruntime, quiet and under background load.
 
-For each model (the nine light models shipped in the onnx wheel, and core.model.samples' models with
+For each model (the nine light models shipped in the onnx wheel, core.model.samples' models and
+core.model.architectures' full-size MobileNet- and transformer-style networks, all with
 seeded random weights) it prints onnxruntime ms, ours untuned ms (core.compiler.schedules' default CPU
 rules), ours tuned ms (when a tuning database is given and holds records for the model's
 kernels), their ratios to onnxruntime and the geometric means. Latencies are medians (with
@@ -48,6 +49,12 @@ def sample_models() -> dict:
     from core.model import samples
 
     return {name: fn for name, fn in samples.SAMPLES.items()} if hasattr(samples, "SAMPLES") else {}
+
+
+def architecture_models() -> dict:
+    from core.model.architectures import ARCHITECTURES
+
+    return dict(ARCHITECTURES)
 
 
 def _load(model):
@@ -263,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     target = make_target("cpu")
     models: dict[str, object] = dict(light_models())
     models.update(sample_models())
+    models.update(architecture_models())
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         models = {k: v for k, v in models.items() if k in wanted}
