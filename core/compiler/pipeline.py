@@ -161,6 +161,11 @@ def _np_eval(call, env):
     if op == "relax.astype":
         x = arg(a[0])
         return None if x is None else x.astype(str(call.attrs.dtype))
+    if op == "relax.layout_transform":  # weights and biases put in NCHW{b}c by ConvertLayoutNCHWc
+        from .layout_nchwc import layout_transform_numpy
+
+        x = arg(a[0])
+        return None if x is None else layout_transform_numpy(x, call.attrs.index_map, call.attrs.pad_value)
     return None
 
 
@@ -245,6 +250,23 @@ def _relax(name: str, **kwargs):
     return factory
 
 
+def _legalize(target):
+    from tvm import relax
+
+    from .layout_nchwc import legalize_conv2d
+
+    return relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalize_conv2d})
+
+
+def _convert_layout(target):
+    import tvm
+
+    from .layout_nchwc import convert_layout_pass
+
+    # the constant transforms it adds (weights, biases, batch-norm scales) folded right away
+    return tvm.transform.Sequential([convert_layout_pass(target), fold_weights_pass(target)], name="ConvertLayoutNCHWc")
+
+
 def _schedule(target):
     from .schedules import schedule_pass
 
@@ -282,11 +304,14 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
+    PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
+             "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
+             "converted once at the entry and exit of each blocked region (core.compiler.layout_nchwc)."),
     PassInfo("FoldConstant", "graph", _relax("FoldConstant"),
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
     PassInfo("LibraryDispatch", "graph", _dispatch,
              "routes sampling/sort/scan ops to library kernels (TVM's default dispatch).", required=True),
-    PassInfo("LegalizeOps", "tensor program", _relax("LegalizeOps"),
+    PassInfo("LegalizeOps", "tensor program", _legalize,
              "every high-level Relax op becomes a call_tir into a TIR tensor program (Relax + TIR).", required=True),
     PassInfo("AnnotateTIROpPattern", "tensor program", _relax("AnnotateTIROpPattern"),
              "tags each TIR function as elementwise/broadcast/injective/reduction/out-fusable for FuseOps."),
@@ -318,6 +343,7 @@ _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
     "FoldWeights",
+    "ConvertLayoutNCHWc",
     "FoldConstant",
     "LibraryDispatch",
     "LegalizeOps",
@@ -344,6 +370,7 @@ def default_pipeline(target) -> list[PassSpec]:
     """The default chain for `target` (a tvm Target or 'cpu'/'cuda')."""
     names = list(_DEFAULT)
     if _is_gpu(target):
+        names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 

@@ -8,6 +8,7 @@ GPU: dlight's GPU rules (every kernel must be bound to threads to run at all).
 CPU: the workbench's own rules, tried in order on every PrimFunc FuseTIR produced; the first that
 matches schedules the whole function (its main reduction plus the fused elementwise tail):
 
+* `cpu_conv.Conv2dNCHWc`  - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
@@ -30,11 +31,11 @@ logger = logging.getLogger(__name__)
 
 def cpu_rules() -> list:
     """The CPU schedule rules, most specific first."""
-    from .cpu_conv import Conv2dNCHW
+    from .cpu_conv import Conv2dNCHW, Conv2dNCHWc
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
 
-    return [Conv2dNCHW(), Matmul(), Generic()]
+    return [Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
