@@ -106,7 +106,8 @@ def _convert(mod, block: int):
         logger.warning("NCHW%dc layout not applied (%s); the model stays NCHW", block, str(exc).splitlines()[-1][:200])
         return mod
     logger.debug("NCHW%dc: %d conv2d blocked, %d kept in NCHW", block, convs["blocked"], convs["kept"])
-    return out
+    # a value two consumers want blocked is transformed once (ConvertLayout emits one per use)
+    return relax.transform.EliminateCommonSubexpr()(out)
 
 
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum", "relax.power"}

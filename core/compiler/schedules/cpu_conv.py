@@ -427,9 +427,10 @@ class Conv2dNCHWc:
         conv, extents, in_block, lanes = info["conv"], info["extents"], info["in_block"], info["lanes"]
         _, _, out_height, out_width, _, _, _, _ = extents
         t, th = self._default_tile(info)
-        unroll_kw = False
+        unroll_kw, rows_outer = False, False
         if config is not None:
             t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
+            rows_outer = bool(config.get("rows_outer", False))
             if out_width % t or out_height % th:
                 raise ValueError(f"tile {config} does not divide the convolution")
         Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
@@ -446,8 +447,12 @@ class Conv2dNCHWc:
             sch.reorder(n, occ, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, ocb)
         if unroll_kw:
             sch.unroll(kw)
+        if rows_outer:  # each input row read once from cache for every output-channel block
+            sch.reorder(oh_outer, occ)
+            parallel = sch.fuse(n, oh_outer, occ)
+        else:
+            parallel = sch.fuse(n, occ, oh_outer)
         sch.reverse_compute_at(writeback, ow_outer)
-        parallel = sch.fuse(n, occ, oh_outer)
         if _multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
             sch.parallel(parallel)
         sch.vectorize(ocb)
