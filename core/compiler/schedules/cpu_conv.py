@@ -415,6 +415,7 @@ class Conv2dNCHWc:
                 configs.append({"t": t_, "th": th_})
         if kh * kw > 1:
             configs.append({**configs[0], "unroll_kw": True})
+        configs.append({**configs[0], "rows_outer": True})
         return configs
 
     def apply(self, func, target, config: dict | None = None):
