@@ -258,6 +258,12 @@ def _legalize(target):
     return relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalize_conv2d})
 
 
+def _fold_conv_scale(target):
+    from .fold_conv_scale import fold_conv_scale_pass
+
+    return fold_conv_scale_pass(target)
+
+
 def _convert_layout(target):
     import tvm
 
@@ -304,6 +310,8 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
+    PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
+             "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
              "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
              "converted once at the entry and exit of each blocked region (core.compiler.layout_nchwc)."),
@@ -343,6 +351,7 @@ _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
     "FoldWeights",
+    "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
     "FoldConstant",
     "LibraryDispatch",
