@@ -30,11 +30,12 @@ import logging
 import re
 
 __all__ = [
-    "channel_block",
-    "convert_layout_pass",
-    "legalize_conv2d",
-    "layout_transform_numpy",
     "BLOCKED_LAYOUT",
+    "channel_block",
+    "conv_layouts",
+    "convert_layout_pass",
+    "layout_transform_numpy",
+    "legalize_conv2d",
 ]
 
 logger = logging.getLogger(__name__)
@@ -164,9 +165,8 @@ def _has_blockable_conv(mod, block: int) -> bool:
 
     def visit(expr):
         nonlocal found
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d":
-            if conv_layouts(expr, block) is not None:
-                found = True
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d" and conv_layouts(expr, block) is not None:
+            found = True
 
     for _gv, func in mod.functions_items():
         if isinstance(func, relax.Function):

@@ -3,8 +3,10 @@
 A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction level it works at, and
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
-passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights, TVM's
-FoldConstant) and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`.
+passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
+FoldScaleIntoConv and, for CPUs, ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
+the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
 The runner (core.compiler.runner) runs the enabled specs one by one for everything that compiles:
 lowering snapshots the module after each, compile builds with the very same list, so what the
