@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["TRANSFORMERS", "vit_encoder", "bert_encoder", "gpt2_blocks"]
+__all__ = ["TRANSFORMERS", "bert_encoder", "gpt2_blocks", "vit_encoder"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def vit_encoder(layers: int = 4, hidden: int = 192, heads: int = 3, mlp: int = 7
         x = b.op("Add", [h, x], f"{layer}/output")
     x = b.layer_norm(x, hidden, "vit.layernorm", "/layernorm", 1e-12)
     first = b.op("Gather", [x, b.const(0, np.int64)], "", axis=1)
-    logits = b.op("Gemm", [first, b.param("classifier.weight", (classes, hidden), scale=1.0 / np.sqrt(hidden)),
+    b.op("Gemm", [first, b.param("classifier.weight", (classes, hidden), scale=1.0 / np.sqrt(hidden)),
                            b.param("classifier.bias", (classes,), scale=0.02)], "/classifier", transB=1)
     b.nodes[-1].output[0] = "logits"
     return b.model(
