@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.core.compiler.test_schedules import _compile_and_run, _fused, _kernel_assembly, _rules_used
+from tests.core.compiler.test_schedules import (
+    _compile_and_run,
+    _fused,
+    _kernel_assembly,
+    _rules_used,
+)
 from tests.helpers import ort_run
 
 RTOL, ATOL = 1e-3, 1e-4
