@@ -53,9 +53,9 @@ class RowReduction:
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
-        padded = _padded_softmax(sch, func, vector_lanes(target))
-        if padded is not None:
-            return self._schedule_padded_softmax(s_tir.Schedule(padded), vector_lanes(target))
+        softmax = _softmax_func(sch, func, vector_lanes(target))
+        if softmax is not None:
+            return self._schedule_softmax(s_tir.Schedule(softmax), vector_lanes(target))
         blocks = root_blocks(sch)
         if len(sch.get_output_blocks(sch.get_sblock("root"))) != 1:
             return None
@@ -112,13 +112,16 @@ class RowReduction:
             sch.vectorize(inner)
         return sch
 
-    def _schedule_padded_softmax(self, sch, lanes: int):
-        """The schedule of `_padded_softmax`'s function: per row, the padded copy (vector part and
-        a scalar tail), max and exp-sum as vector partials over whole vectors, the output."""
-        copy, *reductions, out = root_blocks(sch)
+    def _schedule_softmax(self, sch, lanes: int):
+        """The schedule of `_softmax_func`'s function, per row (one parallel loop over rows): the
+        padded copy (vector part and a scalar tail), the max and the exp-sum as vector partials
+        over whole vectors, exp stored once, the output as exp times the sum's reciprocal."""
+        blocks = root_blocks(sch)
+        names = [sch.get(b).name_hint for b in blocks]
+        out = blocks[-1]
         rows = _product(iter_extents(sch, out)[:-1])
         width = iter_extents(sch, out)[-1]
-        partials = [self._rfactor(sch, block, lanes) for block in reductions]
+        partials = [self._rfactor(sch, sch.get_sblock(name), lanes) for name in ("T_softmax_maxelem", "T_softmax_expsum")]
         loops = sch.get_loops(out)
         row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         for block in reversed(root_blocks(sch)[:-1]):
@@ -132,10 +135,14 @@ class RowReduction:
             sch.vectorize(k_inner)
             init = sch.decompose_reduction(rf, k_outer)
             sch.vectorize(sch.get_loops(init)[-1])
-        for block in (copy, out):
-            col = sch.get_loops(block)[-1]
-            main, _tail = sch.loop_partition(col, [width // lanes * lanes, None])
-            _, inner = sch.split(main, [None, lanes])
+        for name in ("T_softmax_padded", "T_softmax_exp", "T_softmax_norm"):
+            if name not in names:
+                continue
+            col = sch.get_loops(sch.get_sblock(name))[-1]
+            extent = const_int(sch.get(col).extent)
+            if extent % lanes:
+                col, _tail = sch.loop_partition(col, [extent // lanes * lanes, None])
+            _, inner = sch.split(col, [None, lanes])
             sch.vectorize(inner)
         return sch
 
@@ -166,13 +173,12 @@ class RowReduction:
 
 
 
-def _padded_softmax(sch, func, lanes: int):
-    """For a softmax over rows no vector width divides (197 tokens): the same function computed
-    over rows padded to whole vectors with -inf (exp(-inf) = 0 adds nothing to the sum), so its
-    max and sum reduce whole vectors, with no predicate. None for anything else.
-
-    Rows of a multiple of the vector width need no padding; the rule's general path takes them."""
-    import tvm
+def _softmax_func(sch, func, lanes: int):
+    """A LegalizeOps softmax over the last axis, rewritten for the schedule above: rows padded to
+    whole vectors with -inf when the vector width does not divide them (a ViT's 197 tokens;
+    exp(-inf) = 0 adds nothing to the sum), so max and sum reduce whole vectors with no
+    predicate; exp computed once into a row buffer; the output as exp times 1/sum. None for
+    anything else (a softmax with fused producers takes the general path)."""
     from tvm import te, tirx
 
     names = sorted(sch.get(b).name_hint for b in root_blocks(sch))
@@ -189,23 +195,31 @@ def _padded_softmax(sch, func, lanes: int):
     norm = sch.get(sch.get_sblock("T_softmax_norm"))
     if norm.annotations.get("axis") is not None and int(norm.annotations["axis"]) != len(shape) - 1:
         return None
-    if width % lanes == 0 or width < lanes:
+    if width < 2 * lanes:
         return None
     padded_width = -(-width // lanes) * lanes
-    dtype = "float32"
-    index_dtype = str(src.shape[-1].ty.dtype)
+    dtype, index_dtype = "float32", str(src.shape[-1].ty.dtype)
+
+    def extent(n):
+        return tirx.IntImm(index_dtype, n)
+
     x = te.placeholder(src.shape, dtype, name=str(src.name))
-    pad_shape = [*src.shape[:-1], tirx.IntImm(index_dtype, padded_width)]
-    neg_inf = tirx.const(float("-inf"), dtype)
-    xp = te.compute(pad_shape, lambda *i: tirx.if_then_else(i[-1] < width, x[i], neg_inf), name="T_softmax_padded")
-    k = te.reduce_axis((tirx.IntImm(index_dtype, 0), tirx.IntImm(index_dtype, padded_width)), name="k")
+    pad_shape = [*src.shape[:-1], extent(padded_width)]
+    if padded_width != width:
+        neg_inf = tirx.const(float("-inf"), dtype)
+        xp = te.compute(pad_shape, lambda *i: tirx.if_then_else(i[-1] < width, x[i], neg_inf), name="T_softmax_padded")
+    else:
+        xp = x
+    k = te.reduce_axis((extent(0), extent(padded_width)), name="k")
     mx = te.compute(src.shape[:-1], lambda *i: te.max(xp[(*i, k)], axis=k), name="T_softmax_maxelem")
-    k2 = te.reduce_axis((tirx.IntImm(index_dtype, 0), tirx.IntImm(index_dtype, padded_width)), name="k")
-    es = te.compute(src.shape[:-1], lambda *i: te.sum(tirx.exp(xp[(*i, k2)] - mx[i]), axis=k2), name="T_softmax_expsum")
-    out = te.compute(src.shape, lambda *i: tirx.exp(xp[i] - mx[i[:-1]]) / es[i[:-1]], name="T_softmax_norm")
+    e = te.compute(pad_shape, lambda *i: tirx.exp(xp[i] - mx[i[:-1]]), name="T_softmax_exp")
+    k2 = te.reduce_axis((extent(0), extent(padded_width)), name="k")
+    es = te.compute(src.shape[:-1], lambda *i: te.sum(e[(*i, k2)], axis=k2), name="T_softmax_expsum")
+    one = tirx.const(1.0, dtype)
+    out = te.compute(src.shape, lambda *i: e[i] * (one / es[i[:-1]]), name="T_softmax_norm")
     # the caller passes the same two buffers; the function keeps its attributes (and stays
     # private: create_prim_func names it "main")
     new = te.create_prim_func([x, out]).without_attr("global_symbol")
     for key, value in (func.attrs or {}).items():
         new = new.with_attr(key, value)
-    return new if isinstance(new, tvm.tirx.PrimFunc) else None
+    return new
