@@ -88,6 +88,7 @@ class Matmul:
                     break
         if block is None:
             return None
+        _inline_elementwise_tail(sch, block)
         extents = iter_extents(sch, block)
         # columns and the reduction must be static; batch and rows may be symbolic (a model's
         # batch dimension): then rows are taken one at a time
@@ -174,3 +175,19 @@ class Matmul:
         sch.pad_einsum(block, padding)
         added = [sch.get(b).name_hint for b in root_blocks(sch) if sch.get(b).name_hint not in before]
         return tuple(added)
+
+
+def _inline_elementwise_tail(sch, block) -> None:
+    """Inline the elementwise blocks between the matmul and the function's output into their
+    consumers, so the whole tail becomes one block the write-back can absorb. GELU reads the
+    biased result twice, x * (erf(x / sqrt 2) + 1) / 2: block by block, the bias add has two
+    consumers and the tail would stay a separate pass over the output."""
+    blocks = root_blocks(sch)
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(block)))
+    for candidate in blocks[position + 1 : -1]:
+        if "R" in iter_kinds(sch, candidate) or not sch.get_consumers(candidate):
+            continue
+        try:
+            sch.compute_inline(candidate)
+        except Exception:  # noqa: BLE001 - not a pure elementwise block: it stays a pass of its own
+            logger.debug("kept %s after the matmul", sch.get(candidate).name_hint)

@@ -165,3 +165,34 @@ def test_row_kernels_are_vectorized_for_each_isa():
             assert re.search(rf"vmaxps\s+[^\n]*{reg}", asm), f"no vector max ({mcpu}, width {width})"
             assert re.search(rf"vaddps\s+[^\n]*{reg}", asm), f"no vector sum ({mcpu}, width {width})"
             assert "expf" not in asm and "vgather" not in asm and "vscatter" not in asm
+
+
+@pytest.mark.slow
+def test_dense_with_erf_gelu_is_one_pass_and_matches_onnxruntime(target):
+    """GELU reads the biased matmul result twice; the whole tail is folded into the matmul's
+    write-back (no second pass over the output), and the result matches onnxruntime."""
+    rng = np.random.default_rng(11)
+    inits = [numpy_helper.from_array((rng.standard_normal((48, 80)) / 7).astype(np.float32), "w"),
+             numpy_helper.from_array((rng.standard_normal(80) / 10).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(1.4142135, np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["b", "m"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["h", "e1"], ["g"]),
+        helper.make_node("Mul", ["g", "half"], ["y"]),
+    ]
+    model = _model(nodes, [_vi("x", [1, 37, 48])], [_vi("y", [1, 37, 80])], inits)
+    x = rng.standard_normal((1, 37, 48)).astype(np.float32)
+    scheduled, ours = _compile_and_run(_fused(model), {"x": x}, target)
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    import tvm
+
+    (text,) = [f.script() for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "erf" in g.name_hint]
+    after_update = text[text.index('"matmul_update"'):]
+    assert "T.erf" in after_update.split("T.parallel")[0], "the GELU tail is a separate pass"
