@@ -153,6 +153,18 @@ def test_layer_norm_op_and_decomposed_match_onnxruntime(width, target):
     assert sum(rule == "cpu.RowReduction" for rule in used.values()) >= 2, used  # mean and variance kernels
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("width", [37, 24, 64])
+def test_softmax_with_8_lane_vectors_matches_onnxruntime(width):
+    """The AVX2 (8-lane) variant of the rule's choices (other paddings, other tails), run for real:
+    haswell code runs on any AVX2 or AVX-512 host."""
+    from core.compiler.target import make_target
+
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_vi("x", [2, 3, width])], [_vi("y", [2, 3, width])])
+    x = (np.random.default_rng(width).standard_normal((2, 3, width)) * 4).astype(np.float32)
+    _check(model, {"x": x}, make_target("cpu", mcpu="haswell"))
+
+
 def test_row_kernels_are_vectorized_for_each_isa():
     """Codegen only: the softmax's reductions and output use the target's vector registers, for
     a vector-multiple row and for a ViT-like odd one, and compute exp without libm."""
