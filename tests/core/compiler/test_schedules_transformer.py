@@ -209,3 +209,13 @@ def test_dense_with_erf_gelu_is_one_pass_and_matches_onnxruntime(target):
     nests = re.split(r"\n    for ", text)  # the function body's top-level loop nests
     (matmul_nest,) = [n for n in nests if '"matmul_update"' in n]
     assert "T.erf" in matmul_nest and sum("T.erf" in n for n in nests) == 1, "the GELU tail is a separate pass"
+
+
+def test_padded_row_tiles_pad_the_fewest_rows():
+    """A ViT's 197 tokens (prime): the tile height wastes 1 row (18 x 11), not 13 (15 x 14)."""
+    from core.compiler.schedules.cpu_matmul import choose_matmul_tile
+
+    assert choose_matmul_tile(197, 768, 16, 32) == (11, 32)
+    assert choose_matmul_tile(197, 197, 16, 32) == (22, 16)  # attention scores: 9 x 22 = 198
+    assert choose_matmul_tile(197, 64, 8, 16) == (6, 16)  # AVX2, 2 vectors a row: 6 rows at most, 33 x 6 = 198
+    assert choose_matmul_tile(128, 256, 16, 32) == (8, 32)  # a divisor that fills the registers stays
