@@ -12,9 +12,15 @@ element. Here:
 2. one loop over rows (parallel when the tensor is large) holds everything: each row's
    reductions, then its output, while the row is in L1;
 3. each reduction accumulates vector-wide (rfactor: one vector of partial maxima or sums, folded
-   at the end of the row), the output loop is vectorized; a row length the vector does not
-   divide (a ViT's 197 tokens) gets a scalar tail after the vector part, never a gather;
-4. vector width from the target (cpu_common.vector_lanes), not from the host compiling.
+   at the end of the row), the output loop is vectorized, a partial last vector is a scalar tail
+   loop (never a gather). A row length no vector width divides keeps scalar reductions: TVM
+   0.27's compute_at drops the predicate of a split reduction, and rfactor / vectorize refuse a
+   predicated block;
+4. except for softmax, by far the commonest such row (attention: 197 tokens in a ViT): a plain
+   softmax function is rewritten (`_softmax_func`) over rows padded with -inf to whole vectors,
+   which adds nothing to max or sum, with exp computed once into the row and the output as exp
+   times 1/sum; every reduction is then vector-wide;
+5. vector width from the target (cpu_common.vector_lanes), not from the host compiling.
 
 Not matched (None): a reduction over another axis, symbolic extents, several outputs.
 """
@@ -172,7 +178,6 @@ class RowReduction:
         return False
 
 
-
 def _softmax_func(sch, func, lanes: int):
     """A LegalizeOps softmax over the last axis, rewritten for the schedule above: rows padded to
     whole vectors with -inf when the vector width does not divide them (a ViT's 197 tokens;
@@ -192,9 +197,9 @@ def _softmax_func(sch, func, lanes: int):
     if any(d is None for d in shape) or str(src.dtype) != "float32" or [const_int(d) for d in dst.shape] != shape:
         return None
     width = shape[-1]
-    norm = sch.get(sch.get_sblock("T_softmax_norm"))
-    if norm.annotations.get("axis") is not None and int(norm.annotations["axis"]) != len(shape) - 1:
-        return None
+    rows = _product(shape[:-1])
+    if not RowReduction._row_reduction(sch, sch.get_sblock("T_softmax_maxelem"), rows, width):
+        return None  # a softmax over another axis
     if width < 2 * lanes:
         return None
     padded_width = -(-width // lanes) * lanes
