@@ -116,10 +116,8 @@ def _constant(expr) -> float | None:
 
 def fast_pow(call, dt: str = "float32"):
     """x ** c for the exponents exporters write as constants (Pow(x, 2) in a decomposed layer
-    norm, Pow(x, 3) in GPT-2's GELU): multiplications instead of a libm powf per lane.
-    None for any other exponent."""
-    from tvm import tirx
-
+    norm, Pow(x, 3) in GPT-2's GELU): multiplications instead of a libm powf per lane, the same
+    for every input, inf and NaN included. None for any other exponent."""
     x, exponent = call.args[0], _constant(call.args[1])
     if exponent == 1.0:
         return x
@@ -127,8 +125,7 @@ def fast_pow(call, dt: str = "float32"):
         return x * x
     if exponent == 3.0:
         return x * x * x
-    if exponent == 0.5:
-        return tirx.sqrt(x)
+    # (not 0.5 as sqrt: pow(-inf, 0.5) is +inf, sqrt(-inf) NaN)
     return None
 
 
