@@ -302,11 +302,37 @@ def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
     return rows
 
 
+def scoped_table(d: Path) -> None:
+    """The issue-16 rows: a 10,000-node scoped graph collapsed / expanded, one expand, compare."""
+    scoped10k = make_scoped_model(10_000, d / "scoped_10k.onnx")
+    scoped2k = make_scoped_model(2_000, d / "scoped_2k.onnx")
+    print()
+    print("Scoped graphs (torch-named BERT layers, offscreen 1600x1000, all panels)")
+    print(f"{'case':<40}{'drawn nodes':>12}{'layout':>16}{'seconds':>9}{'cpu s':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
+    for label, mode, target in (("10k scoped, opens collapsed", None, 1.0), ("10k scoped, every group expanded", "all", 3.0)):
+        with groups_open(mode):
+            r = open_to_fitted_paint(scoped10k, True)
+        steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
+        print(f"{label:<40}{r['nodes']:>12}{r['method']:>16}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{target:>7.1f}{r['stall'] * 1000:>7.0f} ms   {steps}")
+    e = expand_one_group(scoped10k)
+    print(f"{'expand one group (median of 5; max)':<40}{e['drawn']:>12}{'incremental':>16}{e['expand_ms'] / 1000:>9.3f}{'':>7}{0.1:>7.1f}   max {e['expand_max_ms']:.0f} ms; collapse again {e['collapse_ms']:.0f} ms")
+    c = compare_two(scoped2k)
+    print(f"{'compare 2k vs fuse-gelu 2k (diff+draw)':<40}{str(c['drawn']):>12}{'':>16}{c['seconds']:>9.2f}{c['cpu']:>7.2f}{2.0:>7.1f}   diff {c['diff_s']:.2f} s, copies+views {c['views_s']:.2f} s; {c['nodes'][0]} vs {c['nodes'][1]} nodes, {c['matched']} matched")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the dot-vs-layered size sweep")
+    parser.add_argument("--scoped", action="store_true", help="only the scoped-graph table (issue 16)")
     args = parser.parse_args(argv)
     _app()
+    if args.scoped:
+        with tempfile.TemporaryDirectory() as d:
+            scoped_table(Path(d))
+        from app.workers import cancel_all
+
+        cancel_all()
+        return 0
     with tempfile.TemporaryDirectory() as d:
         big10k = make_big_model(10_000, Path(d) / "generated_10k.onnx")
         big5k = make_big_model(5_000, Path(d) / "generated_5k.onnx")
@@ -320,20 +346,7 @@ def main(argv=None) -> int:
                 t = f"{target:.1f}" if target else "-"
                 steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
                 print(f"{name:<22}{'all' if panels else 'none':>7}{r['nodes']:>12}{r['method']:>9}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{t:>7}{r['stall'] * 1000:>7.0f} ms   {steps}")
-        scoped10k = make_scoped_model(10_000, Path(d) / "scoped_10k.onnx")
-        scoped2k = make_scoped_model(2_000, Path(d) / "scoped_2k.onnx")
-        print()
-        print("Scoped graphs (torch-named BERT layers, offscreen 1600x1000, all panels)")
-        print(f"{'case':<40}{'drawn nodes':>12}{'layout':>16}{'seconds':>9}{'cpu s':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
-        for label, mode, target in (("10k scoped, opens collapsed", None, 1.0), ("10k scoped, every group expanded", "all", 3.0)):
-            with groups_open(mode):
-                r = open_to_fitted_paint(scoped10k, True)
-            steps = " ".join(f"{r['phases'].get(k, 0):.2f}" for k in ("load", "view", "layout", "overview"))
-            print(f"{label:<40}{r['nodes']:>12}{r['method']:>16}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{target:>7.1f}{r['stall'] * 1000:>7.0f} ms   {steps}")
-        e = expand_one_group(scoped10k)
-        print(f"{'expand one group (median of 5; max)':<40}{e['drawn']:>12}{'incremental':>16}{e['expand_ms'] / 1000:>9.3f}{'':>7}{0.1:>7.1f}   max {e['expand_max_ms']:.0f} ms; collapse again {e['collapse_ms']:.0f} ms")
-        c = compare_two(scoped2k)
-        print(f"{'compare 2k vs fuse-gelu 2k (diff+draw)':<40}{str(c['drawn']):>12}{'':>16}{c['seconds']:>9.2f}{c['cpu']:>7.2f}{2.0:>7.1f}   diff {c['diff_s']:.2f} s, copies+views {c['views_s']:.2f} s; {c['nodes'][0]} vs {c['nodes'][1]} nodes, {c['matched']} matched")
+        scoped_table(Path(d))
         r = repaint_at_100(big5k)
         print()
         print("Repaint, generated 5,000-node graph")
