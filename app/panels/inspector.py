@@ -130,6 +130,8 @@ class InspectorPanel(QTreeWidget):
         self.empty_hint.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
         self.empty_hint.setStyleSheet(f"color: {self.palette().placeholderText().color().name()}; padding: 12px 10px;")
         self.empty_hint.hide()
+        if isinstance(getattr(window, "open_hooks", None), list):
+            window.open_hooks.append(self.prime_model_facts)  # computed on the open worker
         doc = window.document
         doc.selectionChanged.connect(lambda _ids: self.refresh())
         doc.tensorSelected.connect(lambda _name: self.refresh())
@@ -170,6 +172,11 @@ class InspectorPanel(QTreeWidget):
         if cached is None or cached[0] is not graph or cached[1] != key:
             self._model_rows = cached = (graph, key, model_facts(graph))
         return cached[2]
+
+    def prime_model_facts(self, graph) -> None:
+        """Compute the model facts of a graph being opened (main window's open worker): the
+        panel shows them as the model appears, without summarizing it on the UI thread."""
+        self._model_rows = (graph, (graph.revision, str(graph.path)), model_facts(graph))
 
     def refresh(self) -> None:
         rows = self._facts()
