@@ -63,7 +63,11 @@ class ViewGraph:
     data: dict = field(default_factory=dict)
 
     def node(self, node_id: Hashable) -> ViewNode:
-        index = self.__dict__.setdefault("_index", {n.id: n for n in self.nodes})
+        """The node with id `node_id` (KeyError if none). The id index is built on first use and
+        kept: views are not changed once made (setdefault would rebuild it on every call)."""
+        index = self.__dict__.get("_index")
+        if index is None or len(index) != len(self.nodes):
+            index = self.__dict__["_index"] = {n.id: n for n in self.nodes}
         return index[node_id]
 
 
