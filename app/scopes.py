@@ -66,7 +66,7 @@ class ScopeController(QObject):
         if self._graph_id != id(graph):
             self._graph_id = id(graph)
             self.expanded = tree.default_expanded(len(full.nodes))
-        if not tree.groups:
+        if not tree.root.children:  # no groups (tree.groups would list them all)
             return full
         self.expanded &= set(tree.by_path)
         return scoped_view(full, tree, self.expanded)
@@ -83,7 +83,7 @@ class ScopeController(QObject):
 
     @property
     def active(self) -> bool:
-        return self.canvas.mode == "model" and self._tree is not None and bool(self._tree.groups) and self.canvas.document.graph is not None
+        return self.canvas.mode == "model" and self._tree is not None and bool(self._tree.root.children) and self.canvas.document.graph is not None
 
     # ---- expand / collapse --------------------------------------------------------------------
     def expand(self, path: str) -> None:

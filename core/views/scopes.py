@@ -26,6 +26,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..model.meta import NODE_ID
+from .scope_visible import scoped_view_visible
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
 __all__ = [
@@ -121,6 +122,7 @@ class Scope:
     outputs: dict[str, str] = field(default_factory=dict)  # tensor leaving -> "dims dtype"
     params: int = 0  # elements of the constant tensors its nodes read
     first: int = 0  # position of its first node in the view, for ordering
+    crossing: list = field(default_factory=list, repr=False)  # indices of view edges with one end inside
 
     def walk(self) -> Iterator["Scope"]:
         """This scope and all below it, depth first, in view order."""
@@ -162,6 +164,8 @@ class ScopeTree:
     by_path: dict[str, Scope]
     scope_of: dict[Hashable, Scope]  # view node id -> innermost scope holding it
     source: str  # 'names:/', 'names::', 'names:.', 'metadata', 'structure' or 'none'
+    view: ViewGraph | None = field(default=None, repr=False, compare=False)  # the view it was made from
+    cache: dict = field(default_factory=dict, repr=False, compare=False)  # scoped_view's indexes of `view`
 
     @property
     def groups(self) -> list[Scope]:
@@ -339,7 +343,7 @@ def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
         if len(s.children) > FAN_OUT:
             _range_children(s, by_path)
     _summarize(root, view, scope_of, graph)
-    tree = ScopeTree(root=root, by_path=by_path, scope_of=scope_of, source=source if root.children else "none")
+    tree = ScopeTree(root=root, by_path=by_path, scope_of=scope_of, source=source if root.children else "none", view=view)
     logger.debug("scope tree from %s: %d groups", tree.source, len(by_path) - 1)
     return tree
 
@@ -451,7 +455,7 @@ def _summarize(root: Scope, view: ViewGraph, scope_of: dict, graph) -> None:
         return c
 
     crossings: dict[tuple[int, int], tuple[list, list]] = {}
-    for e in view.edges:
+    for k, e in enumerate(view.edges):
         src, dst = scope_of.get(e.src, root), scope_of.get(e.dst, root)
         if src is dst:
             continue
@@ -467,8 +471,10 @@ def _summarize(root: Scope, view: ViewGraph, scope_of: dict, graph) -> None:
         tensor = e.label or str(e.src)
         for a in cross[1]:
             a.inputs.setdefault(tensor, e.detail)
+            a.crossing.append(k)
         for a in cross[0]:
             a.outputs.setdefault(tensor, e.detail)
+            a.crossing.append(k)
 
 
 # ---- the view with collapsed groups -------------------------------------------------------------
@@ -528,8 +534,16 @@ def scoped_view(view: ViewGraph, tree: ScopeTree, expanded: Iterable[str] = ()) 
     Boxes take the place of their first member in the node order; edges into, out of and
     between boxes are bundled: one edge per (source, destination) pair, `data["tensors"]` listing
     the tensors it carries. Edges between plain nodes are kept as they are. The boxes' `origin`
-    lists the ONNX node ids they hold (lineage and heat add up over it)."""
+    lists the ONNX node ids they hold (lineage and heat add up over it).
+
+    With `view` the one `tree` was made from and most of it hidden in boxes (opening or closing
+    one group of a big model), only the drawn nodes, the boxes and the edges crossing the boxes'
+    borders are visited (core.views.scope_visible), not every node and edge of the model."""
     expanded = set(expanded)
+    if tree.view is view and view.nodes:
+        out = scoped_view_visible(view, tree, expanded, group_node, scope_node_id)
+        if out is not None:
+            return out
     rep: dict[Hashable, str] = {}
     boxes: dict[str, Scope] = {}
     stack = list(tree.root.children)
