@@ -247,7 +247,7 @@ def test_big_models_are_checked_off_the_ui_thread_and_mid_edit_results_dropped(w
     monkeypatch.setattr(problems_module, "prepare", lambda g: threads.append(threading.current_thread()) or real(g))
     g = open_model(window, qtbot)
     panel = window.panels["problems"].widget()
-    qtbot.waitUntil(lambda: threads and panel._job is None, timeout=5000)
+    qtbot.waitUntil(lambda: bool(threads) and panel._job is None, timeout=5000)
     assert all(t is not threading.main_thread() for t in threads)
     stale = problems_module.Problem("Relu 'x'", "is stale")
     panel._job = job = object()
