@@ -11,7 +11,6 @@ tree (`core.views.scopes.ScopeTree`) and how to draw a box from that module, whi
 from __future__ import annotations
 
 import logging
-
 from collections.abc import Callable
 
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
