@@ -108,7 +108,17 @@ def _convert(mod, block: int):
         return mod
     logger.debug("NCHW%dc: %d conv2d blocked, %d kept in NCHW", block, convs["blocked"], convs["kept"])
     # a value two consumers want blocked is transformed once (ConvertLayout emits one per use)
-    return relax.transform.EliminateCommonSubexpr()(out)
+    out = relax.transform.EliminateCommonSubexpr()(out)
+    # Some ops take a blocked layout relax's layout inference accepts but TOPI cannot legalize (a
+    # mean over the channel axis, PRelu's per-channel select): tried here, so that such a model
+    # compiles in NCHW as it did before instead of failing later in LegalizeOps.
+    try:
+        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalize_conv2d})(out)
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("NCHW%dc layout not applied: an op cannot be built blocked (%s); the model stays NCHW",
+                       block, str(exc).strip().splitlines()[-1][:200])
+        return mod
+    return out
 
 
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum", "relax.power"}

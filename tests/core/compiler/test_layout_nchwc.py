@@ -229,3 +229,26 @@ def test_avx2_code_on_this_host_matches_onnxruntime():
     ours = vm["main"](tvm.runtime.tensor(x)).numpy()
     (ref,) = ort_run(model, {"x": x})
     np.testing.assert_allclose(ours, ref, rtol=1e-3, atol=1e-4)
+
+
+def _conv_then(node, inits, y_shape):
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), node]
+    return _model(nodes, [_weight(rng, "w", (32, 16, 3, 3)), *inits], [1, 16, 8, 8], y_shape, "conv_then")
+
+
+@pytest.mark.parametrize("case", ["reduce_channels", "prelu"])
+def test_a_model_with_an_op_topi_cannot_build_blocked_stays_nchw_and_compiles(case):
+    """relax's layout inference blocks a mean over the channel axis and PRelu's select, which
+    LegalizeOps then cannot build: such a model stays NCHW (as before the pass) and still matches."""
+    from core.compiler.compile import compile_model
+    from core.compiler.target import make_target
+
+    if case == "reduce_channels":
+        model = _conv_then(helper.make_node("ReduceMean", ["c"], ["y"], axes=[1], keepdims=1), [], [1, 1, 8, 8])
+    else:
+        slope = numpy_helper.from_array(np.full((32, 1, 1), 0.1, np.float32), "slope")
+        model = _conv_then(helper.make_node("PRelu", ["c", "slope"], ["y"]), [slope], [1, 32, 8, 8])
+    mod = _graph_after_layout(model, make_target("cpu", mcpu="znver4"))
+    assert _conv_layouts(mod) == [("NCHW", "OIHW", "NCHW")] and _transforms(mod) == 0
+    compile_model(_save(model), "cpu", verify=True)  # raises on a mismatch
