@@ -44,7 +44,6 @@ logger = logging.getLogger(__name__)
 Dim = int | str | None
 _ID, _INFERRED = NODE_ID, INFERRED
 
-_NONDETERMINISTIC = NONDETERMINISTIC_OPS  # constant analysis: see core.model.meta
 
 
 def dtype_name(dtype: ir.DataType | None) -> str:
@@ -453,10 +452,8 @@ class Graph(Mutations):
         """Fill in shapes/dtypes the file leaves out, using ONNX shape inference (C++, on the
         protobuf; read back once per distinct type, core.model.shapes).
 
-        Results go into each value's non-serialized meta, so saving writes back the model as it
-        was. `proto` may pass the graph already serialized (as loaded), to skip serializing it.
-        Problems are kept in `shape_problems` (a model with unknown shapes still opens).
-        """
+        Results go into each value's meta (not saved); `proto`: the graph already serialized (as
+        loaded). Problems go to `shape_problems` (a model with unknown shapes still opens)."""
         from .shapes import infer_types
 
         self.shape_problems = []
@@ -501,7 +498,7 @@ class Graph(Mutations):
                     ins = [v for v in n.inputs if v is not None]
                     if not ins or not all(v.name in consts for v in ins):
                         continue
-                if n.op_type in _NONDETERMINISTIC or n.domain not in ("", "ai.onnx"):
+                if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
                     continue
                 if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in n.attributes.values()):
                     continue
@@ -551,9 +548,16 @@ class Graph(Mutations):
         return self._cached("nx", build)
 
     def topological_order(self) -> list[int]:
-        import networkx as nx
+        """Node ids in topological order, ties by position. The file's own order when it is one (it
+        is, after load's checks): one pass, instead of a networkx sort (~5 s at 20,000 nodes)."""
+        g, seen = self.model.graph, set()
+        for n in g:
+            if any((p := v.producer()) is not None and p.graph is g and id(p) not in seen for v in n.inputs if v is not None):
+                import networkx as nx  # only when the file's order is not topological
 
-        return list(nx.lexicographical_topological_sort(self.to_networkx(), key=lambda i: self._position(i)))
+                return list(nx.lexicographical_topological_sort(self.to_networkx(), key=lambda i: self._position(i)))
+            seen.add(id(n))
+        return [n.meta[_ID] for n in g]
 
     def _position(self, node_id: int) -> int:
         pos = self._cached("positions", lambda: {n.meta[_ID]: i for i, n in enumerate(self.model.graph)})
