@@ -28,6 +28,7 @@ __all__ = [
     "kernel_lineage",
     "propagate_lineage",
     "import_lineage",
+    "deferred_lineage",
 ]
 
 logger = logging.getLogger(__name__)
@@ -412,6 +413,28 @@ def propagate_lineage(mod, prev, prev_mod=None):
     return Lineage(by_var={k: sorted(v) for k, v in by_var.items() if v},
                    by_name={k: sorted(v) for k, v in by_name.items() if v},
                    by_function={k: sorted(v) for k, v in func_origin.items() if v})
+
+
+def deferred_lineage(build):
+    """A Lineage that `build()` computes on first use (lowering: a stage's lineage is wanted only
+    when its view is shown, and propagating it through every stage of a 60,000-node model costs
+    more than a third of lowering it). It is a Lineage, so whatever takes one takes it."""
+    from ..views.relax_view import Lineage
+
+    class DeferredLineage(Lineage):
+        def __init__(self):  # noqa: D107 - no super().__init__: the fields come from build()
+            self._build, self._real = build, None
+
+        def _resolve(self) -> Lineage:
+            if self._real is None:
+                self._real, self._build = self._build(), None
+            return self._real
+
+        by_var = property(lambda self: self._resolve().by_var)
+        by_name = property(lambda self: self._resolve().by_name)
+        by_function = property(lambda self: self._resolve().by_function)
+
+    return DeferredLineage()
 
 
 def import_lineage(mod, names: dict[str, list[int]]):
