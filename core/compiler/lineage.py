@@ -18,6 +18,7 @@ The import records the first link (core.compiler.tvm_import: Relax variable -> O
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 from collections import Counter
@@ -270,6 +271,11 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
     owner: dict[int, object] = {}
     owned: dict = {u: [] for u in fresh}
     need = {u: Counter(group.get(callee_of.get(u), ())) for u in fresh}
+    left = {u: sum(need[u].values()) for u in fresh}  # kernels u still needs: none, nothing more to take
+    readers: dict = {}  # old var -> positions of the orphans reading it, ascending
+    for k, o in enumerate(orphans):
+        for a in inputs[o]:
+            readers.setdefault(a, []).append(k)
 
     def take(k: int, u) -> None:
         owner[k] = u
@@ -277,6 +283,7 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
         c = kind[orphans[k]]
         if need[u].get(c):
             need[u][c] -= 1
+            left[u] -= 1
 
     def wanted(u, o) -> bool:
         return bool(need[u].get(kind[o]))
@@ -297,17 +304,29 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
                     reads.add(a)
                 elif a in replaced:
                     reads.add(replaced[a])
-            for k, o in enumerate(orphans):
-                if k not in owner and wanted(u, o) and inputs[o] & reads:
+            # the first free orphan of a wanted kernel reading what the call reads (only the
+            # readers of those vars can: no scan of every orphan per call, which was quadratic)
+            for k in sorted({k for a in reads for k in readers.get(a, ())}):
+                if k not in owner and wanted(u, orphans[k]):
                     take(k, u)
                     break
         if owned[u]:
+            # grow along the data flow in binding order: the orphans after the first owned one
+            # that read an owned one, while u needs kernels (a heap of the readers, not a scan)
+            start = min(owned[u])
             mine = {orphans[k] for k in owned[u]}
-            for k in range(min(owned[u]), len(orphans)):
+            heap = sorted({k for m in mine for k in readers.get(m, ()) if k >= start})
+            queued = set(heap)
+            while heap and left[u] > 0:
+                k = heapq.heappop(heap)
                 o = orphans[k]
-                if k not in owner and wanted(u, o) and inputs[o] & mine:
+                if k not in owner and wanted(u, o):
                     take(k, u)
                     mine.add(o)
+                    for r in readers.get(o, ()):
+                        if r > k and r not in queued:
+                            queued.add(r)
+                            heapq.heappush(heap, r)
             replaced[u] = orphans[max(owned[u])]
     # 3. a vanished binding and a new one of the same name (unique on both sides) are one
     # binding rebuilt (LowerAllocTensor keeps `alloc3`, `storage1` but makes new variables)
@@ -422,7 +441,7 @@ def deferred_lineage(build):
     from ..views.relax_view import Lineage
 
     class DeferredLineage(Lineage):
-        def __init__(self):  # noqa: D107 - no super().__init__: the fields come from build()
+        def __init__(self):  # no super().__init__(): the fields come from build()
             self._build, self._real = build, None
 
         def _resolve(self) -> Lineage:

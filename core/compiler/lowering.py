@@ -402,7 +402,7 @@ def lower(
 
     from ..views.relax_view import kernel_view, module_view
 
-    fp = _fingerprint(graph)
+    fp = _fingerprint(graph) if cache is not None else ""  # keys only the cache (serializes the whole graph)
     key: tuple = (fp, str(tgt))
 
     def relax_stage(name, level, pass_name, mod, lineage, seconds, times) -> Stage:
