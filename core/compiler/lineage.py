@@ -304,6 +304,8 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
                     reads.add(a)
                 elif a in replaced:
                     reads.add(replaced[a])
+                elif a not in new_set and a in readers:  # a parameter of main (the first fused call reads the input)
+                    reads.add(a)
             # the first free orphan of a wanted kernel reading what the call reads (only the
             # readers of those vars can: no scan of every orphan per call, which was quadratic)
             for k in sorted({k for a in reads for k in readers.get(a, ())}):
