@@ -27,7 +27,7 @@ import inspect
 import logging
 import re
 
-__all__ = ["legalize_pass", "cacheable_ops", "LEGALIZE_STATS"]
+__all__ = ["LEGALIZE_STATS", "cacheable_ops", "legalize_pass"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def _ops_in(mod) -> set[str]:
         if isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op):
             names.add(e.op.name)
 
-    for _gv, f in mod.functions.items():
+    for f in mod.functions.values():
         if isinstance(f, relax.Function):
             relax.analysis.post_order_visit(f, visit)
     return names

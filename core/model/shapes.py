@@ -15,7 +15,7 @@ import logging
 
 import onnx
 
-__all__ = ["InferredTypes", "infer_types", "decode_type", "Dim"]
+__all__ = ["Dim", "InferredTypes", "decode_type", "infer_types"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class InferredTypes:
     typed (graph inputs, outputs and value_info of the inferred model); decoded on lookup and
     memoized per distinct type."""
 
-    def __init__(self, infos: dict[str, "onnx.ValueInfoProto"]):
+    def __init__(self, infos: dict[str, onnx.ValueInfoProto]):
         self._infos = infos  # serialized on first lookup: `inspect` looks up a handful of names
         self._raw: dict[str, bytes] = {}
         self._decoded: dict[bytes, tuple[int | None, tuple[Dim, ...] | None] | None] = {}

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph, Value
 
-__all__ = ["summarize", "summarize_file", "summarize_proto", "format_summary"]
+__all__ = ["format_summary", "summarize", "summarize_file", "summarize_proto"]
 
 
 def _itemsize(dtype: str) -> int:
@@ -32,12 +32,12 @@ def _itemsize(dtype: str) -> int:
         return 0
 
 
-def _value_entry(v: "Value") -> dict[str, Any]:
+def _value_entry(v: Value) -> dict[str, Any]:
     shape = v.shape
     return {"name": v.name, "shape": list(shape) if shape is not None else None, "dtype": v.dtype}
 
 
-def summarize(graph: "Graph") -> dict[str, Any]:
+def summarize(graph: Graph) -> dict[str, Any]:
     """Node count, op histogram (most frequent first), inputs/outputs, parameters, opsets, producer.
 
     Parameters are the constant tensors that feed computation: initializers, and weights that
@@ -95,7 +95,7 @@ def _np_dtype_name(elem_type: int | None) -> str:
         return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type in onnx.TensorProto.DataType.values() else "?"
 
 
-def summarize_proto(proto: "onnx.ModelProto", path: str | os.PathLike | None = None) -> dict[str, Any]:
+def summarize_proto(proto: onnx.ModelProto, path: str | os.PathLike | None = None) -> dict[str, Any]:
     """`summarize`'s dict for a model as parsed protobuf (checked already: see summarize_file).
 
     A value's type is what the file declares (graph inputs, outputs, value_info), else its
