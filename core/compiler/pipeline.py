@@ -291,6 +291,12 @@ def _seq(*names: str):
     return factory
 
 
+def _legalize(target):
+    from .legalize_cache import legalize_pass  # each distinct call legalized once (big graphs)
+
+    return legalize_pass(target)
+
+
 def _dispatch(target):
     import tvm
     from tvm import relax
