@@ -113,7 +113,9 @@ def _convert(mod, block: int):
     # mean over the channel axis, PRelu's per-channel select): tried here, so that such a model
     # compiles in NCHW as it did before instead of failing later in LegalizeOps.
     try:
-        relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalize_conv2d})(out)
+        from .legalize_cache import legalize_pass
+
+        legalize_pass(overrides={"relax.nn.conv2d": legalize_conv2d})(out)
     except Exception as exc:  # noqa: BLE001
         logger.warning("NCHW%dc layout not applied: an op cannot be built blocked (%s); the model stays NCHW",
                        block, str(exc).strip().splitlines()[-1][:200])

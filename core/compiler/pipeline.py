@@ -252,14 +252,6 @@ def _relax(name: str, **kwargs):
     return factory
 
 
-def _legalize(target):
-    from tvm import relax
-
-    from .layout_nchwc import legalize_conv2d
-
-    return relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalize_conv2d})
-
-
 def _fold_conv_scale(target):
     from .fold_conv_scale import fold_conv_scale_pass
 
@@ -292,9 +284,11 @@ def _seq(*names: str):
 
 
 def _legalize(target):
+    from .layout_nchwc import legalize_conv2d
     from .legalize_cache import legalize_pass  # each distinct call legalized once (big graphs)
 
-    return legalize_pass(target)
+    # and the channel-blocked conv2d, which relax's own legalization refuses
+    return legalize_pass(target, overrides={"relax.nn.conv2d": legalize_conv2d})
 
 
 def _dispatch(target):
