@@ -27,6 +27,16 @@ def _is_const(expr) -> bool:
     return type(expr).__name__ in ("GenericConst", "Constant")
 
 
+def _same_shape(a, b) -> bool:
+    """Both tensor types have the same shape (symbolic dimensions compared structurally)."""
+    import tvm_ffi  # TVM 0.27 keeps structural_equal in tvm_ffi
+
+    sa, sb = getattr(a, "shape", None), getattr(b, "shape", None)
+    if sa is None or sb is None or len(sa) != len(sb):
+        return False
+    return all(tvm_ffi.structural_equal(x, y) for x, y in zip(sa, sb))
+
+
 def _per_channel(value, channels: int, out_rank: int):
     """`value` as a (channels,) vector when it broadcasts per output channel of an NC... tensor, else None."""
     import numpy as np
@@ -91,7 +101,7 @@ def fold_conv_scale(mod):
             if const is None or not _is_const(const) or (op in ("relax.subtract", "relax.divide") and const is lhs):
                 break
             c = _per_channel(const.value.numpy(), channels, len(weight.shape))
-            if c is None or str(nxt.var.ty.dtype) != "float32" or [int(d) for d in nxt.var.ty.shape] != [int(d) for d in var.ty.shape]:
+            if c is None or str(nxt.var.ty.dtype) != "float32" or not _same_shape(nxt.var.ty, var.ty):
                 break
             if op == "relax.add":
                 shift = shift + c

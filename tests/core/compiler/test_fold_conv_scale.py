@@ -65,3 +65,12 @@ def test_folded_model_matches_onnxruntime(reverse_sub):
     from core.compiler.compile import compile_model
 
     compile_model(_save(_bn_model(reverse_sub=reverse_sub)), "cpu", verify=True)  # raises on a mismatch
+
+
+def test_symbolic_batch_is_folded_too():
+    """A conv on a batch of symbolic size (shapes compared structurally, not as integers)."""
+    model = _bn_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    ops = _ops_after_fold(model)
+    assert not {"subtract", "divide", "multiply"} & set(ops), ops
