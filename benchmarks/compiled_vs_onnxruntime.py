@@ -156,23 +156,29 @@ def measure(vm, ort_proc, feeds, runs: int, warmup: int = 3, blocks: int = 5) ->
     return tuple(measure_alternating([ours_runner(vm, feeds), ort_proc.run], runs, warmup, blocks))
 
 
-def ours_runner(vm, feeds, threads: int | None = None):
-    """A function n -> [ms of n runs of `vm`] (on `threads` of TVM's pool when given: the same
-    executable, see core.compiler.target.runtime_threads)."""
+def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
+    """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
+    thread count is chosen as Artifact.run_device chooses it (core.compiler.threads: the cores
+    other processes leave free, at most `threads`); else exactly `threads` of TVM's pool (the same
+    executable, see core.compiler.target.runtime_threads), or the pool as it is when None."""
     import contextlib
 
     import tvm
 
     from core.compiler.target import runtime_threads
+    from core.compiler.threads import ThreadGovernor
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
     fn = vm["main"]
+    governor = ThreadGovernor(max_threads=threads, enabled=True) if adaptive else None
 
     def run(n: int) -> list[float]:
         times = []
-        with runtime_threads(threads) if threads else contextlib.nullcontext():
+        with runtime_threads(threads) if threads and governor is None else contextlib.nullcontext():
             for _ in range(n):
                 t0 = time.perf_counter()
+                if governor is not None:
+                    governor.before_run()
                 fn(*args)
                 times.append((time.perf_counter() - t0) * 1e3)
         return times
@@ -286,6 +292,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--background-load", type=int, default=0, metavar="N", help="also measure with N busy processes beside (the 'loaded' columns)")
     parser.add_argument(
+        "--adaptive-threads",
+        choices=("on", "off"),
+        default="on",
+        help="ours on as many of --threads threads as other processes leave cores free, as the workbench runs "
+        "(core.compiler.threads; default), or off: always --threads",
+    )
+    parser.add_argument(
         "--one-thread",
         choices=("on", "off"),
         default="on",
@@ -310,9 +323,10 @@ def main(argv: list[str] | None = None) -> int:
 
     loads = [0] + ([args.background_load] if args.background_load > 0 else [])
     one_thread = args.one_thread == "on" and args.threads > 1
+    adaptive = args.adaptive_threads == "on"
     print(
         f"host {host_description(target)}  threads {args.threads}  pipeline {args.pipeline}  "
-        f"onnxruntime spinning {args.ort_spinning}  TVM pool spin count {os.environ.get('TVM_THREAD_POOL_SPIN_COUNT', 'default')}  "
+        f"onnxruntime spinning {args.ort_spinning}  ours adaptive threads {args.adaptive_threads}  TVM pool spin count {os.environ.get('TVM_THREAD_POOL_SPIN_COUNT', 'default')}  "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     print(
@@ -350,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning) as ort_proc, contextlib.ExitStack() as stack:
             ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
-            ours_n = ours_runner(vm, feeds, args.threads)
+            ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
             probe, _ = measure_alternating([ours_n, ort_proc.run], runs=1, warmup=1, blocks=1)
             runs = _runs_for(probe[0] * (40 if one_thread else 20), args.seconds, args.runs)
             ours_quiet = None
@@ -391,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
                 tvm_tuned = build(proto, target, database=args.tune_db)
                 terr = _check(tvm_tuned, ort_proc, feeds)
                 tuned, ort2 = measure_alternating(
-                    [ours_runner(tvm_tuned, feeds, args.threads), ort_proc.run], runs=_runs_for(ours_quiet, args.seconds, args.runs)
+                    [ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive), ort_proc.run], runs=_runs_for(ours_quiet, args.seconds, args.runs)
                 )
                 tuned_ratio = statistics.median(tuned) / statistics.median(ort2)
                 tuned_ratios.append(tuned_ratio)
