@@ -359,20 +359,49 @@ def main(argv: list[str] | None = None) -> int:
         vm = build(proto, target)
         build_s = time.perf_counter() - t0
         cells = ""
+        tvm_tuned, tuned_note = None, ""
+        if args.tune_db:
+            if args.tune_minutes > 0:
+                from core.compiler.tuning import tune_module
+
+                report = tune_module(
+                    relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
+                )
+                print(f"  tuning {name}: {report.summary()}", flush=True)
+            from core.compiler.tuning import database_coverage
+
+            covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
+            if covered:
+                tvm_tuned = build(proto, target, database=args.tune_db)
+                tuned_note = f" tuned {covered}/{kernels} kernels"
+            else:
+                # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,
+                # and the tuned geometric mean counts it as such so both means cover the same models
+                tuned_note = " tuned 0 kernels (= untuned)"
         spinning = args.ort_spinning == "on"
         model_bytes = proto.SerializeToString()
         with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning) as ort_proc, contextlib.ExitStack() as stack:
             ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
+            if tvm_tuned is not None:
+                terr = _check(tvm_tuned, ort_proc, feeds)
+                tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
             ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
             probe, _ = measure_alternating([ours_n, ort_proc.run], runs=1, warmup=1, blocks=1)
-            runs = _runs_for(probe[0] * (40 if one_thread else 20), args.seconds, args.runs)
-            ours_quiet = None
+            runs = _runs_for(probe[0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
             single_cells = ""
+            tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             for n in loads:
+                # quiet: the 1-thread runs and the tuned build take turns with the others, so every
+                # ratio in the row compares runs made under the same conditions
                 runners = [ours_n, ort_proc.run]
+                extra = {}
                 if n == 0 and one_thread:
+                    extra["ours1"], extra["ort1"] = len(runners), len(runners) + 1
                     runners += [ours_runner(vm, feeds, 1), ort_one.run]
+                if n == 0 and tvm_tuned is not None:
+                    extra["tuned"] = len(runners)
+                    runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
                 with BackgroundLoad(n):
                     timed = measure_alternating(runners, runs=runs)
                 ours, ort = timed[0], timed[1]
@@ -380,43 +409,23 @@ def main(argv: list[str] | None = None) -> int:
                 fast_ratio = float(np.percentile(ours, 10) / np.percentile(ort, 10))
                 ratios[n].append(ratio)
                 fast_ratios[n].append(fast_ratio)
-                ours_quiet = ours_quiet or statistics.median(ours)
                 cells += f"{_spread(ort):>24}{_spread(ours):>24}{ratio:>7.2f}{fast_ratio:>7.2f}"
-                if len(timed) == 4:
-                    ours1, ort1 = statistics.median(timed[2]), statistics.median(timed[3])
+                if "ours1" in extra:
+                    ours1, ort1 = statistics.median(timed[extra["ours1"]]), statistics.median(timed[extra["ort1"]])
                     row = {"x": ours1 / ort1, "ours": ours1 / statistics.median(ours), "ort": ort1 / statistics.median(ort)}
                     for key, value in row.items():
                         single[key].append(value)
                     single_cells = f"{ort1:>9.3g}{ours1:>9.3g}{row['x']:>6.2f}{row['ours']:>11.2f}{row['ort']:>10.2f}"
+                if "tuned" in extra:
+                    tuned_ms = statistics.median(timed[extra["tuned"]])
+                    tuned_ratio = tuned_ms / statistics.median(ort)
+                    tuned_ratios.append(tuned_ratio)
+                    tuned_cell, tuned_ratio_cell = f"{tuned_ms:>10.3g}", f"{tuned_ratio:>7.2f}"
+                    tuned_note += f" (tuned/untuned {tuned_ms / statistics.median(ours):.2f})"
+                elif n == 0 and args.tune_db:
+                    tuned_ratios.append(ratio)
+                    tuned_cell, tuned_ratio_cell = f"{statistics.median(ours):>10.3g}", f"{ratio:>7.2f}"
             cells += single_cells
-            tuned_cell, tuned_ratio_cell, tuned_note = f"{'-':>10}", f"{'-':>7}", ""
-            if args.tune_db:
-                if args.tune_minutes > 0:
-                    from core.compiler.tuning import tune_module
-
-                    report = tune_module(
-                        relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
-                    )
-                    print(f"  tuning {name}: {report.summary()}", flush=True)
-                from core.compiler.tuning import database_coverage
-
-                covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
-            if args.tune_db and covered:
-                tvm_tuned = build(proto, target, database=args.tune_db)
-                terr = _check(tvm_tuned, ort_proc, feeds)
-                tuned, ort2 = measure_alternating(
-                    [ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive), ort_proc.run], runs=_runs_for(ours_quiet, args.seconds, args.runs)
-                )
-                tuned_ratio = statistics.median(tuned) / statistics.median(ort2)
-                tuned_ratios.append(tuned_ratio)
-                tuned_cell, tuned_ratio_cell = f"{statistics.median(tuned):>10.3g}", f"{tuned_ratio:>7.2f}"
-                tuned_note = f" tuned {covered}/{kernels} kernels" + ("" if terr <= 0 else f" tuned MISMATCH {terr:.2e}")
-            elif args.tune_db:
-                # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,
-                # and the tuned geometric mean counts it as such so both means cover the same models
-                tuned_ratios.append(ratios[0][-1])
-                tuned_cell, tuned_ratio_cell = f"{ours_quiet:>10.3g}", f"{ratios[0][-1]:>7.2f}"
-                tuned_note = " tuned 0 kernels (= untuned)"
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
         del vm

@@ -246,6 +246,40 @@ def test_every_conv_candidate_computes_the_same(target):
         np.testing.assert_allclose(out, outputs[0], rtol=1e-4, atol=1e-4)
 
 
+def test_avx512_conv_candidates_include_256_bit_tiles(target):
+    """On an AVX-512 target the template search also measures 256-bit (8-lane) channel blocks,
+    the tiles AVX2 takes (codegen only for the target this host may not run); an AVX2 target
+    gets no narrower ones. Where the host runs AVX-512, such a config computes the same."""
+    import tvm
+
+    from core.compiler.schedules.cpu_conv import Conv2dNCHW
+    from core.compiler.target import make_target
+    from core.compiler.tuning import _prepare
+
+    func = next(f for g, f in _prepare(_fused(_conv_model())).functions_items() if "conv2d" in g.name_hint)
+    rule = Conv2dNCHW()
+    wide = rule.candidates(func, make_target("cpu", mcpu="znver4"))
+    assert {c["vb"] for c in wide} >= {8, 16} and wide[0]["vb"] >= 16
+    narrow = make_target("cpu", mcpu="znver3")
+    assert min(c["vb"] for c in rule.candidates(func, narrow)) == 8
+    sch = rule.apply(func, make_target("cpu", mcpu="znver4"), next(c for c in wide if c["vb"] == 8))
+    assert sch is not None  # builds for AVX-512 whatever this host is
+    from tvm.target import codegen
+
+    if not codegen.target_has_features("avx512f", target):
+        return  # an AVX2 host: nothing more to run here
+    host_half = [c for c in rule.candidates(func, target) if c["vb"] == 8]
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32) for p in func.params]
+    outputs = []
+    for config in (rule.candidates(func, target)[0], host_half[0]):
+        lib = tvm.tirx.build(tvm.IRModule({"main": rule.apply(func, target, config).mod["main"].with_attr("global_symbol", "main")}), target)
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        lib["main"](*tensors)
+        outputs.append(tensors[-1].numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+
 def _loopback_tracker(key: str, servers: int):
     """A TVM RPC tracker on 127.0.0.1 with `servers` servers registered under `key`, ready."""
     from tvm import rpc
