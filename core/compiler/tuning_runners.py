@@ -72,13 +72,37 @@ def local_builder(workers: int | None = None):
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
 
 
-def local_runner():
+def _run_evaluator_on(threads: int):
+    """MetaSchedule's evaluator with TVM's pool in the measuring process set to `threads` first
+    (a closure, shipped by value to the runner's worker process)."""
+
+    def run_evaluator(rt_mod, device, evaluator_config, repeated_args):
+        import tvm
+        from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+        tvm.get_global_func("runtime.config_threadpool")(1, int(threads))
+        return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+
+    return run_evaluator
+
+
+def local_runner(threads: int | None = 1):
     """A LocalRunner measuring each candidate as 5 repeats of >= 20 ms (the fastest is kept:
-    core.compiler.tuning._measure_schedules)."""
+    core.compiler.tuning._measure_schedules), on `threads` threads (None: the pool's own size).
+
+    One thread by default: candidates are compared by what they cost a core. TVM splits a
+    parallel loop statically, so on a machine other processes share, a 2-thread measurement
+    times whichever core was taken: measured there under load, one conv's 35 template configs
+    ranged 2.3-36 ms and its default 4.8-12 ms between two runs. Every schedule compared
+    (default, template configs, MetaSchedule's records) is measured alike, so the choices stay
+    consistent; the configs differ in their register tiles and blocking, not in how their outer
+    loop is parallelized."""
     from tvm.s_tir import meta_schedule as ms
 
     config = ms.runner.EvaluatorConfig(number=1, repeat=5, min_repeat_ms=20, enable_cpu_cache_flush=False)
-    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+    if threads is None:
+        return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config, f_run_evaluator=_run_evaluator_on(threads))
 
 
 def parse_rpc_address(text: str) -> tuple[str, int, str]:

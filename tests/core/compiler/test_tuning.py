@@ -349,3 +349,32 @@ def test_tune_rpc_addresses_are_checked():
             parse_rpc_address(bad)
     r = run_cli("compile", "model.onnx", "-o", "out", "--tune-rpc", "localhost:x:key")
     assert r.returncode == 2 and "tracker port" in r.stderr
+
+
+def test_local_runner_measures_candidates_on_one_thread():
+    """Candidates are compared by what they cost one core (a 2-thread figure on a shared machine
+    times whichever core another process took): the evaluator sizes the measuring process's pool."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.script import tirx as T
+
+    from core.compiler.tuning_runners import _run_evaluator_on, local_runner
+
+    @T.prim_func(s_tir=True)
+    def add_one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in range(64):
+            with T.sblock("b"):
+                vi = T.axis.spatial(64, i)
+                b[vi] = a[vi] + T.float32(1)
+
+    lib = tvm.tirx.build(tvm.IRModule({"main": add_one}), "llvm")
+    count = tvm.get_global_func("runtime.NumThreads")
+    before = count()
+    args = [tvm.runtime.tensor(np.zeros(64, "float32")), tvm.runtime.tensor(np.zeros(64, "float32"))]
+    config = ms.runner.EvaluatorConfig(number=1, repeat=2, min_repeat_ms=0, enable_cpu_cache_flush=False)
+    try:
+        costs = _run_evaluator_on(1)(lib, tvm.cpu(), config, [args])
+        assert len(costs) == 2 and count() == 1
+    finally:
+        tvm.get_global_func("runtime.config_threadpool")(1, before)
+    assert isinstance(local_runner(), ms.runner.LocalRunner) and isinstance(local_runner(None), ms.runner.LocalRunner)
