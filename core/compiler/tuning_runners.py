@@ -87,8 +87,11 @@ def _run_evaluator_on(threads: int):
 
 
 def local_runner(threads: int | None = 1):
-    """A LocalRunner measuring each candidate as 5 repeats of >= 20 ms (the fastest is kept:
+    """A LocalRunner measuring each candidate as 15 repeats of >= 2 ms (the fastest is kept:
     core.compiler.tuning._measure_schedules), on `threads` threads (None: the pool's own size).
+    Short repeats, many of them: on a shared machine some fit between other processes' time
+    slices, and the fastest of them is what the schedule costs (5 repeats of 20 ms, each one
+    interrupted, left a conv's configs 2.9-8.9 ms apart with its default 5.4 ms).
 
     One thread by default: candidates are compared by what they cost a core. TVM splits a
     parallel loop statically, so on a machine other processes share, a 2-thread measurement
@@ -99,7 +102,7 @@ def local_runner(threads: int | None = 1):
     loop is parallelized."""
     from tvm.s_tir import meta_schedule as ms
 
-    config = ms.runner.EvaluatorConfig(number=1, repeat=5, min_repeat_ms=20, enable_cpu_cache_flush=False)
+    config = ms.runner.EvaluatorConfig(number=1, repeat=15, min_repeat_ms=2, enable_cpu_cache_flush=False)
     if threads is None:
         return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
     return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config, f_run_evaluator=_run_evaluator_on(threads))
