@@ -8,6 +8,7 @@ GPU: dlight's GPU rules (every kernel must be bound to threads to run at all).
 CPU: the workbench's own rules, tried in order on every PrimFunc FuseTIR produced; the first that
 matches schedules the whole function (its main reduction plus the fused elementwise tail):
 
+* `cpu_depthwise.DepthwiseConv2dNCHW` - depthwise conv2d: row vectors, one plane per thread;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
@@ -31,10 +32,11 @@ logger = logging.getLogger(__name__)
 def cpu_rules() -> list:
     """The CPU schedule rules, most specific first."""
     from .cpu_conv import Conv2dNCHW
+    from .cpu_depthwise import DepthwiseConv2dNCHW
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
 
-    return [Conv2dNCHW(), Matmul(), Generic()]
+    return [DepthwiseConv2dNCHW(), Conv2dNCHW(), Matmul(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
@@ -141,6 +143,9 @@ def schedule_pass(target):
 
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(*gpu_rules())
+    from .fast_math import install
+
+    install()  # exp (sigmoid, SiLU, softmax) as vector arithmetic, not one libm call per lane
     return tvm.transform.Sequential(
         [
             # which kernel arguments are weights (constants): only those may be repacked ahead of time

@@ -1,0 +1,225 @@
+"""CPU schedule for depthwise 2-D convolutions in NCHW (one input channel per output channel),
+with their fused epilogue (bias, ReLU6 / hardswish / SiLU, residual add).
+
+MobileNets and EfficientNets spend a third of their time here. A depthwise conv has no channel
+reduction to put in registers: each output is a KHxKW window of one plane times KHxKW scalars.
+So the vectors run along the output row, and each plane is done whole by one thread:
+
+1. loops n*c (parallel) | oh | kh, kw (unrolled) | ow (one vector of the whole row, split into
+   chunks of at most 8 registers): per row, the accumulators are the row itself, every tap is one
+   broadcast weight times one unaligned contiguous load of the padded input;
+2. the padded copy of the input is made per channel, inside the parallel loop, just before the
+   plane is convolved (it is then still in L1/L2 when read KHxKW times), vectorized;
+3. stride 2 (and 3): the padded plane is stored de-interleaved, [h][w % s][w / s], so that the
+   input of s-strided output columns is contiguous again (a plain vector load, not a gather);
+4. the elementwise tail (bias, activation, even SiLU's x * sigmoid(x), which reads x twice) is
+   inlined into the write-back of each row: no intermediate tensor, no second pass.
+
+Dense and grouped convolutions with several channels per group are left to cpu_conv.Conv2dNCHW.
+The rule returns None (no match) on symbolic shapes, dilation, or a weight not read as
+weight[c, 0, kh, kw].
+"""
+from __future__ import annotations
+
+import logging
+
+from .cpu_common import (
+    cache_write_and_inline_epilogue,
+    const_int,
+    iter_extents,
+    iter_kinds,
+    root_blocks,
+    schedule_remaining_blocks,
+    vector_lanes,
+)
+
+__all__ = ["DepthwiseConv2dNCHW", "row_chunk"]
+
+logger = logging.getLogger(__name__)
+
+DEPTHWISE_BLOCK_NAMES = ("group_conv2d_nchw", "depthwise_conv2d_nchw", "conv2d_nchw")
+
+# Multiply-adds below which the conv runs on one thread (see cpu_conv.CONV_PARALLEL_MIN_MACS).
+DEPTHWISE_PARALLEL_MIN_MACS = 1 << 18
+
+# Registers of accumulators per row chunk: a row of up to this many vectors is one chunk.
+MAX_ROW_VECTORS = 8
+
+
+def row_chunk(out_width: int, lanes: int) -> int:
+    """Output columns per vectorized chunk: the whole row when it fits MAX_ROW_VECTORS vectors
+    (LLVM splits a 112-lane vector into 7 registers and a 14-lane one into one masked register),
+    else the largest divisor of the row that is a multiple of the vector width and fits, else
+    the largest divisor that fits."""
+    limit = MAX_ROW_VECTORS * lanes
+    if out_width <= limit:
+        return out_width
+    multiples = [d for d in range(lanes, limit + 1, lanes) if out_width % d == 0]
+    if multiples:
+        return max(multiples)
+    return max(d for d in range(1, limit + 1) if out_width % d == 0)
+
+
+def _linear_coefficients(expr, variables) -> list[int] | None:
+    """Integer coefficients of `expr` in `variables` (then the constant), or None when not linear."""
+    from tvm.sym.pattern import detect_linear_equation
+
+    try:
+        coefficients = detect_linear_equation(expr, variables)
+    except Exception:  # noqa: BLE001 - not an affine index
+        return None
+    values = [const_int(c) for c in coefficients]
+    if len(values) != len(variables) + 1 or any(v is None for v in values):
+        return None
+    return values
+
+
+class DepthwiseConv2dNCHW:
+    """Row-vectorized depthwise convolution, one plane per thread (see module docstring)."""
+
+    name = "cpu.DepthwiseConv2dNCHW"
+
+    def _match(self, sch) -> dict | None:
+        conv = None
+        for block in root_blocks(sch):
+            if sch.get(block).name_hint in DEPTHWISE_BLOCK_NAMES and iter_kinds(sch, block) == "SSSSRRR":
+                conv = block
+                break
+        if conv is None:
+            return None
+        extents = iter_extents(sch, conv)
+        if any(e is None for e in extents):
+            return None
+        n, channels, out_h, out_w, in_per_group, kh, kw = extents
+        stmt = sch.get(conv)
+        if len(stmt.reads) != 2 or in_per_group != 1:
+            return None
+        data_region, weight_region = stmt.reads
+        data, weight = data_region.source, weight_region.source
+        if len(weight.shape) != 4 or len(data.shape) != 4 or const_int(data.shape[1]) != channels:
+            return None  # not one input channel per output channel
+        iters = [iv.var for iv in stmt.iter_vars]
+        if [str(r.min) for r in weight_region.region] != [str(iters[i]) for i in (1, 4, 5, 6)]:
+            return None
+        # data[n, c + rc, oh * s + kh, ow * s + kw]: read the stride, refuse dilation
+        row = _linear_coefficients(data_region.region[2].min, [iters[2], iters[5]])
+        col = _linear_coefficients(data_region.region[3].min, [iters[3], iters[6]])
+        if row is None or col is None or row[1] != 1 or col[1] != 1 or row[0] != col[0] or row[0] < 1:
+            return None
+        if str(data_region.region[0].min) != str(iters[0]):
+            return None
+        return {"conv": conv, "extents": extents, "data": data, "stride": row[0]}
+
+    def apply(self, func, target):
+        """The scheduled function, or None when `func` has no depthwise convolution."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        info = self._match(sch)
+        if info is None:
+            return None
+        conv, data, stride = info["conv"], info["data"], info["stride"]
+        _, _, _, out_w, _, kh, kw = info["extents"]
+        lanes = vector_lanes(target)
+        macs = 1
+        for extent in info["extents"]:
+            macs *= extent
+
+        pad = None
+        for producer in sch.get_producers(conv):
+            if sch.get(producer).writes[0].source.same_as(data) and iter_kinds(sch, producer) == "SSSS":
+                pad = producer
+        # SiLU (x * sigmoid(x)) and other tails that read the conv's result twice: inline the
+        # intermediate blocks into their readers, so one block reads the accumulator and can be
+        # folded into the write-back.
+        self._inline_tail(sch, conv)
+
+        if pad is not None and stride > 1:
+            padded_w = const_int(data.shape[3])
+            if padded_w is not None and padded_w % stride == 0:
+                s = stride
+                sch.transform_layout(pad, ("write", 0), lambda n, c, h, w: (n, c, h, w % s, w // s))
+                # iterate the copy in its new layout (contiguous writes)
+                sch.transform_block_layout(pad, lambda n, c, h, w: (n, c, h, w % s, w // s))
+
+        writeback = cache_write_and_inline_epilogue(sch, conv)
+        n, c, oh, ow, rc, rh, rw = sch.get_loops(conv)
+        chunk = row_chunk(out_w, lanes)
+        if chunk < out_w:
+            ow_outer, ow = sch.split(ow, [None, chunk])
+            sch.reorder(n, c, oh, ow_outer, rc, rh, rw, ow)
+            row_loop = ow_outer
+        else:
+            sch.reorder(n, c, oh, rc, rh, rw, ow)
+            row_loop = oh
+        plane = sch.fuse(n, c)
+        if macs >= DEPTHWISE_PARALLEL_MIN_MACS:
+            sch.parallel(plane)
+        sch.vectorize(ow)
+        if kh * kw <= 49:
+            sch.unroll(rh)
+            sch.unroll(rw)
+        init = sch.decompose_reduction(conv, rc)
+        sch.vectorize(sch.get_loops(init)[-1])
+        sch.reverse_compute_at(writeback, row_loop)
+        wb_loops = sch.get_loops(writeback)
+        if len(wb_loops) > len(sch.get_loops(init)) - 1:
+            sch.vectorize(wb_loops[-1])
+        if pad is not None:
+            sch.compute_at(pad, plane)
+            pad_loops = sch.get_loops(pad)[1:]
+            self._vectorize_copy(sch, pad_loops, lanes)
+        schedule_remaining_blocks(sch, lanes)
+        return sch
+
+    @staticmethod
+    def _inline_tail(sch, conv) -> None:
+        conv_name = sch.get(conv).name_hint
+        for block in root_blocks(sch):
+            stmt = sch.get(block)
+            if stmt.name_hint == conv_name or "R" in iter_kinds(sch, block):
+                continue
+            if not any(r.source.same_as(sch.get(conv).writes[0].source) for r in stmt.reads) and not sch.get_producers(block):
+                continue  # the padding and other input-side copies stay
+            if not sch.get_consumers(block):
+                continue  # the output block
+            if DepthwiseConv2dNCHW._downstream(sch, conv, block):
+                try:
+                    sch.compute_inline(block)
+                except Exception:  # noqa: BLE001 - not inlinable: stays a separate pass
+                    logger.debug("depthwise tail block %s not inlined", stmt.name_hint, exc_info=True)
+
+    @staticmethod
+    def _downstream(sch, conv, block) -> bool:
+        """True when `block` reads (transitively) what the conv writes."""
+        conv_name = sch.get(conv).name_hint
+        seen, todo = set(), [block]
+        while todo:
+            b = todo.pop()
+            for p in sch.get_producers(b):
+                name = sch.get(p).name_hint
+                if name == conv_name:
+                    return True
+                if name not in seen:
+                    seen.add(name)
+                    todo.append(p)
+        return False
+
+    @staticmethod
+    def _vectorize_copy(sch, loops, lanes: int) -> None:
+        """The per-plane padded copy: vectorize its innermost loop when a vector divides it."""
+        if not loops:
+            return
+        extent = const_int(sch.get(loops[-1]).extent)
+        if extent is None:
+            return
+        width = next((w for w in (lanes, lanes // 2, lanes // 4) if w >= 4 and extent % w == 0), None)
+        if width is None:
+            width = extent if extent <= 4 * lanes else None
+        if width is None:
+            return
+        inner = loops[-1]
+        if extent > width:
+            _, inner = sch.split(inner, [None, width])
+        sch.vectorize(inner)
+
