@@ -1,0 +1,191 @@
+"""core.compiler.schedules.cpu_depthwise and fast_math: depthwise convs in both forms (row vectors,
+channel blocks), odd sizes, strides 1/2, asymmetric padding, the epilogues mobile networks fuse
+(SiLU, hardswish, ReLU6, residual add), all against onnxruntime; the code each ISA gets; exp."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.core.compiler.test_schedules import _fused, _kernel_assembly
+from tests.helpers import ort_run
+
+RTOL, ATOL = 1e-3, 1e-4
+
+# (channels, size, kernel, stride, pads, activation, residual, dilation): each a kernel of its own
+CASES = [
+    (6, 37, 3, 1, [1, 1, 1, 1], "silu", False, 1),  # row form (no vector divides 6), odd width
+    (6, 38, 3, 2, [1, 1, 1, 1], "relu6", False, 1),  # row form, stride 2, even padded width: de-interleaved
+    (6, 37, 5, 2, [2, 2, 2, 2], "hardswish", False, 1),  # row form, stride 2, odd padded width: strided loads
+    (6, 40, 3, 1, [1, 1, 1, 1], "relu", True, 1),  # row form, residual add in the write-back
+    (32, 9, 5, 1, [2, 2, 2, 2], "silu", False, 1),  # channel blocks, 9-wide rows
+    (48, 30, 3, 2, [1, 1, 1, 1], "relu6", False, 1),  # channel blocks, stride 2
+    (24, 14, 3, 1, [1, 1, 1, 1], "hardswish", True, 1),  # half-vector blocks with AVX-512 (24 = 8 x 3)
+    (16, 17, 3, 2, [0, 0, 1, 1], "silu", False, 1),  # asymmetric ("same") padding, odd size
+    (16, 12, 3, 1, [2, 2, 2, 2], "relu", False, 2),  # dilation: not this rule's (the generic conv rule)
+]
+
+
+def _depthwise_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(7)
+    nodes, inits, inputs, outputs = [], [], [], []
+    for i, (c, size, k, stride, pads, act, residual, dilation) in enumerate(CASES):
+        x, y = f"x{i}", f"y{i}"
+        inits.append(numpy_helper.from_array((rng.standard_normal((c, 1, k, k)) / k).astype(np.float32), f"w{i}"))
+        inits.append(numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}"))
+        conv = f"conv{i}"
+        nodes.append(
+            helper.make_node(
+                "Conv", [x, f"w{i}", f"b{i}"], [conv], group=c, kernel_shape=[k, k], pads=pads, strides=[stride, stride], dilations=[dilation, dilation]
+            )
+        )
+        out = conv
+        if act == "silu":
+            nodes += [helper.make_node("Sigmoid", [conv], [f"s{i}"]), helper.make_node("Mul", [conv, f"s{i}"], [f"a{i}"])]
+        elif act == "relu6":
+            inits += [numpy_helper.from_array(np.array(0, np.float32), f"lo{i}"), numpy_helper.from_array(np.array(6, np.float32), f"hi{i}")]
+            nodes.append(helper.make_node("Clip", [conv, f"lo{i}", f"hi{i}"], [f"a{i}"]))
+        elif act == "hardswish":
+            nodes.append(helper.make_node("HardSwish", [conv], [f"a{i}"]))
+        else:
+            nodes.append(helper.make_node("Relu", [conv], [f"a{i}"]))
+        out = f"a{i}"
+        if residual:
+            nodes.append(helper.make_node("Add", [out, x], [f"r{i}"]))
+            out = f"r{i}"
+        nodes.append(helper.make_node("Identity", [out], [y]))
+        inputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, size, size]))
+        outputs.append(helper.make_tensor_value_info(y, TensorProto.FLOAT, None))
+    graph = helper.make_graph(nodes, "depthwise_forms", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+@pytest.fixture(scope="module")
+def target():
+    from core.compiler.target import make_target
+
+    return make_target("cpu")
+
+
+@pytest.mark.slow
+def test_depthwise_forms_match_onnxruntime(target):
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_cpu_func, schedule_pass
+
+    model = _depthwise_model()
+    rng = np.random.default_rng(8)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32) for vi in model.graph.input}
+    mod = _fused(model)
+    used = {}
+    for gvar, func in relax.transform.AttachAttrLayoutFreeBuffers()(mod).functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc) and "conv2d" in gvar.name_hint:
+            used[gvar.name_hint] = schedule_cpu_func(func, target)[1]
+    assert sorted(used.values()).count("cpu.DepthwiseConv2dNCHW") == len(CASES) - 1, used  # all but the dilated one
+
+    with target:
+        scheduled = schedule_pass(target)(mod)
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    refs = ort_run(model, feeds)
+    assert len(refs) == len(CASES)
+    for case, got, ref in zip(CASES, ours, refs):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=RTOL, atol=ATOL, err_msg=str(case))
+
+
+def test_form_and_tile_choices():
+    from core.compiler.schedules.cpu_depthwise import blocked_tile, row_chunk, use_blocked_form
+
+    # small rows and strided convs: channel blocks, when a vector (or half, or a quarter) divides the channels
+    assert use_blocked_form(1152, 7, 16) and use_blocked_form(96, 56, 16, stride=2) and use_blocked_form(72, 28, 16)
+    assert not use_blocked_form(32, 112, 16) and not use_blocked_form(6, 7, 16)
+    # a row in one chunk up to 8 vectors; longer rows in vector-multiple pieces
+    assert row_chunk(112, 16) == 112 and row_chunk(112, 8) == 56 and row_chunk(300, 16) == 100
+    # accumulator tiles fit the register file: 14 columns with AVX-512's 32 registers, 7 with 16
+    assert blocked_tile(14, 32) == 14 and blocked_tile(14, 16) == 7 and blocked_tile(28, 16) == 7 and blocked_tile(7, 16) == 7
+
+
+def _silu_depthwise_model(channels: int, size: int, stride: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(9)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((channels, 1, 3, 3)) / 3).astype(np.float32), "w"),
+        numpy_helper.from_array((rng.standard_normal(channels) * 0.1).astype(np.float32), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], group=channels, kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[stride, stride]),
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("Mul", ["c", "s"], ["y"]),
+    ]
+    out = (size - 1) // stride + 1
+    graph = helper.make_graph(
+        nodes,
+        "dw_silu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, out, out])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("mcpu,mattr,wide", [("znver4", None, True), ("znver4", ["-avx512f"], False), ("znver3", None, False)])
+@pytest.mark.parametrize("channels,size,stride", [(64, 14, 1), (16, 64, 1)])
+def test_depthwise_code_fits_each_isa(mcpu, mattr, wide, channels, size, stride):
+    """Codegen only (any x86-64 host): both forms use vector FMAs of the target's width, and the
+    SiLU tail is vector arithmetic, not one libm expf call per lane."""
+    from core.compiler.target import make_target
+
+    asm = _kernel_assembly(_silu_depthwise_model(channels, size, stride), make_target("cpu", mcpu=mcpu, mattr=mattr), "conv2d")
+    fmas = re.findall(r"vfmadd\w+\s+([^\n]*)", asm)
+    assert len(fmas) >= 9, "no vector FMAs in the depthwise convolution"
+    if wide:
+        assert sum("%zmm" in operands for operands in fmas) >= len(fmas) // 2
+    else:
+        assert "%zmm" not in asm
+    assert "expf" not in asm, "sigmoid calls libm's expf"
+
+
+def test_fast_exp_accuracy_and_edges(target):
+    """The exp lowering: relative error within 2 float32 ulps over the finite range, NaN stays
+    NaN, inf and 0 at the ends; sigmoid through it within 1e-7."""
+    import tvm
+    from tvm.script import tirx as T
+
+    from core.compiler.schedules import fast_math
+
+    fast_math.install()
+
+    @T.prim_func(s_tir=True)
+    def func(a: T.Buffer((1024,), "float32"), b: T.Buffer((1024,), "float32"), c: T.Buffer((1024,), "float32")):
+        for i in T.vectorized(1024):
+            with T.sblock("exp"):
+                vi = T.axis.remap("S", [i])
+                b[vi] = T.exp(a[vi])
+        for i in range(1024):
+            with T.sblock("sigmoid"):
+                vi = T.axis.remap("S", [i])
+                c[vi] = T.sigmoid(a[vi])
+
+    lib = tvm.compile(func, target)
+    edges = [np.nan, np.inf, -np.inf, 0.0, -100.0, 100.0, 1e-8, -1e-8]
+    x = np.concatenate([np.linspace(-87, 88, 1024 - len(edges)), edges]).astype(np.float32)
+    a, b, c = (tvm.runtime.tensor(v) for v in (x, np.zeros_like(x), np.zeros_like(x)))
+    lib(a, b, c)
+    got, ref = b.numpy(), np.exp(x.astype(np.float64))
+    finite = np.isfinite(x) & (np.abs(x) < 88)
+    assert np.max(np.abs(got[finite] - ref[finite]) / ref[finite]) < 2.4e-7
+    assert np.isnan(got[-8]) and got[-7] == np.inf and got[-6] == 0.0 and got[-5] == 1.0
+    assert got[-4] == 0.0 and got[-3] == np.inf
+    with np.errstate(over="ignore"):
+        sig = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    ok = ~np.isnan(x)
+    assert np.max(np.abs(c.numpy()[ok] - sig[ok])) < 1e-7
+    asm = lib.mod.inspect_source("asm")
+    assert "expf" not in asm
