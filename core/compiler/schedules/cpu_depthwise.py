@@ -120,7 +120,7 @@ class DepthwiseConv2dNCHW:
         extents = iter_extents(sch, conv)
         if any(e is None for e in extents):
             return None
-        n, channels, out_h, out_w, in_per_group, kh, kw = extents
+        channels, in_per_group = extents[1], extents[4]
         stmt = sch.get(conv)
         if len(stmt.reads) != 2 or in_per_group != 1:
             return None

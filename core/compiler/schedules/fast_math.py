@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["install", "fast_exp_expr", "LEVEL"]
+__all__ = ["LEVEL", "fast_exp_expr", "install"]
 
 logger = logging.getLogger(__name__)
 

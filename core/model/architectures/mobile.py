@@ -26,7 +26,7 @@ from onnx import TensorProto, helper
 
 from ..samples import _Builder
 
-__all__ = ["MOBILE", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0", "make_divisible"]
+__all__ = ["MOBILE", "efficientnet_b0", "make_divisible", "mobilenet_v2", "mobilenet_v3_small"]
 
 logger = logging.getLogger(__name__)
 

@@ -100,7 +100,11 @@ def test_depthwise_forms_match_onnxruntime(target):
 
 
 def test_form_and_tile_choices():
-    from core.compiler.schedules.cpu_depthwise import blocked_tile, row_chunk, use_blocked_form
+    from core.compiler.schedules.cpu_depthwise import (
+        blocked_tile,
+        row_chunk,
+        use_blocked_form,
+    )
 
     # small rows and strided convs: channel blocks, when a vector (or half, or a quarter) divides the channels
     assert use_blocked_form(1152, 7, 16) and use_blocked_form(96, 56, 16, stride=2) and use_blocked_form(72, 28, 16)
