@@ -193,3 +193,40 @@ def test_fast_exp_accuracy_and_edges(target):
     assert np.max(np.abs(c.numpy()[ok] - sig[ok])) < 1e-7
     asm = lib.mod.inspect_source("asm")
     assert "expf" not in asm
+
+
+def _pool_model() -> onnx.ModelProto:
+    """Squeeze-excitation squeezes (global average, max) on planes of several row lengths."""
+    nodes, inputs, outputs = [], [], []
+    for i, (c, h, w, op) in enumerate([(8, 112, 112, "GlobalAveragePool"), (24, 14, 14, "GlobalAveragePool"), (40, 7, 7, "GlobalAveragePool"), (6, 9, 13, "GlobalMaxPool"), (5, 3, 3, "GlobalAveragePool")]):
+        nodes.append(helper.make_node(op, [f"x{i}"], [f"y{i}"]))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, c, h, w]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, c, 1, 1]))
+    graph = helper.make_graph(nodes, "plane_reductions", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.slow
+def test_plane_reductions_vectorized_and_match_onnxruntime(target):
+    """Global pools: vector partial sums per row piece (rfactor), then the lanes summed."""
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_pass
+    from core.compiler.schedules.cpu_generic import plane_reduction_width
+
+    assert plane_reduction_width(112, 16) == 16 and plane_reduction_width(56, 16) == 14 and plane_reduction_width(7, 16) == 7
+    assert plane_reduction_width(3, 16) is None and plane_reduction_width(13, 8) is None
+    model = _pool_model()
+    rng = np.random.default_rng(10)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32) for vi in model.graph.input}
+    with target:
+        scheduled = schedule_pass(target)(_fused(model))
+    reductions = [f.script() for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert sum("_rf" in text and "T.vectorized" in text for text in reductions) == 4, "all but the 3x3 pool get vector partial sums"
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    for got, ref in zip(ours, ort_run(model, feeds)):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-5)
