@@ -230,3 +230,41 @@ def test_plane_reductions_vectorized_and_match_onnxruntime(target):
     ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
     for got, ref in zip(ours, ort_run(model, feeds)):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-4, atol=1e-5)
+
+
+POOL_CASES = [
+    ("MaxPool", 24, 31, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # odd size
+    ("AveragePool", 32, 28, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # divisor excludes the padding
+    ("AveragePool", 16, 15, dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("MaxPool", 8, 20, dict(kernel_shape=[2, 2], strides=[2, 2])),  # no padding: the input copied to channel blocks
+    ("AveragePool", 12, 17, dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),  # 12 channels: 4-lane blocks
+    ("MaxPool", 6, 9, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # 6: no vector divides, not this rule's
+]
+
+
+@pytest.mark.slow
+def test_pools_match_onnxruntime(target):
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_cpu_func, schedule_pass
+
+    nodes, inputs, outputs = [], [], []
+    for i, (op, c, size, attrs) in enumerate(POOL_CASES):
+        nodes.append(helper.make_node(op, [f"x{i}"], [f"y{i}"], **attrs))
+        inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, c, size, size]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, None))
+    model = helper.make_model(helper.make_graph(nodes, "pools", inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model = onnx.shape_inference.infer_shapes(model)
+    rng = np.random.default_rng(11)
+    feeds = {vi.name: rng.standard_normal([d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32) for vi in model.graph.input}
+    mod = _fused(model)
+    rules = [schedule_cpu_func(f, target)[1] for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert rules.count("cpu.Pool2dNCHW") == len(POOL_CASES) - 1, rules
+    with target:
+        scheduled = schedule_pass(target)(mod)
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
+    for case, got, ref in zip(POOL_CASES, ours, ort_run(model, feeds)):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5, atol=1e-6, err_msg=str(case))
