@@ -268,3 +268,45 @@ def test_pools_match_onnxruntime(target):
     ours = vm["main"](*[tvm.runtime.tensor(v) for v in feeds.values()])
     for case, got, ref in zip(POOL_CASES, ours, ort_run(model, feeds)):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5, atol=1e-6, err_msg=str(case))
+
+
+@pytest.mark.slow
+def test_squeeze_excitation_block_matches_onnxruntime(target):
+    """GlobalAveragePool -> 1x1 conv -> Relu -> 1x1 conv -> HardSigmoid -> Mul on a 7x7 plane:
+    the gate's broadcast multiply over 7-wide rows is vectorized whole (no vector width divides 7)."""
+    import tvm
+    from tvm import relax
+
+    from core.compiler.schedules import schedule_pass
+
+    rng = np.random.default_rng(12)
+    c, squeeze = 48, 16
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((squeeze, c, 1, 1)) / np.sqrt(c)).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal(squeeze) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((c, squeeze, 1, 1)) / 4).astype(np.float32), "w2"),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+        helper.make_node("Conv", ["g", "w1", "b1"], ["c1"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Conv", ["r", "w2", "b2"], ["c2"], kernel_shape=[1, 1]),
+        helper.make_node("HardSigmoid", ["c2"], ["s"], alpha=1.0 / 6, beta=0.5),
+        helper.make_node("Mul", ["s", "x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 7, 7])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 7, 7])], inits
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"x": rng.standard_normal((1, c, 7, 7)).astype(np.float32)}
+    with target:
+        scheduled = schedule_pass(target)(_fused(model))
+    texts = {g.name_hint: f.script() for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    (gate,) = [text for name, text in texts.items() if "multiply" in name]
+    assert "T.vectorized(T.int64(7))" in gate, gate
+    vm = relax.VirtualMachine(tvm.compile(scheduled, target), tvm.cpu())
+    ours = vm["main"](tvm.runtime.tensor(feeds["x"])).numpy()
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
