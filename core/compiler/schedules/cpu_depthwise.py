@@ -43,8 +43,10 @@ logger = logging.getLogger(__name__)
 
 DEPTHWISE_BLOCK_NAMES = ("group_conv2d_nchw", "depthwise_conv2d_nchw", "conv2d_nchw")
 
-# Multiply-adds below which the conv runs on one thread (see cpu_conv.CONV_PARALLEL_MIN_MACS).
-DEPTHWISE_PARALLEL_MIN_MACS = 1 << 18
+# Multiply-adds (taps x outputs) below which the conv or pool runs on one thread: ~40 us of work
+# or less, where waking the pool and, on a busy machine, waiting at the closing barrier for a
+# descheduled worker costs more than the second core saves (as cpu_conv.CONV_PARALLEL_MIN_MACS).
+DEPTHWISE_PARALLEL_MIN_MACS = 1 << 20
 
 # Registers of accumulators per row chunk: a row of up to this many vectors is one chunk.
 MAX_ROW_VECTORS = 8
