@@ -243,6 +243,12 @@ class DepthwiseConv2dNCHW:
         plane = sch.fuse(n, c)
         if macs >= DEPTHWISE_PARALLEL_MIN_MACS:
             sch.parallel(plane)
+        width = fit_lanes(chunk, lanes)
+        if width is not None and width < chunk:
+            # the row as an unrolled run of native vectors: one 112-lane LLVM vector would make
+            # LLVM build every broadcast weight lane by lane (vinsertps) and spill them
+            ow_vectors, ow = sch.split(ow, [None, width])
+            sch.unroll(ow_vectors)
         sch.vectorize(ow)
         if kh * kw <= 49:
             sch.unroll(rh)
