@@ -256,14 +256,21 @@ class DepthwiseConv2dNCHW:
         init = sch.decompose_reduction(conv, rc)
         sch.vectorize(sch.get_loops(init)[-1])
         sch.reverse_compute_at(writeback, row_loop)
+        row_depth = next(i for i, loop in enumerate(sch.get_loops(writeback)) if sch.get(loop).same_as(sch.get(row_loop))) + 1
         wb_loops = sch.get_loops(writeback)
-        if len(wb_loops) > len(sch.get_loops(init)) - 1:
-            sch.vectorize(wb_loops[-1])
+        if len(wb_loops) > row_depth:
+            wb_inner = wb_loops[-1]
+            if width is not None and width < chunk:  # native vectors here too (the bias broadcast)
+                wb_vectors, wb_inner = sch.split(wb_inner, [None, width])
+                sch.unroll(wb_vectors)
+            sch.vectorize(wb_inner)
+        keep = ()
         if pad is not None:
             sch.compute_at(pad, plane)
             pad_loops = sch.get_loops(pad)[1:]
             self._vectorize_copy(sch, pad_loops, lanes)
-        schedule_remaining_blocks(sch, lanes)
+            keep = (sch.get(pad).name_hint,)  # inlined, the padding would branch on every tap
+        schedule_remaining_blocks(sch, lanes, keep=keep)
         return sch
 
     @staticmethod
@@ -305,7 +312,7 @@ class DepthwiseConv2dNCHW:
         sch.compute_at(pad, plane)
         pad_loops = sch.get_loops(pad)
         sch.vectorize(pad_loops[-1])
-        schedule_remaining_blocks(sch, lanes)
+        schedule_remaining_blocks(sch, lanes, keep=(sch.get(pad).name_hint,))
         return sch
 
     @staticmethod
