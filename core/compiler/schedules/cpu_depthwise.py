@@ -1,22 +1,30 @@
-"""CPU schedule for depthwise 2-D convolutions in NCHW (one input channel per output channel),
-with their fused epilogue (bias, ReLU6 / hardswish / SiLU, residual add).
+"""CPU schedules for depthwise 2-D convolutions and pooling windows in NCHW, with their fused
+epilogue (bias, ReLU6 / hardswish / SiLU, residual add; an average's divisor).
 
-MobileNets and EfficientNets spend a third of their time here. A depthwise conv has no channel
-reduction to put in registers: each output is a KHxKW window of one plane times KHxKW scalars.
-So the vectors run along the output row, and each plane is done whole by one thread:
+MobileNets and EfficientNets spend a fifth to a third of their time in depthwise convs. One has no
+channel reduction to put in registers: each output is a KHxKW window of one plane times KHxKW
+scalars. Two forms, chosen by `use_blocked_form`:
 
-1. loops n*c (parallel) | oh | kh, kw (unrolled) | ow (one vector of the whole row, split into
-   chunks of at most 8 registers): per row, the accumulators are the row itself, every tap is one
-   broadcast weight times one unaligned contiguous load of the padded input;
-2. the padded copy of the input is made per channel, inside the parallel loop, just before the
-   plane is convolved (it is then still in L1/L2 when read KHxKW times), vectorized;
-3. stride 2 (and 3): the padded plane is stored de-interleaved, [h][w % s][w / s], so that the
-   input of s-strided output columns is contiguous again (a plain vector load, not a gather);
-4. the elementwise tail (bias, activation, even SiLU's x * sigmoid(x), which reads x twice) is
-   inlined into the write-back of each row: no intermediate tensor, no second pass.
+* row form (stride 1, rows wider than 28): loops n*c (parallel) | oh | kh, kw (unrolled) |
+  ow as an unrolled run of native vectors (at most 8 per chunk): the accumulators are the row,
+  every tap is one broadcast weight times one unaligned contiguous load of the padded input. The
+  padded copy of the input is made per plane inside the parallel loop (still in L1/L2 when read
+  KHxKW times). (A single 112-lane LLVM vector instead made LLVM build each broadcast weight lane
+  by lane and spill them: 0.215 vs 0.156 ms for 32 x 112x112, 3x3.) A strided conv whose channels
+  no vector divides stores the padded plane de-interleaved, [h][w % s][w / s], so the input of
+  s-strided columns is contiguous again.
+* channel-blocked form (rows of 28 or less, or stride > 1, when a vector, half or quarter vector
+  divides the channels): the padded input copied per block of L channels into [h][w][L], the
+  weight packed to [c / L][kh][kw][L] at compile time, accumulators [T columns][L] in registers,
+  every tap one contiguous input vector times one weight vector, whatever the stride. A 7- or
+  14-wide row would fill half a vector or less; a channel block fills all of it.
+
+In both, the elementwise tail (even SiLU's x * sigmoid(x), which reads x twice) is inlined into
+the write-back: no intermediate tensor, no second pass. `Pool2dNCHW` runs max / average pools
+through the blocked form without a weight.
 
 Dense and grouped convolutions with several channels per group are left to cpu_conv.Conv2dNCHW.
-The rule returns None (no match) on symbolic shapes, dilation, or a weight not read as
+The rules return None (no match) on symbolic shapes, dilation, or a weight not read as
 weight[c, 0, kh, kw].
 """
 from __future__ import annotations
@@ -68,9 +76,9 @@ def row_chunk(out_width: int, lanes: int) -> int:
 
 # Output rows at most this wide take the channel-blocked form (when a vector divides the
 # channels): a 7- or 14-wide row fills half a vector or less, a channel block fills all of it.
-# Wider rows in stride 1 keep the row form (measured on Zen 4, 1 thread, 112x112 and 56x56:
-# 0.33 / 0.37 ms row form vs 0.48 / 0.50 ms blocked); strided convs always take the blocked form
-# (112x112 stride 2: 1.0 ms row form with the de-interleaved copy, 0.48 ms blocked).
+# Wider rows in stride 1 keep the row form (Zen 4, 1 thread, SiLU tail, 112x112 and 56x56: 0.33 /
+# 0.37 ms row form, before its native-vector split, vs 0.48 / 0.50 ms blocked); strided convs take
+# the blocked form (112x112 stride 2: 1.0 ms row form with the de-interleaved copy, 0.48 blocked).
 BLOCKED_MAX_WIDTH = 28
 
 
