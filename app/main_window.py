@@ -69,6 +69,12 @@ class MainWindow(QMainWindow):
         self._load_result: bool | None = None
         self.last_open_seconds = 0.0
         self.last_open_phases: dict[str, float] = {}  # seconds per step of the last open (worker side)
+        self.last_open_cpu: dict[str, float] = {}  # the same steps' CPU seconds on the worker thread
+        # Called with the new Graph on the open worker, after the layout and before the graph is
+        # handed to the UI (while it is still that thread's alone): panels compute here what they
+        # would otherwise compute on the UI thread as the model appears (the Inspector's model
+        # facts). A hook must only read the graph; one that fails is logged and skipped.
+        self.open_hooks: list = []
 
         self._build_status_bar()
         self._build_menus()
@@ -350,15 +356,25 @@ class MainWindow(QMainWindow):
             return False
         if self._load_job is not None:
             self._load_job.cancel()
-        gc.unfreeze()  # the model being replaced can be collected again
+        # the model being replaced can be collected again; nothing frozen yet: no model was
+        # opened here before, and the full collection below (~70 ms of held GIL even with
+        # nothing to free) is not needed
+        replacing = gc.get_freeze_count() > 0
+        gc.unfreeze()
         path = str(path)
         measure = self.canvas.measure
         direction = self.canvas.direction
         t0 = time.perf_counter()
 
         def work(job: Job):
-            phases = {}
-            t = time.perf_counter()
+            phases, cpu = {}, {}  # wall and this thread's CPU seconds per step (busy hosts: CPU is the steadier figure)
+            t, c = time.perf_counter(), time.thread_time()
+
+            def lap(step: str) -> None:
+                nonlocal t, c
+                phases[step], t = time.perf_counter() - t, time.perf_counter()
+                cpu[step], c = time.thread_time() - c, time.thread_time()
+
             job.report(0.02, f"Loading {Path(path).name}")
             # Loading builds hundreds of thousands of IR objects that live as long as the model
             # is open: no cyclic GC passes over them while they are made (each full pass holds
@@ -367,26 +383,35 @@ class MainWindow(QMainWindow):
             # Models replaced earlier were unfrozen above and are garbage in reference cycles:
             # one collection first frees them (skipping it froze every old model for good: a
             # leak of ~3 MB per open, see scripts/open_close_memory.py).
-            gc.collect()
+            if replacing:
+                gc.collect()
+            else:
+                gc.collect(1)  # the young generations only: cheap
             gc.disable()
             try:
                 graph = load_model(path, allow_absolute_external=allow_absolute_external)
                 gc.freeze()
-                phases["load"], t = time.perf_counter() - t, time.perf_counter()
+                lap("load")
                 job.check()
                 job.report(0.3, "Building the view")
                 view = self.canvas.model_view(graph)  # big graphs: groups collapsed (app.scopes)
                 sizes = {n.id: node_size(n, measure) for n in view.nodes}
-                phases["view"], t = time.perf_counter() - t, time.perf_counter()
+                lap("view")
                 job.check()
                 result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"), direction=direction)
-                phases["layout"], t = time.perf_counter() - t, time.perf_counter()
+                lap("layout")
                 extras = prepare_display(view, result, job)
-                phases["overview"] = time.perf_counter() - t
+                lap("overview")
+                for hook in list(self.open_hooks):
+                    try:
+                        hook(graph)
+                    except Exception:  # noqa: BLE001 - a panel's extra must not fail the open
+                        logger.exception("open hook %r failed", hook)
+                lap("hooks")
             finally:
                 gc.freeze()
                 gc.enable()
-            self.last_open_phases = phases
+            self.last_open_phases, self.last_open_cpu = phases, cpu
             return graph, view, result, extras
 
         self._load_result = None

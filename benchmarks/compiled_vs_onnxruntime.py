@@ -64,6 +64,8 @@ def _load(model):
 
 
 def _feeds(proto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    import onnx
+
     rng = np.random.default_rng(seed)
     init_names = {i.name for i in proto.graph.initializer}
     feeds = {}
@@ -71,7 +73,11 @@ def _feeds(proto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str
         if vi.name in init_names:
             continue
         shape = [d.dim_value if d.HasField("dim_value") else (dims or {}).get(d.dim_param, 1) for d in vi.type.tensor_type.shape.dim]
-        feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+            # token ids and attention masks: 0 and 1 are valid for both (a mask with padding)
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.int64)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
     return feeds
 
 

@@ -12,9 +12,10 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from core import load_model
-    from core.model.summary import format_summary, summarize
+    # the protobuf alone, after the same checks as load_model: no onnx_ir model is built
+    # (a 60,000-node chain: ~0.7 s instead of ~4 s; core.model.summary)
+    from core.model.summary import format_summary, summarize_file
 
-    s = summarize(load_model(args.model))
+    s = summarize_file(args.model)
     print(json.dumps(s) if args.json else format_summary(s))
     return 0

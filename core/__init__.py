@@ -6,8 +6,6 @@ Heavy submodules (TVM lowering, compile) are imported on use, so `import core` s
 from __future__ import annotations
 
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
-from .model.graph import Graph, Node, Value
-from .model.onnx_io import load_model, save_model
 from .compiler.target import use_host_cores
 
 use_host_cores()  # before TVM's thread pool exists (see core.compiler.target.use_host_cores)
@@ -30,7 +28,10 @@ __all__ = [
 ]
 
 # compile/bench are exported lazily: importing them pulls in nothing heavy, but keep `import core` lean
-_LAZY = {"compile_model": "compiler.compile", "load_artifact": "compiler.compile", "Artifact": "compiler.compile", "benchmark": "compiler.bench"}
+# Graph & co. import onnx_ir (~0.5 s: it imports sympy): only when used, so that commands which
+# never build a Graph (`inspect` reads the protobuf) and `core.errors` stay quick to import
+_LAZY = {"Graph": "model.graph", "Node": "model.graph", "Value": "model.graph", "load_model": "model.onnx_io",
+         "save_model": "model.onnx_io", "compile_model": "compiler.compile", "load_artifact": "compiler.compile", "Artifact": "compiler.compile", "benchmark": "compiler.bench"}
 
 
 def __getattr__(name: str):

@@ -130,6 +130,8 @@ class InspectorPanel(QTreeWidget):
         self.empty_hint.setAlignment(Qt.AlignHCenter | Qt.AlignTop)
         self.empty_hint.setStyleSheet(f"color: {self.palette().placeholderText().color().name()}; padding: 12px 10px;")
         self.empty_hint.hide()
+        if isinstance(getattr(window, "open_hooks", None), list):
+            window.open_hooks.append(self.prime_model_facts)  # computed on the open worker
         doc = window.document
         doc.selectionChanged.connect(lambda _ids: self.refresh())
         doc.tensorSelected.connect(lambda _name: self.refresh())
@@ -171,8 +173,19 @@ class InspectorPanel(QTreeWidget):
             self._model_rows = cached = (graph, key, model_facts(graph))
         return cached[2]
 
+    def prime_model_facts(self, graph) -> None:
+        """Compute the model facts of a graph being opened (main window's open worker): the
+        panel shows them as the model appears, without summarizing it on the UI thread."""
+        self._model_rows = (graph, (graph.revision, str(graph.path)), model_facts(graph))
+
     def refresh(self) -> None:
         rows = self._facts()
+        # Every view change (an expanded group, a relayout) and selection signal lands here;
+        # when the facts shown are the same, rebuilding the tree (and wrapping its values again)
+        # costs ~10-20 ms of UI thread a time for nothing.
+        if rows == getattr(self, "_shown_rows", None) and self.topLevelItemCount() + bool(self.empty_hint.text()) > 0:
+            return
+        self._shown_rows = rows
         self.setUpdatesEnabled(False)
         self.clear()
         sections: dict[str, QTreeWidgetItem] = {}

@@ -18,6 +18,7 @@ The import records the first link (core.compiler.tvm_import: Relax variable -> O
 """
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 from collections import Counter
@@ -28,6 +29,7 @@ __all__ = [
     "kernel_lineage",
     "propagate_lineage",
     "import_lineage",
+    "deferred_lineage",
 ]
 
 logger = logging.getLogger(__name__)
@@ -269,6 +271,11 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
     owner: dict[int, object] = {}
     owned: dict = {u: [] for u in fresh}
     need = {u: Counter(group.get(callee_of.get(u), ())) for u in fresh}
+    left = {u: sum(need[u].values()) for u in fresh}  # kernels u still needs: none, nothing more to take
+    readers: dict = {}  # old var -> positions of the orphans reading it, ascending
+    for k, o in enumerate(orphans):
+        for a in inputs[o]:
+            readers.setdefault(a, []).append(k)
 
     def take(k: int, u) -> None:
         owner[k] = u
@@ -276,6 +283,7 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
         c = kind[orphans[k]]
         if need[u].get(c):
             need[u][c] -= 1
+            left[u] -= 1
 
     def wanted(u, o) -> bool:
         return bool(need[u].get(kind[o]))
@@ -296,17 +304,31 @@ def _realign_main(mod, prev_mod, prev, by_var: dict, func_origin: dict, callee_o
                     reads.add(a)
                 elif a in replaced:
                     reads.add(replaced[a])
-            for k, o in enumerate(orphans):
-                if k not in owner and wanted(u, o) and inputs[o] & reads:
+                elif a not in new_set and a in readers:  # a parameter of main (the first fused call reads the input)
+                    reads.add(a)
+            # the first free orphan of a wanted kernel reading what the call reads (only the
+            # readers of those vars can: no scan of every orphan per call, which was quadratic)
+            for k in sorted({k for a in reads for k in readers.get(a, ())}):
+                if k not in owner and wanted(u, orphans[k]):
                     take(k, u)
                     break
         if owned[u]:
+            # grow along the data flow in binding order: the orphans after the first owned one
+            # that read an owned one, while u needs kernels (a heap of the readers, not a scan)
+            start = min(owned[u])
             mine = {orphans[k] for k in owned[u]}
-            for k in range(min(owned[u]), len(orphans)):
+            heap = sorted({k for m in mine for k in readers.get(m, ()) if k >= start})
+            queued = set(heap)
+            while heap and left[u] > 0:
+                k = heapq.heappop(heap)
                 o = orphans[k]
-                if k not in owner and wanted(u, o) and inputs[o] & mine:
+                if k not in owner and wanted(u, o):
                     take(k, u)
                     mine.add(o)
+                    for r in readers.get(o, ()):
+                        if r > k and r not in queued:
+                            queued.add(r)
+                            heapq.heappush(heap, r)
             replaced[u] = orphans[max(owned[u])]
     # 3. a vanished binding and a new one of the same name (unique on both sides) are one
     # binding rebuilt (LowerAllocTensor keeps `alloc3`, `storage1` but makes new variables)
@@ -412,6 +434,28 @@ def propagate_lineage(mod, prev, prev_mod=None):
     return Lineage(by_var={k: sorted(v) for k, v in by_var.items() if v},
                    by_name={k: sorted(v) for k, v in by_name.items() if v},
                    by_function={k: sorted(v) for k, v in func_origin.items() if v})
+
+
+def deferred_lineage(build):
+    """A Lineage that `build()` computes on first use (lowering: a stage's lineage is wanted only
+    when its view is shown, and propagating it through every stage of a 60,000-node model costs
+    more than a third of lowering it). It is a Lineage, so whatever takes one takes it."""
+    from ..views.relax_view import Lineage
+
+    class DeferredLineage(Lineage):
+        def __init__(self):  # no super().__init__(): the fields come from build()
+            self._build, self._real = build, None
+
+        def _resolve(self) -> Lineage:
+            if self._real is None:
+                self._real, self._build = self._build(), None
+            return self._real
+
+        by_var = property(lambda self: self._resolve().by_var)
+        by_name = property(lambda self: self._resolve().by_name)
+        by_function = property(lambda self: self._resolve().by_function)
+
+    return DeferredLineage()
 
 
 def import_lineage(mod, names: dict[str, list[int]]):

@@ -378,7 +378,7 @@ def lower(
     Raises UnsupportedOpError / LoweringError (with `.stages`: the stages before the failing step,
     at least the ONNX graph) and core.errors.Cancelled (with `.stages`) when `cancel()` turns true.
     """
-    from .lineage import import_lineage, propagate_lineage
+    from .lineage import deferred_lineage, import_lineage, propagate_lineage
     from .runner import Pipeline, StepResult, run_timed
     from .size_limit import check_size
 
@@ -402,7 +402,7 @@ def lower(
 
     from ..views.relax_view import kernel_view, module_view
 
-    fp = _fingerprint(graph)
+    fp = _fingerprint(graph) if cache is not None else ""  # keys only the cache (serializes the whole graph)
     key: tuple = (fp, str(tgt))
 
     def relax_stage(name, level, pass_name, mod, lineage, seconds, times) -> Stage:
@@ -433,7 +433,7 @@ def lower(
             e.stages = stages
             raise
         stage = relax_stage("Relax import", "graph", "relax.frontend.onnx.from_onnx", result.mod,
-                            import_lineage(result.mod, result.lineage),
+                            deferred_lineage(lambda m=result.mod, n=result.lineage: import_lineage(m, n)),
                             result.seconds, [("from_onnx", result.seconds, 0)])
         stage.changed = True
         stages.append(stage)
@@ -451,7 +451,7 @@ def lower(
 
     def snapshot(r: StepResult) -> None:
         prev = stages[-1]
-        lineage = propagate_lineage(r.mod, prev.lineage, prev.mod)
+        lineage = deferred_lineage(lambda m=r.mod, pl=prev.lineage, pm=prev.mod: propagate_lineage(m, pl, pm))
         stage = relax_stage(r.step.name, r.step.level, r.step.name, r.mod, lineage, r.seconds, r.pass_seconds)
         stages.append(stage)
         if cache is not None:

@@ -261,6 +261,12 @@ def _seq(*names: str):
     return factory
 
 
+def _legalize(target):
+    from .legalize_cache import legalize_pass  # each distinct call legalized once (big graphs)
+
+    return legalize_pass(target)
+
+
 def _dispatch(target):
     import tvm
     from tvm import relax
@@ -286,7 +292,7 @@ for _info in [
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
     PassInfo("LibraryDispatch", "graph", _dispatch,
              "routes sampling/sort/scan ops to library kernels (TVM's default dispatch).", required=True),
-    PassInfo("LegalizeOps", "tensor program", _relax("LegalizeOps"),
+    PassInfo("LegalizeOps", "tensor program", _legalize,
              "every high-level Relax op becomes a call_tir into a TIR tensor program (Relax + TIR).", required=True),
     PassInfo("AnnotateTIROpPattern", "tensor program", _relax("AnnotateTIROpPattern"),
              "tags each TIR function as elementwise/broadcast/injective/reduction/out-fusable for FuseOps."),

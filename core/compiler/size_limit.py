@@ -1,18 +1,18 @@
 """How big a model lowering and compiling take on, and the refusal beyond it.
 
-Both grow linearly with the model now (kernel lineage was quadratic: see core.compiler.lineage),
-but TVM's per-op work is not cheap: LegalizeOps builds a tensor expression and a PrimFunc for every
-call (0.4 ms each), and lowering also keeps every stage's listing and lineage. Measured on a chain
-of Relu (2-core AMD EPYC host shared with other work; CPU seconds of the CLI process):
+Both grow linearly with the model: kernel lineage was quadratic twice (one kernel's lineage, and
+realigning `main` after FuseOps: core.compiler.lineage), LegalizeOps built a PrimFunc per call
+(now once per distinct call: core.compiler.legalize_cache), lowering propagated every stage's
+lineage whether shown or not (now on first use). CPU seconds of the CLI process on a chain of Relu
+(2-core AMD EPYC Zen 4 shared with other work, load average 8-11, so wall time was 4-8x longer):
 
-    nodes     compile    lower
-    2,000       4 s        -
-    10,000     11 s      (28 s in the steps)
-    60,000     53 s       84 s
+    nodes     compile              lower
+    20,000        -                15 s  (before these changes: 32 s)
+    60,000     36 s  (before: 53 s)   39 s  (before: 84 s)
 
-So lowering stops at once beyond 40,000 nodes and compiling beyond 60,000, with one sentence
-saying so, instead of running for minutes; MLCWB_MAX_NODES sets one limit for both (0: none).
-Node count is a proxy: heavier ops (convolutions) cost more per node than Relu.
+So both stop at once beyond 60,000 nodes (about 40 s of one core, under a minute on a quiet
+machine), with one sentence saying so, instead of running for minutes; MLCWB_MAX_NODES sets one
+limit for both (0: none). Node count is a proxy: heavier ops (convolutions) cost more per node.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ __all__ = ["ModelTooBigError", "DEFAULT_MAX_NODES", "max_nodes", "check_size"]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NODES = {"lowering": 40_000, "compiling": 60_000}
+DEFAULT_MAX_NODES = {"lowering": 60_000, "compiling": 60_000}
 
 
 class ModelTooBigError(WorkbenchError):

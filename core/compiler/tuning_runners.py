@@ -54,6 +54,12 @@ def _build_without_intrinsics():
         from tvm.driver import build as tvm_build
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+        try:  # candidates built as the compiled model is: exp/erf/tanh as vector arithmetic
+            from core.compiler.schedules.cpu_math import install
+
+            install()
+        except ImportError:  # a worker that cannot import the workbench: libm calls, slower
+            pass
         # measure the kernel, not its one-off weight repacking (as default_build does)
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
         return tvm_build(mod, target=target)

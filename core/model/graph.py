@@ -28,19 +28,22 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from .meta import INFERRED, NODE_ID, REWRITES_KEY
+from .meta import (
+    CONSTANT_SOURCE_OPS,
+    INFERRED,
+    NODE_ID,
+    NONDETERMINISTIC_OPS,
+    REWRITES_KEY,
+)
 from .mutation import Mutations
 
-__all__ = ["Graph", "Node", "Value", "Dim", "dtype_name", "CONSTANT_SOURCE_OPS", "NODE_ID", "INFERRED"]
+__all__ = ["CONSTANT_SOURCE_OPS", "INFERRED", "NODE_ID", "Dim", "Graph", "Node", "Value", "dtype_name"]
 
 logger = logging.getLogger(__name__)
 
 Dim = int | str | None
 _ID, _INFERRED = NODE_ID, INFERRED
 
-# Ops whose outputs are constant when all their inputs are; random generators never are.
-_NONDETERMINISTIC = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-CONSTANT_SOURCE_OPS = {"Constant"}
 
 
 def dtype_name(dtype: ir.DataType | None) -> str:
@@ -82,7 +85,7 @@ def _attr_value(attr: ir.Attr) -> Any:
 class Value:
     """A tensor in the graph: a graph input, an initializer, or a node output."""
 
-    graph: "Graph"
+    graph: Graph
     ir: ir.Value
 
     @property
@@ -127,12 +130,12 @@ class Value:
         return self.name in self.graph.constant_values()
 
     @property
-    def producer(self) -> "Node | None":
+    def producer(self) -> Node | None:
         p = self.ir.producer()
         return self.graph._wrap(p) if p is not None and p.graph is self.graph.model.graph else None
 
     @property
-    def consumers(self) -> list["Node"]:
+    def consumers(self) -> list[Node]:
         seen: dict[int, Node] = {}
         for n in self.ir.consumers():
             if n.graph is self.graph.model.graph:
@@ -158,7 +161,7 @@ class Value:
 class Node:
     """An operator node of the top-level graph."""
 
-    graph: "Graph"
+    graph: Graph
     ir: ir.Node
 
     @property
@@ -412,7 +415,7 @@ class Graph(Mutations):
     def to_bytes(self) -> bytes:
         return self.to_proto().SerializeToString(deterministic=True)
 
-    def clone(self) -> "Graph":
+    def clone(self) -> Graph:
         """An independent copy: same node ids (selections carry over), inferred shapes and
         value_info filter; new ids continue the source's counter in both, so an id made in the
         copy never names a different node of the source.
@@ -446,39 +449,39 @@ class Graph(Mutations):
 
     # ---- shapes --------------------------------------------------------------------------
     def infer_shapes(self, proto: onnx.ModelProto | None = None) -> None:
-        """Fill in shapes/dtypes the file leaves out, using ONNX shape inference.
+        """Fill in shapes/dtypes the file leaves out, using ONNX shape inference (C++, on the
+        protobuf; read back once per distinct type, core.model.shapes).
 
-        Results go into each value's non-serialized meta, so saving writes back the model as it
-        was. `proto` may pass the graph already serialized (as loaded), to skip serializing it. Problems are kept in `shape_problems` (a model with unknown shapes still opens).
-        """
+        Results go into each value's meta (not saved); `proto`: the graph already serialized (as
+        loaded). Problems go to `shape_problems` (a model with unknown shapes still opens)."""
+        from .shapes import infer_types
+
         self.shape_problems = []
-        for v in self._all_values(self.model.graph):
+        values = list(self._all_values(self.model.graph))
+        for v in values:
             v.meta.pop(_INFERRED, None)
         try:
-            if proto is None:
-                proto = self.to_proto()
-            inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+            types, self.shape_problems = infer_types(proto if proto is not None else self.to_proto())
         except Exception as e:  # noqa: BLE001 - inference is advisory; keep the model open
             self.shape_problems.append(f"shape inference failed: {str(e).strip().splitlines()[0]}")
             return
-        types: dict[str, onnx.TypeProto] = {}
-        for vi in itertools.chain(inferred.graph.value_info, inferred.graph.output, inferred.graph.input):
-            types[vi.name] = vi.type
-        for v in self._all_values(self.model.graph):
+        memo: dict[bytes, tuple] = {}  # one (ir dtype, shape) per distinct inferred type
+        for v in values:
             if v.shape is not None and v.dtype is not None:
                 continue
-            tp = types.get(v.name or "")
-            if tp is None or not tp.HasField("tensor_type"):
+            raw = types.raw(v.name or "")
+            if raw is None:
                 continue
-            tt = tp.tensor_type
-            dtype = ir.DataType(tt.elem_type) if tt.elem_type else None
-            shape: tuple[Dim, ...] | None = None
-            if tt.HasField("shape"):
-                shape = tuple(
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None)
-                    for d in tt.shape.dim
-                )
-            v.meta[_INFERRED] = (v.dtype or dtype, _dims(v.shape) if v.shape is not None else shape)
+            found = memo.get(raw)
+            if found is None:
+                decoded = types.get(v.name)
+                if decoded is None:
+                    continue
+                found = memo[raw] = (ir.DataType(decoded[0]) if decoded[0] else None, decoded[1])
+            if v.shape is None and v.dtype is None:
+                v.meta[_INFERRED] = found
+            else:
+                v.meta[_INFERRED] = (v.dtype or found[0], _dims(v.shape) if v.shape is not None else found[1])
         self._cache.clear()
 
     # ---- constants and weights ---------------------------------------------------------------
@@ -490,14 +493,16 @@ class Graph(Mutations):
         def build() -> frozenset[str]:
             g = self.model.graph
             consts = set(g.initializers.keys())
-            for n in g:
-                if n.op_type in _NONDETERMINISTIC or n.domain not in ("", "ai.onnx"):
+            for n in g:  # cheapest tests first: most nodes of a big graph read a non-constant
+                if n.op_type not in CONSTANT_SOURCE_OPS:
+                    ins = [v for v in n.inputs if v is not None]
+                    if not ins or not all(v.name in consts for v in ins):
+                        continue
+                if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
                     continue
                 if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in n.attributes.values()):
                     continue
-                ins = [v for v in n.inputs if v is not None]
-                if n.op_type in CONSTANT_SOURCE_OPS or (ins and all(v.name in consts for v in ins)):
-                    consts.update(v.name for v in n.outputs if v.name)
+                consts.update(v.name for v in n.outputs if v.name)
             return frozenset(consts)
 
         return self._cached("constants", build)
@@ -543,9 +548,16 @@ class Graph(Mutations):
         return self._cached("nx", build)
 
     def topological_order(self) -> list[int]:
-        import networkx as nx
+        """Node ids in topological order, ties by position. The file's own order when it is one (it
+        is, after load's checks): one pass, instead of a networkx sort (~5 s at 20,000 nodes)."""
+        g, seen = self.model.graph, set()
+        for n in g:
+            if any((p := v.producer()) is not None and p.graph is g and id(p) not in seen for v in n.inputs if v is not None):
+                import networkx as nx  # only when the file's order is not topological
 
-        return list(nx.lexicographical_topological_sort(self.to_networkx(), key=lambda i: self._position(i)))
+                return list(nx.lexicographical_topological_sort(self.to_networkx(), key=lambda i: self._position(i)))
+            seen.add(id(n))
+        return [n.meta[_ID] for n in g]
 
     def _position(self, node_id: int) -> int:
         pos = self._cached("positions", lambda: {n.meta[_ID]: i for i, n in enumerate(self.model.graph)})
@@ -561,7 +573,7 @@ class Graph(Mutations):
 
         return nx.descendants(self.to_networkx(), node_id)
 
-    def extract(self, node_ids: Iterable[int]) -> "Graph":
+    def extract(self, node_ids: Iterable[int]) -> Graph:
         """A standalone model of the given nodes: tensors entering the set become graph inputs,
         tensors leaving it (or graph outputs) become outputs; initializers used are copied."""
         keep = set(node_ids)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,8 +90,9 @@ def _structure(graph: Graph) -> list[Problem]:
                 out.append(Problem(_label(n), f"produces tensor '{v.name}', which something else already provides", n.meta.get(_ID), v.name))
             else:
                 producer_of[v.name] = n
+    opsets = graph.opset_imports
     for n in g:
-        spec = _spec(graph, n)
+        spec = _spec(opsets, n)
         if spec is None:
             continue
         for k, formal in enumerate(spec.inputs):
@@ -121,12 +123,21 @@ def _structure(graph: Graph) -> list[Problem]:
     return out
 
 
-def _spec(graph: Graph, n: ir.Node):
-    from .edits import op_spec
-
+def _spec(opsets: dict[str, int], n: ir.Node):
+    """The op's schema at the model's opset. Called per node: the import is looked up in
+    sys.modules (an `import` statement per call goes through PySide's import hook in the GUI:
+    ~10,000 of them were ~0.1 s of a big model's check)."""
+    op_spec = _op_spec()
     domain = n.domain or ""
-    version = graph.opset_imports.get(domain, graph.opset_imports.get("ai.onnx") if domain == "" else None)
+    version = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
     return op_spec(n.op_type, domain, int(version)) if version is not None else None
+
+
+def _op_spec():
+    mod = sys.modules.get(__package__ + ".edits")
+    if mod is None:
+        from . import edits as mod  # edits imports this module: not at the top
+    return mod.op_spec
 
 
 def _checker_context(proto: onnx.ModelProto):

@@ -232,3 +232,26 @@ def test_edit_problems_checked_on_a_worker_for_big_models(window, qtbot, monkeyp
     assert panel.problems[0].node_id == g.find_node("pool1").id
     window.undo_action.trigger()
     qtbot.waitUntil(lambda: panel.topLevelItemCount() == 0 and panel._job is None, timeout=5000)
+
+
+def test_big_models_are_checked_off_the_ui_thread_and_mid_edit_results_dropped(window, qtbot, monkeypatch):
+    """On big models the whole check (the Graph-reading half too) runs on a worker; a result
+    for a revision the model has left is dropped and the newer check's result shown."""
+    import threading
+
+    import app.panels.problems as problems_module
+
+    monkeypatch.setattr(problems_module, "ASYNC_NODES", 0)
+    threads = []
+    real = problems_module.prepare
+    monkeypatch.setattr(problems_module, "prepare", lambda g: threads.append(threading.current_thread()) or real(g))
+    g = open_model(window, qtbot)
+    panel = window.panels["problems"].widget()
+    qtbot.waitUntil(lambda: bool(threads) and panel._job is None, timeout=5000)
+    assert all(t is not threading.main_thread() for t in threads)
+    stale = problems_module.Problem("Relu 'x'", "is stale")
+    panel._job = job = object()
+    panel._job_done(job, g, g.revision - 1, [stale])  # read before an edit: not shown
+    assert stale not in panel.problems and panel._job is job
+    panel._job_done(job, g, g.revision, [stale])
+    assert panel.problems == [stale]

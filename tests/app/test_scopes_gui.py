@@ -134,3 +134,19 @@ def test_compare_two_lowering_stages(window, qtbot):
     qtbot.waitUntil(lambda: cw.left.canvas.layout_result is not None and cw.right.canvas.layout_result is not None, timeout=60_000)
     assert cw.right.canvas._ghosts[1] == set(d.added)
     cw.close()
+
+
+def test_open_groups_are_framed_around_everything_they_hold(window, tmp_path):
+    """A small scoped model opens with every group open: each group's frame holds the boxes of
+    all its nodes and sits inside the frame of the group around it."""
+    assert window.open_model(_bert(tmp_path, layers=2), wait=True)
+    c, tree = window.canvas, window.scopes._tree
+    frames = {f.path: f.rect for f in window.scopes.frames}
+    assert set(frames) == {s.path for s in tree.groups}
+    for nid, b in c.layout_result.boxes.items():
+        for path in tree.path_to(nid):
+            assert frames[path].contains(b.x - b.w / 2, b.y - b.h / 2) and frames[path].contains(b.x + b.w / 2, b.y + b.h / 2), (nid, path)
+    for s in tree.groups:
+        if s.parent is not tree.root:
+            inner, outer = frames[s.path], frames[s.parent.path]
+            assert outer.contains(inner.x(), inner.y() + inner.height()) and inner.y() > outer.y(), s.path

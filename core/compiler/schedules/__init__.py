@@ -12,8 +12,13 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
+* `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
+                            rows, vector-wide partial reductions, vectorized output;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
                             copies: inline, parallelize over cores, vectorize to the host's width.
+
+float32 exp / erf / tanh (softmax, GELU, sigmoid) are lowered to vectorizable arithmetic for
+LLVM targets (`cpu_math`), not to one libm call per vector lane.
 
 A rule that does not match returns None; one that raises is logged and the next is tried; a
 function no rule handles stays as LegalizeOps wrote it. The build never fails over a schedule.
@@ -36,8 +41,9 @@ def cpu_rules() -> list:
     from .cpu_depthwise import DepthwiseConv2dNCHW, Pool2dNCHW
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
+    from .cpu_rows import RowReduction
 
-    return [DepthwiseConv2dNCHW(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), Generic()]
+    return [DepthwiseConv2dNCHW(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), RowReduction(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
@@ -144,9 +150,10 @@ def schedule_pass(target):
 
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(*gpu_rules())
-    from .fast_math import install
+    # float32 exp/erf/tanh as vector arithmetic instead of one libm call per lane (cpu_math)
+    from .cpu_math import install as install_fast_math
 
-    install()  # exp (sigmoid, SiLU, softmax) as vector arithmetic, not one libm call per lane
+    install_fast_math()
     return tvm.transform.Sequential(
         [
             # which kernel arguments are weights (constants): only those may be repacked ahead of time

@@ -51,7 +51,7 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
     a ViT's 197 attention columns). TI rows divide the rows when a divisor keeps at least half
     the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
     one zero-filled copy of the operand (the weight's at compile time) and a few wasted lanes,
-    far less than leaving the kernel unvectorized.
+    far less than leaving the kernel unvectorized; the tile height is chosen to pad the fewest rows.
     """
     if rows == 1 and cols % lanes == 0:
         for regs in (4, 2, 1):
@@ -66,7 +66,10 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
     max_rows = max(1, (registers - regs_per_row - 1) // regs_per_row)
     ti = max(d for d in range(1, min(max_rows, rows) + 1) if rows % d == 0)
     if rows > max_rows and 2 * ti < max_rows:
-        ti = max_rows  # e.g. 197 rows: a padded 13th tile beats 197 single-row tiles
+        # no divisor keeps half the register file busy (197 rows: a prime): pad to whole tiles,
+        # with the tile of at least half the register rows that pads the fewest rows (197 rows,
+        # 14 at most: 18 tiles of 11 = 198 rows, where 15 tiles of 14 computed 210)
+        ti = min(range(max_rows // 2 + 1, max_rows + 1), key=lambda t: (-(-rows // t) * t, -t))
     return ti, vb
 
 
@@ -88,6 +91,7 @@ class Matmul:
                     break
         if block is None:
             return None
+        _inline_elementwise_tail(sch, block)
         extents = iter_extents(sch, block)
         # columns and the reduction must be static; batch and rows may be symbolic (a model's
         # batch dimension): then rows are taken one at a time
@@ -174,3 +178,19 @@ class Matmul:
         sch.pad_einsum(block, padding)
         added = [sch.get(b).name_hint for b in root_blocks(sch) if sch.get(b).name_hint not in before]
         return tuple(added)
+
+
+def _inline_elementwise_tail(sch, block) -> None:
+    """Inline the elementwise blocks between the matmul and the function's output into their
+    consumers, so the whole tail becomes one block the write-back can absorb. GELU reads the
+    biased result twice, x * (erf(x / sqrt 2) + 1) / 2: block by block, the bias add has two
+    consumers and the tail would stay a separate pass over the output."""
+    blocks = root_blocks(sch)
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(block)))
+    for candidate in blocks[position + 1 : -1]:
+        if "R" in iter_kinds(sch, candidate) or not sch.get_consumers(candidate):
+            continue
+        try:
+            sch.compute_inline(candidate)
+        except Exception:  # noqa: BLE001 - not a pure elementwise block: it stays a pass of its own
+            logger.debug("kept %s after the matmul", sch.get(candidate).name_hint)

@@ -252,3 +252,25 @@ def test_a_kernel_is_scheduled_by_hand_from_before_schedule_tir(mlp_stages):
     other = next(gv.name_hint for gv, f in scheduled.mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc))
     assert kernel_to_schedule(stages, scheduled, other)[0] is before.mod
     assert kernel_to_schedule(stages, before, "main") is None
+
+
+def test_lineage_of_a_long_chain_after_fuse_ops_is_each_fused_call_its_own_run_of_nodes():
+    """FuseOps cuts a chain of Relu into a few long fused calls; each call's lineage is the run of
+    nodes it computes, in order, together every node once (realigning `main` by an index of the
+    vanished bindings' readers: it scanned them all per call, quadratic on big graphs). The
+    lineage is computed on first use."""
+    import onnx_ir as ir
+
+    from core.compiler.lineage import _callee, _function_bindings
+    from core.compiler.lowering import lower
+    from core.model.graph import Graph
+    from tests.core.compiler.test_legalize_cache import _chain
+
+    g = Graph(ir.from_proto(_chain(600)))
+    g.infer_shapes()
+    stages = lower(g, "cpu", target_code=False)
+    fuse = next(s for s in stages if s.name == "FuseOps")
+    assert fuse.lineage._real is None  # not computed yet
+    runs = [fuse.lineage.of_var(b.var) for b in _function_bindings(fuse.mod["main"]) if (_callee(b.value) or "").startswith("fused")]
+    assert len(runs) >= 2
+    assert [i for run in runs for i in run] == [n.id for n in g.nodes]

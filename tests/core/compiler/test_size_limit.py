@@ -11,13 +11,13 @@ from tests.helpers import run_cli
 
 def test_limit_from_environment(monkeypatch):
     monkeypatch.delenv("MLCWB_MAX_NODES", raising=False)
-    assert max_nodes("lowering") == DEFAULT_MAX_NODES["lowering"] == 40_000
+    assert max_nodes("lowering") == DEFAULT_MAX_NODES["lowering"] == 60_000
     assert max_nodes("compiling") == DEFAULT_MAX_NODES["compiling"] == 60_000
     monkeypatch.setenv("MLCWB_MAX_NODES", "0")
     assert max_nodes() == 0
     check_size(load_model(sample("mlp")), "lowering")  # no limit: nothing raised
     monkeypatch.setenv("MLCWB_MAX_NODES", "lots")
-    assert max_nodes("lowering") == 40_000
+    assert max_nodes("lowering") == 60_000
 
 
 def test_lower_and_compile_refuse_before_any_tvm_work(monkeypatch):

@@ -5,6 +5,7 @@ import networkx as nx
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 
 from core import load_model
 from tests.conftest import light, sample
@@ -99,3 +100,28 @@ def test_clone_keeps_inferred_shapes_value_info_and_fresh_ids_apart():
     c.model.graph.append(node_c)
     c.changed()
     assert c.find_node("extra").id not in {n.id for n in g.nodes}
+
+
+@pytest.mark.parametrize("name", ["densenet121", "squeezenet"])
+def test_topological_order_is_the_lexicographic_sort(name):
+    """The one-pass order (the file's, when topological) is what networkx's sort by position gives."""
+    g = load_model(light(name))
+    expected = list(nx.lexicographical_topological_sort(g.to_networkx(), key=g._position))
+    assert g.topological_order() == expected
+
+
+def test_topological_order_of_nodes_listed_out_of_order():
+    from onnx import TensorProto, helper
+
+    from core.model.graph import Graph
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Relu", ["a"], ["b"], name="second"),
+             helper.make_node("Relu", ["b"], ["y"], name="third")]
+    proto = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]))
+    g = Graph(ir.from_proto(proto))
+    third = g.find_node("third").ir
+    g.model.graph.remove(third)
+    g.model.graph.insert_before(g.find_node("first").ir, third)  # listed first, runs last
+    g.changed()
+    assert [g.node(i).name for i in g.topological_order()] == ["first", "second", "third"]

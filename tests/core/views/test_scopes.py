@@ -164,3 +164,34 @@ def test_a_collapsed_group_shows_the_heat_of_the_nodes_it_holds():
     out = with_group_totals(values, view)
     assert out["grp"] == 0.75 and out[4] == 1.0 and "grp" not in values  # the caller's dict is left alone
     assert with_group_totals({}, view) == {}
+
+
+def _canon(view):
+    nodes = [(n.id, n.label, n.detail, n.category, n.badges, n.tooltip, n.origin, n.data) for n in view.nodes]
+    edges = [(e.src, e.dst, e.label, e.detail, e.data) for e in view.edges]
+    return nodes, edges, view.data
+
+
+def test_drawn_part_only_view_equals_the_full_scan():
+    """scoped_view of the tree's own view visits only what is drawn (core.views.scope_visible);
+    it must give exactly what the scan over every node and edge gives, for any set of open
+    groups: nested ones, ones inside closed groups, structural ranges."""
+    import random
+
+    from core.views.viewgraph import ViewGraph
+
+    for model in (scoped_bert(layers=40, dim=16, heads=2, ffn=32, vocab=64), _chain([f"n{i}" for i in range(1200)])):
+        g = _graph(model)
+        view = from_graph(g)
+        tree = scope_tree(view, g)
+        copy = ViewGraph(view.title, view.nodes, view.edges, view.data)  # not the tree's view: full scan
+        paths = sorted(tree.by_path)
+        rng = random.Random(0)
+        sets = [set(), {paths[1]}, tree.default_expanded(len(view.nodes))]
+        sets += [set(rng.sample(paths, k)) for k in (2, 5, 12, 30) for _ in range(3)]
+        drawn_part = 0
+        for expanded in sets:
+            fast, full = scoped_view(view, tree, expanded), scoped_view(copy, tree, expanded)
+            assert _canon(fast) == _canon(full), sorted(expanded)
+            drawn_part += len(fast.nodes) * 2 <= len(view.nodes)
+        assert drawn_part >= 5  # the drawn-part path was taken, not only the fallback
