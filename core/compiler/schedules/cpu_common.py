@@ -190,6 +190,8 @@ def schedule_injective(sch, block, lanes: int) -> None:
     inner = loops[-1]
     outer_loops = list(loops[:-1])
     width = fit_lanes(extents[-1], lanes)
+    if width is None and 4 <= extents[-1] <= 2 * lanes:
+        width = extents[-1]  # a whole short row (7, 14) as one vector: no straddling, no division
     if width:
         if extents[-1] > width:
             inner_outer, inner = sch.split(inner, [None, width])
