@@ -9,11 +9,14 @@ p10-p90) of warmed-up runs at the same thread count. onnxruntime runs in a proce
 ours in this one, each with its default threading (spinning pools), timed in alternating blocks
 with a pause between, so neither is timed while the other's threads spin and drifts of the
 machine's load hit both alike. `--background-load N` repeats every measurement with N busy
-processes beside it. The header names the host CPU and its ISA. Every compiled model is first
+processes beside it. The quiet measurement also times both at 1 thread (ours: the same executable
+on one thread of TVM's pool; onnxruntime: a second session with one thread) in the same
+alternation, and prints each runtime's speed-up from 1 to --threads threads ('ours 1->2',
+'ort 1->2'; --one-thread off leaves them out). The header names the host CPU and its ISA. Every compiled model is first
 checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in the table.
 
     python benchmarks/compiled_vs_onnxruntime.py [--models squeezenet,small_cnn] [--runs 20]
-        [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1]
+        [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off]
 
 `--tune-minutes M` tunes each model for up to M minutes into --tune-db first (resumable: a
 kernel already in the database is not tuned again).
@@ -21,6 +24,7 @@ kernel already in the database is not tuned again).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -33,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["light_models", "sample_models", "build_vm", "measure", "BackgroundLoad", "host_description", "main"]
+__all__ = ["light_models", "sample_models", "build_vm", "measure", "measure_alternating", "ours_runner", "BackgroundLoad", "host_description", "main"]
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -155,25 +159,53 @@ def measure(vm, ort_proc, feeds, runs: int, warmup: int = 3, blocks: int = 5) ->
     """(ours ms, onnxruntime ms) per run. onnxruntime runs in its own process (ort_proc, a
     core.compiler.ort_worker.OrtProcess), ours here; both with their default threading, timed in
     alternating blocks with a pause between, so neither is timed while the other's threads spin."""
+    return tuple(measure_alternating([ours_runner(vm, feeds), ort_proc.run], runs, warmup, blocks))
+
+
+def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
+    """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
+    thread count is chosen as Artifact.run_device chooses it (core.compiler.threads: the cores
+    other processes leave free, at most `threads`); else exactly `threads` of TVM's pool (the same
+    executable, see core.compiler.target.runtime_threads), or the pool as it is when None."""
+    import contextlib
+
     import tvm
 
-    from core.compiler.bench import SETTLE_S, _block_sizes
+    from core.compiler.target import runtime_threads
+    from core.compiler.threads import ThreadGovernor
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
     fn = vm["main"]
-    for _ in range(warmup):
-        fn(*args)
-    ort_proc.run(warmup)
-    ours, ort = [], []
+    governor = ThreadGovernor(max_threads=threads, enabled=True) if adaptive else None
+
+    def run(n: int) -> list[float]:
+        times = []
+        with runtime_threads(threads) if threads and governor is None else contextlib.nullcontext():
+            for _ in range(n):
+                t0 = time.perf_counter()
+                if governor is not None:
+                    governor.before_run()
+                fn(*args)
+                times.append((time.perf_counter() - t0) * 1e3)
+        return times
+
+    return run
+
+
+def measure_alternating(runners, runs: int, warmup: int = 3, blocks: int = 5) -> list[list[float]]:
+    """ms per run for each of `runners` (functions n -> [ms of n runs]), which take turns in
+    `blocks` blocks with a pause between, so none is timed while another's threads spin and the
+    machine's load drifts hit them all alike."""
+    from core.compiler.bench import SETTLE_S, _block_sizes
+
+    for run in runners:
+        run(warmup)
+    times: list[list[float]] = [[] for _ in runners]
     for size in _block_sizes(runs, blocks):
-        for _ in range(size):
-            t0 = time.perf_counter()
-            fn(*args)
-            ours.append((time.perf_counter() - t0) * 1e3)
-        time.sleep(SETTLE_S)
-        ort.extend(ort_proc.run(size))
-        time.sleep(SETTLE_S)
-    return ours, ort
+        for run, out in zip(runners, times):
+            out.extend(run(size))
+            time.sleep(SETTLE_S)
+    return times
 
 
 def _spread(times: list[float]) -> str:
@@ -265,12 +297,26 @@ def main(argv: list[str] | None = None) -> int:
         help="workbench: compile with core.compiler.compile (what the app and CLI run); own: this file's minimal pass list",
     )
     parser.add_argument("--background-load", type=int, default=0, metavar="N", help="also measure with N busy processes beside (the 'loaded' columns)")
+    parser.add_argument(
+        "--adaptive-threads",
+        choices=("on", "off"),
+        default="on",
+        help="ours on as many of --threads threads as other processes leave cores free, as the workbench runs "
+        "(core.compiler.threads; default), or off: always --threads",
+    )
+    parser.add_argument(
+        "--one-thread",
+        choices=("on", "off"),
+        default="on",
+        help="also time both at 1 thread (quiet) and print each one's speed-up from 1 to --threads threads",
+    )
     parser.add_argument("--ort-spinning", choices=("on", "off"), default="on", help="onnxruntime's spinning worker threads (default on, its default; off is its better setting on a busy machine)")
     args = parser.parse_args(argv)
 
     import os
 
-    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    # `import core` sized TVM's pool to the host's cores already; ours runs on --threads of them
+    # (core.compiler.target.runtime_threads), as many as onnxruntime gets
     from core.compiler.ort_worker import OrtProcess
 
     target = make_target("cpu")
@@ -282,21 +328,34 @@ def main(argv: list[str] | None = None) -> int:
         models = {k: v for k, v in models.items() if k in wanted}
 
     loads = [0] + ([args.background_load] if args.background_load > 0 else [])
+    one_thread = args.one_thread == "on" and args.threads > 1
+    adaptive = args.adaptive_threads == "on"
     print(
         f"host {host_description(target)}  threads {args.threads}  pipeline {args.pipeline}  "
-        f"onnxruntime spinning {args.ort_spinning}  load average {os.getloadavg()[0]:.1f}"
+        f"onnxruntime spinning {args.ort_spinning}  ours adaptive threads {args.adaptive_threads}  TVM pool spin count {os.environ.get('TVM_THREAD_POOL_SPIN_COUNT', 'default')}  "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     print(
         "timing: onnxruntime in its own process, ours in this one, both with default threading, in "
         "alternating blocks with a pause between; ms as median (p10-p90); 'x ort' = median / median, "
         "'p10 x' = p10 / p10 (on a shared machine the fast runs are the least disturbed)"
+        + (
+            f"; '1t' columns: the same executables on 1 thread, timed in the same alternation as the quiet "
+            f"{args.threads}-thread ones; 'ours 1->{args.threads}' / 'ort 1->{args.threads}' = 1-thread median / "
+            f"{args.threads}-thread median (the speed-up from the extra threads)"
+            if one_thread
+            else ""
+        )
     )
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
+    if one_thread:
+        cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}"
     header = f"{'model':<18}{cols}{'tuned ms':>10}{'x ort':>7}  check"
     print(header)
     print("-" * len(header))
     ratios: dict[int, list[float]] = {n: [] for n in loads}
     fast_ratios: dict[int, list[float]] = {n: [] for n in loads}  # p10 / p10
+    single: dict[str, list[float]] = {"x": [], "ours": [], "ort": []}  # x ort at 1 thread, speed-ups 1 -> N
     tuned_ratios = []
     for name, model in models.items():
         proto = _load(model)
@@ -306,46 +365,73 @@ def main(argv: list[str] | None = None) -> int:
         vm = build(proto, target)
         build_s = time.perf_counter() - t0
         cells = ""
-        with OrtProcess(proto.SerializeToString(), feeds, args.threads, spinning=args.ort_spinning == "on") as ort_proc:
+        tvm_tuned, tuned_note = None, ""
+        if args.tune_db:
+            if args.tune_minutes > 0:
+                from core.compiler.tuning import tune_module
+
+                report = tune_module(
+                    relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
+                )
+                print(f"  tuning {name}: {report.summary()}", flush=True)
+            from core.compiler.tuning import database_coverage
+
+            covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
+            if covered:
+                tvm_tuned = build(proto, target, database=args.tune_db)
+                tuned_note = f" tuned {covered}/{kernels} kernels"
+            else:
+                # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,
+                # and the tuned geometric mean counts it as such so both means cover the same models
+                tuned_note = " tuned 0 kernels (= untuned)"
+        spinning = args.ort_spinning == "on"
+        model_bytes = proto.SerializeToString()
+        with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning) as ort_proc, contextlib.ExitStack() as stack:
+            ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
-            probe, _ = measure(vm, ort_proc, feeds, runs=1, warmup=1, blocks=1)
-            runs = _runs_for(probe[0] * 20, args.seconds, args.runs)
-            ours_quiet = None
+            if tvm_tuned is not None:
+                terr = _check(tvm_tuned, ort_proc, feeds)
+                tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
+            ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
+            probe, _ = measure_alternating([ours_n, ort_proc.run], runs=1, warmup=1, blocks=1)
+            runs = _runs_for(probe[0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
+            single_cells = ""
+            tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             for n in loads:
+                # quiet: the 1-thread runs and the tuned build take turns with the others, so every
+                # ratio in the row compares runs made under the same conditions
+                runners = [ours_n, ort_proc.run]
+                extra = {}
+                if n == 0 and one_thread:
+                    extra["ours1"], extra["ort1"] = len(runners), len(runners) + 1
+                    runners += [ours_runner(vm, feeds, 1), ort_one.run]
+                if n == 0 and tvm_tuned is not None:
+                    extra["tuned"] = len(runners)
+                    runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
                 with BackgroundLoad(n):
-                    ours, ort = measure(vm, ort_proc, feeds, runs=runs)
+                    timed = measure_alternating(runners, runs=runs)
+                ours, ort = timed[0], timed[1]
                 ratio = statistics.median(ours) / statistics.median(ort)
                 fast_ratio = float(np.percentile(ours, 10) / np.percentile(ort, 10))
                 ratios[n].append(ratio)
                 fast_ratios[n].append(fast_ratio)
-                ours_quiet = ours_quiet or statistics.median(ours)
                 cells += f"{_spread(ort):>24}{_spread(ours):>24}{ratio:>7.2f}{fast_ratio:>7.2f}"
-            tuned_cell, tuned_ratio_cell, tuned_note = f"{'-':>10}", f"{'-':>7}", ""
-            if args.tune_db:
-                if args.tune_minutes > 0:
-                    from core.compiler.tuning import tune_module
-
-                    report = tune_module(
-                        relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
-                    )
-                    print(f"  tuning {name}: {report.summary()}", flush=True)
-                from core.compiler.tuning import database_coverage
-
-                covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
-            if args.tune_db and covered:
-                tvm_tuned = build(proto, target, database=args.tune_db)
-                terr = _check(tvm_tuned, ort_proc, feeds)
-                tuned, ort2 = measure(tvm_tuned, ort_proc, feeds, runs=_runs_for(ours_quiet, args.seconds, args.runs))
-                tuned_ratio = statistics.median(tuned) / statistics.median(ort2)
-                tuned_ratios.append(tuned_ratio)
-                tuned_cell, tuned_ratio_cell = f"{statistics.median(tuned):>10.3g}", f"{tuned_ratio:>7.2f}"
-                tuned_note = f" tuned {covered}/{kernels} kernels" + ("" if terr <= 0 else f" tuned MISMATCH {terr:.2e}")
-            elif args.tune_db:
-                # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,
-                # and the tuned geometric mean counts it as such so both means cover the same models
-                tuned_ratios.append(ratios[0][-1])
-                tuned_cell, tuned_ratio_cell = f"{ours_quiet:>10.3g}", f"{ratios[0][-1]:>7.2f}"
-                tuned_note = " tuned 0 kernels (= untuned)"
+                if "ours1" in extra:
+                    ours1, ort1 = statistics.median(timed[extra["ours1"]]), statistics.median(timed[extra["ort1"]])
+                    row = {"x": ours1 / ort1, "ours": ours1 / statistics.median(ours), "ort": ort1 / statistics.median(ort)}
+                    for key, value in row.items():
+                        single[key].append(value)
+                    single_cells = f"{ort1:>9.3g}{ours1:>9.3g}{row['x']:>6.2f}{row['ours']:>11.2f}{row['ort']:>10.2f}"
+                if "tuned" in extra:
+                    tuned_ms = statistics.median(timed[extra["tuned"]])
+                    tuned_ratio = tuned_ms / statistics.median(ort)
+                    tuned_ratios.append(tuned_ratio)
+                    tuned_cell, tuned_ratio_cell = f"{tuned_ms:>10.3g}", f"{tuned_ratio:>7.2f}"
+                    tuned_note += f" (tuned/untuned {tuned_ms / statistics.median(ours):.2f})"
+                elif n == 0 and args.tune_db:
+                    tuned_ratios.append(ratio)
+                    tuned_cell, tuned_ratio_cell = f"{statistics.median(ours):>10.3g}", f"{ratio:>7.2f}"
+            cells += single_cells
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
         del vm
@@ -355,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
     line = f"{'geomean':<18}" + "".join(f"{'':>48}{geomean(ratios[n]):>7.2f}{geomean(fast_ratios[n]):>7.2f}" for n in loads)
+    if one_thread:
+        line += f"{'':>18}{geomean(single['x']):>6.2f}{geomean(single['ours']):>11.2f}{geomean(single['ort']):>10.2f}"
     if tuned_ratios:
         line += f"{'':>10}{geomean(tuned_ratios):>7.2f}"
     print(line)

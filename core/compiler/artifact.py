@@ -154,6 +154,7 @@ class Artifact:
     folder: Path | None = None
     pipeline: Any = None  # the core.compiler.pipeline PassSpecs it was built with (None: the default)
     _vm: Any = None
+    _governor: Any = None  # core.compiler.threads.ThreadGovernor, on first CPU run
 
     # -- running -------------------------------------------------------------------------
 
@@ -195,7 +196,15 @@ class Artifact:
         return args
 
     def run_device(self, args: list):
-        """One call of main on device tensors; returns the raw VM result (for timing loops)."""
+        """One call of main on device tensors; returns the raw VM result (for timing loops).
+        On the CPU, as many threads as the cores other processes leave free
+        (core.compiler.threads)."""
+        if self.target != "cuda":
+            if self._governor is None:
+                from .threads import ThreadGovernor
+
+                self._governor = ThreadGovernor()
+            self._governor.before_run()
         return self.vm()["main"](*args)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

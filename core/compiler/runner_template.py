@@ -84,6 +84,36 @@ def _cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _pool_governor(tvm, limit: int):
+    """A function to call before each CPU run: it gives TVM's pool the cores other processes
+    leave free (their runnable threads, from /proc/loadavg), at least 1 and at most `limit`.
+    TVM splits parallel loops statically, so a worker whose core another process holds makes
+    every kernel wait for it (the workbench's core.compiler.threads does the same).
+    WORKBENCH_ADAPTIVE_THREADS=0 turns it off."""
+    if os.environ.get("WORKBENCH_ADAPTIVE_THREADS", "1").strip() in ("0", "off", "false", "no") or limit <= 1:
+        return lambda: None
+    config = tvm.get_global_func("runtime.config_threadpool")
+    cores = _cpu_count()
+    state = {"threads": limit, "checked": float("-inf")}
+
+    def before_run() -> None:
+        now = time.monotonic()
+        if now - state["checked"] < 0.002:  # tiny models do not pay for a look each run
+            return
+        state["checked"] = now
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                others = max(0, int(f.read().split()[3].split(b"/")[0]) - 1)
+        except (OSError, IndexError, ValueError):
+            others = 0
+        wanted = max(1, min(limit, cores - others))
+        if wanted != state["threads"]:
+            config(1, wanted)
+            state["threads"] = wanted
+
+    return before_run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="run.py",
@@ -154,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"input '{name}' has shape {list(a.shape)}, the model needs {shape}.")
         args_dev.append(tvm.runtime.tensor(a, dev))
 
+    try:
+        pool_size = int(os.environ["TVM_NUM_THREADS"])
+    except ValueError:
+        pool_size = _cpu_count()
+    before_run = _pool_governor(tvm, pool_size) if kind == "cpu" else (lambda: None)
+    before_run()
     outputs = flatten_outputs(vm["main"](*args_dev))
     names = [o["name"] for o in manifest["outputs"]]
     for name, value in zip(names, outputs):
@@ -164,11 +200,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.bench > 0:
         for _ in range(3):
+            before_run()
             vm["main"](*args_dev)
         dev.sync()
         times = []
         for _ in range(args.bench):
             t0 = time.perf_counter()
+            before_run()
             vm["main"](*args_dev)
             dev.sync()
             times.append((time.perf_counter() - t0) * 1000.0)

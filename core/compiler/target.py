@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "TARGET_KINDS"]
+__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "runtime_threads", "TARGET_KINDS"]
 
 TARGET_KINDS = ("cpu", "cuda")
 
@@ -50,6 +50,33 @@ def use_host_cores() -> None:
     # parallel kernel, which is why only kernels of ~1 M multiply-adds and more run in parallel
     # (core.compiler.schedules).
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+
+
+class runtime_threads:
+    """Run TVM's compiled code on `n` threads inside this `with` block (and restore the count
+    it had before): the same executable measured at 1 and at 2 threads shows how its kernels
+    scale. A count above the pool's size (TVM_NUM_THREADS, see use_host_cores) gets the pool's
+    size. Works on this thread's pool, the one `vm["main"]` called from here uses."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+        self._before = None
+
+    @staticmethod
+    def _funcs():
+        import tvm
+
+        return tvm.get_global_func("runtime.config_threadpool"), tvm.get_global_func("runtime.NumThreads")
+
+    def __enter__(self) -> "runtime_threads":
+        config, count = self._funcs()
+        self._before = int(count())
+        config(1, self.n)  # 1: TVM's "big cores" mode, all of them alike on x86
+        return self
+
+    def __exit__(self, *exc) -> None:
+        config, _ = self._funcs()
+        config(1, self._before)
 
 
 def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr: list[str] | None = None, cores: int | None = None):

@@ -1,5 +1,5 @@
 """Where tuning builds and measures candidate schedules: a LocalBuilder that starts in seconds,
-a LocalRunner that keeps medians, and an RPC runner for devices registered with a TVM tracker.
+a LocalRunner whose fastest repeat counts, and an RPC runner for devices registered with a TVM tracker.
 
 Split from core.compiler.tuning (which re-exports these names), so the search itself reads apart
 from the machinery that times it.
@@ -78,12 +78,40 @@ def local_builder(workers: int | None = None):
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
 
 
-def local_runner():
-    """A LocalRunner measuring each candidate as 3 repeats of >= 40 ms (medians are kept)."""
+def _run_evaluator_on(threads: int):
+    """MetaSchedule's evaluator with TVM's pool in the measuring process set to `threads` first
+    (a closure, shipped by value to the runner's worker process)."""
+
+    def run_evaluator(rt_mod, device, evaluator_config, repeated_args):
+        import tvm
+        from tvm.s_tir.meta_schedule.runner.utils import run_evaluator_common
+
+        tvm.get_global_func("runtime.config_threadpool")(1, int(threads))
+        return run_evaluator_common(rt_mod, device, evaluator_config, repeated_args)
+
+    return run_evaluator
+
+
+def local_runner(threads: int | None = 1):
+    """A LocalRunner measuring each candidate as 15 repeats of >= 2 ms (the fastest is kept:
+    core.compiler.tuning._measure_schedules), on `threads` threads (None: the pool's own size).
+    Short repeats, many of them: on a shared machine some fit between other processes' time
+    slices, and the fastest of them is what the schedule costs (5 repeats of 20 ms, each one
+    interrupted, left a conv's configs 2.9-8.9 ms apart with its default 5.4 ms).
+
+    One thread by default: candidates are compared by what they cost a core. TVM splits a
+    parallel loop statically, so on a machine other processes share, a 2-thread measurement
+    times whichever core was taken: measured there under load, one conv's 35 template configs
+    ranged 2.3-36 ms and its default 4.8-12 ms between two runs. Every schedule compared
+    (default, template configs, MetaSchedule's records) is measured alike, so the choices stay
+    consistent; the configs differ in their register tiles and blocking, not in how their outer
+    loop is parallelized."""
     from tvm.s_tir import meta_schedule as ms
 
-    config = ms.runner.EvaluatorConfig(number=1, repeat=3, min_repeat_ms=40, enable_cpu_cache_flush=False)
-    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+    config = ms.runner.EvaluatorConfig(number=1, repeat=15, min_repeat_ms=2, enable_cpu_cache_flush=False)
+    if threads is None:
+        return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config, f_run_evaluator=_run_evaluator_on(threads))
 
 
 def parse_rpc_address(text: str) -> tuple[str, int, str]:

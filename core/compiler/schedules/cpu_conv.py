@@ -116,7 +116,7 @@ class Conv2dNCHW:
 
     name = "cpu.Conv2dNCHW"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 3
+    space_version = 4
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
@@ -162,7 +162,8 @@ class Conv2dNCHW:
         """Configs worth measuring for `func` (template tuning), the default first: register
         tiles (VB channels x TH rows x T columns) that keep 6-14 accumulators in registers
         (up to 30 with AVX-512),
-        each with the input unblocked or blocked by 8/16 channels; [] when the rule does not
+        each with the input unblocked or blocked by 8/16 channels, and on AVX-512 targets a few
+        256-bit (half-lane) tiles; [] when the rule does not
         match or takes the row-vectorized form (which has no knobs)."""
         from tvm import s_tir
 
@@ -193,6 +194,15 @@ class Conv2dNCHW:
         for vb, th, t, _ in tiles:
             for icb in blocks:
                 config = {"vb": vb, "t": t, "th": th, "icb": icb}
+                if config not in configs:
+                    configs.append(config)
+        if lanes >= 16:
+            # AVX-512 targets: also 256-bit vectors (channel blocks of half the lanes, ymm code),
+            # the tiles AVX2 would take; measured on the host, never assumed faster or slower
+            half = [x for x in register_tiles(ocpg, out_height, out_width, lanes // 2, registers) if x[0] == lanes // 2]
+            half.sort(key=lambda x: (-x[3], x[1]))
+            for vb, th, t, _ in half[:4]:
+                config = {"vb": vb, "t": t, "th": th, "icb": 0}
                 if config not in configs:
                     configs.append(config)
         if kh * kw > 1:

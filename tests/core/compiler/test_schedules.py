@@ -134,7 +134,8 @@ def test_conv_pool_dense_forms_match_onnxruntime(target):
     mod = _fused(model)
     used = _rules_used(mod, target)
     conv_funcs = [name for name in used if "conv2d" in name]
-    assert len(conv_funcs) == 3 and all(used[name] == "cpu.Conv2dNCHW" for name in conv_funcs), used
+    # the depthwise conv has its own rule (core.compiler.schedules.cpu_depthwise)
+    assert sorted(used[name] for name in conv_funcs) == ["cpu.Conv2dNCHW", "cpu.Conv2dNCHW", "cpu.DepthwiseConv2dNCHW"], used
     assert any(rule == "cpu.Matmul" for name, rule in used.items() if "matmul" in name), used
     assert all(rule is not None for rule in used.values()), used
 
@@ -338,3 +339,30 @@ def test_conv_code_fits_each_isa(mcpu, mattr, wide):
         if "vfmadd" in block:
             assert not re.search(r"\bv(?:insert|extract)ps\b", block), "accumulator lanes assembled one by one:\n" + block
     assert "vscatter" not in asm and "vgather" not in asm
+
+
+def test_pooling_and_sum_run_in_parallel_and_match_onnxruntime(target):
+    """Window reductions (max pooling, ONNX Sum's stack+sum) big enough to pay for a second
+    thread get a parallel loop: `parallel` has to come before the reduction is decomposed, or
+    TVM refuses the loop and the kernel stays on one thread (ResNet-50's pooling and residual
+    sums did)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64, 64])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32])
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Sum", ["p", "z"], ["y"]),
+    ]
+    model = helper.make_model(helper.make_graph(nodes, "pool_sum", [x, z], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(9)
+    feeds = {"x": rng.standard_normal((1, 64, 64, 64)).astype(np.float32), "z": rng.standard_normal((1, 64, 32, 32)).astype(np.float32)}
+    scheduled, ours = _compile_and_run(_fused(model), feeds, target)
+    import tvm
+
+    kernels = {g.name_hint: f for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+    pools = [f for name, f in kernels.items() if "pool" in name]
+    sums = [f for name, f in kernels.items() if "sum" in name]
+    assert pools and sums, list(kernels)
+    for func in pools + sums:
+        assert "T.parallel" in func.script()
+    np.testing.assert_allclose(ours, ort_run(model, feeds)[0], rtol=RTOL, atol=ATOL)

@@ -37,3 +37,19 @@ def test_importing_core_unpins_and_stops_spinning_unless_the_user_chose():
     run = lambda env: subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
     assert run(clean).stdout.strip().splitlines()[-1] == "00"
     assert run({**clean, "TVM_BIND_THREADS": "1", "TVM_THREAD_POOL_SPIN_COUNT": "7"}).stdout.strip().splitlines()[-1] == "17"
+
+
+def test_runtime_threads_sets_and_restores_the_pool_size():
+    """The benchmark's 1-thread columns run the same executable on one thread of the pool."""
+    code = (
+        "import core, tvm\n"
+        "from core.compiler.target import runtime_threads\n"
+        "n = tvm.get_global_func('runtime.NumThreads')\n"
+        "with runtime_threads(1):\n"
+        "    inside = n()\n"
+        "print(inside, n())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    env["TVM_NUM_THREADS"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "1 2"

@@ -247,6 +247,40 @@ def test_every_conv_candidate_computes_the_same(target):
         np.testing.assert_allclose(out, outputs[0], rtol=1e-4, atol=1e-4)
 
 
+def test_avx512_conv_candidates_include_256_bit_tiles(target):
+    """On an AVX-512 target the template search also measures 256-bit (8-lane) channel blocks,
+    the tiles AVX2 takes (codegen only for the target this host may not run); an AVX2 target
+    gets no narrower ones. Where the host runs AVX-512, such a config computes the same."""
+    import tvm
+
+    from core.compiler.schedules.cpu_conv import Conv2dNCHW
+    from core.compiler.target import make_target
+    from core.compiler.tuning import _prepare
+
+    func = next(f for g, f in _prepare(_fused(_conv_model())).functions_items() if "conv2d" in g.name_hint)
+    rule = Conv2dNCHW()
+    wide = rule.candidates(func, make_target("cpu", mcpu="znver4"))
+    assert {c["vb"] for c in wide} >= {8, 16} and wide[0]["vb"] >= 16
+    narrow = make_target("cpu", mcpu="znver3")
+    assert min(c["vb"] for c in rule.candidates(func, narrow)) == 8
+    sch = rule.apply(func, make_target("cpu", mcpu="znver4"), next(c for c in wide if c["vb"] == 8))
+    assert sch is not None  # builds for AVX-512 whatever this host is
+    from tvm.target import codegen
+
+    if not codegen.target_has_features("avx512f", target):
+        return  # an AVX2 host: nothing more to run here
+    host_half = [c for c in rule.candidates(func, target) if c["vb"] == 8]
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal([int(d) for d in p.shape]).astype(np.float32) for p in func.params]
+    outputs = []
+    for config in (rule.candidates(func, target)[0], host_half[0]):
+        lib = tvm.tirx.build(tvm.IRModule({"main": rule.apply(func, target, config).mod["main"].with_attr("global_symbol", "main")}), target)
+        tensors = [tvm.runtime.tensor(a) for a in args]
+        lib["main"](*tensors)
+        outputs.append(tensors[-1].numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-4, atol=1e-4)
+
+
 def _loopback_tracker(key: str, servers: int):
     """A TVM RPC tracker on 127.0.0.1 with `servers` servers registered under `key`, ready."""
     from tvm import rpc
@@ -317,3 +351,32 @@ def test_tune_rpc_addresses_are_checked():
             parse_rpc_address(bad)
     r = run_cli("compile", "model.onnx", "-o", "out", "--tune-rpc", "localhost:x:key")
     assert r.returncode == 2 and "tracker port" in r.stderr
+
+
+def test_local_runner_measures_candidates_on_one_thread():
+    """Candidates are compared by what they cost one core (a 2-thread figure on a shared machine
+    times whichever core another process took): the evaluator sizes the measuring process's pool."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.script import tirx as T
+
+    from core.compiler.tuning_runners import _run_evaluator_on, local_runner
+
+    @T.prim_func(s_tir=True)
+    def add_one(a: T.Buffer((64,), "float32"), b: T.Buffer((64,), "float32")):
+        for i in range(64):
+            with T.sblock("b"):
+                vi = T.axis.spatial(64, i)
+                b[vi] = a[vi] + T.float32(1)
+
+    lib = tvm.tirx.build(tvm.IRModule({"main": add_one}), "llvm")
+    count = tvm.get_global_func("runtime.NumThreads")
+    before = count()
+    args = [tvm.runtime.tensor(np.zeros(64, "float32")), tvm.runtime.tensor(np.zeros(64, "float32"))]
+    config = ms.runner.EvaluatorConfig(number=1, repeat=2, min_repeat_ms=0, enable_cpu_cache_flush=False)
+    try:
+        costs = _run_evaluator_on(1)(lib, tvm.cpu(), config, [args])
+        assert len(costs) == 2 and count() == 1
+    finally:
+        tvm.get_global_func("runtime.config_threadpool")(1, before)
+    assert isinstance(local_runner(), ms.runner.LocalRunner) and isinstance(local_runner(None), ms.runner.LocalRunner)

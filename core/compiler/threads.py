@@ -1,0 +1,113 @@
+"""How many threads a model run uses: as many as the cores other work leaves free.
+
+Why: TVM's thread pool splits every parallel loop statically, one equal share per thread, and the
+call returns when the last share is done. When another process keeps one of the cores busy, the
+worker thread holding a share waits for that core (up to a scheduler time slice, milliseconds),
+while the calling thread, its own share done, waits for the worker: every parallel kernel takes
+the time of the slower core. On this project's shared 2-core Zen 4 host, with other engineers'
+processes running (load average 3), ResNet-50 took 104-115 ms at 1 thread and 182-207 ms at
+2 threads (best of 5 runs, same executable). onnxruntime does not suffer this: its main thread
+takes the blocks of a parallel loop the workers have not started.
+
+So before a run, `ThreadGovernor` looks at how many threads are runnable elsewhere (the kernel's
+instantaneous count in /proc/loadavg, a few microseconds to read; at most every `recheck_s`, so
+runs of tiny models do not pay for it each time) and gives TVM's pool the cores left, at least
+one and at most the pool's size. On a quiet machine that is every core; beside N busy processes,
+N fewer. WORKBENCH_ADAPTIVE_THREADS=0 turns it off (the pool keeps its size).
+
+TVM's pool belongs to the thread that calls the compiled code (a worker thread of the GUI has its
+own), so the governor sets the pool of the thread it is called from, remembering per thread what
+it set.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["ThreadGovernor", "runnable_elsewhere", "adaptive_threads_enabled"]
+
+logger = logging.getLogger(__name__)
+
+
+def runnable_elsewhere() -> int:
+    """Threads runnable on this machine besides the caller (0 when the kernel does not say)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            field = f.read().split()[3]  # b"3/105": runnable / all scheduling entities
+        return max(0, int(field.split(b"/")[0]) - 1)
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def adaptive_threads_enabled() -> bool:
+    return os.environ.get("WORKBENCH_ADAPTIVE_THREADS", "1").strip() not in ("0", "off", "false", "no")
+
+
+def _pool_size() -> int:
+    """The threads TVM's pool was started with: TVM_NUM_THREADS (core.compiler.target.use_host_cores
+    sets it to the host's cores unless the user did)."""
+    from .target import host_cores
+
+    try:
+        return max(1, int(os.environ.get("TVM_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or host_cores()))
+    except ValueError:
+        return host_cores()
+
+
+class ThreadGovernor:
+    """Call `before_run()` before each run of compiled CPU code (see the module docstring).
+
+    `max_threads`: the most threads to use (default: the pool's size, TVM_NUM_THREADS, which
+    core.compiler.target.use_host_cores made the host's cores unless the user set it). `cores`: the
+    cores this process may use (default core.compiler.target.host_cores()). `others`: how many
+    threads are runnable elsewhere (default runnable_elsewhere; tests pass their own).
+    """
+
+    def __init__(
+        self,
+        max_threads: int | None = None,
+        *,
+        cores: int | None = None,
+        others: Callable[[], int] = runnable_elsewhere,
+        recheck_s: float = 0.002,
+        enabled: bool | None = None,
+    ):
+        from .target import host_cores
+
+        self.max_threads = max_threads
+        self.cores = cores or host_cores()
+        self.others = others
+        self.recheck_s = recheck_s
+        self.enabled = adaptive_threads_enabled() if enabled is None else enabled
+        self._state = threading.local()  # per calling thread: pool size, what we set, when checked
+
+    def threads_now(self, limit: int) -> int:
+        """Threads worth using now: the cores not taken by other runnable threads, in [1, limit]."""
+        return max(1, min(limit, self.cores - self.others()))
+
+    def before_run(self) -> int:
+        """Size the calling thread's pool for the next run; returns the threads it will use."""
+        state = self._state
+        if not hasattr(state, "limit"):
+            import tvm
+
+            state.config = tvm.get_global_func("runtime.config_threadpool")
+            state.limit = max(1, self.max_threads or _pool_size())
+            state.current = int(tvm.get_global_func("runtime.NumThreads")())
+            state.checked = float("-inf")
+        if not self.enabled:
+            wanted = state.limit
+        else:
+            now = time.monotonic()
+            if now - state.checked < self.recheck_s:
+                return state.current
+            state.checked = now
+            wanted = self.threads_now(state.limit)
+        if wanted != state.current:
+            state.config(1, wanted)  # 1: TVM's "big cores" mode, every core alike on x86
+            logger.debug("TVM pool: %d -> %d threads", state.current, wanted)
+            state.current = wanted
+        return wanted
