@@ -345,17 +345,18 @@ def test_pooling_and_sum_run_in_parallel_and_match_onnxruntime(target):
     """Window reductions (max pooling, ONNX Sum's stack+sum) big enough to pay for a second
     thread get a parallel loop: `parallel` has to come before the reduction is decomposed, or
     TVM refuses the loop and the kernel stays on one thread (ResNet-50's pooling and residual
-    sums did)."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64, 64])
-    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 32, 32])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 32, 32])
+    sums did). The shapes are ResNet-50's stem pool: smaller pools (under ~1 M window steps)
+    run on one thread by design (core.compiler.schedules.cpu_depthwise)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 112, 112])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 56, 56])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])
     nodes = [
         helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
         helper.make_node("Sum", ["p", "z"], ["y"]),
     ]
     model = helper.make_model(helper.make_graph(nodes, "pool_sum", [x, z], [y]), opset_imports=[helper.make_opsetid("", 17)])
     rng = np.random.default_rng(9)
-    feeds = {"x": rng.standard_normal((1, 64, 64, 64)).astype(np.float32), "z": rng.standard_normal((1, 64, 32, 32)).astype(np.float32)}
+    feeds = {"x": rng.standard_normal((1, 64, 112, 112)).astype(np.float32), "z": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
     scheduled, ours = _compile_and_run(_fused(model), feeds, target)
     import tvm
 
