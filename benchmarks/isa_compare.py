@@ -11,7 +11,7 @@ Every variant is built in this process and timed in alternating blocks (variant 
 B's, then C's, repeated), one runtime only (TVM), so load on the machine hits all alike.
 
     python benchmarks/isa_compare.py [--models squeezenet,small_cnn] [--variants znver4,znver4-avx2,znver3]
-        [--threads 1] [--blocks 5] [--seconds 4]
+        [--threads 1] [--blocks 5] [--seconds 4] [--pipeline workbench|own]
 
 A variant is an LLVM CPU name, optionally followed by `-avx2` (that CPU with AVX-512 disabled).
 Variants the host cannot run (AVX-512 code on an AVX2 host) are compiled and counted, not timed.
@@ -66,11 +66,32 @@ def host_runs(target) -> bool:
     return True
 
 
+def _workbench_module(proto, target):
+    """`proto` through the workbench's default pipeline for `target` (what compile_model runs for the host)."""
+    import tempfile
+
+    from core.compiler.compile import _resolve_graph, import_relax
+    from core.compiler.pipeline import default_pipeline, make_pass
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "model.onnx"
+        path.write_bytes(proto.SerializeToString())
+        mod = import_relax(_resolve_graph(str(path))).mod
+    with target:
+        for spec in default_pipeline(target):
+            if spec.enabled:
+                mod = make_pass(spec, target)(mod)
+    return mod
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="small_cnn,squeezenet")
     parser.add_argument("--variants", default="", help="default: the host CPU, it with AVX-512 off, znver3")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--pipeline", choices=("workbench", "own"), default="workbench",
+                        help="workbench: the default pass pipeline for each variant's target (core.compiler.pipeline, NCHWc "
+                             "layout included); own: this file's import + LegalizeOps + FuseOps + schedules only")
     parser.add_argument("--blocks", type=int, default=5, help="alternating timing blocks per variant")
     parser.add_argument("--seconds", type=float, default=4.0, help="timing budget per model and variant")
     args = parser.parse_args(argv)
@@ -87,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     host = host_cpu()
     variants = [v for v in args.variants.split(",") if v] or [host, f"{host}-avx2", "znver3"]
     models = {**light_models(), **sample_models()}
-    print(f"host {host}  threads {args.threads}  load {os.getloadavg()[0]:.1f}  (ratios to {variants[-1]})")
+    print(f"host {host}  threads {args.threads}  pipeline {args.pipeline}  load {os.getloadavg()[0]:.1f}  (ratios to {variants[-1]})")
     header = f"{'model':<14}{'variant':<16}{'median ms':>10}{'p10':>9}{'p90':>9}{'x last':>8}{'ins/ext':>9}{'fma':>7}{'zmm':>7}{'spill':>7}"
     print(header)
     print("-" * len(header))
@@ -97,9 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         built = {}
         for variant in variants:
             target = variant_target(variant, args.threads)
-            mod = relax_to_fused_tir(proto)
-            with target:
-                mod = schedule_pass(target)(mod)
+            if args.pipeline == "workbench":
+                mod = _workbench_module(proto, target)
+            else:
+                mod = relax_to_fused_tir(proto)
+                with target:
+                    mod = schedule_pass(target)(mod)
             ex = tvm.compile(mod, target)
             counts = assembly_counts(ex)
             vm = relax.VirtualMachine(ex, tvm.cpu()) if host_runs(target) else None

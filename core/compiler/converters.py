@@ -275,7 +275,19 @@ def _build_fixes() -> dict[str, type]:
                 y = relax.op.astype(y, dt)
             return relax.Tuple([bb.normalize(y), mean, inv])
 
+    class SumPairwise(fe.Sum):
+        """Sum of tensors as pairwise adds (ONNX's Sum broadcasts like Add), not stack + reduce:
+        an add fuses into the convolution before it (ResNet's residual), and carries the
+        channel-blocked layout (core.compiler.layout_nchwc) where stack has no layout rule."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            if all(isinstance(x, tvm.ir.GenericConst) for x in inputs):
+                return super()._impl_v1(bb, inputs, attr, params)
+            return cls._impl_dynamic(bb, list(inputs))
+
     return {
+        "Sum": SumPairwise,
         "LayerNormalization": LayerNormalizationStats,
         "Expand": ExpandComputedShape,
         "Reshape": ReshapeComputedShape,

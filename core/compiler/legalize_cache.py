@@ -124,20 +124,26 @@ def _caching(op_name: str, func, call_tir_op):
     return legalize
 
 
-def legalize_pass(target=None):
-    """A module pass running relax.transform.LegalizeOps with the caching map described above."""
+def legalize_pass(target=None, overrides: dict | None = None):
+    """A module pass running relax.transform.LegalizeOps with the caching map described above.
+    `overrides` (op name -> legalize function) replace TVM's registered legalization of those
+    ops (the channel-blocked conv2d, core.compiler.layout_nchwc); they are cached only for ops
+    whose registered legalization is (the override must then not read bindings either)."""
     import tvm
     from tvm import relax
+
+    overrides = dict(overrides or {})
 
     @tvm.transform.module_pass(opt_level=0, name="LegalizeOps")
     def _pass(mod, _ctx):
         call_tir_op = tvm.ir.Op.get("relax.call_tir")
         cmap = {}
-        for name in sorted(_ops_in(mod) & cacheable_ops()):
-            func = tvm.ir.Op.get(name).get_attr("FLegalize")
+        cacheable = cacheable_ops()
+        for name in sorted(_ops_in(mod) & (cacheable | set(overrides))):
+            func = overrides.get(name) or tvm.ir.Op.get(name).get_attr("FLegalize")
             if func is None:
                 continue
-            cmap[name] = _caching(name, func, call_tir_op)
+            cmap[name] = _caching(name, func, call_tir_op) if name in cacheable else func
         for k in LEGALIZE_STATS:
             LEGALIZE_STATS[k] = 0
         out = relax.transform.LegalizeOps(customize_legalize_map=cmap)(mod)

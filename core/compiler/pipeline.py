@@ -3,8 +3,10 @@
 A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction level it works at, and
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
-passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights, TVM's
-FoldConstant) and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`.
+passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
+FoldScaleIntoConv and, for CPUs, ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
+the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
 The runner (core.compiler.runner) runs the enabled specs one by one for everything that compiles:
 lowering snapshots the module after each, compile builds with the very same list, so what the
@@ -161,6 +163,11 @@ def _np_eval(call, env):
     if op == "relax.astype":
         x = arg(a[0])
         return None if x is None else x.astype(str(call.attrs.dtype))
+    if op == "relax.layout_transform":  # weights and biases put in NCHW{b}c by ConvertLayoutNCHWc
+        from .layout_nchwc import layout_transform_numpy
+
+        x = arg(a[0])
+        return None if x is None else layout_transform_numpy(x, call.attrs.index_map, call.attrs.pad_value)
     return None
 
 
@@ -245,6 +252,21 @@ def _relax(name: str, **kwargs):
     return factory
 
 
+def _fold_conv_scale(target):
+    from .fold_conv_scale import fold_conv_scale_pass
+
+    return fold_conv_scale_pass(target)
+
+
+def _convert_layout(target):
+    import tvm
+
+    from .layout_nchwc import convert_layout_pass
+
+    # the constant transforms it adds (weights, biases, batch-norm scales) folded right away
+    return tvm.transform.Sequential([convert_layout_pass(target), fold_weights_pass(target)], name="ConvertLayoutNCHWc")
+
+
 def _schedule(target):
     from .schedules import schedule_pass
 
@@ -262,9 +284,11 @@ def _seq(*names: str):
 
 
 def _legalize(target):
+    from .layout_nchwc import legalize_conv2d
     from .legalize_cache import legalize_pass  # each distinct call legalized once (big graphs)
 
-    return legalize_pass(target)
+    # and the channel-blocked conv2d, which relax's own legalization refuses
+    return legalize_pass(target, overrides={"relax.nn.conv2d": legalize_conv2d})
 
 
 def _dispatch(target):
@@ -288,6 +312,11 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
+    PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
+             "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
+    PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
+             "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
+             "converted once at the entry and exit of each blocked region (core.compiler.layout_nchwc)."),
     PassInfo("FoldConstant", "graph", _relax("FoldConstant"),
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
     PassInfo("LibraryDispatch", "graph", _dispatch,
@@ -324,6 +353,8 @@ _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
     "FoldWeights",
+    "FoldScaleIntoConv",
+    "ConvertLayoutNCHWc",
     "FoldConstant",
     "LibraryDispatch",
     "LegalizeOps",
@@ -350,6 +381,7 @@ def default_pipeline(target) -> list[PassSpec]:
     """The default chain for `target` (a tvm Target or 'cpu'/'cuda')."""
     names = list(_DEFAULT)
     if _is_gpu(target):
+        names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 

@@ -39,7 +39,7 @@ from .cpu_common import (
     VECTOR_REGISTERS,
 )
 
-__all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "register_tiles"]
+__all__ = ["Conv2dNCHW", "Conv2dNCHWc", "choose_conv_tile", "choose_width_tile", "register_tiles"]
 
 logger = logging.getLogger(__name__)
 
@@ -361,3 +361,122 @@ def choose_width_tile(out_channels: int, out_width: int, lanes: int) -> tuple[in
         return None
     fb = max(d for d in range(1, 9) if out_channels % d == 0)
     return fb, vx
+
+
+class Conv2dNCHWc:
+    """Direct convolution in channel-blocked layout (core.compiler.layout_nchwc): TOPI's
+    `conv2d_NCHWc` block, iterators n, oc_chunk, oh, ow, oc_block | ic, kh, kw.
+
+    The layout already is what the NCHW rule builds per call: weights are constants in
+    OIHW{b}i{b}o (packed once, by FoldWeights), the b input channels of a pixel are contiguous and
+    the b output channels of a pixel are one vector, so no copy is made. Each thread computes
+    TH rows x T columns x b channels in registers (`choose_conv_tile`), loops
+    n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
+    (vectorized), and writes each tile back once with the fused epilogue (bias, batch-norm,
+    residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy.
+    """
+
+    name = "cpu.Conv2dNCHWc"
+    space_version = 1
+
+    def _match(self, sch, target) -> dict | None:
+        conv = None
+        for block in root_blocks(sch):
+            if sch.get(block).name_hint == "conv2d_NCHWc" and iter_kinds(sch, block) == "SSSSSRRR":
+                conv = block
+                break
+        if conv is None:
+            return None
+        extents = iter_extents(sch, conv)
+        if any(e is None for e in extents):
+            return None
+        stmt = sch.get(conv)
+        if len(stmt.reads) != 2 or len(stmt.reads[0].source.shape) != 5:
+            return None
+        in_block = const_int(stmt.reads[0].source.shape[4])
+        if in_block is None or extents[5] % in_block:
+            return None
+        return {"conv": conv, "extents": extents, "data_region": stmt.reads[0], "in_block": in_block, "lanes": vector_lanes(target)}
+
+    def _default_tile(self, info) -> tuple[int, int]:
+        _, _, out_height, out_width, oc_block, _, _, _ = info["extents"]
+        tile = choose_conv_tile(oc_block, out_width, info["lanes"], out_height)
+        if tile is None or tile[0] != oc_block:
+            # one vector of oc_block lanes per column: as many columns as leave registers spare
+            t = max(d for d in range(1, min(out_width, 12) + 1) if out_width % d == 0)
+            return t, 1
+        return tile[1], tile[2]
+
+    def candidates(self, func, target) -> list[dict]:
+        """Register tiles (T columns x TH rows) to measure, the default first."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        info = self._match(sch, target)
+        if info is None:
+            return []
+        _, _, out_height, out_width, oc_block, _, kh, kw = info["extents"]
+        t, th = self._default_tile(info)
+        configs = [{"t": t, "th": th}]
+        tiles = [x for x in register_tiles(oc_block, out_height, out_width, info["lanes"], vector_registers(target)) if x[0] == oc_block]
+        tiles.sort(key=lambda x: (-x[3], x[1]))
+        for _, th_, t_, _ in tiles[:8]:
+            if {"t": t_, "th": th_} not in configs:
+                configs.append({"t": t_, "th": th_})
+        if kh * kw > 1:
+            configs.append({**configs[0], "unroll_kw": True})
+        configs.append({**configs[0], "rows_outer": True})
+        return configs
+
+    def apply(self, func, target, config: dict | None = None):
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        info = self._match(sch, target)
+        if info is None:
+            return None
+        conv, extents, in_block, lanes = info["conv"], info["extents"], info["in_block"], info["lanes"]
+        _, _, out_height, out_width, _, _, _, _ = extents
+        t, th = self._default_tile(info)
+        unroll_kw, rows_outer = False, False
+        if config is not None:
+            t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
+            rows_outer = bool(config.get("rows_outer", False))
+            if out_width % t or out_height % th:
+                raise ValueError(f"tile {config} does not divide the convolution")
+        Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
+        writeback = cache_write_and_inline_epilogue(sch, conv)
+        n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+        ow_outer, ow_inner = sch.split(ow, [None, t])
+        ic_outer, ic_inner = sch.split(ic, [None, in_block])
+        if th > 1:
+            oh_outer, oh_inner = sch.split(oh, [None, th])
+            sch.reorder(n, occ, oh_outer, ow_outer, ic_outer, kh, kw, ic_inner, oh_inner, ow_inner, ocb)
+            sch.unroll(oh_inner)
+        else:
+            oh_outer = oh
+            sch.reorder(n, occ, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, ocb)
+        if unroll_kw:
+            sch.unroll(kw)
+        if rows_outer:  # each input row read once from cache for every output-channel block
+            sch.reorder(oh_outer, occ)
+            parallel = sch.fuse(n, oh_outer, occ)
+        else:
+            parallel = sch.fuse(n, occ, oh_outer)
+        sch.reverse_compute_at(writeback, ow_outer)
+        if _multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
+            sch.parallel(parallel)
+        sch.vectorize(ocb)
+        sch.unroll(ow_inner)
+        init = sch.decompose_reduction(conv, ic_outer)
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+        sch.unroll(init_loops[-2])
+        if th > 1:
+            sch.unroll(init_loops[-3])
+        wb_loops = sch.get_loops(writeback)[2:]
+        if wb_loops:
+            sch.vectorize(wb_loops[-1])
+        pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
+        schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
+        return sch

@@ -217,13 +217,14 @@ def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):
 @pytest.mark.slow
 def test_resnet50_conv_kernel_lists_splits_and_measures():
     kernels = list_kernels(light("resnet50"))
-    conv = next(k for k in kernels if k.name.startswith("fused_conv2d21_"))  # 1x1, 2048 -> 512 channels on 7x7
+    # 1x1, 2048 -> 512 channels on 7x7, channel-blocked (core.compiler.layout_nchwc) whatever the block size
+    conv = next(k for k in kernels if k.name.startswith("fused_conv2d_NCHWc21_"))
     s = open_session(light("resnet50"), conv.name)
-    assert "ff" in {lp.name for lp in s.nest().loops}
+    assert "oc_block" in {lp.name for lp in s.nest().loops}
     s.apply_all([
-        {"primitive": "split", "loop": "ff", "factors": [None, 16]},
-        {"primitive": "reorder", "loops": ["ff_0", "yy", "xx", "rc", "ry", "rx", "ff_1"]},
-        {"primitive": "vectorize", "loop": "ff_1"},
+        {"primitive": "split", "loop": "ow", "factors": [None, 7]},
+        {"primitive": "reorder", "loops": ["oc_chunk", "oh", "ow_0", "ic", "kh", "kw", "ow_1", "oc_block"]},
+        {"primitive": "vectorize", "loop": "oc_block"},
     ])
     m = s.measure()
     assert m.ms > 0 and m.default_ms > 0 and m.flops > 1e8
