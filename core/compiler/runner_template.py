@@ -153,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
     # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
     os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
-    # Workers not pinned to one core and not yield-spinning when idle: on a busy machine either
-    # makes every parallel kernel wait (the workbench's own default, core.compiler.target).
+    # Workers not pinned to one core (on a busy machine every parallel kernel would wait for a
+    # pinned one), yield-spinning ~10 ms when idle and then sleeping: awake for the run's next
+    # parallel kernel, out of the way after it (the workbench's own default, core.compiler.target).
     os.environ.setdefault("TVM_BIND_THREADS", "0")
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
     import tvm
     from tvm import relax
 

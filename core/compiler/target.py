@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 import os
 
-__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "runtime_threads", "TARGET_KINDS"]
+__all__ = ["make_target", "host_cpu", "host_cores", "use_host_cores", "runtime_threads", "TARGET_KINDS", "SPIN_COUNT"]
 
 TARGET_KINDS = ("cpu", "cuda")
+# Yield-spins of an idle TVM worker before it sleeps (see use_host_cores; the exported run.py uses the same)
+SPIN_COUNT = "20000"
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,14 +44,16 @@ def use_host_cores() -> None:
     """
     os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
     os.environ.setdefault("TVM_BIND_THREADS", "0")
-    # And TVM_THREAD_POOL_SPIN_COUNT=0: idle workers sleep at once instead of calling sched_yield
-    # ~300,000 times. Those yield loops take the cores from everything else on a busy machine,
-    # this process's own main thread included. SqueezeNet at 2 threads on a shared 2-core Zen 4,
-    # one extra busy process: 9.8 ms median with 0, 50-121 ms with the default, 180 ms with 100;
-    # without it, 34-39 ms with 0 against 74-124 ms. Waking sleeping workers costs a few us per
-    # parallel kernel, which is why only kernels of ~1 M multiply-adds and more run in parallel
-    # (core.compiler.schedules).
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
+    # And TVM_THREAD_POOL_SPIN_COUNT=20000 (the default is ~300,000): an idle worker calls
+    # sched_yield about 20,000 times (~10 ms) before it sleeps, so the next parallel kernel of a
+    # run finds it awake, and then sleeps instead of taking the cores from everything else. With 0
+    # (sleep at once) every parallel kernel paid a wake-up and 1 -> 2 threads barely scaled:
+    # quiet 2-core Zen 4, 2 threads, ours / onnxruntime medians, spin 0 vs 20000 in two runs each:
+    # resnet50 1.26-1.48 vs 0.98-1.12, inception_v2 1.29-1.66 vs 0.89-1.41, mobilenet_v2 1.96-2.24 vs
+    # 1.35-1.52. With the default count, one busy process beside took SqueezeNet from 9.8 to
+    # 50-121 ms; now core.compiler.threads gives the pool only the cores other processes leave
+    # free, and with one busy process the figures are the same with 20000 as with 0 (1.11 vs 1.07).
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", SPIN_COUNT)
 
 
 class runtime_threads:
