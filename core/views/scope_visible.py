@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
-__all__ = ["scoped_view_visible"]
+__all__ = ["bundle_edges", "scoped_view_visible"]
 
 logger = logging.getLogger(__name__)
 
@@ -90,27 +90,34 @@ def scoped_view_visible(view: ViewGraph, tree, expanded: set[str], box_node: Cal
             rep[nid] = r
         return r
 
-    edges: list[ViewEdge] = []
-    bundles: dict[tuple, ViewEdge] = {}
     all_edges = view.edges
-    for k in sorted(candidates):
-        e = all_edges[k]
+    edges = bundle_edges((all_edges[k] for k in sorted(candidates)), rep_of)
+    data = dict(view.data)
+    data["scopes"] = {"expanded": sorted(expanded), "boxes": len(boxes), "source": tree.source}
+    return ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data)
+
+
+def bundle_edges(edges, rep_of) -> list[ViewEdge]:
+    """`edges` with each end replaced by `rep_of(node id)` (the box drawn for it): edges inside
+    one box go, edges whose ends are unchanged stay as they are, and the edges between the same
+    two drawn nodes become one bundled edge listing its tensors (collapsed views, full or partial)."""
+    out: list[ViewEdge] = []
+    bundles: dict[tuple, ViewEdge] = {}
+    for e in edges:
         s, d = rep_of(e.src), rep_of(e.dst)
         if s == d:
             continue
         if s is e.src and d is e.dst:
-            edges.append(e)
+            out.append(e)
             continue
         b = bundles.get((s, d))
         if b is None:
             b = bundles[(s, d)] = ViewEdge(src=s, dst=d, label=e.label, detail=e.detail, data={"tensors": [], "bundled": True})
-            edges.append(b)
+            out.append(b)
         tensors = b.data["tensors"]
         if e.label not in tensors:
             tensors.append(e.label)
             if len(tensors) > 1:
                 b.label = f"{len(tensors)} tensors"
                 b.detail = ", ".join(tensors[:3]) + ("…" if len(tensors) > 3 else "")
-    data = dict(view.data)
-    data["scopes"] = {"expanded": sorted(expanded), "boxes": len(boxes), "source": tree.source}
-    return ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data)
+    return out

@@ -26,8 +26,8 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..model.meta import NODE_ID
-from .scope_visible import scoped_view_visible
-from .viewgraph import ViewEdge, ViewGraph, ViewNode
+from .scope_visible import bundle_edges, scoped_view_visible
+from .viewgraph import ViewGraph, ViewNode
 
 __all__ = [
     "with_group_totals",
@@ -568,26 +568,7 @@ def scoped_view(view: ViewGraph, tree: ScopeTree, expanded: Iterable[str] = ()) 
             box = emitted[r] = group_node(boxes[r[len(_SCOPE):]])
             nodes.append(box)
         box.origin.extend(n.origin)
-    edges: list[ViewEdge] = []
-    bundles: dict[tuple, ViewEdge] = {}
-    for e in view.edges:
-        s = rep.get(e.src, e.src)
-        d = rep.get(e.dst, e.dst)
-        if s == d:
-            continue
-        if s is e.src and d is e.dst:
-            edges.append(e)
-            continue
-        b = bundles.get((s, d))
-        if b is None:
-            b = bundles[(s, d)] = ViewEdge(src=s, dst=d, label=e.label, detail=e.detail, data={"tensors": [], "bundled": True})
-            edges.append(b)
-        tensors = b.data["tensors"]
-        if e.label not in tensors:
-            tensors.append(e.label)
-            if len(tensors) > 1:
-                b.label = f"{len(tensors)} tensors"
-                b.detail = ", ".join(tensors[:3]) + ("…" if len(tensors) > 3 else "")
+    edges = bundle_edges(view.edges, lambda nid: rep.get(nid, nid))
     data = dict(view.data)
     data["scopes"] = {"expanded": sorted(expanded), "boxes": len(boxes), "source": tree.source}
     return ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data)
@@ -607,3 +588,4 @@ def with_group_totals(values: dict, view: ViewGraph | None) -> dict:
                     out = dict(values)
                 out[n.id] = total
     return out if out is not None else values
+
