@@ -18,11 +18,24 @@ import onnx
 
 from ..errors import InvalidModelError, ModelLoadError
 
-__all__ = ["check_structure", "check_text", "check_with_checker", "has_external_data", "parse_model_proto", "read_model_proto", "truncated_by"]
+__all__ = ["check_structure", "check_text", "check_with_checker", "has_external_data", "parse_model_proto", "read_model_bytes", "read_model_proto", "truncated_by"]
 
 logger = logging.getLogger(__name__)
 
 _TWO_GB = 2**31 - 1
+
+
+def read_model_bytes(path: str | os.PathLike) -> bytes:
+    """The file's bytes, or ModelLoadError with one sentence: missing, a folder, unreadable."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"{p}: no such file.")
+    if p.is_dir():
+        raise ModelLoadError(f"{p} is a folder, not an ONNX model file.")
+    try:
+        return p.read_bytes()
+    except OSError as e:
+        raise ModelLoadError(f"{p} cannot be read: {e.strerror or e}.") from None
 
 
 def read_model_proto(path: str | os.PathLike, *, allow_absolute_external: bool = False) -> tuple[onnx.ModelProto, Path]:
@@ -30,14 +43,7 @@ def read_model_proto(path: str | os.PathLike, *, allow_absolute_external: bool =
     Graph (external data, tensor sizes, UTF-8 text, structure, onnx.checker). Raises
     ModelLoadError / InvalidModelError with one sentence naming the file and the problem."""
     p = Path(path)
-    if not p.exists():
-        raise ModelLoadError(f"{p}: no such file.")
-    if p.is_dir():
-        raise ModelLoadError(f"{p} is a folder, not an ONNX model file.")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise ModelLoadError(f"{p} cannot be read: {e.strerror or e}.") from None
+    data = read_model_bytes(p)
     proto = parse_model_proto(data, p, allow_absolute_external=allow_absolute_external)
     check_structure(proto, p)
     check_with_checker(proto, p)

@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from ..errors import InvalidModelError, ModelLoadError
+from ..errors import InvalidModelError
 from .external_data import SaveResult, write_model
 from .graph import Graph
 from .onnx_checks import (
@@ -21,6 +21,7 @@ from .onnx_checks import (
     check_with_checker,
     has_external_data,
     parse_model_proto,
+    read_model_bytes,
     truncated_by,
 )
 
@@ -41,15 +42,7 @@ def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False
     the weights where they are instead of copying them).
     """
     p = Path(path)
-    if not p.exists():
-        raise ModelLoadError(f"{p}: no such file.")
-    if p.is_dir():
-        raise ModelLoadError(f"{p} is a folder, not an ONNX model file.")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise ModelLoadError(f"{p} cannot be read: {e.strerror or e}.") from None
-    return load_model_bytes(data, p, allow_absolute_external=allow_absolute_external)
+    return load_model_bytes(read_model_bytes(p), p, allow_absolute_external=allow_absolute_external)
 
 
 @contextlib.contextmanager
