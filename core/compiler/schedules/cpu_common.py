@@ -13,6 +13,7 @@ __all__ = [
     "vector_registers",
     "VECTOR_REGISTERS",
     "root_blocks",
+    "find_block",
     "iter_kinds",
     "iter_extents",
     "const_int",
@@ -90,6 +91,17 @@ def iter_kinds(sch, block) -> str:
 def iter_extents(sch, block) -> list[int | None]:
     """The static extent of each block iterator (None where symbolic)."""
     return [const_int(iv.dom.extent) for iv in sch.get(block).iter_vars]
+
+
+def find_block(sch, names, kinds: str):
+    """(block, static loop extents) of the first root-level block named one of `names` whose loop
+    kinds read `kinds` (e.g. "SSSSRRR"), or None: no such block, or an extent not a constant.
+    How every rule finds the computation it schedules."""
+    for block in root_blocks(sch):
+        if sch.get(block).name_hint in names and iter_kinds(sch, block) == kinds:
+            extents = iter_extents(sch, block)
+            return None if any(e is None for e in extents) else (block, extents)
+    return None
 
 
 def layout_free_params(sch) -> set:

@@ -28,11 +28,9 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
-    iter_extents,
-    iter_kinds,
+    find_block,
     layout_free_params,
     pack_read_buffer,
-    root_blocks,
     schedule_remaining_blocks,
     vector_lanes,
     vector_registers,
@@ -120,16 +118,10 @@ class Conv2dNCHW:
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
-        conv = None
-        for block in root_blocks(sch):
-            if sch.get(block).name_hint in CONV_BLOCK_NAMES and iter_kinds(sch, block) == "SSSSRRR":
-                conv = block
-                break
-        if conv is None:
+        found = find_block(sch, CONV_BLOCK_NAMES, "SSSSRRR")
+        if found is None:
             return None
-        extents = iter_extents(sch, conv)
-        if any(e is None for e in extents):
-            return None
+        conv, extents = found
         stmt = sch.get(conv)
         if len(stmt.reads) != 2:
             return None
@@ -380,16 +372,10 @@ class Conv2dNCHWc:
     space_version = 1
 
     def _match(self, sch, target) -> dict | None:
-        conv = None
-        for block in root_blocks(sch):
-            if sch.get(block).name_hint == "conv2d_NCHWc" and iter_kinds(sch, block) == "SSSSSRRR":
-                conv = block
-                break
-        if conv is None:
+        found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
+        if found is None:
             return None
-        extents = iter_extents(sch, conv)
-        if any(e is None for e in extents):
-            return None
+        conv, extents = found
         stmt = sch.get(conv)
         if len(stmt.reads) != 2 or len(stmt.reads[0].source.shape) != 5:
             return None

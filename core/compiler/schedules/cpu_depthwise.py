@@ -34,8 +34,8 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
+    find_block,
     fit_lanes,
-    iter_extents,
     iter_kinds,
     layout_free_params,
     pack_read_buffer,
@@ -113,16 +113,10 @@ class Pool2dNCHW:
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
-        pool = None
-        for block in root_blocks(sch):
-            if sch.get(block).name_hint in ("pool_max", "pool_sum") and iter_kinds(sch, block) == "SSSSRR":
-                pool = block
-                break
-        if pool is None:
+        found = find_block(sch, ("pool_max", "pool_sum"), "SSSSRR")
+        if found is None:
             return None
-        extents = iter_extents(sch, pool)
-        if any(e is None for e in extents):
-            return None
+        pool, extents = found
         stmt = sch.get(pool)
         reads = [r for r in stmt.reads if not r.source.same_as(stmt.writes[0].source)]
         if len(reads) != 1 or len(reads[0].source.shape) != 4:
@@ -171,16 +165,10 @@ class DepthwiseConv2dNCHW:
     name = "cpu.DepthwiseConv2dNCHW"
 
     def _match(self, sch) -> dict | None:
-        conv = None
-        for block in root_blocks(sch):
-            if sch.get(block).name_hint in DEPTHWISE_BLOCK_NAMES and iter_kinds(sch, block) == "SSSSRRR":
-                conv = block
-                break
-        if conv is None:
+        found = find_block(sch, DEPTHWISE_BLOCK_NAMES, "SSSSRRR")
+        if found is None:
             return None
-        extents = iter_extents(sch, conv)
-        if any(e is None for e in extents):
-            return None
+        conv, extents = found
         channels, in_per_group = extents[1], extents[4]
         stmt = sch.get(conv)
         if len(stmt.reads) != 2 or in_per_group != 1:
