@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["light_models", "sample_models", "build_vm", "measure", "measure_alternating", "ours_runner", "BackgroundLoad", "host_description", "main"]
+__all__ = ["light_models", "sample_models", "build_vm", "measure_alternating", "ours_runner", "BackgroundLoad", "host_description", "main"]
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -153,13 +153,6 @@ def _to_numpy(out):
     if hasattr(out, "numpy"):
         return [out.numpy()]
     return [o.numpy() for o in out]
-
-
-def measure(vm, ort_proc, feeds, runs: int, warmup: int = 3, blocks: int = 5) -> tuple[list[float], list[float]]:
-    """(ours ms, onnxruntime ms) per run. onnxruntime runs in its own process (ort_proc, a
-    core.compiler.ort_worker.OrtProcess), ours here; both with their default threading, timed in
-    alternating blocks with a pause between, so neither is timed while the other's threads spin."""
-    return tuple(measure_alternating([ours_runner(vm, feeds), ort_proc.run], runs, warmup, blocks))
 
 
 def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
