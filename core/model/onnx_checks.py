@@ -48,7 +48,7 @@ def read_model_proto(path: str | os.PathLike, *, allow_absolute_external: bool =
     p = Path(path)
     data = read_model_bytes(p)
     parsed = parse_model(data, p, allow_absolute_external=allow_absolute_external)
-    check_structure(parsed.proto, p)
+    check_structure(parsed.proto, p, produced=parsed.produced)
     check_with_checker(parsed.proto, p, parsed=parsed)
     return parsed.proto, p
 
@@ -58,11 +58,13 @@ class ParsedModel:
     """A model file as parsed and checked by `parse_model`: the protobuf, the bytes it was parsed
     from (onnx.checker and shape inference take them as they are: no serializing the protobuf
     again, ~10 ms, nor measuring it, ~30 ms for a 10,000-node model), and whether any tensor
-    keeps its data in an external file (found on the one walk over the tensors)."""
+    keeps its data in an external file (found on the one walk over the tensors); `produced`: the
+    main graph's tensors when its nodes passed check_structure's node checks already."""
 
     proto: onnx.ModelProto
     data: bytes
     external: bool
+    produced: frozenset[str] | None = None  # see _scan_main_nodes; check_structure takes it
 
 
 def parse_model_proto(data: bytes, p: Path, *, allow_absolute_external: bool = False) -> onnx.ModelProto:
@@ -92,9 +94,11 @@ def parse_model(data: bytes, p: Path, *, allow_absolute_external: bool = False) 
     tensors = _all_tensors(proto)
     external = _check_external_data(tensors, p, allow_absolute_external)
     _check_tensor_sizes(tensors, p)
-    check_text(proto, p)
+    produced = _scan_main_nodes(proto)
+    if produced is None or _any_bytes(proto, main_nodes=False):
+        check_text(proto, p)  # raises when some text is bytes (the scan may have stopped at a structure problem)
     _check_value_types(proto.graph, p)
-    return ParsedModel(proto, bytes(data), external)
+    return ParsedModel(proto, bytes(data), external, produced)
 
 
 def _check_value_types(g: onnx.GraphProto, path: Path) -> None:
@@ -372,64 +376,105 @@ def check_text(proto: onnx.ModelProto, path: Path) -> None:
             raise InvalidModelError(f"{path}: {what} ('{value.decode('utf-8', 'replace')[:60]}') is not valid UTF-8 text.")
 
 
-def _any_bytes(proto: onnx.ModelProto) -> bool:
+def _any_bytes(proto: onnx.ModelProto, main_nodes: bool = True) -> bool:
     """Whether any text field check_text reads came back as bytes: the same fields in a tight
-    loop (a 60,000-node graph: ~0.1 s instead of ~0.5 s through check_text's generators)."""
-
-    def graph(g) -> bool:
-        for vs in (g.input, g.output, g.value_info, g.initializer):
-            for v in vs:
-                if type(v.name) is bytes or type(v.doc_string) is bytes:
-                    return True
-        return bytes in (type(g.name), type(g.doc_string)) or nodes(g.node)
-
-    def nodes(ns) -> bool:
-        for n in ns:
-            if bytes in (type(n.name), type(n.op_type), type(n.domain), type(n.doc_string), type(n.overload)):
-                return True
-            for x in n.output:
-                if type(x) is bytes:
-                    return True
-            for x in n.input:
-                if type(x) is bytes:
-                    return True
-            if len(n.attribute):
-                for a in n.attribute:
-                    if type(a.name) is bytes or type(a.doc_string) is bytes:
-                        return True
-                    if a.type == onnx.AttributeProto.GRAPH and graph(a.g):
-                        return True
-                    if a.type == onnx.AttributeProto.GRAPHS and any(graph(sub) for sub in a.graphs):
-                        return True
-        return False
-
+    loop (a 60,000-node graph: ~0.1 s instead of ~0.5 s through check_text's generators).
+    `main_nodes=False` leaves out the main graph's nodes (`_scan_main_nodes` read them)."""
     if bytes in {type(x) for x in (proto.producer_name, proto.producer_version, proto.domain, proto.doc_string)}:
         return True
     if any(type(m.key) is bytes or type(m.value) is bytes for m in proto.metadata_props):
         return True
-    if graph(proto.graph):
+    if _graph_has_bytes(proto.graph, main_nodes):
         return True
     for f in proto.functions:
-        if bytes in (type(f.name), type(f.doc_string)) or any(type(x) is bytes for x in (*f.input, *f.output)) or nodes(f.node):
+        if bytes in (type(f.name), type(f.doc_string)) or any(type(x) is bytes for x in (*f.input, *f.output)) or _nodes_have_bytes(f.node):
             return True
     return False
+
+
+def _graph_has_bytes(g, nodes: bool = True) -> bool:
+    for vs in (g.input, g.output, g.value_info, g.initializer):
+        for v in vs:
+            if type(v.name) is bytes or type(v.doc_string) is bytes:
+                return True
+    return bytes in (type(g.name), type(g.doc_string)) or (nodes and _nodes_have_bytes(g.node))
+
+
+def _nodes_have_bytes(ns) -> bool:
+    for n in ns:
+        if bytes in (type(n.name), type(n.op_type), type(n.domain), type(n.doc_string), type(n.overload)):
+            return True
+        for x in n.output:
+            if type(x) is bytes:
+                return True
+        for x in n.input:
+            if type(x) is bytes:
+                return True
+        if len(n.attribute) and _attributes_have_bytes(n.attribute):
+            return True
+    return False
+
+
+def _attributes_have_bytes(attributes) -> bool:
+    for a in attributes:
+        if type(a.name) is bytes or type(a.doc_string) is bytes:
+            return True
+        if a.type == onnx.AttributeProto.GRAPH and _graph_has_bytes(a.g):
+            return True
+        if a.type == onnx.AttributeProto.GRAPHS and any(_graph_has_bytes(sub) for sub in a.graphs):
+            return True
+    return False
+
+
+def _declared_domains(proto: onnx.ModelProto) -> set[str]:
+    declared = {d.domain for d in proto.opset_import}
+    if "" in declared or "ai.onnx" in declared:
+        declared |= {"", "ai.onnx"}
+    return declared | {f.domain for f in proto.functions}
+
+
+def _scan_main_nodes(proto: onnx.ModelProto) -> frozenset[str] | None:
+    """One walk over the main graph's nodes in place of four (check_text's, and check_structure's
+    over domains, producers and readers): the tensor names they produce when every node passes
+    all of those checks (text fields that are text, an imported domain, outputs produced once,
+    inputs ready before they are read), else None, and the separate checks then find the
+    problem and say it as they always have. A 10,000-node BERT: ~45 ms less."""
+    g = proto.graph
+    declared = _declared_domains(proto)
+    available = {t.name for t in g.initializer} | {v.name for v in g.input}
+    produced: set[str] = set()
+    for n in g.node:
+        if bytes in (type(n.name), type(n.op_type), type(n.domain), type(n.doc_string), type(n.overload)) or n.domain not in declared:
+            return None
+        for x in n.input:
+            if x and x not in available and x not in produced:
+                return None  # a bytes name too: `produced` holds text only, and bytes in `available` fail the text check
+        for o in n.output:
+            if type(o) is bytes:
+                return None
+            if o:
+                if o in produced or o in available:
+                    return None
+                produced.add(o)
+        if len(n.attribute) and _attributes_have_bytes(n.attribute):
+            return None
+    return frozenset(produced)
 
 
 def _dim_text(d) -> str:
     return str(d.dim_value if d.HasField("dim_value") else (d.dim_param if d.HasField("dim_param") else None))
 
 
-def check_structure(proto: onnx.ModelProto, path: str | os.PathLike | None = None) -> None:
+def check_structure(proto: onnx.ModelProto, path: str | os.PathLike | None = None, *, produced: frozenset[str] | None = None) -> None:
     """Structural checks with readable messages: undeclared domains, negative dimensions, dangling
-    inputs, cycles, tensors produced twice, outputs nobody produces. Stops at the first problem."""
+    inputs, cycles, tensors produced twice, outputs nobody produces. Stops at the first problem.
+    `produced`: `parse_model`'s walk found the nodes fine (ParsedModel.produced); only the rest
+    is checked."""
     where = f"{path}: " if path is not None else ""
     g = proto.graph
-    declared = {d.domain for d in proto.opset_import}
-    if "" in declared or "ai.onnx" in declared:
-        declared |= {"", "ai.onnx"}
-    declared |= {f.domain for f in proto.functions}
+    declared = _declared_domains(proto)
     nodes = g.node
-    for n in nodes:
+    for n in nodes if produced is None else ():
         if n.domain not in declared:
             raise InvalidModelError(
                 f"{where}node '{n.name or n.op_type}' ({n.op_type}) uses the domain '{n.domain}', which the model does not import."
@@ -449,6 +494,16 @@ def check_structure(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
             bad = next(d for d in t.dims if d < 0)
             raise InvalidModelError(f"{where}initializer '{t.name}' has a negative dimension ({bad}) in its shape [{', '.join(str(d) for d in t.dims)}].")
     available = input_names | initializers
+    if produced is None:
+        produced = _check_node_order(nodes, available, where, proto)
+    for v in g.output:
+        if v.name not in available and v.name not in produced:
+            raise InvalidModelError(f"{where}graph output '{v.name}' is not produced by any node.")
+
+
+def _check_node_order(nodes, available: set[str], where: str, proto: onnx.ModelProto):
+    """check_structure's node checks: each tensor produced once, read after it is produced.
+    Returns the names the nodes produce."""
     producer_of: dict[str, int] = {}
     for i, n in enumerate(nodes):
         for o in n.output:
@@ -475,9 +530,7 @@ def check_structure(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
                     f"{where}node '{n.name or n.op_type}' ({n.op_type}) reads tensor '{name}' before node "
                     f"'{p.name or p.op_type}' produces it (nodes are not in topological order)."
                 )
-    for v in g.output:
-        if v.name not in available and v.name not in producer_of:
-            raise InvalidModelError(f"{where}graph output '{v.name}' is not produced by any node.")
+    return producer_of.keys()
 
 
 def check_with_checker(proto: onnx.ModelProto, path: str | os.PathLike | None = None, *, parsed: ParsedModel | None = None) -> None:

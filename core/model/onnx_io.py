@@ -25,7 +25,7 @@ from .onnx_checks import (
     truncated_by,
 )
 
-__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "truncated_by", "KNOWN_DOMAINS", "SaveResult"]
+__all__ = ["KNOWN_DOMAINS", "SaveResult", "load_model", "load_model_bytes", "save_model", "truncated_by", "validate_graph"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
         proto = parsed.proto
         checked = start_checker(parsed, p)
         try:
-            check_structure(proto, p)
+            check_structure(proto, p, produced=parsed.produced)
             try:
                 # onnx_ir logs its own warning for dangling inputs; check_structure explains them better
                 ir_logger = logging.getLogger("onnx_ir")

@@ -101,3 +101,78 @@ def test_inferring_again_replaces_the_earlier_inference():
     inferred[0].meta[_INFERRED] = (None, ("stale",))
     g.infer_shapes()
     assert {v.name: v.meta[_INFERRED] for v in inferred} == before
+
+
+# ---- one walk over the nodes stands in for the text and structure loops: the same sentence ----
+
+def _reference_sentence(path: Path) -> str | None:
+    """The first problem as the checks found it one by one (before the single walk)."""
+    from core.model import onnx_checks
+
+    proto = onnx.ModelProto.FromString(path.read_bytes())
+    try:
+        onnx_checks.check_text(proto, path)
+        onnx_checks._check_value_types(proto.graph, path)
+        onnx_checks.check_structure(proto, path)  # no `produced`: every node loop of its own
+    except InvalidModelError as e:
+        return str(e)
+    return None
+
+
+def _io_model(nodes, outputs=("y",), opsets=(("", 17),), functions=()):
+    m = helper.make_model(
+        helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2]) for o in outputs]),
+        opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], functions=list(functions))
+    return m
+
+
+def _if_node(branch_node):
+    body = helper.make_graph([branch_node], "body", [], [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    return helper.make_node("If", ["c"], ["y"], name="if", then_branch=body, else_branch=body)
+
+
+_N = helper.make_node
+_STRUCTURE_CASES = {
+    "fine": [_N("Relu", ["x"], ["a"], name="r"), _N("Relu", ["a"], ["y"], name="s")],
+    "dangling": [_N("Add", ["x", "ghost"], ["y"], name="adder")],
+    "cycle": [_N("Relu", ["x"], ["a"], name="r1"), _N("Add", ["a", "c"], ["b"], name="loop_add"),
+              _N("Relu", ["b"], ["c"], name="loop_relu"), _N("Identity", ["b"], ["y"], name="out")],
+    "out_of_order": [_N("Relu", ["a"], ["y"], name="late_reader"), _N("Relu", ["x"], ["a"], name="producer")],
+    "produced_twice": [_N("Relu", ["x"], ["y"], name="one"), _N("Relu", ["x"], ["y"], name="two")],
+    "overwrites_input": [_N("Relu", ["x"], ["x"], name="inplace"), _N("Relu", ["x"], ["y"], name="r")],
+    "self_read": [_N("Add", ["x", "y"], ["y"], name="selfish")],
+    "undeclared_domain": [_N("Frob", ["x"], ["y"], name="frob", domain="com.example")],
+    "output_unproduced": [_N("Relu", ["x"], ["a"], name="r")],
+    "bytes_node_name": [_N("Relu", ["x"], ["a"], name="Zbad_node"), _N("Relu", ["a"], ["y"], name="s")],
+    "bytes_after_dangling": [_N("Add", ["x", "ghost"], ["a"], name="adder"), _N("Relu", ["a"], ["Zbad_t"], name="r"),
+                             _N("Relu", ["Zbad_t"], ["y"], name="s")],
+    "bytes_domain_declared": [_N("Frob", ["x"], ["y"], name="frob", domain="Zbad.dom")],
+    "bytes_attribute_name": [_N("Relu", ["x"], ["y"], name="r", Zbad_attr=1)],
+    "bytes_in_a_branch": [_N("Constant", [], ["c"], name="cond", value=helper.make_tensor("v", TensorProto.BOOL, [], [True])),
+                          _if_node(_N("Relu", ["x"], ["b"], name="Zbad_inner"))],
+    "bytes_input_read_later": [_N("Relu", ["x"], ["a"], name="r"), _N("Frob", ["a"], ["b"], name="f", domain="com.example"),
+                               _N("Add", ["a", "Zbad_ghost"], ["y"], name="s")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_STRUCTURE_CASES))
+def test_the_single_walk_refuses_with_the_sentence_the_separate_checks_give(case, tmp_path):
+    opsets = (("", 17), ("Zbad.dom", 1)) if case == "bytes_domain_declared" else (("", 17),)
+    m = _io_model(_STRUCTURE_CASES[case], ("y",), opsets)
+    data = m.SerializeToString().replace(b"Zbad", b"\xffbad")  # every 'Zbad' (a name, a domain) becomes bytes
+    path = tmp_path / f"{case}.onnx"
+    path.write_bytes(data)
+    expected = _reference_sentence(path)
+    if case == "fine":
+        assert expected is None
+        parsed = parse_model(data, path)
+        assert parsed.produced == {"a", "y"}
+        load_model(path)
+        return
+    assert expected is not None
+    with pytest.raises(InvalidModelError) as info:
+        load_model(path)
+    assert str(info.value) == expected
+    if case.startswith("bytes"):
+        assert "not valid UTF-8 text" in expected
