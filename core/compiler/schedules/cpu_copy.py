@@ -1,5 +1,5 @@
-"""CPU schedule for pure data movement: reshape / transpose chains whose trailing axes stay whole
-(ShuffleNet's channel shuffle, a transformer's split and merge of attention heads).
+"""CPU schedule for pure data movement: reshape / transpose chains (ShuffleNet's channel shuffle, a
+transformer's split of attention heads, the keys transposed for Q x K^T).
 
 LegalizeOps writes `reshape -> transpose -> reshape` as three copies; inlined into one, each
 output element reads the input at an index made of every reshape's divisions and remainders
@@ -17,11 +17,16 @@ The rule:
    input's (h, w): a 784-float plane per channel of the shuffle; an attention head's 64 values
    are 64 consecutive values of the hidden axis), fuses them into one loop,
    vectorizes it at the target's width (a scalar tail when the width does not divide it) and
-   spreads the loops outside over the cores when the copy is large.
+   spreads the loops outside over the cores when the copy is large;
+4. a transpose (the innermost axis moves: keys [tokens, heads x 64] -> [heads, 64, tokens]) is
+   tiled 16 x 16 over the output's innermost axis and the axis the input's innermost follows,
+   vectorized along whichever of the two a vector width divides. The generic schedule read
+   BERT's keys with a vector gather whose every lane computed `((h * 64 + d) // 256 + t) % 128`.
 
 Not matched (None): reductions, a value that is not one read (concatenation: several inputs;
-elementwise arithmetic), symbolic shapes, a copy whose innermost axis moves (a 2-D transpose,
-a layout change to NCHW[x]c): the generic rule takes those.
+elementwise arithmetic), symbolic shapes, a transpose neither of whose two axes a vector width
+divides, an input innermost index that follows no single output axis (a layout change to
+NCHW[x]c): the generic rule takes those.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ import logging
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     const_int,
+    fit_lanes,
     iter_kinds,
     root_blocks,
     vector_lanes,
@@ -81,8 +87,10 @@ class DataMovement:
         rebuilt = _simplified_copy(func)
         if rebuilt is None:
             return None
-        new_func, tail = rebuilt
+        new_func, tail, unit = rebuilt
         sch = s_tir.Schedule(new_func)
+        if tail == 0:
+            return _schedule_transpose(sch, unit, vector_lanes(target))
         (block,) = root_blocks(sch)
         loops = sch.get_loops(block)
         extents = [const_int(sch.get(loop).extent) for loop in loops]
@@ -110,8 +118,41 @@ class DataMovement:
         return sch
 
 
+TRANSPOSE_TILE = 16  # a 16 x 16 float tile: 1 KiB read and written while in L1
+
+
+def _schedule_transpose(sch, unit: int, lanes: int):
+    """Tiles of the output's innermost axis (b) and the axis the input's innermost follows (a),
+    so each tile's reads and writes stay in L1. The vector runs along b when a vector width
+    divides it (a contiguous store, a strided load per lane: BERT's keys, 128 tokens), else
+    along a (a contiguous load, a strided store: a ViT's 197 tokens); None when neither divides."""
+    (block,) = root_blocks(sch)
+    loops = sch.get_loops(block)
+    extents = [const_int(sch.get(loop).extent) for loop in loops]
+    b_width, a_width = fit_lanes(extents[-1], lanes), fit_lanes(extents[unit], lanes)
+    if b_width is None and a_width is None:
+        return None
+    a_outer, a_inner = sch.split(loops[unit], [None, TRANSPOSE_TILE if b_width else a_width])
+    b_outer, b_inner = sch.split(loops[-1], [None, b_width or TRANSPOSE_TILE])
+    middle = list(loops[unit + 1 : -1])
+    outer = list(loops[:unit])
+    if b_width:
+        sch.reorder(*outer, a_outer, *middle, b_outer, a_inner, b_inner)
+        sch.vectorize(b_inner)
+    else:
+        sch.reorder(*outer, a_outer, *middle, b_outer, b_inner, a_inner)
+        sch.vectorize(a_inner)
+    total = 1
+    for e in extents:
+        total *= e
+    if total >= PARALLEL_MIN_WORK:
+        sch.parallel(sch.fuse(*outer, a_outer, *middle, b_outer))
+    return sch
+
+
 def _simplified_copy(func):
-    """(the function rebuilt as one copy with simplified indices, its contiguous tail length), or
+    """(the function rebuilt as one copy with simplified indices, the length of its contiguous
+    tail, and for a transpose (tail 0) the output axis the input's innermost axis follows), or
     None when `func` is not a single-input copy this rule improves."""
     from tvm import s_tir, te, tirx
     from tvm.ir import TensorLoad
@@ -150,8 +191,11 @@ def _simplified_copy(func):
     if any(not _substitutable(i) for i in indices):
         return None
     tail = contiguous_tail(out_buf.shape, src_buf.shape, indices, iters, analyzer)
+    unit = None
     if tail == 0:
-        return None  # the innermost axis moves: a transpose for the generic rule
+        unit = _unit_axis(indices[-1], iters, analyzer)
+        if unit is None or unit == len(iters) - 1:
+            return None  # the input's innermost axis follows no single output axis
 
     placeholders = [te.placeholder(p.shape, p.dtype, name=str(p.name)) for p in params[:-1]]
     src = placeholders[next(k for k, p in enumerate(params[:-1]) if src_buf.same_as(p))]
@@ -164,7 +208,7 @@ def _simplified_copy(func):
     new = te.create_prim_func([*placeholders, out]).without_attr("global_symbol")
     for key, val in (func.attrs or {}).items():
         new = new.with_attr(key, val)
-    return new, tail
+    return new, tail, unit
 
 
 _BINARY = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
@@ -198,3 +242,17 @@ def _substitute(expr, mapping):
     kind = type(expr).__name__
     op = _BINARY[kind] or {"FloorDiv": tirx.floordiv, "FloorMod": tirx.floormod, "Min": tirx.min, "Max": tirx.max}[kind]
     return op(a, b)
+
+
+def _unit_axis(index, iters, analyzer) -> int | None:
+    """The position of the iterator that moves `index` by exactly one, or None."""
+    from tvm import tirx
+
+    if not _substitutable(index):
+        return None
+    for position, var in enumerate(iters):
+        rest = _substitute(index, {id(var): (var, tirx.IntImm(str(var.ty), 0))})
+        diff = analyzer.simplify(index - rest)
+        if diff.same_as(var):
+            return position
+    return None

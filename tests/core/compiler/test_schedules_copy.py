@@ -1,7 +1,7 @@
-"""Data movement on the CPU (cpu_copy.DataMovement): channel shuffles and attention-head splits are
-rebuilt as one copy with simplified indices, compute what onnxruntime computes, and copy by whole
-vectors of the target's width (codegen only: any x86-64 host); a copy whose innermost axis moves
-is left to the generic rule."""
+"""Data movement on the CPU (cpu_copy.DataMovement): channel shuffles, attention-head splits and key
+transposes are rebuilt as one copy with simplified indices, compute what onnxruntime computes, and
+copy by vectors of the target's width (codegen only: any x86-64 host); a transpose no vector width
+fits is left to the generic rule."""
 from __future__ import annotations
 
 import re
@@ -63,9 +63,11 @@ def _check(model, target, expected_rule: str):
     assert copies and all(rule == expected_rule for rule in copies), used
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     feeds = {"x": np.random.default_rng(11).standard_normal(shape).astype(np.float32)}
-    _, ours = _compile_and_run(mod, feeds, target)
+    scheduled, ours = _compile_and_run(mod, feeds, target)
     (ref,) = ort_run(model, feeds)
     np.testing.assert_array_equal(ours, ref)  # a copy: bit for bit
+    if expected_rule == "cpu.DataMovement":
+        assert "T.vectorized" in scheduled.script()
 
 
 @pytest.mark.parametrize("channels,groups,side", [(240, 3, 28), (116, 2, 7), (24, 4, 5)])
@@ -78,8 +80,16 @@ def test_attention_heads_split_matches_onnxruntime(target):
     _check(_heads_model(), target, "cpu.DataMovement")
 
 
-def test_a_transpose_of_the_innermost_axis_is_left_to_the_generic_rule(target):
-    model = _copy_model((1, 3, 64, 50), [("transpose", (0, 1, 3, 2))], (1, 3, 50, 64))
+@pytest.mark.parametrize("tokens,heads,size", [(128, 4, 64), (197, 3, 64), (50, 2, 20)])
+def test_keys_transposed_for_attention_match_onnxruntime(target, tokens, heads, size):
+    """[tokens, heads x size] -> [heads, size, tokens]: vectors along the tokens (128), along the
+    head size where no width divides the tokens (197 with 64, 50 with 20)."""
+    steps = [("reshape", (1, tokens, heads, size)), ("transpose", (0, 2, 3, 1))]
+    _check(_copy_model((1, tokens, heads * size), steps, (1, heads, size, tokens)), target, "cpu.DataMovement")
+
+
+def test_a_transpose_no_vector_fits_is_left_to_the_generic_rule(target):
+    model = _copy_model((1, 3, 7, 5), [("transpose", (0, 1, 3, 2))], (1, 3, 5, 7))
     _check(model, target, "cpu.Generic")
 
 
@@ -96,7 +106,7 @@ def test_contiguous_tail_counts_the_axes_read_in_order():
     # shuffle: out[0, c, y, x] = in[0, c % 3 * 80 + c // 3, y, x]
     perm = tirx.floormod(h, i64(3)) * i64(80) + tirx.floordiv(h, i64(3))
     assert contiguous_tail([1, 240, 28, 28], [1, 240, 28, 28], [i64(0), perm, s, d], [b, h, s, d], Analyzer()) == 2
-    # a 2-D transpose moves the innermost axis
+    # a transpose moves the innermost axis
     assert contiguous_tail([3, 64, 50], [3, 50, 64], [b, d, s], [b, s, d], Analyzer()) == 0
 
 
