@@ -15,8 +15,8 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
-* `cpu_copy.DataMovement` - reshape / transpose chains that keep trailing axes whole (channel
-                            shuffle, attention heads): indices simplified, planes copied by vectors;
+* `cpu_copy.DataMovement` - reshape / transpose copies (channel shuffle, attention heads and
+                            keys): indices simplified, planes copied by vectors, transposes tiled;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
                             copies: inline, parallelize over cores, vectorize to the host's width.
 
