@@ -21,7 +21,10 @@ The rule:
 4. a transpose (the innermost axis moves: keys [tokens, heads x 64] -> [heads, 64, tokens]) is
    tiled 16 x 16 over the output's innermost axis and the axis the input's innermost follows,
    vectorized along whichever of the two a vector width divides. The generic schedule read
-   BERT's keys with a vector gather whose every lane computed `((h * 64 + d) // 256 + t) % 128`.
+   BERT's keys with a vector gather whose every lane computed `((h * 64 + d) // 256 + t) % 128`;
+5. a copy in scatter form (TVM's layout_transform: loops over the input, the store index
+   computed) is tiled the same way: an image into NCHW3c went from one strided store per
+   element to vectors along the image rows.
 
 Not matched (None): reductions, a value that is not one read (concatenation: several inputs;
 elementwise arithmetic), symbolic shapes, a transpose neither of whose two axes a vector width
@@ -86,11 +89,11 @@ class DataMovement:
 
         rebuilt = _simplified_copy(func)
         if rebuilt is None:
-            return None
+            return _scatter_transpose(func, vector_lanes(target))
         new_func, tail, unit = rebuilt
         sch = s_tir.Schedule(new_func)
         if tail == 0:
-            return _schedule_transpose(sch, unit, vector_lanes(target))
+            return _schedule_transpose(sch, unit, len(sch.get_loops(root_blocks(sch)[0])) - 1, vector_lanes(target))
         (block,) = root_blocks(sch)
         loops = sch.get_loops(block)
         extents = [const_int(sch.get(loop).extent) for loop in loops]
@@ -121,33 +124,64 @@ class DataMovement:
 TRANSPOSE_TILE = 16  # a 16 x 16 float tile: 1 KiB read and written while in L1
 
 
-def _schedule_transpose(sch, unit: int, lanes: int):
-    """Tiles of the output's innermost axis (b) and the axis the input's innermost follows (a),
-    so each tile's reads and writes stay in L1. The vector runs along b when a vector width
-    divides it (a contiguous store, a strided load per lane: BERT's keys, 128 tokens), else
-    along a (a contiguous load, a strided store: a ViT's 197 tokens); None when neither divides."""
+def _schedule_transpose(sch, read_axis: int, write_axis: int, lanes: int):
+    """Tiles of the loop that walks the output contiguously (`write_axis`) and the one that walks
+    the input contiguously (`read_axis`), so each tile's reads and writes stay in L1. The vector
+    runs along the write axis when a vector width divides it (a contiguous store, a strided load
+    per lane: BERT's keys, 128 tokens), else along the read axis (a contiguous load, a strided
+    store: a ViT's 197 tokens); None when neither divides."""
     (block,) = root_blocks(sch)
     loops = sch.get_loops(block)
     extents = [const_int(sch.get(loop).extent) for loop in loops]
-    b_width, a_width = fit_lanes(extents[-1], lanes), fit_lanes(extents[unit], lanes)
-    if b_width is None and a_width is None:
+    w_width, r_width = fit_lanes(extents[write_axis], lanes), fit_lanes(extents[read_axis], lanes)
+    if w_width is None and r_width is None:
         return None
-    a_outer, a_inner = sch.split(loops[unit], [None, TRANSPOSE_TILE if b_width else a_width])
-    b_outer, b_inner = sch.split(loops[-1], [None, b_width or TRANSPOSE_TILE])
-    middle = list(loops[unit + 1 : -1])
-    outer = list(loops[:unit])
-    if b_width:
-        sch.reorder(*outer, a_outer, *middle, b_outer, a_inner, b_inner)
-        sch.vectorize(b_inner)
+    r_outer, r_inner = sch.split(loops[read_axis], [None, TRANSPOSE_TILE if w_width else r_width])
+    w_outer, w_inner = sch.split(loops[write_axis], [None, w_width or TRANSPOSE_TILE])
+    others = [loop for k, loop in enumerate(loops) if k not in (read_axis, write_axis)]
+    tiles = [r_outer, w_outer] if read_axis < write_axis else [w_outer, r_outer]
+    if w_width:
+        sch.reorder(*others, *tiles, r_inner, w_inner)
+        sch.vectorize(w_inner)
     else:
-        sch.reorder(*outer, a_outer, *middle, b_outer, b_inner, a_inner)
-        sch.vectorize(a_inner)
+        sch.reorder(*others, *tiles, w_inner, r_inner)
+        sch.vectorize(r_inner)
     total = 1
     for e in extents:
         total *= e
     if total >= PARALLEL_MIN_WORK:
-        sch.parallel(sch.fuse(*outer, a_outer, *middle, b_outer))
+        sch.parallel(sch.fuse(*others, *tiles))
     return sch
+
+
+def _scatter_transpose(func, lanes: int):
+    """A copy written in scatter form, as TVM's layout_transform writes it (the loops walk the
+    input, the store computes where each element goes: out[c // 16 * 16 + c % 16, h, w] =
+    in[c // 16, h, w, c % 16]), scheduled as a transpose; None for anything else."""
+    from tvm import s_tir, tirx
+    from tvm.ir import TensorLoad
+    from tvm.sym.analyzer import Analyzer
+
+    sch = s_tir.Schedule(func)
+    blocks = root_blocks(sch)
+    if len(blocks) != 1 or iter_kinds(sch, blocks[0]).replace("S", ""):
+        return None
+    stmt = sch.get(blocks[0])
+    store, load = stmt.body, getattr(stmt.body, "value", None)
+    if not isinstance(store, tirx.BufferStore) or not isinstance(load, TensorLoad):
+        return None
+    iters = [iv.var for iv in stmt.iter_vars]
+    if len(load.indices) != len(iters) or not all(i.same_as(v) for i, v in zip(load.indices, iters)):
+        return None
+    if len(sch.get_loops(blocks[0])) != len(iters) or any(const_int(iv.dom.extent) is None for iv in stmt.iter_vars):
+        return None
+    analyzer = Analyzer()
+    for iv in stmt.iter_vars:
+        analyzer.bind(iv.var, iv.dom)
+    write_axis = _unit_axis(analyzer.simplify(store.indices[-1]), iters, analyzer)
+    if write_axis is None or write_axis == len(iters) - 1:
+        return None  # contiguous on both sides: the generic schedule vectorizes it as it is
+    return _schedule_transpose(sch, len(iters) - 1, write_axis, lanes)
 
 
 def _simplified_copy(func):
