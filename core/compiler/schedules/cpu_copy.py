@@ -136,8 +136,10 @@ def _schedule_transpose(sch, read_axis: int, write_axis: int, lanes: int):
     w_width, r_width = fit_lanes(extents[write_axis], lanes), fit_lanes(extents[read_axis], lanes)
     if w_width is None and r_width is None:
         return None
-    r_outer, r_inner = sch.split(loops[read_axis], [None, TRANSPOSE_TILE if w_width else r_width])
-    w_outer, w_inner = sch.split(loops[write_axis], [None, w_width or TRANSPOSE_TILE])
+    # the unvectorized side of the tile: TRANSPOSE_TILE, or the whole axis when shorter (an
+    # image's 3 channels)
+    r_outer, r_inner = sch.split(loops[read_axis], [None, min(TRANSPOSE_TILE, extents[read_axis]) if w_width else r_width])
+    w_outer, w_inner = sch.split(loops[write_axis], [None, w_width or min(TRANSPOSE_TILE, extents[write_axis])])
     others = [loop for k, loop in enumerate(loops) if k not in (read_axis, write_axis)]
     tiles = [r_outer, w_outer] if read_axis < write_axis else [w_outer, r_outer]
     if w_width:
