@@ -15,6 +15,7 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
+* `cpu_depthwise_nchwc.GlobalPoolNCHWc` - global average / max pools in NCHW{b}c: vector accumulators;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
@@ -42,12 +43,12 @@ def cpu_rules() -> list:
     """The CPU schedule rules, most specific first."""
     from .cpu_conv import Conv2dNCHW, Conv2dNCHWc
     from .cpu_depthwise import DepthwiseConv2dNCHW, Pool2dNCHW
-    from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
+    from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc, GlobalPoolNCHWc
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
     from .cpu_rows import RowReduction
 
-    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), RowReduction(), Generic()]
+    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), RowReduction(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
