@@ -86,12 +86,13 @@ def conv_layouts(call, block: int) -> dict | None:
     in_block = widest_block(in_channels, block)
     out_block = block
     if out_channels % block:
-        # (relax cannot convert between block sizes: one size per model) except on a 1x1 map (a
-        # squeeze-excitation's squeeze conv to 12 or 20 channels): its output blocked by the
+        # (relax cannot convert between block sizes: one size per model) except a squeeze on a
+        # 1x1 map (a squeeze-excitation's conv to 12 or 20 channels): its output blocked by the
         # widest divisor, the block the excite conv after it asks for its input, so the SE
-        # block stays in the blocked region at a cost of a few scalar lanes
+        # block stays in the blocked region at a cost of a few scalar lanes. (Not an expanding
+        # conv: its output gates a full-size tensor, which would have to follow its odd block.)
         out = _static_shape(call)
-        if out is None or len(out) != 4 or out[2] * out[3] != 1 or widest_block(out_channels, block) < 2:
+        if out is None or len(out) != 4 or out[2] * out[3] != 1 or out_channels >= in_channels or widest_block(out_channels, block) < 2:
             return None
         out_block = widest_block(out_channels, block)
     return {"relax.nn.conv2d": [f"NCHW{in_block}c", f"OIHW{in_block}i{out_block}o", f"NCHW{out_block}c"]}

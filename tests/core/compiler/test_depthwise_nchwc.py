@@ -208,6 +208,8 @@ def test_blocked_mobile_block_matches_onnxruntime_avx2(act, se):
     used = _rules_used(fused, target)
     dw = {name: rule for name, rule in used.items() if "depthwise_conv2d_NCHWc" in name}
     assert len(dw) == 2 and set(dw.values()) == {"cpu.DepthwiseConv2dNCHWc"}, used
+    pools = {name: rule for name, rule in used.items() if name.startswith("mean")}
+    assert pools and set(pools.values()) == {"cpu.GlobalPoolNCHWc"}, used  # the SE squeeze's and the head's
     x = np.random.default_rng(4).standard_normal((1, 8, 14, 14)).astype(np.float32)
     (ref,) = ort_run(model, {"x": x})
     np.testing.assert_allclose(_run_pipeline(model, target, x), ref, rtol=RTOL, atol=ATOL)
@@ -304,3 +306,31 @@ def test_avx512_depthwise_code_uses_zmm_fmas():
     fmas = re.findall(r"vfmadd\w+\s+[^\n]*zmm", asm)
     assert len(fmas) >= 9 * 7, len(fmas)  # 3x3 taps x a 7-column tile at least
     assert "vgather" not in asm and "vinsertps" not in asm
+
+
+@pytest.mark.parametrize(
+    "data,weight,groups,block,expected",
+    [
+        ((1, 48, 1, 1), (12, 48, 1, 1), 1, 16, ["NCHW16c", "OIHW16i12o", "NCHW12c"]),  # SE squeeze: odd output block
+        ((1, 48, 1, 1), (12, 48, 1, 1), 1, 8, ["NCHW8c", "OIHW8i6o", "NCHW6c"]),
+        ((1, 12, 1, 1), (24, 12, 1, 1), 1, 16, None),  # SE excite to 24: its output gates a 24-channel tensor
+        ((1, 48, 7, 7), (12, 48, 1, 1), 1, 16, None),  # not a 1x1 map
+        ((1, 48, 14, 14), (48, 1, 3, 3), 48, 16, ["NCHW16c", "OIHW1i16o", "NCHW16c"]),  # depthwise
+        ((1, 24, 14, 14), (24, 1, 3, 3), 24, 16, None),  # depthwise, 16 does not divide 24
+        ((1, 24, 14, 14), (24, 1, 3, 3), 24, 8, ["NCHW8c", "OIHW1i8o", "NCHW8c"]),
+        ((1, 48, 14, 14), (48, 12, 3, 3), 4, 16, None),  # grouped, not depthwise
+    ],
+)
+def test_conv_layouts(data, weight, groups, block, expected):
+    from tvm import relax
+
+    from core.compiler.layout_nchwc import conv_layouts
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(data, "float32"))
+    w = relax.Var("w", relax.TensorType(weight, "float32"))
+    with bb.function("main", [x, w]):
+        call = bb.normalize(relax.op.nn.conv2d(x, w, groups=groups, padding=[weight[2] // 2] * 4))
+        bb.emit_func_output(bb.emit(call))
+    layouts = conv_layouts(call, block)
+    assert (layouts or {}).get("relax.nn.conv2d") == expected
