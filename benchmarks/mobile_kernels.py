@@ -233,14 +233,14 @@ def main(argv: list[str] | None = None) -> int:
             # alternately, three rounds each: the lower minimum of each
             mins = {"nchw": [], "blk": []}
             for _ in range(3):
-                mins["nchw"].append(_time(lambda: fn(xt), 0.1))
-                mins["blk"].append(_time(lambda: bfn(xb), 0.1))
+                mins["nchw"].append(_time(lambda fn=fn, xt=xt: fn(xt), 0.1))
+                mins["blk"].append(_time(lambda bfn=bfn, xb=xb: bfn(xb), 0.1))
             ours = min(mins["nchw"], key=lambda m: m[1])
             mine = min(mins["blk"], key=lambda m: m[1])
             blocked = f"{f'{mine[0]:.3f} ({mine[1]:.3f})':>18}{mine[1] / ours[1]:>9.2f}  {block}c"
         else:
-            ours = _time(lambda: fn(xt))
-        theirs = _time(lambda: session.run(None, {"x": x}))
+            ours = _time(lambda fn=fn, xt=xt: fn(xt))
+        theirs = _time(lambda session=session, x=x: session.run(None, {"x": x}))
         ratio = ours[1] / theirs[1]
         ratios.append(ratio)
         name = f"{kind} c{c} {size}x{size}" + (f" k{k} s{stride}" if k else "")

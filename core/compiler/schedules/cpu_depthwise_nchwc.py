@@ -23,7 +23,17 @@ from __future__ import annotations
 
 import logging
 
-from .cpu_common import cache_write_and_inline_epilogue, find_block, schedule_remaining_blocks, vector_lanes, vector_registers
+from .cpu_common import (
+    PARALLEL_MIN_WORK,
+    cache_write_and_inline_epilogue,
+    const_int,
+    find_block,
+    iter_kinds,
+    root_blocks,
+    schedule_remaining_blocks,
+    vector_lanes,
+    vector_registers,
+)
 from .cpu_depthwise import DEPTHWISE_PARALLEL_MIN_MACS, DepthwiseConv2dNCHW
 
 __all__ = ["DepthwiseConv2dNCHWc", "GlobalPoolNCHWc", "default_depthwise_tile", "depthwise_tiles"]
@@ -100,7 +110,7 @@ class DepthwiseConv2dNCHWc:
         return {"conv": conv, "extents": extents, "pad": pad, "macs": macs, "lanes": vector_lanes(target), "registers": vector_registers(target)}
 
     def _default(self, info) -> dict:
-        n, chunks, out_h, out_w, block, kh, kw = info["extents"]
+        n, chunks, out_h, out_w, block, _, _ = info["extents"]
         t, th = default_depthwise_tile(out_h, out_w, block, info["lanes"], info["registers"])
         # the padded copy inside the parallel loop when there are channel blocks enough to share
         # among the cores; else a pass of its own, and the conv parallel over rows as well
@@ -115,7 +125,7 @@ class DepthwiseConv2dNCHWc:
         info = self._match(s_tir.Schedule(func), target)
         if info is None:
             return []
-        _, _, out_h, out_w, block, kh, kw = info["extents"]
+        _, _, out_h, out_w, block, _, kw = info["extents"]
         default = self._default(info)
         configs = [default]
         for t, th in depthwise_tiles(out_h, out_w, block, info["lanes"], info["registers"])[:6]:
@@ -203,8 +213,6 @@ class GlobalPoolNCHWc:
     def apply(self, func, target):
         from tvm import s_tir
 
-        from .cpu_common import const_int, iter_kinds, root_blocks
-
         sch = s_tir.Schedule(func)
         pool = None
         for block in root_blocks(sch):
@@ -232,8 +240,6 @@ class GlobalPoolNCHWc:
         work = 1
         for extent in extents:
             work *= extent
-        from .cpu_common import PARALLEL_MIN_WORK
-
         if work >= PARALLEL_MIN_WORK and extents[0] * extents[1] > 1:
             sch.parallel(outer)
         sch.vectorize(b)
