@@ -334,3 +334,27 @@ def test_conv_layouts(data, weight, groups, block, expected):
         bb.emit_func_output(bb.emit(call))
     layouts = conv_layouts(call, block)
     assert (layouts or {}).get("relax.nn.conv2d") == expected
+
+
+@pytest.mark.parametrize(
+    "name,mcpu,mattr,nchw_dense,nchw_depthwise,transforms",
+    [
+        ("mobilenet_v2", "znver4", None, 2, 0, 6),  # 24-channel convs under 16c stay NCHW
+        ("efficientnet_b0", "znver4", None, 4, 0, 10),
+        ("mobilenet_v3_small", "znver4", None, 9, 3, 12),  # its 24/40/72/88/120-channel parts
+        ("mobilenet_v3_small", "znver4", ["-avx512f"], 0, 0, 2),  # 8c: all of it
+    ],
+)
+def test_mobile_architectures_are_blocked(name, mcpu, mattr, nchw_dense, nchw_depthwise, transforms):
+    """Codegen-free (any host): the mobile architectures after ConvertLayoutNCHWc. Before the depthwise
+    path every depthwise conv stayed NCHW (mobilenet_v2: 36 layout transforms at 16c) and
+    mobilenet_v3_small stayed NCHW as a whole (HardSwish's scalar / 6 made 1 x 1 x 1 x 1:
+    'Cannot broadcast from 5 to 4')."""
+    from core.compiler.target import make_target
+    from core.model.architectures import ARCHITECTURES
+
+    mod = _through(ARCHITECTURES[name](), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
+    layouts = _conv_layouts(mod)
+    assert sum(g == 1 and out == "NCHW" for g, out in layouts) == nchw_dense
+    assert sum(g > 1 and out == "NCHW" for g, out in layouts) == nchw_depthwise
+    assert mod["main"].script(show_meta=False).count("R.layout_transform(") == transforms
