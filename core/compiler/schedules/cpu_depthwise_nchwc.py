@@ -34,7 +34,7 @@ from .cpu_common import (
     vector_lanes,
     vector_registers,
 )
-from .cpu_depthwise import DEPTHWISE_PARALLEL_MIN_MACS, DepthwiseConv2dNCHW
+from .cpu_depthwise import DEPTHWISE_PARALLEL_MIN_MACS, inline_tail
 
 __all__ = ["DepthwiseConv2dNCHWc", "GlobalPoolNCHWc", "default_depthwise_tile", "depthwise_tiles"]
 
@@ -119,7 +119,8 @@ class DepthwiseConv2dNCHWc:
 
     def candidates(self, func, target) -> list[dict]:
         """Configs to measure (template tuning), the default first: the register tiles of
-        `depthwise_tiles` (at most 6, widest first), each padding placement, kw unrolled."""
+        `depthwise_tiles` (at most 6, widest first), the other padding placement, and kw left
+        rolled (the default unrolls it)."""
         from tvm import s_tir
 
         info = self._match(s_tir.Schedule(func), target)
@@ -158,7 +159,7 @@ class DepthwiseConv2dNCHWc:
         if (pad is None) != (pad_at == "none"):
             raise ValueError(f"padding placement {pad_at!r} does not fit this convolution")
 
-        DepthwiseConv2dNCHW._inline_tail(sch, conv)
+        inline_tail(sch, conv)
         writeback = cache_write_and_inline_epilogue(sch, conv)
         n, chunk, oh, ow, b, rh, rw = sch.get_loops(conv)
         owo, owi = sch.split(ow, [None, t])

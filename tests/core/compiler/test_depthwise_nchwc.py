@@ -358,3 +358,29 @@ def test_mobile_architectures_are_blocked(name, mcpu, mattr, nchw_dense, nchw_de
     assert sum(g == 1 and out == "NCHW" for g, out in layouts) == nchw_dense
     assert sum(g > 1 and out == "NCHW" for g, out in layouts) == nchw_depthwise
     assert mod["main"].script(show_meta=False).count("R.layout_transform(") == transforms
+
+
+@pytest.mark.parametrize("pool", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pools_in_blocked_layout_match_onnxruntime(pool):
+    """A global pool of a blocked tensor (the SE squeeze, a classifier's pool) is the
+    GlobalPoolNCHWc rule's, average and max alike, and matches onnxruntime (8c: any AVX2 host)."""
+    rng = np.random.default_rng(8)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node(pool, ["c"], ["p"]),
+        helper.make_node("Conv", ["p", "w1"], ["q"], kernel_shape=[1, 1]),
+        helper.make_node("Flatten", ["q"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "pool",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 13, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [_w(rng, "w0", (32, 8, 1, 1)), _w(rng, "w1", (16, 32, 1, 1))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    target = _avx2_target()
+    used = _rules_used(_through(model, target, "DeadCodeElimination"), target)
+    assert "cpu.GlobalPoolNCHWc" in used.values(), used
+    x = np.random.default_rng(3).standard_normal((1, 8, 13, 11)).astype(np.float32)
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(_run_pipeline(model, target, x), ref, rtol=RTOL, atol=ATOL)
