@@ -107,8 +107,9 @@ def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
 def _template_rules() -> list:
     """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
     from .schedules.cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
 
-    return [Conv2dNCHWc(), Conv2dNCHW()]
+    return [DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW()]
 
 
 def _template_rule(name: str):
