@@ -41,13 +41,13 @@ def run(args) -> int:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu and --cpu-features apply when compiling a model.")
         art = load_artifact(args.model)
     else:
-        if not args.json:
-            print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
         from core.compiler.target import cannot_run_here, target_cpu
 
         why = cannot_run_here(target_cpu(cpu_target(args, args.target)))
         if why:  # refused before the compile, which would only be thrown away
             raise WorkbenchError(why)
+        if not args.json:
+            print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
         art = compile_model(args.model, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     d = res.to_json()
