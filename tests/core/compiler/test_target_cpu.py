@@ -158,3 +158,14 @@ def test_unknown_cpu_on_the_cli_is_one_sentence_and_status_2(tmp_path):
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.startswith("mlcwb: unknown CPU") and r.stderr.strip().count("\n") == 0
     assert not (tmp_path / "a").exists()
+
+
+def test_measuring_a_kernel_for_another_cpu_is_refused(foreign_cpu):
+    """`schedule --measure` compiles the kernel for the environment's CPU; code this machine
+    cannot run is not timed (it would die of an illegal instruction)."""
+    env = {**_clean_env(), "MLCWB_CPU": foreign_cpu}
+    r = subprocess.run([sys.executable, str(ROOT / "main.py"), "schedule", str(sample("mm_relu")), "--kernel", "fused_matmul_relu", "--measure"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"mlcwb: cannot run this kernel here: its code for {foreign_cpu} needs ")
+    assert r.stderr.strip().count("\n") == 0
