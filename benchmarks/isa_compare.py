@@ -10,7 +10,9 @@ compiled_vs_onnxruntime), at the host's core count and at 1 thread (the same exe
 core.compiler.target.runtime_threads), one runtime only (TVM), so load on the machine hits all
 alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
 instructions LLVM emits when a vector accumulator is not kept in registers (a load-independent
-sign of a schedule that does not fit the ISA), and the zmm registers used.
+sign of a schedule that does not fit the ISA), the gathers/scatters LLVM's own vectorizer emits
+with AVX-512 for loops a schedule left alone when it cannot prove them contiguous (slow on Zen 4),
+and the zmm registers used.
 
     python benchmarks/isa_compare.py [--models squeezenet,small_cnn] [--variants host,host:-avx512f,znver3]
         [--threads 2] [--blocks 5] [--seconds 4]
@@ -45,9 +47,15 @@ def parse_variant(variant: str) -> tuple[str, str]:
 
 def assembly_counts(executable) -> dict[str, int]:
     """Counts of tell-tale instructions in a compiled executable's host code."""
-    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports if m.kind == "llvm")
+    def modules(m):
+        yield m
+        for child in m.imports:
+            yield from modules(child)
+
+    asm = "\n".join(m.inspect_source("asm") for m in modules(executable.mod) if m.kind == "llvm")
     return {
         "insert/extract": len(re.findall(r"\bv(?:insert|extract)ps\b", asm)),
+        "gather/scatter": len(re.findall(r"\bv(?:gather|scatter)\w*ps\b", asm)),
         "fma": len(re.findall(r"\bvfmadd\w*", asm)),
         "zmm": len(re.findall(r"%zmm", asm)),
         "spill": len(re.findall(r"\d+-byte (?:Spill|Reload)", asm)),
@@ -93,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     thread_counts = [args.threads] + ([1] if args.threads > 1 else [])
     print(f"host {host} ({'AVX-512' if has512 else 'no AVX-512'})  threads {'/'.join(map(str, thread_counts))}  "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (ratios: median / median of {variants[-1]}; p10 / p10 in brackets)")
-    head = f"{'model':<22}{'variant':<18}" + "".join(f"{f'{t}t ms':>11}{f'x {t}t':>15}" for t in thread_counts) + f"{'ins/ext':>9}{'fma':>7}{'zmm':>7}{'spill':>7}"
+    head = f"{'model':<22}{'variant':<18}" + "".join(f"{f'{t}t ms':>11}{f'x {t}t':>15}" for t in thread_counts) + f"{'ins/ext':>9}{'gath/sc':>9}{'fma':>7}{'zmm':>7}{'spill':>7}"
     print(head)
     print("-" * len(head))
     ratios: dict[tuple[str, int], list[float]] = {}
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     cells += f"{med:>11.3f}{'':>15}"
             c = built[v][1]
-            print(f"{name:<22}{v:<18}{cells}{c['insert/extract']:>9}{c['fma']:>7}{c['zmm']:>7}{c['spill']:>7}", flush=True)
+            print(f"{name:<22}{v:<18}{cells}{c['insert/extract']:>9}{c['gather/scatter']:>9}{c['fma']:>7}{c['zmm']:>7}{c['spill']:>7}", flush=True)
     for (v, t), rs in ratios.items():
         print(f"geomean {v} / {variants[-1]} at {t} thread(s): {_geomean(rs):.3f} over {len(rs)} models (min {min(rs):.2f}, max {max(rs):.2f})")
     print("slower than " + variants[-1] + " (median and p10 both over " + f"{args.slower:g}x): " + ("; ".join(slower) or "none"))
