@@ -169,7 +169,7 @@ def _features(target) -> set[str]:
     """The features LLVM enables for an LLVM target (its mcpu with its mattr applied)."""
     import tvm
 
-    return {str(k) for k in tvm.get_global_func("target.llvm_get_cpu_features")(target).keys()}
+    return {str(k) for k in tvm.get_global_func("target.llvm_get_cpu_features")(target)}
 
 
 @functools.lru_cache(maxsize=1)
