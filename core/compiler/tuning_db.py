@@ -54,7 +54,8 @@ def target_key(target) -> str:
     parts = [kind]
     for key in ("mcpu", "mattr", "arch", "num-cores"):
         if key == "mattr" and key in attrs:
-            parts.extend(f"no-{str(f)[1:]}" if str(f).startswith("-") else str(f).lstrip("+") for f in attrs[key])
+            parts.extend(f"no-{str(f)[1:]}" if str(f).startswith("-") else str(f).lstrip("+")
+                         for f in attrs[key] if not str(f).startswith("+prefer-no-"))  # LLVM tuning flags, not an ISA
         elif key in attrs:
             parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
