@@ -47,12 +47,16 @@ def default_database_root() -> Path:
 
 
 def target_key(target) -> str:
-    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
+    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, its feature
+    changes (znver4 with -avx512f is another ISA than znver4: "llvm-znver4-no-avx512f-cores2"), cores."""
     kind = target.kind.name
     attrs = target.attrs
     parts = [kind]
-    for key in ("mcpu", "arch", "num-cores"):
-        if key in attrs:
+    for key in ("mcpu", "mattr", "arch", "num-cores"):
+        if key == "mattr" and key in attrs:
+            parts.extend(f"no-{str(f)[1:]}" if str(f).startswith("-") else str(f).lstrip("+")
+                         for f in attrs[key] if not str(f).startswith("+prefer-no-"))  # LLVM tuning flags, not an ISA
+        elif key in attrs:
             parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
 
