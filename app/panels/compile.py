@@ -240,7 +240,7 @@ class CompilePanel(QWidget):
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.cpu.setMinimumContentsLength(21)
+        self.cpu.setMinimumContentsLength(26)
         for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)

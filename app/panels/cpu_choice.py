@@ -32,7 +32,7 @@ class CpuChoice(QComboBox):
         env = " ".join(x for x in (os.environ.get(CPU_ENV, "").strip(), os.environ.get(CPU_FEATURES_ENV, "").strip()) if x)
         self.addItem(f"{env} (MLCWB_CPU)" if env else f"this host ({host})", (None, None))
         if "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]:
-            self.addItem(f"this host, no AVX-512 ({host} -avx512f)", ("host", "-avx512f"))
+            self.addItem("this host without AVX-512", ("host", "-avx512f"))
         elif env:
             self.addItem(f"this host ({host})", ("host", ""))
         for name, what in NAMED_CPUS:
