@@ -194,13 +194,8 @@ def apply_database_pass(target, database=None):
             task_mod = _task_module(func)
             key = _workload_key(task_mod)
             template = templates.get(key)
-            options = _schedule_options(key, task_mod, template, db, saved)
-            default_ms = options[0][1]
-            known = [(kind, ms) for kind, ms in options if ms is not None]
-            if not known:
-                continue
-            choice = min(known, key=lambda x: x[1])[0]
-            if choice == "default" and default_ms is None:
+            choice = _choose(_schedule_options(key, task_mod, template, db, saved))
+            if choice in (None, "default"):
                 continue
             scheduled = None
             if choice == "template":
@@ -214,6 +209,24 @@ def apply_database_pass(target, database=None):
         return mod
 
     return _pass
+
+
+# How much faster than the default a searched record must have measured to replace it: a
+# MetaSchedule record's figure is its own measurement, never repeated beside the default's
+# (template configs are: tuning.confirm_at_threads), and a pick within the noise is as likely slower.
+SEARCH_MARGIN = 0.03
+
+
+def _choose(options: list[tuple[str, float | None]]) -> str | None:
+    """The kind of schedule a kernel gets from `_schedule_options`: the fastest, where a
+    searched record must beat a known default by SEARCH_MARGIN; None when nothing is known."""
+    default_ms = options[0][1]
+    known = [(kind, ms) for kind, ms in options if ms is not None]
+    if default_ms is not None:
+        known = [(kind, ms) for kind, ms in known if kind != "search" or ms < default_ms * (1.0 - SEARCH_MARGIN)]
+    if not known:
+        return None
+    return min(known, key=lambda x: x[1])[0]
 
 
 def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict) -> list[tuple[str, float | None]]:
@@ -324,7 +337,6 @@ def database_choice(func, target, database=None) -> tuple[str | None, list[tuple
     key = kernel_workload(func)
     db = open_database(database, target) if have_search else None
     options = _schedule_options(key, task_mod, _load_templates(folder).get(key), db, _load_progress(folder))
-    known = [(kind, ms) for kind, ms in options if ms is not None]
-    if not known or (len(known) == 1 and known[0][0] == "default"):
+    if all(ms is None for kind, ms in options if kind != "default"):
         return None, options
-    return min(known, key=lambda x: x[1])[0], options
+    return _choose(options), options

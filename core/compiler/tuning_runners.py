@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["local_builder", "local_runner", "parse_rpc_address", "rpc_runner"]
+__all__ = ["local_builder", "local_runner", "parse_rpc_address", "rpc_runner", "measure_schedules", "confirm_at_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,3 +150,78 @@ def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeou
         evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
         max_workers=max_workers,
     )
+
+
+def _device_type(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def _build_inputs(schedules: list, target, builder) -> list:
+    """A RunnerInput per schedule (None where it did not build)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
+    inputs = []
+    for sch, result in zip(schedules, built):
+        if result.error_msg:
+            logger.info("candidate did not build: %s", result.error_msg.splitlines()[0])
+            inputs.append(None)
+            continue
+        # what the builder measures: the kernel taking its weights already packed
+        measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
+        args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
+        inputs.append(ms.runner.RunnerInput(result.artifact_path, _device_type(target), args_info))
+    return inputs
+
+
+def _run_inputs(inputs: list, runner, rounds: int = 1) -> list[float | None]:
+    """Seconds per input (None where it is None or did not run): the fastest repeat of all
+    `rounds`, the inputs taking turns round by round (so a drift of the machine's load hits all)."""
+    present = [i for i, inp in enumerate(inputs) if inp is not None]
+    out: list[float | None] = [None] * len(inputs)
+    if not present:
+        return out
+    futures = runner.run([inputs[i] for i in present] * rounds)
+    for n, future in enumerate(futures):
+        index = present[n % len(present)]
+        result = future.result()
+        if result.error_msg:
+            logger.info("candidate did not run: %s", result.error_msg.splitlines()[0])
+            continue
+        # the fastest repeat: on a shared machine other processes only ever add time (a parallel
+        # kernel waits for a worker whose core another process holds), so the least disturbed
+        # repeat is the closest to what the schedule itself costs
+        secs = min(float(x) for x in result.run_secs)
+        out[index] = secs if out[index] is None else min(out[index], secs)
+    return out
+
+
+def measure_schedules(schedules: list, target, builder, runner, rounds: int = 1) -> list[float | None]:
+    """Seconds per schedule (None where it did not build or run): all built once, then run in
+    `rounds` alternating rounds (the fastest repeat of any round counts)."""
+    return _run_inputs(_build_inputs(schedules, target, builder), runner, rounds)
+
+
+# How much faster than the default a tuned schedule must measure, at the thread count the
+# model runs on, to replace it: less is within what the same schedule varies between
+# measurements on a shared machine, and a pick within the noise is as likely to be slower.
+CONFIRM_MARGIN = 0.03
+CONFIRM_ROUNDS = 3
+
+
+def confirm_at_threads(default, candidates: list, target, builder, runner, rounds: int = CONFIRM_ROUNDS, margin: float = CONFIRM_MARGIN):
+    """Measure the default schedule and `candidates` (picked on one thread) side by side on
+    `runner` (the model's thread count), in `rounds` alternating rounds. Returns (index of the
+    fastest candidate, or None when none beats the default by `margin`; seconds of each: the
+    default first, None where it failed). A schedule that is best on one core may split its
+    parallel loop worse over two (fewer, bigger row blocks: one thread idles at the end)."""
+    times = measure_schedules([default, *candidates], target, builder, runner, rounds)
+    base = times[0]
+    if base is None:
+        return None, times
+    timed = [(secs, i) for i, secs in enumerate(times[1:]) if secs is not None]
+    if not timed:
+        return None, times
+    best_secs, best = min(timed)
+    return (best if best_secs < base * (1.0 - margin) else None), times
