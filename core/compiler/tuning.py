@@ -338,11 +338,15 @@ def tune_module(
     progress: Callable[[float, str], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     seed: int = 0,
+    confirm_runner=None,
 ) -> TuningReport:
     """Tune the kernels of a fused Relax+TIR module into the database folder `database`.
 
     `mod` is the module after FuseTIR (what schedule_pass receives). Returns a TuningReport;
     the records are in the database whatever happened (cancel, budget, a failing kernel).
+    Candidates are measured on `runner` (default: one local thread); a template config replaces
+    the default only after winning again on `confirm_runner` (default: `runner` when one is
+    given, else the target's cores locally), where the model will run.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -360,7 +364,7 @@ def tune_module(
     builder = builder or local_builder()
     # template winners are confirmed at the thread count the model runs on (an RPC runner
     # measures on its device as that device runs)
-    confirm_runner = runner or local_runner(threads=_cores(target))
+    confirm_runner = confirm_runner or runner or local_runner(threads=_cores(target))
     runner = runner or local_runner()
     work_dir = str(folder / "logs")
 

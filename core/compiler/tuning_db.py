@@ -107,8 +107,9 @@ def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
 def _template_rules() -> list:
     """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
     from .schedules.cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .schedules.cpu_matmul import Matmul
 
-    return [Conv2dNCHWc(), Conv2dNCHW()]
+    return [Conv2dNCHWc(), Conv2dNCHW(), Matmul()]
 
 
 def _template_rule(name: str):

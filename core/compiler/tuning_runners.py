@@ -175,11 +175,12 @@ def _build_inputs(schedules: list, target, builder) -> list:
     return inputs
 
 
-def _run_inputs(inputs: list, runner, rounds: int = 1) -> list[float | None]:
-    """Seconds per input (None where it is None or did not run): the fastest repeat of all
-    `rounds`, the inputs taking turns round by round (so a drift of the machine's load hits all)."""
+def _run_rounds(inputs: list, runner, rounds: int = 1) -> list[list[float | None]]:
+    """Seconds per round per input (None where the input is None or did not run): the inputs
+    take turns round by round (so a drift of the machine's load hits all), and each figure is
+    the fastest repeat of its round."""
     present = [i for i, inp in enumerate(inputs) if inp is not None]
-    out: list[float | None] = [None] * len(inputs)
+    out: list[list[float | None]] = [[None] * len(inputs) for _ in range(rounds)]
     if not present:
         return out
     futures = runner.run([inputs[i] for i in present] * rounds)
@@ -192,15 +193,20 @@ def _run_inputs(inputs: list, runner, rounds: int = 1) -> list[float | None]:
         # the fastest repeat: on a shared machine other processes only ever add time (a parallel
         # kernel waits for a worker whose core another process holds), so the least disturbed
         # repeat is the closest to what the schedule itself costs
-        secs = min(float(x) for x in result.run_secs)
-        out[index] = secs if out[index] is None else min(out[index], secs)
+        out[n // len(present)][index] = min(float(x) for x in result.run_secs)
     return out
+
+
+def _fastest(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
 
 
 def measure_schedules(schedules: list, target, builder, runner, rounds: int = 1) -> list[float | None]:
     """Seconds per schedule (None where it did not build or run): all built once, then run in
     `rounds` alternating rounds (the fastest repeat of any round counts)."""
-    return _run_inputs(_build_inputs(schedules, target, builder), runner, rounds)
+    per_round = _run_rounds(_build_inputs(schedules, target, builder), runner, rounds)
+    return [_fastest(column) for column in zip(*per_round)]
 
 
 # How much faster than the default a tuned schedule must measure, at the thread count the
@@ -213,15 +219,17 @@ CONFIRM_ROUNDS = 3
 def confirm_at_threads(default, candidates: list, target, builder, runner, rounds: int = CONFIRM_ROUNDS, margin: float = CONFIRM_MARGIN):
     """Measure the default schedule and `candidates` (picked on one thread) side by side on
     `runner` (the model's thread count), in `rounds` alternating rounds. Returns (index of the
-    fastest candidate, or None when none beats the default by `margin`; seconds of each: the
-    default first, None where it failed). A schedule that is best on one core may split its
-    parallel loop worse over two (fewer, bigger row blocks: one thread idles at the end)."""
-    times = measure_schedules([default, *candidates], target, builder, runner, rounds)
+    winning candidate, or None; seconds of each, the default first, None where it failed).
+    The winner is the fastest candidate, if it beats the default by `margin` over all rounds
+    and in most rounds one by one: on a loaded machine one lucky quiet moment can make any
+    schedule look fast once. (What is best on one core may split its parallel loop worse over
+    two: fewer, bigger row blocks, one thread idle at the end.)"""
+    per_round = _run_rounds(_build_inputs([default, *candidates], target, builder), runner, rounds)
+    times = [_fastest(column) for column in zip(*per_round)]
     base = times[0]
-    if base is None:
-        return None, times
     timed = [(secs, i) for i, secs in enumerate(times[1:]) if secs is not None]
-    if not timed:
+    if base is None or not timed:
         return None, times
     best_secs, best = min(timed)
-    return (best if best_secs < base * (1.0 - margin) else None), times
+    wins = sum(1 for row in per_round if row[0] is not None and row[best + 1] is not None and row[best + 1] < row[0] * (1.0 - margin))
+    return (best if best_secs < base * (1.0 - margin) and 2 * wins > rounds else None), times
