@@ -15,11 +15,15 @@ search from scratch. Here:
   slower. (The search itself is not seeded with the default's trace: MetaSchedule's
   layout-rewrite postprocessor fails on a trace that already packs the weights.)
 * **Template search first**: for kernels a core.compiler.schedules rule has knobs for (convolutions:
-  register tile, input channel blocking, unrolling), every candidate config of that rule is
-  built and measured - the default config among them, so the search starts from the default
-  schedule and can only improve on it. The best config per workload goes to `templates.json`
-  beside the MetaSchedule records. This is cheap (a few dozen builds per kernel) and is where
-  most of the gain is found on 2 cores; MetaSchedule's open search gets the budget left.
+  register tile, channel blocks per tile, input channel blocking, unrolling, loop order;
+  matmuls: rows x vectors of the register tile), every candidate config of that rule is
+  built and measured on one thread - the default config among them, so the search starts from
+  the default schedule. The fastest few that beat the default are then measured again beside
+  it at the model's thread count (tuning_runners.confirm_at_threads: alternating rounds, a 3%
+  margin, most rounds won): a config replaces the default only if it wins there too, since a
+  tile that is best on one core may split its parallel loop worse over two. The decision per
+  workload goes to `templates.json` beside the MetaSchedule records. This is cheap (a few
+  dozen builds per kernel); MetaSchedule's open search gets the budget left.
 * **Budget**: kernels are tuned most expensive first (measured default time x how often the model
   calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
   `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
@@ -61,7 +65,6 @@ from .tuning_db import (
     tuned_schedule,
 )
 from .tuning_runners import (
-    _device_type,
     _worker_initializer,
     confirm_at_threads,
     local_builder,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["local_builder", "local_runner", "parse_rpc_address", "rpc_runner", "measure_schedules", "confirm_at_threads"]
+__all__ = ["confirm_at_threads", "local_builder", "local_runner", "measure_schedules", "parse_rpc_address", "rpc_runner"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ def local_runner(threads: int | None = 1):
     times whichever core was taken: measured there under load, one conv's 35 template configs
     ranged 2.3-36 ms and its default 4.8-12 ms between two runs. Every schedule compared
     (default, template configs, MetaSchedule's records) is measured alike, so the choices stay
-    consistent; the configs differ in their register tiles and blocking, not in how their outer
-    loop is parallelized."""
+    consistent. How a config splits its parallel loop over the model's threads is checked
+    afterwards, for the few finalists only (`confirm_at_threads`, on a runner of that many threads)."""
     from tvm.s_tir import meta_schedule as ms
 
     config = ms.runner.EvaluatorConfig(number=1, repeat=15, min_repeat_ms=2, enable_cpu_cache_flush=False)

@@ -62,7 +62,12 @@ def _tune(tmp_path, target, fast_at_threads):
     """Tune the conv model's kernel with those figures (FAST's time at the model's threads: a
     number, or a function of the position); (its template record, the confirm runner, whether
     the compile's apply pass gives the kernel a tuned schedule)."""
-    from core.compiler.tuning import TEMPLATES_FILE, apply_database_pass, database_dir, tune_module
+    from core.compiler.tuning import (
+        TEMPLATES_FILE,
+        apply_database_pass,
+        database_dir,
+        tune_module,
+    )
 
     mod = _fused(_conv_model())
     confirm = _Runner(fast_at_threads if callable(fast_at_threads) else _at_threads(fast_at_threads))
