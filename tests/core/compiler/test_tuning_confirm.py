@@ -8,6 +8,7 @@ database files and the apply pass are the real ones."""
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -225,3 +226,48 @@ def test_matmul_space_starts_from_the_default_and_every_tile_computes_the_same(t
         args = [tvm.runtime.tensor(a) for a in (x, w, bias, np.zeros(expected.shape, np.float32))]
         lib["main"](*args)
         np.testing.assert_allclose(args[-1].numpy(), expected, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+class _OneThread:
+    """Every config 1 ms but the second of each batch, 0.5 ms: the one-thread winner of every kernel."""
+
+    def run(self, inputs):
+        return _Runner(lambda position: 0.5e-3 if position == 1 else 1e-3).run(inputs)
+
+
+class _ModelThreads:
+    """The confirmation's rounds: the default (first of each round) 1 ms, the finalists 0.7 ms."""
+
+    def run(self, inputs):
+        from core.compiler.tuning_runners import CONFIRM_ROUNDS
+
+        per_round = len(inputs) // CONFIRM_ROUNDS
+        return _Runner(lambda position: 1e-3 if position % per_round == 0 else 0.7e-3).run(inputs)
+
+
+@pytest.mark.slow
+def test_the_benchmark_tunes_the_kernels_it_compiles_and_applies_a_database_without_searching(tmp_path, monkeypatch, capsys):
+    """benchmarks/compiled_vs_onnxruntime.py: --tune-minutes tunes the workbench compile's own
+    kernels (here with injected measurements that make a config win everywhere), and --tune-db
+    alone then gives the tuned column from those records (no search), checked against onnxruntime."""
+    import core.compiler.tuning as tuning
+    from benchmarks import compiled_vs_onnxruntime as bench
+
+    monkeypatch.setattr(tuning, "local_builder", lambda *a, **k: _Builder())
+    monkeypatch.setattr(tuning, "local_runner", lambda threads=1: _OneThread() if threads == 1 else _ModelThreads())
+    common = ["--models", "small_cnn", "--tune-db", str(tmp_path), "--runs", "5", "--seconds", "0.2", "--one-thread", "off"]
+    assert bench.main([*common, "--tune-minutes", "1"]) == 0
+    tuned_run = capsys.readouterr().out
+    row = next(line for line in tuned_run.splitlines() if line.startswith("small_cnn"))
+    found = re.search(r"tuned (\d+)/(\d+) kernels", row)
+    assert "tuning small_cnn:" in tuned_run and found and int(found.group(1)) >= 1, tuned_run
+    assert "MISMATCH" not in row
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("--tune-db alone must not tune")
+
+    monkeypatch.setattr(tuning, "tune_module", no_search)
+    assert bench.main(common) == 0
+    applied = capsys.readouterr().out
+    row = next(line for line in applied.splitlines() if line.startswith("small_cnn"))
+    assert f"tuned {found.group(1)}/{found.group(2)} kernels" in row and "MISMATCH" not in row and "tuning small_cnn" not in applied
