@@ -250,8 +250,8 @@ def test_the_benchmark_tunes_the_kernels_it_compiles_and_applies_a_database_with
     """benchmarks/compiled_vs_onnxruntime.py: --tune-minutes tunes the workbench compile's own
     kernels (here with injected measurements that make a config win everywhere), and --tune-db
     alone then gives the tuned column from those records (no search), checked against onnxruntime."""
-    import core.compiler.tuning as tuning
     from benchmarks import compiled_vs_onnxruntime as bench
+    from core.compiler import tuning
 
     monkeypatch.setattr(tuning, "local_builder", lambda *a, **k: _Builder())
     monkeypatch.setattr(tuning, "local_runner", lambda threads=1: _OneThread() if threads == 1 else _ModelThreads())
