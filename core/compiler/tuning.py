@@ -65,6 +65,7 @@ from .tuning_db import (
     tuned_schedule,
 )
 from .tuning_runners import (
+    CONFIRM_MARGIN,
     _worker_initializer,
     confirm_at_threads,
     local_builder,
@@ -166,7 +167,8 @@ def _has_template(func, target) -> bool:
 
 def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4, confirm_runner=None, finalists: int = 3) -> dict | None:
     """Measure every candidate config of the first template rule that matches `func` (on
-    `runner`: one thread), then confirm the `finalists` fastest that beat the default against
+    `runner`: one thread), then confirm the `finalists` fastest that beat the default there
+    by CONFIRM_MARGIN against
     it on `confirm_runner` (the model's thread count; `runner` when None), side by side in
     alternating rounds. The record ({rule, config, ms, default_ms, measured, confirmed}) keeps a
     config other than the default only when it won there by tuning_runners.CONFIRM_MARGIN; None
@@ -200,11 +202,12 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
     best_config, best_ms = min(timed, key=lambda x: x[1])
     default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
     confirmed = None
-    if default_ms is not None and best_config != configs[0] and not (cancel is not None and cancel()):
+    faster = [] if default_ms is None else sorted((x for x in timed if x[1] < default_ms * (1.0 - CONFIRM_MARGIN)), key=lambda x: x[1])
+    if faster and not (cancel is not None and cancel()):
         # A winner picked from a dozen noisy one-thread measurements is partly luck, and what
         # is best on one core may parallelize worse on the model's threads: the finalists and
         # the default again, side by side on `confirm_runner`; the default unless one wins.
-        faster = sorted((x for x in timed if x[0] != configs[0] and x[1] < default_ms), key=lambda x: x[1])[:finalists]
+        faster = faster[:finalists]
         winner, secs = confirm_at_threads(
             rule.apply(func, target, configs[0]),
             [rule.apply(func, target, c) for c, _ in faster],

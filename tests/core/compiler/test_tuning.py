@@ -209,8 +209,12 @@ def test_template_search_measures_the_default_and_applies_the_best_config(tmp_pa
     finalists = [c for c, _ in (record["confirmed"] or {}).get("finalists", [])]
     assert record["config"] == candidates[0] or record["config"] in finalists
     assert record["ms"] <= record["default_ms"] and record["ms"] >= fastest[1]
-    if fastest[0] != candidates[0]:
+    from core.compiler.tuning_runners import CONFIRM_MARGIN
+
+    if fastest[1] < record["default_ms"] * (1 - CONFIRM_MARGIN):  # a finalist only when it beat the default by the margin
         assert fastest[0] in finalists
+    else:
+        assert record["config"] == candidates[0] and record["confirmed"] is None
     assert conv.template_config == record["config"] and conv.tuned_ms <= conv.default_ms
     assert database_coverage(mod, target, tmp_path)[0] >= 1
 

@@ -113,13 +113,14 @@ def test_a_config_that_wins_at_the_models_threads_is_applied(tmp_path, target):
     assert scheduled
 
 
-def test_a_searched_record_needs_the_margin_over_the_default():
+def test_a_tuned_schedule_needs_the_margin_over_the_default():
     from core.compiler.tuning_db import SEARCH_MARGIN, _choose
 
     assert _choose([("default", 1.0), ("search", 1.0 - SEARCH_MARGIN / 2)]) == "default"
     assert _choose([("default", 1.0), ("search", 0.9)]) == "search"
     assert _choose([("default", None), ("search", 0.9)]) == "search"
-    assert _choose([("default", 1.0), ("template", 0.99), ("search", 0.98)]) == "template"
+    assert _choose([("default", 1.0), ("template", 0.99), ("search", 0.98)]) == "default"
+    assert _choose([("default", 1.0), ("template", 0.9), ("search", 0.95)]) == "template"
     assert _choose([("default", None)]) is None
 
 
