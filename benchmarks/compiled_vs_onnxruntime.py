@@ -109,12 +109,12 @@ def relax_to_fused_tir(proto):
     )(mod)
 
 
-def compile_workbench(proto, database: str | None = None, tune_s: float | None = None, trials: int = 0):
-    """core.compiler.compile's Artifact for `proto`: its pass pipeline, whose "scheduled TIR" step
-    is core.compiler.schedules; with `database`, tuned for `tune_s` seconds (`trials` MetaSchedule
-    trials per kernel after the template search) first when given, and the database applied. The
-    tuning sees the kernels this very pipeline makes (graph-level NCHWc and all), so the records
-    are the ones the tuned compile looks up."""
+def compile_workbench(proto, target, database: str | None = None, tune_s: float | None = None, trials: int = 0):
+    """core.compiler.compile's Artifact for `proto`, for `target`'s CPU: its pass pipeline, whose
+    "scheduled TIR" step is core.compiler.schedules; with `database`, tuned for `tune_s` seconds
+    (`trials` MetaSchedule trials per kernel after the template search) first when given, and the
+    database applied. The tuning sees the kernels this very pipeline makes (graph-level NCHWc and
+    all), so the records are the ones the tuned compile looks up."""
     import tempfile
 
     from core.compiler.compile import compile_model
@@ -122,12 +122,22 @@ def compile_workbench(proto, database: str | None = None, tune_s: float | None =
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         path.write_bytes(proto.SerializeToString())
-        return compile_model(str(path), "cpu", verify=False, tune_db=database, tune_budget_s=tune_s, tune_trials=trials)
+        attrs = target.attrs
+        return compile_model(
+            str(path),
+            "cpu",
+            verify=False,
+            tune_db=database,
+            tune_budget_s=tune_s,
+            tune_trials=trials,
+            cpu=str(attrs["mcpu"]),
+            cpu_features=[str(f) for f in attrs["mattr"]] if "mattr" in attrs else "",
+        )
 
 
 def build_vm_workbench(proto, target, database: str | None = None):
     """Compile `proto` the way the workbench does (compile_workbench) and load it."""
-    return compile_workbench(proto, database).vm()
+    return compile_workbench(proto, target, database).vm()
 
 
 def build_vm(proto, target, database: str | None = None, schedule: bool = True):
@@ -313,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
         default="on",
         help="also time both at 1 thread (quiet) and print each one's speed-up from 1 to --threads threads",
     )
+    parser.add_argument("--cpu", default=None, metavar="NAME", help="compile ours for this LLVM CPU (default: MLCWB_CPU, else this host); "
+                        "onnxruntime still runs its kernels for this host (with AVX-512 where it has it)")
+    parser.add_argument("--cpu-features", default=None, metavar="FEATURES", help="feature changes for that CPU, e.g. --cpu-features=-avx512f")
     parser.add_argument("--ort-spinning", choices=("on", "off"), default="on", help="onnxruntime's spinning worker threads (default on, its default; off is its better setting on a busy machine)")
     args = parser.parse_args(argv)
 
@@ -322,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     # (core.compiler.target.runtime_threads), as many as onnxruntime gets
     from core.compiler.ort_worker import OrtProcess
 
-    target = make_target("cpu")
+    target = make_target("cpu", mcpu=args.cpu, mattr=args.cpu_features)
     models: dict[str, object] = dict(light_models())
     models.update(sample_models())
     models.update(architecture_models())
@@ -334,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     one_thread = args.one_thread == "on" and args.threads > 1
     adaptive = args.adaptive_threads == "on"
     print(
-        f"host {host_description(target)}  threads {args.threads}  pipeline {args.pipeline}  "
+        f"host {host_description(make_target('cpu', mcpu='host'))}  threads {args.threads}  pipeline {args.pipeline}  "
         f"onnxruntime spinning {args.ort_spinning}  ours adaptive threads {args.adaptive_threads}  TVM pool spin count {os.environ.get('TVM_THREAD_POOL_SPIN_COUNT', 'default')}  "
         f"load average {os.getloadavg()[0]:.1f}"
     )
@@ -350,6 +363,14 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
     )
+    from tvm.target import codegen
+
+    from core.compiler.target import target_cpu
+
+    built = target_cpu(target)
+    if built != target_cpu(make_target("cpu", mcpu="host")):
+        isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
+        print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs its own kernels for this host")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
     if one_thread:
         cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}"
@@ -374,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.pipeline == "workbench":
                 # tuned (when asked) and compiled in one go, on the workbench's own kernels; with
                 # --tune-minutes 0 the records already in the database are only applied
-                artifact = compile_workbench(proto, args.tune_db, tune_s, args.tune_trials if tune_s else 0)
+                artifact = compile_workbench(proto, target, args.tune_db, tune_s, args.tune_trials if tune_s else 0)
                 tuning = artifact.manifest.get("tuning") or {}
                 if tuning.get("summary"):
                     print(f"  tuning {name}: {tuning['summary']}", flush=True)

@@ -1,163 +1,157 @@
-"""The same model compiled for several x86 ISAs on this host: is the host's default ever slower
-than narrower code on the same machine?
+"""The same models compiled for several x86 CPUs / ISAs on this host: is the host's default ever
+slower than narrower code on the same machine?
 
-On an AVX-512 host (Zen 4) the default target (`mcpu` = the host) must never lose to the AVX2
-code the same host runs (`mattr=["-avx512f"]`, or `mcpu=znver3`). Besides latency (noisy on a
-shared machine) it counts, in each variant's assembly, the `vinsertps`/`vextractps` instructions
-LLVM emits when a vector accumulator is not kept in registers (a load-independent sign of a
-schedule that does not fit the ISA), and the zmm registers used.
+On an AVX-512 host (Zen 4) the default target (this host's CPU) must never lose to the AVX2 code
+the same host runs (`--cpu-features -avx512f`, or `--cpu znver3`). Every variant is compiled the
+way `compile` does (core.compiler.compile.compile_model with `cpu=` / `cpu_features=`: the
+workbench's pass pipeline, NCHWc layout included), and each model's variants are timed in
+alternating blocks (A's block, B's, ..., repeated; measure_alternating of
+compiled_vs_onnxruntime), at the host's core count and at 1 thread (the same executables,
+core.compiler.target.runtime_threads), one runtime only (TVM), so load on the machine hits all
+alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
+instructions LLVM emits when a vector accumulator is not kept in registers (a load-independent
+sign of a schedule that does not fit the ISA), the gathers/scatters LLVM's own vectorizer emits
+with AVX-512 for loops a schedule left alone when it cannot prove them contiguous (slow on Zen 4),
+and the zmm registers used.
 
-Every variant is built in this process and timed in alternating blocks (variant A's block, then
-B's, then C's, repeated), one runtime only (TVM), so load on the machine hits all alike.
+    python benchmarks/isa_compare.py [--models squeezenet,small_cnn] [--variants host,host:-avx512f,znver3]
+        [--threads 2] [--blocks 5] [--seconds 4]
 
-    python benchmarks/isa_compare.py [--models squeezenet,small_cnn] [--variants znver4,znver4-avx2,znver3]
-        [--threads 1] [--blocks 5] [--seconds 4] [--pipeline workbench|own]
-
-A variant is an LLVM CPU name, optionally followed by `-avx2` (that CPU with AVX-512 disabled).
-Variants the host cannot run (AVX-512 code on an AVX2 host) are compiled and counted, not timed.
+A variant is an LLVM CPU name ("host": this machine's), optionally followed by `:` and feature
+changes (`znver4:-avx512f`). Variants the host cannot run (AVX-512 code on an AVX2 host) are
+compiled and counted, not timed. The models are compiled_vs_onnxruntime's: the onnx wheel's
+light models, core.model.samples and core.model.architectures.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
-import statistics
 import sys
-import time
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["variant_target", "assembly_counts", "main"]
+__all__ = ["parse_variant", "assembly_counts", "main"]
 
 
-def variant_target(variant: str, cores: int):
-    """A tvm Target for 'znver4', 'znver4-avx2' (AVX-512 off) or any LLVM CPU name."""
-    from core.compiler.target import make_target
-
-    cpu, _, suffix = variant.partition("-avx2")
-    mattr = ["-avx512f"] if variant.endswith("-avx2") else None
-    return make_target("cpu", mcpu=cpu, mattr=mattr, cores=cores)
+def parse_variant(variant: str) -> tuple[str, str]:
+    """'znver4:-avx512f' -> ('znver4', '-avx512f'); 'host' -> ('host', '')."""
+    cpu, _, features = variant.partition(":")
+    return cpu.strip() or "host", features.strip()
 
 
 def assembly_counts(executable) -> dict[str, int]:
     """Counts of tell-tale instructions in a compiled executable's host code."""
-    asm = "\n".join(m.inspect_source("asm") for m in executable.mod.imports if m.kind == "llvm")
+    def modules(m):
+        yield m
+        for child in m.imports:
+            yield from modules(child)
+
+    asm = "\n".join(m.inspect_source("asm") for m in modules(executable.mod) if m.kind == "llvm")
     return {
         "insert/extract": len(re.findall(r"\bv(?:insert|extract)ps\b", asm)),
+        "gather/scatter": len(re.findall(r"\bv(?:gather|scatter)\w*ps\b", asm)),
         "fma": len(re.findall(r"\bvfmadd\w*", asm)),
         "zmm": len(re.findall(r"%zmm", asm)),
         "spill": len(re.findall(r"\d+-byte (?:Spill|Reload)", asm)),
     }
 
 
-def host_runs(target) -> bool:
-    """Whether this host can execute code built for `target` (its features are a subset)."""
-    from tvm.target import codegen
+def _compile(proto, variant: str):
+    from core.compiler.compile import compile_model
 
-    from core.compiler.target import make_target
-
-    host = make_target("cpu")
-    for feature in ("avx512f", "avx512bw", "avx512vl", "avx2", "fma"):
-        if codegen.target_has_features(feature, target) and not codegen.target_has_features(feature, host):
-            return False
-    return True
-
-
-def _workbench_module(proto, target):
-    """`proto` through the workbench's default pipeline for `target` (what compile_model runs for the host)."""
-    import tempfile
-
-    from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
-
+    cpu, features = parse_variant(variant)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         path.write_bytes(proto.SerializeToString())
-        mod = import_relax(_resolve_graph(str(path))).mod
-    with target:
-        for spec in default_pipeline(target):
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
-    return mod
+        return compile_model(str(path), "cpu", cpu=cpu, cpu_features=features, verify=False)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
+    from core.compiler.target import cannot_run_here, host_cores, host_cpu, make_target, target_cpu
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="small_cnn,squeezenet")
-    parser.add_argument("--variants", default="", help="default: the host CPU, it with AVX-512 off, znver3")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--pipeline", choices=("workbench", "own"), default="workbench",
-                        help="workbench: the default pass pipeline for each variant's target (core.compiler.pipeline, NCHWc "
-                             "layout included); own: this file's import + LegalizeOps + FuseOps + schedules only")
+    parser.add_argument("--models", default="", help="comma-separated subset (default: all of compiled_vs_onnxruntime's)")
+    parser.add_argument("--variants", default="", help="default: host, and host:-avx512f on an AVX-512 host (ratios are to the last)")
+    parser.add_argument("--threads", type=int, default=host_cores(), help="the multi-thread column (a 1-thread column is timed too)")
     parser.add_argument("--blocks", type=int, default=5, help="alternating timing blocks per variant")
-    parser.add_argument("--seconds", type=float, default=4.0, help="timing budget per model and variant")
+    parser.add_argument("--seconds", type=float, default=4.0, help="timing budget per model, variant and thread count")
+    parser.add_argument("--slower", type=float, default=1.05, help="flag a variant whose median and p10 are both this much above the last's")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
 
     import numpy as np
-    import tvm
-    from tvm import relax
 
-    from benchmarks.compiled_vs_onnxruntime import _feeds, _load, light_models, relax_to_fused_tir, sample_models
-    from core.compiler.schedules import schedule_pass
-    from core.compiler.target import host_cpu
+    from benchmarks.compiled_vs_onnxruntime import _feeds, _load, architecture_models, light_models, measure_alternating, ours_runner, sample_models
 
     host = host_cpu()
-    variants = [v for v in args.variants.split(",") if v] or [host, f"{host}-avx2", "znver3"]
-    models = {**light_models(), **sample_models()}
-    print(f"host {host}  threads {args.threads}  pipeline {args.pipeline}  load {os.getloadavg()[0]:.1f}  (ratios to {variants[-1]})")
-    header = f"{'model':<14}{'variant':<16}{'median ms':>10}{'p10':>9}{'p90':>9}{'x last':>8}{'ins/ext':>9}{'fma':>7}{'zmm':>7}{'spill':>7}"
-    print(header)
-    print("-" * len(header))
-    for name in [m for m in args.models.split(",") if m]:
-        proto = _load(models[name])
+    has512 = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]
+    variants = [v for v in args.variants.split(",") if v] or (["host", "host:-avx512f"] if has512 else ["host", "znver4"])
+    models: dict[str, object] = {**light_models(), **sample_models(), **architecture_models()}
+    if args.models:
+        models = {k: v for k, v in models.items() if k in {m.strip() for m in args.models.split(",")}}
+    thread_counts = [args.threads] + ([1] if args.threads > 1 else [])
+    print(f"host {host} ({'AVX-512' if has512 else 'no AVX-512'})  threads {'/'.join(map(str, thread_counts))}  "
+          f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}  (ratios: median / median of {variants[-1]}; p10 / p10 in brackets)")
+    head = f"{'model':<22}{'variant':<18}" + "".join(f"{f'{t}t ms':>11}{f'x {t}t':>15}" for t in thread_counts) + f"{'ins/ext':>9}{'gath/sc':>9}{'fma':>7}{'zmm':>7}{'spill':>7}"
+    print(head)
+    print("-" * len(head))
+    ratios: dict[tuple[str, int], list[float]] = {}
+    slower: list[str] = []
+    for name, model in models.items():
+        proto = _load(model)
         feeds = _feeds(proto)
         built = {}
-        for variant in variants:
-            target = variant_target(variant, args.threads)
-            if args.pipeline == "workbench":
-                mod = _workbench_module(proto, target)
-            else:
-                mod = relax_to_fused_tir(proto)
-                with target:
-                    mod = schedule_pass(target)(mod)
-            ex = tvm.compile(mod, target)
-            counts = assembly_counts(ex)
-            vm = relax.VirtualMachine(ex, tvm.cpu()) if host_runs(target) else None
-            built[variant] = (vm, counts)
-        tensors = [tvm.runtime.tensor(v) for v in feeds.values()]
-        times: dict[str, list[float]] = {v: [] for v in variants}
-        runnable = [v for v in variants if built[v][0] is not None]
-        probe = {}
-        for v in runnable:
-            fn = built[v][0]["main"]
-            fn(*tensors)
-            t0 = time.perf_counter()
-            fn(*tensors)
-            probe[v] = time.perf_counter() - t0
-        for _ in range(args.blocks):
-            for v in runnable:
-                fn = built[v][0]["main"]
-                n = max(2, int(args.seconds / args.blocks / max(probe[v], 1e-5)))
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    fn(*tensors)
-                    times[v].append((time.perf_counter() - t0) * 1e3)
-        last = statistics.median(times[variants[-1]]) if times[variants[-1]] else None
         for v in variants:
-            counts = built[v][1]
-            if times[v]:
-                a = np.asarray(times[v])
-                med = float(np.median(a))
-                cells = f"{med:>10.3f}{np.percentile(a, 10):>9.3f}{np.percentile(a, 90):>9.3f}"
-                cells += f"{med / last:>8.2f}" if last else f"{'-':>8}"
-            else:
-                cells = f"{'(cannot run here)':>36}"
-            print(f"{name:<14}{v:<16}{cells}{counts['insert/extract']:>9}{counts['fma']:>7}{counts['zmm']:>7}{counts['spill']:>7}", flush=True)
-    print(f"load after {os.getloadavg()[0]:.1f}")
+            try:
+                art = _compile(proto, v)
+            except Exception as e:  # noqa: BLE001 - a model one variant cannot build is a row, not the end of the table
+                print(f"{name:<22}{v:<18}  cannot compile: {str(e).splitlines()[0][:100]}", flush=True)
+                continue
+            runs = cannot_run_here(art.manifest["target"]["cpu"]) is None
+            built[v] = (art.vm() if runs else None, assembly_counts(art.library))
+        runnable = [v for v in variants if v in built and built[v][0] is not None]
+        times: dict[tuple[str, int], list[float]] = {}
+        for t in thread_counts:
+            runners = [ours_runner(built[v][0], feeds, threads=t) for v in runnable]
+            probe = min(runners[0](2)) if runners else 1.0
+            runs_n = int(max(10, min(400, args.seconds * 1e3 / max(probe, 1e-3))))
+            for v, ts in zip(runnable, measure_alternating(runners, runs_n, blocks=args.blocks)):
+                times[(v, t)] = ts
+        last = variants[-1]
+        for v in variants:
+            if v not in built:
+                continue
+            cells = ""
+            for t in thread_counts:
+                if (v, t) not in times:
+                    cells += f"{'(cannot run here)':>26}"
+                    continue
+                a = np.asarray(times[(v, t)])
+                med, p10 = float(np.median(a)), float(np.percentile(a, 10))
+                if (last, t) in times and v != last:
+                    b = np.asarray(times[(last, t)])
+                    r, r10 = med / float(np.median(b)), p10 / float(np.percentile(b, 10))
+                    ratios.setdefault((v, t), []).append(r)
+                    if r > args.slower and r10 > args.slower:
+                        slower.append(f"{name} {v} {t}t {r:.2f}x ({r10:.2f}x)")
+                    cells += f"{med:>11.3f}{f'{r:.2f} ({r10:.2f})':>15}"
+                else:
+                    cells += f"{med:>11.3f}{'':>15}"
+            c = built[v][1]
+            print(f"{name:<22}{v:<18}{cells}{c['insert/extract']:>9}{c['gather/scatter']:>9}{c['fma']:>7}{c['zmm']:>7}{c['spill']:>7}", flush=True)
+    for (v, t), rs in ratios.items():
+        print(f"geomean {v} / {variants[-1]} at {t} thread(s): {_geomean(rs):.3f} over {len(rs)} models (min {min(rs):.2f}, max {max(rs):.2f})")
+    print("slower than " + variants[-1] + " (median and p10 both over " + f"{args.slower:g}x): " + ("; ".join(slower) or "none"))
+    print(f"load after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -9,7 +9,10 @@ after the other (never interleaved), each timed over >= 0.3 s after a warm-up. I
 min ms for each and the ratio of the minimums (on a shared machine the fastest runs are the least
 disturbed), the load average, and checks every output against onnxruntime.
 
-    python benchmarks/mobile_kernels.py [--threads 1] [--only dw,gap,se,pool,shuffle]
+    python benchmarks/mobile_kernels.py [--threads 1] [--only dw,gap,se,pool,shuffle] [--blocked]
+
+--blocked also times each depthwise case in NCHW{b}c as a blocked network runs it
+(core.compiler.schedules.cpu_depthwise_nchwc), alternately with the NCHW kernel.
 """
 from __future__ import annotations
 
@@ -116,6 +119,57 @@ def build_case(kind: str, c: int, size: int, k: int, stride: int):
     return onnx.shape_inference.infer_shapes(model)
 
 
+def build_blocked_case(kind: str, c: int, size: int, k: int, stride: int, target, block: int):
+    """A depthwise case ("dw_silu" / "dw_relu6") in NCHW{block}c as the default CPU pipeline
+    compiles it inside a blocked network (core.compiler.layout_nchwc): input, weight and bias
+    already blocked, the conv legalized as depthwise_conv2d_nchwc and scheduled by
+    cpu_depthwise_nchwc. Returns (VM function, blocked input maker: NCHW numpy -> tensor,
+    output -> NCHW numpy)."""
+    import tvm
+    from tvm import relax
+
+    from core.compiler.pipeline import default_pipeline, make_pass
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((c, 1, k, k)) / k).astype(np.float32)
+    b = (rng.standard_normal(c) * 0.1).astype(np.float32)
+    wb = np.ascontiguousarray(w.reshape(c // block, block, 1, k, k).transpose(0, 2, 3, 4, 1)[:, :, :, :, None, :])
+    bb_ = np.ascontiguousarray(b.reshape(1, c // block, 1, 1, block))
+    p = (k - 1) // 2
+    x = relax.Var("x", relax.TensorType((1, c // block, size, size, block), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = relax.op.nn.conv2d(
+                x, relax.const(wb), strides=[stride] * 2, padding=[p] * 4, groups=c,
+                data_layout=f"NCHW{block}c", kernel_layout=f"OIHW1i{block}o", out_layout=f"NCHW{block}c",
+            )
+            y = bb.emit(relax.op.add(conv, relax.const(bb_)))
+            if kind == "dw_silu":
+                y = bb.emit(relax.op.multiply(y, relax.op.sigmoid(y)))
+            else:
+                y = bb.emit(relax.op.minimum(relax.op.maximum(y, relax.const(0.0, "float32")), relax.const(6.0, "float32")))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    mod = bb.get()
+    started = False
+    with target:
+        for spec in default_pipeline(target):
+            started = started or spec.name == "LegalizeOps"
+            if spec.enabled and started:
+                mod = make_pass(spec, target)(mod)
+    fn = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())["main"]
+
+    def to_blocked(a):
+        return tvm.runtime.tensor(np.ascontiguousarray(a.reshape(1, c // block, block, size, size).transpose(0, 1, 3, 4, 2)))
+
+    def from_blocked(t):
+        a = t.numpy()
+        return a.transpose(0, 1, 4, 2, 3).reshape(1, c, a.shape[2], a.shape[3])
+
+    return fn, to_blocked, from_blocked
+
+
 def _time(fn, min_s: float = 0.3) -> tuple[float, float]:
     fn()
     times = []
@@ -131,6 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated case kinds (dw, gap, se, pool, shuffle)")
+    parser.add_argument(
+        "--blocked", action="store_true",
+        help="depthwise cases only: also time the conv in NCHW{b}c (b: the vector width, or half of it where that does not divide"
+        " the channels), as it runs inside a blocked network, alternately with the NCHW kernel: the 'blk ms' and 'blk/nchw' columns",
+    )
     args = parser.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
 
@@ -140,11 +199,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.compiled_vs_onnxruntime import host_description
     from core.compiler.compile import compile_model
+    from core.compiler.layout_nchwc import channel_block
     from core.compiler.target import make_target
 
     wanted = [w for w in args.only.split(",") if w]
     print(f"host {host_description(make_target('cpu'))}  threads {args.threads}  load average {os.getloadavg()[0]:.1f}")
-    header = f"{'case':<34}{'ours ms (min)':>18}{'ort ms (min)':>18}{'x ort':>8}  check"
+    target = make_target("cpu")
+    header = f"{'case':<34}{'ours ms (min)':>18}{'ort ms (min)':>18}{'x ort':>8}" + (f"{'blk ms (min)':>18}{'blk/nchw':>9}  block" if args.blocked else "") + "  check"
     print(header)
     print("-" * len(header))
     ratios = []
@@ -163,12 +224,27 @@ def main(argv: list[str] | None = None) -> int:
         session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         ref = session.run(None, {"x": x})[0]
         ok = np.allclose(fn(xt).numpy(), ref, rtol=1e-3, atol=1e-4)
-        ours = _time(lambda: fn(xt))
-        theirs = _time(lambda: session.run(None, {"x": x}))
+        blocked = ""
+        if args.blocked and kind.startswith("dw"):
+            block = next(bw for bw in (channel_block(target), channel_block(target) // 2) if c % bw == 0)
+            bfn, to_blocked, from_blocked = build_blocked_case(kind, c, size, k, stride, target, block)
+            xb = to_blocked(x)
+            ok = ok and np.allclose(from_blocked(bfn(xb)), ref, rtol=1e-3, atol=1e-4)
+            # alternately, three rounds each: the lower minimum of each
+            mins = {"nchw": [], "blk": []}
+            for _ in range(3):
+                mins["nchw"].append(_time(lambda fn=fn, xt=xt: fn(xt), 0.1))
+                mins["blk"].append(_time(lambda bfn=bfn, xb=xb: bfn(xb), 0.1))
+            ours = min(mins["nchw"], key=lambda m: m[1])
+            mine = min(mins["blk"], key=lambda m: m[1])
+            blocked = f"{f'{mine[0]:.3f} ({mine[1]:.3f})':>18}{mine[1] / ours[1]:>9.2f}  {block}c"
+        else:
+            ours = _time(lambda fn=fn, xt=xt: fn(xt))
+        theirs = _time(lambda session=session, x=x: session.run(None, {"x": x}))
         ratio = ours[1] / theirs[1]
         ratios.append(ratio)
         name = f"{kind} c{c} {size}x{size}" + (f" k{k} s{stride}" if k else "")
-        print(f"{name:<34}{f'{ours[0]:.3f} ({ours[1]:.3f})':>18}{f'{theirs[0]:.3f} ({theirs[1]:.3f})':>18}{ratio:>8.2f}  {'ok' if ok else 'MISMATCH'}", flush=True)
+        print(f"{name:<34}{f'{ours[0]:.3f} ({ours[1]:.3f})':>18}{f'{theirs[0]:.3f} ({theirs[1]:.3f})':>18}{ratio:>8.2f}{blocked}  {'ok' if ok else 'MISMATCH'}", flush=True)
     print("-" * len(header))
     if ratios:
         geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))

@@ -59,11 +59,26 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _glue_feature_values(argv: list[str]) -> list[str]:
+    """`--cpu-features -avx512f` as `--cpu-features=-avx512f`: argparse takes a value starting
+    with '-' for an option and stops with "expected one argument", and LLVM's feature changes
+    start with '-' or '+'."""
+    out: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--cpu-features":
+            value = next(it, None)
+            out.append(a if value is None else f"{a}={value}")
+        else:
+            out.append(a)
+    return out
+
+
 def run_cli(argv: list[str]) -> int:
     from core.errors import WorkbenchError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_glue_feature_values(argv))
     if not args.command:
         parser.print_help()
         return 0

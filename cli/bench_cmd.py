@@ -1,9 +1,11 @@
-"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--runs N] [--vs-ort] [--json]`."""
+"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--cpu NAME] [--cpu-features F] [--runs N] [--vs-ort] [--json]`."""
 from __future__ import annotations
 
 import json
 import os
 import sys
+
+from cli.compile_cmd import add_cpu_arguments
 
 HELP = "measure latency, memory and per-kernel time of a compiled model (optionally beside onnxruntime)"
 
@@ -11,6 +13,7 @@ HELP = "measure latency, memory and per-kernel time of a compiled model (optiona
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file (compiled first) or an exported artifact folder (its compiled library is executed: use only artifacts you built or trust)")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="target when compiling a model (cuda needs a GPU to run)")
+    add_cpu_arguments(p)
     p.add_argument("--runs", type=int, default=20, metavar="N", help="timed runs after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed warm-up runs (default 3)")
     p.add_argument("--vs-ort", action="store_true", help="time onnxruntime on the same inputs, interleaved, and report the ratio")
@@ -24,7 +27,7 @@ def _mb(n) -> str:
 
 
 def run(args) -> int:
-    from cli.compile_cmd import parse_dims
+    from cli.compile_cmd import cpu_target, parse_dims
     from core.compiler.bench import benchmark, spread_warning
     from core.compiler.artifact import load_artifact
     from core.compiler.compile import compile_model
@@ -34,11 +37,18 @@ def run(args) -> int:
     if args.runs < 1:
         raise WorkbenchError(f"--runs must be at least 1, not {args.runs}.")
     if os.path.isdir(args.model):
+        if args.cpu or args.cpu_features:
+            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu and --cpu-features apply when compiling a model.")
         art = load_artifact(args.model)
     else:
+        from core.compiler.target import cannot_run_here, target_cpu
+
+        why = cannot_run_here(target_cpu(cpu_target(args, args.target)))
+        if why:  # refused before the compile, which would only be thrown away
+            raise WorkbenchError(why)
         if not args.json:
             print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
-        art = compile_model(args.model, args.target, verify_dims=dims or None)
+        art = compile_model(args.model, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     d = res.to_json()
     if args.json:

@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz]`."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
     p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
+    add_cpu_arguments(p)
     p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="tune, with N MetaSchedule trials per kernel after the template search (cuda: on a GPU here, search only; budget 10 minutes unless --tune-minutes)")
     # read as text and checked in run(): a bad value is one sentence and exit 2, not argparse's usage dump
     p.add_argument("--tune-minutes", metavar="M", help="tune for up to M minutes for the whole model: template search, then --tune-trials N MetaSchedule trials per kernel if given (cuda: on a GPU here)")
@@ -21,6 +22,21 @@ def add_arguments(p) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
     p.add_argument("--bench-runs", type=int, default=0, metavar="N", help="also measure N runs and record latency and memory in the manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_cpu_arguments(p) -> None:
+    """--cpu / --cpu-features: the CPU the code is for (compile, lower, bench)."""
+    p.add_argument("--cpu", metavar="NAME", help="LLVM CPU to compile for, e.g. znver3, skylake-avx512, haswell, or host "
+                   "(default: $MLCWB_CPU, else this machine); code this machine cannot run is compiled and exported, not run")
+    p.add_argument("--cpu-features", metavar="FEATURES", help="LLVM feature changes for that CPU, e.g. -avx512f "
+                   "(default: $MLCWB_CPU_FEATURES when --cpu is not given)")
+
+
+def cpu_target(args, kind: str = "cpu"):
+    """The tvm Target of --target with --cpu / --cpu-features (checked: one sentence when unknown)."""
+    from core.compiler.target import make_target
+
+    return make_target(kind, mcpu=args.cpu, mattr=args.cpu_features)
 
 
 def parse_dims(items: list[str]) -> dict[str, int]:
@@ -89,6 +105,7 @@ def run(args) -> int:
         if args.tune_trials == 0 and args.tune_minutes is None:
             raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
     verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
+    cpu_target(args)  # an unknown CPU or feature is refused before anything is loaded
 
     from core.compiler.compile import compile_model
 
@@ -106,10 +123,13 @@ def run(args) -> int:
         tune_db=args.tune_db,
         tune_budget_s=budget_s,
         tune_rpc=args.tune_rpc,
+        cpu=args.cpu,
+        cpu_features=args.cpu_features,
         progress=progress,
     )
     measured = None
     if args.bench_runs > 0 and args.target == "cpu":
+        art.check_runs_here()
         from core.compiler.bench import benchmark, measured_for_manifest
 
         measured = measured_for_manifest(benchmark(art, runs=args.bench_runs, dims=dims or None, vs_ort=True, kernels=False))
@@ -119,6 +139,7 @@ def run(args) -> int:
         print(json.dumps({
             "artifact": str(folder),
             "target": args.target,
+            "cpu": m["target"].get("cpu"),
             "files": m.get("files", []),
             "verification": m.get("verification"),
             "compile_seconds": m.get("compile_seconds"),
@@ -129,7 +150,9 @@ def run(args) -> int:
     else:
         v = m.get("verification", {})
         check = f"matches {v.get('reference', 'onnxruntime')} on {v.get('inputs', 'seeded random')} inputs (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
-        print(f"compiled {args.model} for {args.target} in {m.get('compile_seconds')} s; {check}")
+        cpu = m["target"].get("cpu") or {}
+        built = " ".join([cpu.get("name", ""), *cpu.get("features", [])]).strip()
+        print(f"compiled {args.model} for {args.target} ({built}) in {m.get('compile_seconds')} s; {check}")
         tuning = m.get("tuning")
         if tuning:
             done = f"{tuning['summary']}; " if tuning.get("summary") else ""

@@ -1,4 +1,4 @@
-"""`lower MODEL [--target cpu|cuda] [--dump DIR] [--json]`: the model, one lowering step at a time.
+"""`lower MODEL [--target cpu|cuda] [--cpu NAME] [--cpu-features F] [--dump DIR] [--json]`: the model, one lowering step at a time.
 
 Runs core.compiler.lowering.lower (the same stages the GUI's Lowering panel shows) and prints each stage's
 name, abstraction level, pass and seconds; with --dump, writes one numbered text file per stage
@@ -12,12 +12,15 @@ import json
 import sys
 from pathlib import Path
 
+from cli.compile_cmd import add_cpu_arguments
+
 HELP = "step the model down through TVM's abstraction levels, printing (and dumping) every stage"
 
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
     p.add_argument("--target", choices=("cpu", "cuda"), default="cpu", help="target (default: cpu; cuda needs no GPU)")
+    add_cpu_arguments(p)
     p.add_argument("--dump", metavar="DIR", help="write one numbered text file per stage into DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object: {model, target, stages: [...]}")
     p.add_argument("--disable", metavar="P1,P2", default="", help="passes to switch off (see --list-passes)")
@@ -75,11 +78,14 @@ def run(args) -> int:
     from core.compiler.lowering import lower
     from core.compiler.pipeline import PASSES, default_pipeline
 
+    from cli.compile_cmd import cpu_target
+
     if args.list_passes:
         for spec in default_pipeline(args.target):
             info = PASSES[spec.name]
             print(f"{spec.name:<26} {info.level:<14} {'required ' if info.required else ''}{info.description}")
         return 0
+    target = cpu_target(args, args.target)
     graph = load_model(args.model)
     specs = default_pipeline(args.target)
     disable = {p.strip() for p in args.disable.split(",") if p.strip()}
@@ -88,7 +94,7 @@ def run(args) -> int:
         raise WorkbenchError(f"unknown pass '{sorted(unknown)[0]}' in --disable: the pipeline has {', '.join(s.name for s in specs)}.")
     specs = [s.toggled(False) if s.name in disable else s for s in specs]
     try:
-        stages = lower(graph, args.target, specs, assembly=args.asm, progress=_progress(args))
+        stages = lower(graph, target, specs, assembly=args.asm, progress=_progress(args))
     except WorkbenchError as e:  # core.errors.Cancelled (with the stages done) is one too
         partial = getattr(e, "stages", []) or []
         if partial:

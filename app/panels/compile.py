@@ -1,6 +1,7 @@
 """Compile & Run: compile the open model for CPU or CUDA, measure it beside onnxruntime, export it.
 
-* Target (CPU / CUDA), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compiler.compile.compile_model`
+* Target (CPU / CUDA), the CPU the code is for (this host, this host without AVX-512, or a named
+  deployment CPU: app.panels.cpu_choice), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compiler.compile.compile_model`
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
   and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
@@ -25,7 +26,8 @@
   asks, Cancel by default; only "Load and Run" loads it and times it on seeded random inputs.
 
 A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
-says so and offers Export.
+says so and offers Export. Likewise code for a CPU with features this machine lacks (AVX-512 code
+on an AVX2 host) is compiled and offered for Export, not run.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
+from app.panels.cpu_choice import CpuChoice
 from app.workers import Job, error_text, start_job
 
 __all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
@@ -191,8 +194,9 @@ class CompilePanel(QWidget):
         self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
-        self.target.addItem("CPU (LLVM, this host)", "cpu")
+        self.target.addItem("CPU (LLVM)", "cpu")
         self.target.addItem("CUDA (GPU code; runs where a GPU is)", "cuda")
+        self.cpu = CpuChoice()
         self.runs = QSpinBox()
         self.runs.setRange(1, 1000)
         self.runs.setValue(10)
@@ -235,7 +239,9 @@ class CompilePanel(QWidget):
         self.target.setMinimumContentsLength(14)
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
-        for w in (self.target, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
+        self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.cpu.setMinimumContentsLength(21)
+        for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
         tune_row = QHBoxLayout()
@@ -396,6 +402,7 @@ class CompilePanel(QWidget):
         if graph is None or (self.job is not None and self.job.isRunning()):
             return
         target = self.target.currentData()
+        cpu, cpu_features = self.cpu.choice()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
         # the document's record of the rewrites, and the pass list the user set up for this
@@ -412,13 +419,15 @@ class CompilePanel(QWidget):
         def work(job: Job):
             from core.compiler.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
-            from core.compiler.target import gpu_present
+            from core.compiler.target import foreign_code, gpu_present
 
             art = compile_model(
-                model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled,
+                model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
                 progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **tuning,
             )
             if target == "cuda" and not gpu_present():
+                return art, None
+            if foreign_code(art.manifest["target"]["cpu"]):  # compiled for a CPU this one cannot stand in for
                 return art, None
             res = benchmark(
                 art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
@@ -489,6 +498,7 @@ class CompilePanel(QWidget):
         self.open_artifact_btn.setEnabled(not on)
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
+        self.cpu.setEnabled(not on)
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self.progress.setValue(0)
@@ -573,13 +583,15 @@ class CompilePanel(QWidget):
         if tuning.get("kernels"):
             extra += f"; {tuning.get('kernels_from_database', 0)} of {tuning['kernels']} kernels on tuned schedules"
         if res is None:
-            self.status.setText(
-                f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{extra}. "
-                "No GPU here to run it: Export the artifact and run it where a GPU is."
-            )
+            from core.compiler.target import foreign_code
+
+            foreign = art.target == "cpu" and foreign_code(m.get("target", {}).get("cpu"))
+            where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
+                     else "No GPU here to run it: Export the artifact and run it where a GPU is.")
+            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
-            self.status.setText(f"Compiled for {art.target.upper()} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
+            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
         rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
         rows += _tuning_rows(m.get("tuning"))
@@ -835,6 +847,13 @@ class CompilePanel(QWidget):
             f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
             f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
         )
+
+
+def _built_for(art) -> str:
+    """'CPU (znver4 -avx512f)': the target and the CPU its code is for (from the manifest)."""
+    cpu = (art.manifest.get("target") or {}).get("cpu") or {}
+    name = " ".join([str(cpu.get("name", "")), *cpu.get("features", [])]).strip()
+    return f"{art.target.upper()} ({name})" if name else art.target.upper()
 
 
 def _range(stats: dict, lo: str, hi: str) -> str:

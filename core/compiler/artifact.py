@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import UnsupportedOpError, WorkbenchError
 from .cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
-from .target import gpu_present
+from .target import cannot_run_here, gpu_present
 
 __all__ = [
     "Artifact",
@@ -171,8 +171,18 @@ class Artifact:
 
             if self.target == "cuda" and not gpu_present():
                 raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
+            self.check_runs_here()
             self._vm = relax.VirtualMachine(self.library, self.device)
         return self._vm
+
+    def check_runs_here(self) -> None:
+        """Refuse (one sentence) CPU code this machine cannot execute: built for a CPU with
+        features this one lacks (AVX-512 code on an AVX2 host), it would die of an illegal
+        instruction. The manifest records the CPU (core.compiler.target.target_cpu)."""
+        if self.target == "cpu":
+            why = cannot_run_here((self.manifest.get("target") or {}).get("cpu"))
+            if why:
+                raise WorkbenchError(why)
 
     def to_device(self, feeds: dict[str, np.ndarray]) -> list:
         import tvm

@@ -339,6 +339,7 @@ def benchmark(
     report = progress or (lambda step, frac: None)
     if runs < 1:
         raise WorkbenchError(f"--runs must be at least 1, not {runs}.")
+    art.check_runs_here()
     feeds = random_feeds(art.inputs, seed=seed, dims=dims)
     args = art.to_device(feeds)
     dev = art.device

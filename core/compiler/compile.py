@@ -134,6 +134,8 @@ def compile_model(
     tune_db: str | os.PathLike | None = None,
     tune_budget_s: float | None = None,
     tune_rpc: str | None = None,
+    cpu: str | None = None,
+    cpu_features=None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -158,17 +160,28 @@ def compile_model(
     which `cancel()` turns True. `tune_rpc` ('HOST:PORT:KEY') measures the candidates on the
     devices registered under KEY with the TVM RPC tracker at HOST:PORT instead of here (the
     target must describe those devices).
+    `cpu` / `cpu_features` name the CPU the code is for (an LLVM CPU name or "host", and feature
+    changes such as "-avx512f"; default: MLCWB_CPU / MLCWB_CPU_FEATURES, else this host; see
+    core.compiler.target.make_target). Code this machine cannot run (AVX-512 code on an AVX2 host)
+    compiles and exports, but is not verified here, and is tuned only on RPC devices.
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
     import tvm
 
     from .runner import Pipeline, Step, StepResult
-    from .target import TARGET_KINDS, make_target
+    from .target import TARGET_KINDS, foreign_code, make_target, target_cpu
 
     if target not in TARGET_KINDS:
         raise WorkbenchError(f"unknown target '{target}': choose one of {', '.join(TARGET_KINDS)}.")
     tune_budget = _check_tuning_options(target, tune_trials, tune_budget_s)
+    cuda_arch = (host_cuda_arch() or "sm_80") if target == "cuda" else "sm_80"
+    tvm_target = make_target(target, cuda_arch=cuda_arch, mcpu=cpu, mattr=cpu_features)
+    built_for = target_cpu(tvm_target)
+    foreign = foreign_code(built_for) if target == "cpu" else None
+    if foreign and (tune_trials > 0 or tune_budget_s is not None) and not tune_rpc:
+        raise WorkbenchError(f"cannot tune here: tuning measures every candidate on this machine, and {foreign}; "
+                             "tune on such devices through an RPC tracker (--tune-rpc), or compile without tuning.")
     report = progress or (lambda step, frac: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
@@ -178,7 +191,6 @@ def compile_model(
     inputs, outputs = specs_from_proto(proto)
     if target == "cuda" and gpu_present():
         prefer_nvcc_for_jit()
-    tvm_target = make_target(target, cuda_arch=host_cuda_arch() or "sm_80") if target == "cuda" else make_target(target)
     pipe = Pipeline(tvm_target, pipeline)
     passes_applied: list[dict] = []
 
@@ -241,7 +253,7 @@ def compile_model(
         "source_model": SOURCE_MODEL,
         "source_model_sha256": hashlib.sha256(model_bytes).hexdigest(),
         "source_path": str(graph.path) if getattr(graph, "path", None) else None,
-        "target": {"kind": target, "tvm_target": _target_json(tvm_target)},
+        "target": {"kind": target, "tvm_target": _target_json(tvm_target), "cpu": built_for},
         "device": "cuda" if target == "cuda" else "cpu",
         "tvm_version": tvm.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -274,7 +286,9 @@ def compile_model(
         raise
     except Exception:  # noqa: BLE001 - an estimate is a figure, not a reason to fail a compile
         logger.exception("memory estimate failed")
-    if verify and (target == "cpu" or gpu_present()):
+    if verify and foreign:
+        manifest["verification"] = {"checked": False, "reason": foreign}
+    elif verify and (target == "cpu" or gpu_present()):
         _check_cancel(cancel)
         report("check against onnxruntime", 0.8)
         manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)

@@ -148,8 +148,13 @@ def time_kernel(func, target, *, min_repeat_ms: int = 40, repeat: int = 5, seed:
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from ..errors import WorkbenchError
     from .schedules.cpu_math import install as install_fast_math
+    from .target import cannot_run_here, target_cpu
 
+    why = cannot_run_here(target_cpu(target)) if target.kind.name == "llvm" else None
+    if why:  # code for a CPU this one lacks features of would die of an illegal instruction
+        raise WorkbenchError(why.replace("this model", "this kernel"))
     install_fast_math()  # time the kernel as the compiled model runs it
     func = func.with_attr("global_symbol", "main")
     if func.attrs is not None and "tirx.is_scheduled" in func.attrs:

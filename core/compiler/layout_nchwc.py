@@ -14,15 +14,28 @@ Three pieces, all used by the default CPU pipeline (core.compiler.pipeline):
 * `convert_layout_pass(target)` - the graph pass "ConvertLayoutNCHWc": relax's ConvertLayout asks
   every ungrouped float32 conv2d whose output channels b divides for NCHW{i}c data, OIHW{i}i{b}o
   weights and NCHW{b}c output, i = b or, where b does not divide the input channels, the widest
-  block that does (3 for an image); the rest stay NCHW (grouped and depthwise convs, outputs of
-  24 or 1000 channels with b = 16: relax cannot convert between two block sizes); relax's layout inference carries the blocked
-  layout through elementwise ops, pooling and concat, and inserts `layout_transform` where an op
-  needs NCHW (flatten, reshape, softmax over channels...). Weight and bias transforms are
-  constants, folded by FoldWeights (`layout_transform_numpy`).
+  block that does (3 for an image); every depthwise conv whose channels b divides for NCHW{b}c
+  and OIHW1i{b}o; a squeeze-excitation's squeeze (a conv to fewer channels on a 1x1 map) for
+  the widest block dividing its outputs (12 of 48), the block its excite conv asks for. The
+  rest stay NCHW (other grouped convs, outputs of 24 or 1000 channels with b = 16: relax cannot
+  convert between two block sizes). Relax's layout inference carries the blocked layout
+  through elementwise ops, pooling, means and concat, and inserts `layout_transform` where an op
+  needs NCHW (flatten, reshape, softmax over channels...). So that it can, ReLU6 / Clip (which
+  the importer writes as call_tir of TOPI's maximum / minimum) becomes relax.maximum / minimum,
+  and scalar constants stay scalars. Weight and bias transforms are constants, folded by
+  FoldWeights (`layout_transform_numpy`). A model with no dense conv to block (depthwise convs
+  alone) stays NCHW.
 * `legalize_conv2d(bb, call)` - LegalizeOps for conv2d: the blocked form as TOPI's
-  `conv2d_NCHWc` (block "conv2d_NCHWc"), which relax's own legalization refuses; any other
+  `conv2d_NCHWc` (block "conv2d_NCHWc"), which relax's own legalization refuses, and a blocked
+  depthwise conv as `depthwise_conv2d_nchwc` (block "depthwise_conv2d_NCHWc"); any other
   layout goes to relax's default.
-* core.compiler.schedules.cpu_conv.Conv2dNCHWc - the schedule for that block.
+* core.compiler.schedules.cpu_conv.Conv2dNCHWc and cpu_depthwise_nchwc.DepthwiseConv2dNCHWc -
+  the schedules for those blocks (cpu_depthwise_nchwc.GlobalPoolNCHWc for the blocked pools).
+
+One block size per model, the vector width: with 8 on an AVX-512 host (256-bit vectors, more
+layers blocked: all of mobilenet_v3_small's instead of all but its 24/40/72/88/120-channel parts)
+mobilenet_v3_small was no faster and mobilenet_v2 / efficientnet_b0 slower (1 thread, Zen 4,
+in-process alternation, load 9-10, minima: 0.89-1.00x, 1.09-1.18x, 1.14-1.42x the 16c time).
 """
 from __future__ import annotations
 
@@ -34,8 +47,10 @@ __all__ = [
     "channel_block",
     "conv_layouts",
     "convert_layout_pass",
+    "depthwise_conv2d_nchwc",
     "layout_transform_numpy",
     "legalize_conv2d",
+    "widest_block",
 ]
 
 logger = logging.getLogger(__name__)
@@ -67,20 +82,38 @@ def conv_layouts(call, block: int) -> dict | None:
         return None
     if str(attrs.out_layout) not in ("NCHW", ""):
         return None
-    if int(attrs.groups) != 1:
-        return None  # grouped / depthwise: the NCHW rule's row-vectorized form
     data, weight = _static_shape(call.args[0]), _static_shape(call.args[1])
     if data is None or weight is None or len(data) != 4 or len(weight) != 4:
         return None
     if str(getattr(call.args[0].ty, "dtype", "")) != "float32":
         return None
     out_channels, in_channels = weight[0], weight[1]
-    if out_channels % block:
-        return None  # (relax cannot convert between block sizes: one size per model)
+    if int(attrs.groups) != 1:
+        # depthwise (one input channel per output channel): the blocked form with its own
+        # kernel (legalize_conv2d); other grouped convs stay NCHW (cpu_conv's NCHW rule)
+        if int(attrs.groups) == data[1] == out_channels and in_channels == 1 and out_channels % block == 0:
+            return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o", f"NCHW{block}c"]}
+        return None
     # input channels: the widest block dividing them (3 for an image, 12 for 24 channels): such
     # an input is never blocked by `block` itself, so it is converted from NCHW
-    in_block = max(b for b in range(1, block + 1) if in_channels % b == 0)
-    return {"relax.nn.conv2d": [f"NCHW{in_block}c", f"OIHW{in_block}i{block}o", f"NCHW{block}c"]}
+    in_block = widest_block(in_channels, block)
+    out_block = block
+    if out_channels % block:
+        # (relax cannot convert between block sizes: one size per model) except a squeeze on a
+        # 1x1 map (a squeeze-excitation's conv to 12 or 20 channels): its output blocked by the
+        # widest divisor, the block the excite conv after it asks for its input, so the SE
+        # block stays in the blocked region at a cost of a few scalar lanes. (Not an expanding
+        # conv: its output gates a full-size tensor, which would have to follow its odd block.)
+        out = _static_shape(call)
+        if out is None or len(out) != 4 or out[2] * out[3] != 1 or out_channels >= in_channels or widest_block(out_channels, block) < 2:
+            return None
+        out_block = widest_block(out_channels, block)
+    return {"relax.nn.conv2d": [f"NCHW{in_block}c", f"OIHW{in_block}i{out_block}o", f"NCHW{out_block}c"]}
+
+
+def widest_block(channels: int, block: int) -> int:
+    """The widest channel block of at most `block` that divides `channels` (3 for 3, 12 for 24 under 16)."""
+    return max(b for b in range(1, block + 1) if channels % b == 0)
 
 
 def _convert(mod, block: int):
@@ -142,6 +175,10 @@ def _constants_to_full_rank(mod):
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
+            if name == "relax.clip":
+                return _clip_as_min_max(call)
+            if name == "relax.call_tir":
+                return _te_min_max_as_op(mod, call)
             if name in ("relax.expand_dims", "relax.squeeze"):
                 # as the reshape it is: relax's layout inference would carry a blocked layout
                 # into the new rank and fail (LRN's expand_dims + avg_pool3d); a reshape takes NCHW
@@ -157,7 +194,9 @@ def _constants_to_full_rank(mod):
                 return call
             args = []
             for e, shape, other in ((a, ra, rb), (b, rb, ra)):
-                if is_const(e) and len(shape) < len(other):
+                # (a scalar broadcasts in any layout as it is; made 1 x 1 x 1 x 1, relax's layout
+                # inference would pair it with the blocked 5-D operand and fail: HardSwish's / 6)
+                if is_const(e) and 0 < len(shape) < len(other):
                     value = e.value.numpy()
                     e = relax.const(np.ascontiguousarray(value.reshape((1,) * (len(other) - len(shape)) + tuple(shape))), str(value.dtype))
                 args.append(e)
@@ -170,6 +209,58 @@ def _constants_to_full_rank(mod):
     return mutator.builder_.get()
 
 
+def _clip_as_min_max(call):
+    """clip(x, lo, hi) as minimum(maximum(x, lo), hi) with scalar constants: relax's layout
+    inference has no rule for clip and would convert every ReLU6 / HardSwish in a blocked region
+    to NCHW and back; maximum and minimum with a scalar keep the blocked layout (same values)."""
+    from tvm import relax
+
+    x = call.args[0]
+    dtype = str(getattr(x.ty, "dtype", ""))
+    values = []
+    for arg in call.args[1:3]:  # IntImm / FloatImm, or a PrimValue holding one
+        value = getattr(arg, "value", None)
+        values.append(getattr(value, "value", value))
+    if not dtype.startswith("float") or any(not isinstance(v, (int, float)) for v in values):
+        return call
+    lo, hi = values
+    return relax.op.minimum(relax.op.maximum(x, relax.const(float(lo), dtype)), relax.const(float(hi), dtype))
+
+
+_TE_MIN_MAX = {"T_maximum": "maximum", "T_minimum": "minimum"}
+
+
+def _te_min_max_as_op(mod, call):
+    """call_tir of TOPI's maximum / minimum with a scalar bound (ONNX Clip, ReLU6, as the importer
+    writes it) as relax.maximum / minimum: a call_tir is opaque to relax's layout inference and
+    every ReLU6 would leave the blocked region and come back."""
+    from tvm import relax, tirx
+
+    args = call.args[1]
+    if not isinstance(args, relax.Tuple) or len(args.fields) != 2:
+        return call
+    x, bound = args.fields
+    x_shape, bound_shape, out_shape = _static_shape(x), _static_shape(bound), _static_shape(call)
+    if x_shape is None or bound_shape != [] or out_shape != x_shape:
+        return call
+    callee = mod[call.args[0]] if call.args[0] in mod.get_global_vars() else None
+    if not isinstance(callee, tirx.PrimFunc):
+        return call
+    try:
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(callee)
+        names = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    except Exception:  # noqa: BLE001 - no root block: not TOPI's elementwise kernel
+        return call
+    if len(names) != 1 or names[0] not in _TE_MIN_MAX:
+        return call
+    dtype = str(getattr(x.ty, "dtype", ""))
+    if dtype != str(getattr(bound.ty, "dtype", "")):
+        return call
+    return getattr(relax.op, _TE_MIN_MAX[names[0]])(x, bound)
+
+
 def _has_blockable_conv(mod, block: int) -> bool:
     from tvm import relax
 
@@ -177,8 +268,10 @@ def _has_blockable_conv(mod, block: int) -> bool:
 
     def visit(expr):
         nonlocal found
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d" and conv_layouts(expr, block) is not None:
-            found = True
+        # a dense conv anchors a blocked region; a model of depthwise convs alone stays NCHW
+        # (cpu_depthwise blocks channels inside each kernel, with no transforms between them)
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d" and int(expr.attrs.groups) == 1:
+            found = found or conv_layouts(expr, block) is not None
 
     for _gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
@@ -214,6 +307,17 @@ def legalize_conv2d(bb, call):
     if not (BLOCKED_LAYOUT.match(data_layout) and BLOCKED_LAYOUT.match(out_layout) and re.match(r"^OIHW\d+i\d+o$", kernel_layout)):
         return _nn_conv2d(bb, call)
     out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else None
+    if int(attrs.groups) != 1:
+        return bb.call_te(
+            depthwise_conv2d_nchwc,
+            call.args[0],
+            call.args[1],
+            [int(s) for s in attrs.strides],
+            [int(p) for p in attrs.padding],
+            [int(d) for d in attrs.dilation],
+            out_dtype or str(call.args[0].ty.dtype),
+            primfunc_name_hint="depthwise_conv2d_NCHWc",
+        )
     return bb.call_te(
         topi.nn.conv2d_NCHWc,
         call.args[0],
@@ -225,6 +329,37 @@ def legalize_conv2d(bb, call):
         out_layout,
         out_dtype or str(call.args[0].ty.dtype),
         primfunc_name_hint="conv2d_NCHWc",
+    )
+
+
+def depthwise_conv2d_nchwc(data, kernel, strides, padding, dilation, out_dtype):
+    """Depthwise conv2d in NCHW{b}c as a TE compute (TOPI declares `depthwise_conv2d_NCHWc` but
+    registers no implementation): data [n, C/b, h, w, b], kernel [C/b, 1, kh, kw, 1, b] (relax's
+    OIHW1i{b}o), padding [top, left, bottom, right]; a zero-padded copy ("pad_temp") and the
+    block "depthwise_conv2d_NCHWc" [n, C/b, oh, ow, b] summing over kh, kw, which
+    core.compiler.schedules.cpu_depthwise_nchwc schedules."""
+    from tvm import te, topi
+
+    batch, chunks, height, width, block = data.shape
+    _, _, kh, kw, _, _ = kernel.shape
+    sh, sw = strides
+    dh, dw = dilation
+    top, left, bottom, right = padding
+    if top or left or bottom or right:
+        padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp")
+    else:
+        padded = data
+    out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
+    out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
+    rh = te.reduce_axis((0, kh), name="rh")
+    rw = te.reduce_axis((0, kw), name="rw")
+    return te.compute(
+        (batch, chunks, out_h, out_w, block),
+        lambda n, c, y, x, b: te.sum(
+            padded[n, c, y * sh + rh * dh, x * sw + rw * dw, b].astype(out_dtype) * kernel[c, 0, rh, rw, 0, b].astype(out_dtype),
+            axis=[rh, rw],
+        ),
+        name="depthwise_conv2d_NCHWc",
     )
 
 

@@ -114,6 +114,18 @@ def _pool_governor(tvm, limit: int):
     return before_run
 
 
+def _missing_cpu_features(tvm, manifest: dict) -> list:
+    """The instruction-set features the code was compiled for (manifest target.cpu.requires, LLVM's
+    names) that this machine lacks, as LLVM reads them from CPUID; [] when the TVM build has no
+    LLVM to ask (a runtime-only build) or the manifest predates the record."""
+    cpu = (manifest.get("target") or {}).get("cpu") or {}
+    read = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
+    if read is None or not cpu.get("requires"):
+        return []
+    host = {str(k): bool(v) for k, v in read().items()}
+    return sorted(f for f in cpu["requires"] if f in host and not host[f])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="run.py",
@@ -163,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
 
     kind = args.device or manifest.get("device", "cpu")
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
+    missing = _missing_cpu_features(tvm, manifest)
+    if missing:  # running would die of an illegal instruction
+        cpu = manifest["target"]["cpu"]
+        built = " ".join([str(cpu.get("name", "?")), *cpu.get("features", [])])
+        return _fail(f"this model is compiled for {built} and this CPU lacks {', '.join(missing[:4])}"
+                     f"{' and more' if len(missing) > 4 else ''}; run it on such a CPU, or compile it for this one.")
     if kind == "cuda" and not dev.exist:
         return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
     library = manifest.get("library", "model.so")

@@ -47,12 +47,16 @@ def default_database_root() -> Path:
 
 
 def target_key(target) -> str:
-    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, cores."""
+    """A folder name that identifies what a measurement is valid for: kind, CPU/arch, its feature
+    changes (znver4 with -avx512f is another ISA than znver4: "llvm-znver4-no-avx512f-cores2"), cores."""
     kind = target.kind.name
     attrs = target.attrs
     parts = [kind]
-    for key in ("mcpu", "arch", "num-cores"):
-        if key in attrs:
+    for key in ("mcpu", "mattr", "arch", "num-cores"):
+        if key == "mattr" and key in attrs:
+            parts.extend(f"no-{str(f)[1:]}" if str(f).startswith("-") else str(f).lstrip("+")
+                         for f in attrs[key] if not str(f).startswith("+prefer-no-"))  # LLVM tuning flags, not an ISA
+        elif key in attrs:
             parts.append(f"{key.replace('num-cores', 'cores')}{attrs[key]}" if key == "num-cores" else str(attrs[key]))
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))
 
@@ -107,9 +111,10 @@ def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
 def _template_rules() -> list:
     """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
     from .schedules.cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
     from .schedules.cpu_matmul import Matmul
 
-    return [Conv2dNCHWc(), Conv2dNCHW(), Matmul()]
+    return [DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul()]
 
 
 def _template_rule(name: str):

@@ -19,13 +19,13 @@ from .onnx_checks import (
     _without_external_data,  # noqa: F401 - core.model.validation uses it from here
     check_structure,
     check_with_checker,
-    has_external_data,
-    parse_model_proto,
+    parse_model,
     read_model_bytes,
+    start_checker,
     truncated_by,
 )
 
-__all__ = ["load_model", "load_model_bytes", "save_model", "validate_graph", "truncated_by", "KNOWN_DOMAINS", "SaveResult"]
+__all__ = ["KNOWN_DOMAINS", "SaveResult", "load_model", "load_model_bytes", "save_model", "truncated_by", "validate_graph"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,32 +64,41 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
     """Like `load_model`, from bytes already read; `path` names the file and anchors external data.
 
     The checks run on the parsed protobuf first (core.model.onnx_checks, shared with `inspect`),
-    then the onnx_ir model is built once from that same protobuf, and ONNX's C++ shape inference
-    runs on it too (no second parse or serialization)."""
+    then the onnx_ir model is built once from that same protobuf, while onnx.checker reads the
+    file's bytes on a thread beside it (its C++ releases the GIL); ONNX's C++ shape inference
+    reads those bytes too (no second parse or serialization). A file with several problems is
+    refused for the same one as when these ran one after another: structure, then what onnx_ir
+    cannot read, then the checker's."""
     p = Path(path)
     with _gc_paused():
-        proto = parse_model_proto(data, p, allow_absolute_external=allow_absolute_external)
-        check_structure(proto, p)
+        parsed = parse_model(data, p, allow_absolute_external=allow_absolute_external)
+        proto = parsed.proto
+        checked = start_checker(parsed, p)
         try:
-            # onnx_ir logs its own warning for dangling inputs; check_structure explains them better
-            ir_logger = logging.getLogger("onnx_ir")
-            level = ir_logger.level
-            ir_logger.setLevel(logging.ERROR)
+            check_structure(proto, p, produced=parsed.produced)
             try:
-                model = ir.serde.deserialize_model(proto)
-            finally:
-                ir_logger.setLevel(level)
-        except Exception as e:  # noqa: BLE001
-            raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
-        if has_external_data(proto):  # set_base_dir walks every tensor of the IR: only when it matters
+                # onnx_ir logs its own warning for dangling inputs; check_structure explains them better
+                ir_logger = logging.getLogger("onnx_ir")
+                level = ir_logger.level
+                ir_logger.setLevel(logging.ERROR)
+                try:
+                    model = ir.serde.deserialize_model(proto)
+                finally:
+                    ir_logger.setLevel(level)
+            except Exception as e:  # noqa: BLE001
+                raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
+        except BaseException:
+            checked(report=False)  # an earlier problem is the file's sentence; no checker left running
+            raise
+        checked()  # waits for the checker and raises what it found
+        if parsed.external:  # set_base_dir walks every tensor of the IR: only when it matters
             ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
         if allow_absolute_external:
             _anchor_absolute_locations(model)
         graph = Graph(model, p)
         graph.value_info_names = {vi.name for vi in proto.graph.value_info}
-        # the parsed proto is the model: check and infer on it instead of serializing the graph again
-        check_with_checker(proto, p)
-        graph.infer_shapes(proto=proto)
+        # the parsed proto is the model: infer on it instead of serializing the graph again
+        graph.infer_shapes(proto=proto, data=parsed.data)
     return graph
 
 

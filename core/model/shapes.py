@@ -71,11 +71,12 @@ def decode_type(raw: bytes) -> tuple[int | None, tuple[Dim, ...] | None] | None:
     return (tt.elem_type or None, shape)
 
 
-def infer_types(proto: onnx.ModelProto) -> tuple[InferredTypes, list[str]]:
+def infer_types(proto: onnx.ModelProto, data: bytes | None = None) -> tuple[InferredTypes, list[str]]:
     """Run ONNX shape inference on `proto` (not modified) and return what it found, with the
-    problems (inference is advisory: a model with unknown shapes still opens)."""
+    problems (inference is advisory: a model with unknown shapes still opens). `data`: the bytes
+    `proto` was parsed from, given to the C++ side as they are instead of serializing `proto`."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(data if data is not None else proto, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:  # noqa: BLE001 - inference is advisory; keep the model open
         return InferredTypes({}), [f"shape inference failed: {str(e).strip().splitlines()[0]}"]
     g = inferred.graph

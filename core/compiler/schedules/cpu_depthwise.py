@@ -45,7 +45,7 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["DepthwiseConv2dNCHW", "Pool2dNCHW", "blocked_tile", "row_chunk", "use_blocked_form"]
+__all__ = ["DepthwiseConv2dNCHW", "Pool2dNCHW", "blocked_tile", "inline_tail", "row_chunk", "use_blocked_form"]
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class DepthwiseConv2dNCHW:
         # SiLU (x * sigmoid(x)) and other tails that read the conv's result twice: inline the
         # intermediate blocks into their readers, so one block reads the accumulator and can be
         # folded into the write-back.
-        self._inline_tail(sch, conv)
+        inline_tail(sch, conv)
 
         if pad is not None and stride > 1 and not use_blocked_form(info["extents"][1], out_w, lanes, stride):
             padded_w = const_int(data.shape[3])
@@ -312,39 +312,6 @@ class DepthwiseConv2dNCHW:
         return sch
 
     @staticmethod
-    def _inline_tail(sch, conv) -> None:
-        conv_name = sch.get(conv).name_hint
-        for block in root_blocks(sch):
-            stmt = sch.get(block)
-            if stmt.name_hint == conv_name or "R" in iter_kinds(sch, block):
-                continue
-            if not any(r.source.same_as(sch.get(conv).writes[0].source) for r in stmt.reads) and not sch.get_producers(block):
-                continue  # the padding and other input-side copies stay
-            if not sch.get_consumers(block):
-                continue  # the output block
-            if DepthwiseConv2dNCHW._downstream(sch, conv, block):
-                try:
-                    sch.compute_inline(block)
-                except Exception:  # noqa: BLE001 - not inlinable: stays a separate pass
-                    logger.debug("depthwise tail block %s not inlined", stmt.name_hint, exc_info=True)
-
-    @staticmethod
-    def _downstream(sch, conv, block) -> bool:
-        """True when `block` reads (transitively) what the conv writes."""
-        conv_name = sch.get(conv).name_hint
-        seen, todo = set(), [block]
-        while todo:
-            b = todo.pop()
-            for p in sch.get_producers(b):
-                name = sch.get(p).name_hint
-                if name == conv_name:
-                    return True
-                if name not in seen:
-                    seen.add(name)
-                    todo.append(p)
-        return False
-
-    @staticmethod
     def _vectorize_copy(sch, loops, lanes: int) -> None:
         """The per-plane padded copy: vectorize its innermost loop when a vector divides it."""
         if not loops:
@@ -362,3 +329,40 @@ class DepthwiseConv2dNCHW:
             _, inner = sch.split(inner, [None, width])
         sch.vectorize(inner)
 
+
+
+def inline_tail(sch, conv) -> None:
+    """Inline the elementwise blocks downstream of `conv` into their readers (SiLU's
+    x * sigmoid(x) reads the conv's result twice), so that one block reads the accumulator and
+    can be folded into the write-back; the padding and other input-side copies and the output
+    block stay."""
+    conv_name = sch.get(conv).name_hint
+    for block in root_blocks(sch):
+        stmt = sch.get(block)
+        if stmt.name_hint == conv_name or "R" in iter_kinds(sch, block):
+            continue
+        if not any(r.source.same_as(sch.get(conv).writes[0].source) for r in stmt.reads) and not sch.get_producers(block):
+            continue  # the padding and other input-side copies stay
+        if not sch.get_consumers(block):
+            continue  # the output block
+        if _downstream(sch, conv, block):
+            try:
+                sch.compute_inline(block)
+            except Exception:  # not inlinable: stays a separate pass
+                logger.debug("depthwise tail block %s not inlined", stmt.name_hint, exc_info=True)
+
+
+def _downstream(sch, conv, block) -> bool:
+    """True when `block` reads (transitively) what the conv writes."""
+    conv_name = sch.get(conv).name_hint
+    seen, todo = set(), [block]
+    while todo:
+        b = todo.pop()
+        for p in sch.get_producers(b):
+            name = sch.get(p).name_hint
+            if name == conv_name:
+                return True
+            if name not in seen:
+                seen.add(name)
+                todo.append(p)
+    return False

@@ -226,3 +226,21 @@ def test_padded_row_tiles_pad_the_fewest_rows():
     assert choose_matmul_tile(197, 197, 16, 32) == (22, 16)  # attention scores: 9 x 22 = 198
     assert choose_matmul_tile(197, 64, 8, 16) == (6, 16)  # AVX2, 2 vectors a row: 6 rows at most, 33 x 6 = 198
     assert choose_matmul_tile(128, 256, 16, 32) == (8, 32)  # a divisor that fills the registers stays
+
+
+@pytest.mark.parametrize("mcpu", ["znver4", "znver3"])
+def test_softmax_folds_each_rows_partials_four_lanes_wide(mcpu):
+    """Schedule only (any host): a row's vector of partial maxima and sums (16 lanes with AVX-512,
+    8 with AVX2) is folded 4 lanes wide before the lane-by-lane steps, not as one chain of 15."""
+    import tvm
+
+    from core.compiler.schedules import schedule_cpu_func
+    from core.compiler.schedules.cpu_rows import FOLD_LANES
+    from core.compiler.target import make_target
+
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], [_vi("x", [3, 197, 197])], [_vi("y", [3, 197, 197])])
+    (func,) = [f for _, f in _fused(model).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    scheduled, rule = schedule_cpu_func(func, make_target("cpu", mcpu=mcpu))
+    assert rule == "cpu.RowReduction"
+    script = scheduled.script()
+    assert script.count(f"T.vectorized(T.int64({FOLD_LANES}))") >= 2, "max and sum folds"

@@ -68,6 +68,9 @@ def test_database_folder_is_per_target(tmp_path):
     a = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
     b = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     assert target_key(a) == "llvm-znver3-cores2"
+    # the same CPU with AVX-512 off is another ISA: its own records (the default's folder name unchanged)
+    c = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx512f", "+fma"], "num-cores": 2})
+    assert target_key(c) == "llvm-znver4-no-avx512f-fma-cores2"
     assert database_dir(tmp_path, a) != database_dir(tmp_path, b)
     assert database_dir(tmp_path, a).parent == tmp_path
 

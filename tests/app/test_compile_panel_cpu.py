@@ -1,0 +1,70 @@
+"""The Compile panel's CPU choice (app.panels.cpu_choice): the code is built for the chosen CPU,
+the manifest says which, and code this machine cannot run is compiled and offered for Export,
+not run."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import sample
+
+
+@pytest.fixture(autouse=True)
+def _no_cpu_env(monkeypatch):
+    monkeypatch.delenv("MLCWB_CPU", raising=False)
+    monkeypatch.delenv("MLCWB_CPU_FEATURES", raising=False)
+
+
+def _panel(window):
+    return window.panels["compile"].widget()
+
+
+def test_the_choice_offers_this_host_and_named_cpus(qtbot, monkeypatch):
+    from app.panels.cpu_choice import NAMED_CPUS, CpuChoice
+    from core.compiler.target import host_cpu, make_target, target_cpu
+
+    box = CpuChoice()
+    qtbot.addWidget(box)
+    assert box.choice() == (None, None) and host_cpu() in box.itemText(0)
+    wide = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]
+    assert box.select("host", "-avx512f") == wide  # "this host without AVX-512" only where it has AVX-512
+    for name, _ in NAMED_CPUS:
+        assert box.select(name, "") and box.choice() == (name, "")
+        make_target("cpu", mcpu=name)  # every name is one LLVM knows
+    monkeypatch.setenv("MLCWB_CPU", "znver3")
+    env_box = CpuChoice()
+    qtbot.addWidget(env_box)
+    assert "znver3 (MLCWB_CPU)" in env_box.itemText(0)
+
+
+def test_compile_for_a_named_cpu_runs_and_records_it(window, qtbot):
+    """haswell's AVX2 code runs on every host of this project (AVX2 and AVX-512 alike)."""
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    panel.runs.setValue(2)
+    assert panel.cpu.select("haswell", "")
+    panel.start()
+    assert not panel.cpu.isEnabled()
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=120_000)
+    assert panel.result is not None and panel.cpu.isEnabled()
+    assert panel.artifact.manifest["target"]["cpu"]["name"] == "haswell"
+    assert "Compiled for CPU (haswell)" in panel.status.text() and "match onnxruntime" in panel.status.text()
+
+
+def test_code_this_machine_cannot_run_is_offered_for_export(window, qtbot):
+    from core.compiler.target import cannot_run_here, make_target, target_cpu
+
+    foreign = next((c for c in ("sapphirerapids", "graniterapids", "znver5", "znver4", "skylake-avx512")
+                    if cannot_run_here(target_cpu(make_target("cpu", mcpu=c)))), None)
+    if foreign is None:
+        pytest.skip("this host runs the code of every candidate CPU")
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    if not panel.cpu.select(foreign, ""):
+        panel.cpu.addItem(foreign, (foreign, ""))
+        assert panel.cpu.select(foreign, "")
+    panel.start()
+    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=120_000)
+    assert panel.artifact is not None and panel.result is None and panel.export_btn.isEnabled()
+    text = panel.status.text()
+    assert f"Compiled for CPU ({foreign})" in text and "This machine cannot run it: Export" in text
+    assert "which this machine" in text  # why: the features it lacks
