@@ -118,11 +118,15 @@ def compile_workbench(proto, target, database: str | None = None, tune_s: float 
     import tempfile
 
     from core.compiler.compile import compile_model
+    from core.compiler.target import NO_GATHER
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         path.write_bytes(proto.SerializeToString())
         attrs = target.attrs
+        # the target's feature changes as the user wrote them: make_target adds its own
+        # code-generation flags (NO_GATHER on AVX-512), which are no CPU features to ask for
+        features = [str(f) for f in attrs["mattr"] if str(f) not in NO_GATHER] if "mattr" in attrs else []
         return compile_model(
             str(path),
             "cpu",
@@ -131,7 +135,7 @@ def compile_workbench(proto, target, database: str | None = None, tune_s: float 
             tune_budget_s=tune_s,
             tune_trials=trials,
             cpu=str(attrs["mcpu"]),
-            cpu_features=[str(f) for f in attrs["mattr"]] if "mattr" in attrs else "",
+            cpu_features=features or "",
         )
 
 
