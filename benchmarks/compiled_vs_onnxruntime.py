@@ -19,7 +19,10 @@ checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in th
         [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off]
 
 `--tune-minutes M` tunes each model for up to M minutes into --tune-db first (resumable: a
-kernel already in the database is not tuned again).
+kernel already in the database is not tuned again), through the same compile that is timed, so
+the records are those of the kernels that compile makes. `--tune-db DIR` alone (or with
+`--tune-minutes 0`) searches nothing: the tuned column applies the records already in DIR. The
+tuned build is timed in the same alternation as the untuned one ('tuned/untuned' in the check column).
 """
 from __future__ import annotations
 
@@ -106,21 +109,39 @@ def relax_to_fused_tir(proto):
     )(mod)
 
 
-def build_vm_workbench(proto, target, database: str | None = None):
-    """Compile `proto` for `target`'s CPU the way the workbench does (core.compiler.compile: its
-    pass pipeline, whose "scheduled TIR" step is core.compiler.schedules, and a tuning database
-    when given)."""
+def compile_workbench(proto, target, database: str | None = None, tune_s: float | None = None, trials: int = 0):
+    """core.compiler.compile's Artifact for `proto`, for `target`'s CPU: its pass pipeline, whose
+    "scheduled TIR" step is core.compiler.schedules; with `database`, tuned for `tune_s` seconds
+    (`trials` MetaSchedule trials per kernel after the template search) first when given, and the
+    database applied. The tuning sees the kernels this very pipeline makes (graph-level NCHWc and
+    all), so the records are the ones the tuned compile looks up."""
     import tempfile
 
     from core.compiler.compile import compile_model
+    from core.compiler.target import NO_GATHER
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.onnx"
         path.write_bytes(proto.SerializeToString())
         attrs = target.attrs
-        artifact = compile_model(str(path), "cpu", verify=False, tune_db=database, cpu=str(attrs["mcpu"]),
-                                 cpu_features=[str(f) for f in attrs["mattr"]] if "mattr" in attrs else "")
-    return artifact.vm()
+        # the target's feature changes as the user wrote them: make_target adds its own
+        # code-generation flags (NO_GATHER on AVX-512), which are no CPU features to ask for
+        features = [str(f) for f in attrs["mattr"] if str(f) not in NO_GATHER] if "mattr" in attrs else []
+        return compile_model(
+            str(path),
+            "cpu",
+            verify=False,
+            tune_db=database,
+            tune_budget_s=tune_s,
+            tune_trials=trials,
+            cpu=str(attrs["mcpu"]),
+            cpu_features=features or "",
+        )
+
+
+def build_vm_workbench(proto, target, database: str | None = None):
+    """Compile `proto` the way the workbench does (compile_workbench) and load it."""
+    return compile_workbench(proto, target, database).vm()
 
 
 def build_vm(proto, target, database: str | None = None, schedule: bool = True):
@@ -374,18 +395,27 @@ def main(argv: list[str] | None = None) -> int:
         cells = ""
         tvm_tuned, tuned_note = None, ""
         if args.tune_db:
-            if args.tune_minutes > 0:
-                from core.compiler.tuning import tune_module
+            tune_s = args.tune_minutes * 60 if args.tune_minutes > 0 else None
+            if args.pipeline == "workbench":
+                # tuned (when asked) and compiled in one go, on the workbench's own kernels; with
+                # --tune-minutes 0 the records already in the database are only applied
+                artifact = compile_workbench(proto, target, args.tune_db, tune_s, args.tune_trials if tune_s else 0)
+                tuning = artifact.manifest.get("tuning") or {}
+                if tuning.get("summary"):
+                    print(f"  tuning {name}: {tuning['summary']}", flush=True)
+                covered, kernels = int(tuning.get("kernels_from_database", 0)), int(tuning.get("kernels", 0))
+                tvm_tuned = artifact.vm() if covered else None
+            else:
+                if tune_s:
+                    from core.compiler.tuning import tune_module
 
-                report = tune_module(
-                    relax_to_fused_tir(proto), target, args.tune_db, budget_s=args.tune_minutes * 60, trials_per_task=args.tune_trials
-                )
-                print(f"  tuning {name}: {report.summary()}", flush=True)
-            from core.compiler.tuning import database_coverage
+                    report = tune_module(relax_to_fused_tir(proto), target, args.tune_db, budget_s=tune_s, trials_per_task=args.tune_trials)
+                    print(f"  tuning {name}: {report.summary()}", flush=True)
+                from core.compiler.tuning import database_coverage
 
-            covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
+                covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
+                tvm_tuned = build(proto, target, database=args.tune_db) if covered else None
             if covered:
-                tvm_tuned = build(proto, target, database=args.tune_db)
                 tuned_note = f" tuned {covered}/{kernels} kernels"
             else:
                 # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,

@@ -11,15 +11,19 @@ search from scratch. Here:
   cancelled or timed-out one stopped and skips kernels that already had their trials.
 * **Measured against the default schedules**: before a kernel is tuned, core.compiler.schedules' rule is
   applied to it and measured the same way (progress.json keeps the figure). Applying the
-  database uses a tuned record only where it beats that default, so tuning never makes a kernel
-  slower. (The search itself is not seeded with the default's trace: MetaSchedule's
+  database uses a tuned record only where it beats that default by 3% (tuning_db.SEARCH_MARGIN:
+  a pick within the noise is as likely slower), so tuning does not make a kernel slower. (The search itself is not seeded with the default's trace: MetaSchedule's
   layout-rewrite postprocessor fails on a trace that already packs the weights.)
 * **Template search first**: for kernels a core.compiler.schedules rule has knobs for (convolutions:
-  register tile, input channel blocking, unrolling), every candidate config of that rule is
-  built and measured - the default config among them, so the search starts from the default
-  schedule and can only improve on it. The best config per workload goes to `templates.json`
-  beside the MetaSchedule records. This is cheap (a few dozen builds per kernel) and is where
-  most of the gain is found on 2 cores; MetaSchedule's open search gets the budget left.
+  register tile, channel blocks per tile, input channel blocking, unrolling, loop order;
+  matmuls: rows x vectors of the register tile), every candidate config of that rule is
+  built and measured on one thread - the default config among them, so the search starts from
+  the default schedule. The fastest few that beat the default are then measured again beside
+  it at the model's thread count (tuning_runners.confirm_at_threads: alternating rounds, a 3%
+  margin, most rounds won): a config replaces the default only if it wins there too, since a
+  tile that is best on one core may split its parallel loop worse over two. The decision per
+  workload goes to `templates.json` beside the MetaSchedule records. This is cheap (a few
+  dozen builds per kernel); MetaSchedule's open search gets the budget left.
 * **Budget**: kernels are tuned most expensive first (measured default time x how often the model
   calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
   `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
@@ -60,7 +64,16 @@ from .tuning_db import (
     target_key,
     tuned_schedule,
 )
-from .tuning_runners import _worker_initializer, local_builder, local_runner, parse_rpc_address, rpc_runner
+from .tuning_runners import (
+    CONFIRM_MARGIN,
+    _worker_initializer,
+    confirm_at_threads,
+    local_builder,
+    local_runner,
+    measure_schedules,
+    parse_rpc_address,
+    rpc_runner,
+)
 
 __all__ = [
     "TaskResult",
@@ -132,31 +145,7 @@ class TuningReport:
 
 def _measure_schedules(schedules: list, target, builder, runner) -> list[float | None]:
     """Seconds per schedule (None where it did not build or run): all built, then all run."""
-    from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
-    inputs, where = [], []
-    for index, (sch, result) in enumerate(zip(schedules, built)):
-        if result.error_msg:
-            logger.info("candidate did not build: %s", result.error_msg.splitlines()[0])
-            continue
-        # what the builder measures: the kernel taking its weights already packed
-        measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
-        args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
-        inputs.append(ms.runner.RunnerInput(result.artifact_path, _device_type(target), args_info))
-        where.append(index)
-    out: list[float | None] = [None] * len(schedules)
-    for index, future in zip(where, runner.run(inputs) if inputs else []):
-        result = future.result()
-        if result.error_msg:
-            logger.info("candidate did not run: %s", result.error_msg.splitlines()[0])
-            continue
-        # the fastest repeat: on a shared machine other processes only ever add time (a parallel
-        # kernel waits for a worker whose core another process holds), so the least disturbed
-        # repeat is the closest to what the schedule itself costs
-        out[index] = min(float(s) for s in result.run_secs)
-    return out
+    return measure_schedules(schedules, target, builder, runner)
 
 
 def _stop(report, cancel, deadline: float) -> bool:
@@ -176,10 +165,15 @@ def _has_template(func, target) -> bool:
     return any(rule.candidates(func, target) for rule in _template_rules())
 
 
-def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4) -> dict | None:
-    """Measure every candidate config of the first template rule that matches `func`; the
-    record ({rule, config, ms, default_ms, measured}) or None when no rule has knobs for it.
-    Stops early (keeping what was measured) on cancel or when the deadline passes."""
+def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4, confirm_runner=None, finalists: int = 3) -> dict | None:
+    """Measure every candidate config of the first template rule that matches `func` (on
+    `runner`: one thread), then confirm the `finalists` fastest that beat the default there
+    by CONFIRM_MARGIN against
+    it on `confirm_runner` (the model's thread count; `runner` when None), side by side in
+    alternating rounds. The record ({rule, config, ms, default_ms, measured, confirmed}) keeps a
+    config other than the default only when it won there by tuning_runners.CONFIRM_MARGIN; None
+    when no rule has knobs for `func`. Stops early (keeping what was measured) on cancel or when
+    the deadline passes."""
     for rule in _template_rules():
         configs = rule.candidates(func, target)
         if configs:
@@ -207,22 +201,35 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
         return None
     best_config, best_ms = min(timed, key=lambda x: x[1])
     default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
-    if default_ms is not None and best_config != configs[0] and not (cancel is not None and cancel()):
-        # A winner picked from a dozen noisy measurements is partly luck: measure it and the
-        # default once more, side by side, and keep it only on the pessimistic figure (its
-        # slower run) against the default's faster run.
-        again = _measure_schedules([rule.apply(func, target, best_config), rule.apply(func, target, configs[0])], target, builder, runner)
-        if again[0] is not None and again[1] is not None:
-            best_ms = max(best_ms, again[0] * 1e3)
-            default_ms = min(default_ms, again[1] * 1e3)
-            if best_ms >= default_ms:
-                best_config, best_ms = configs[0], default_ms
+    confirmed = None
+    faster = [] if default_ms is None else sorted((x for x in timed if x[1] < default_ms * (1.0 - CONFIRM_MARGIN)), key=lambda x: x[1])
+    if faster and not (cancel is not None and cancel()):
+        # A winner picked from a dozen noisy one-thread measurements is partly luck, and what
+        # is best on one core may parallelize worse on the model's threads: the finalists and
+        # the default again, side by side on `confirm_runner`; the default unless one wins.
+        faster = faster[:finalists]
+        winner, secs = confirm_at_threads(
+            rule.apply(func, target, configs[0]),
+            [rule.apply(func, target, c) for c, _ in faster],
+            target,
+            builder,
+            confirm_runner or runner,
+        )
+        confirmed = {
+            "default_ms": None if secs[0] is None else secs[0] * 1e3,
+            "finalists": [[c, None if t is None else t * 1e3] for (c, _), t in zip(faster, secs[1:])],
+        }
+        best_config, best_ms = (configs[0], default_ms) if winner is None else faster[winner]
+        confirmed["ms"] = confirmed["default_ms"] if winner is None else confirmed["finalists"][winner][1]
+    elif default_ms is not None:
+        best_config, best_ms = configs[0], default_ms
     return {
         "rule": rule.name,
         "space": getattr(rule, "space_version", 0),
         "config": best_config,
         "ms": best_ms,
         "default_ms": default_ms,
+        "confirmed": confirmed,
         "complete": len(measured) == len(configs),
         "measured": [[c, ms] for c, ms in measured],
     }
@@ -293,10 +300,6 @@ def _measure_default(task_mod, target, builder, runner) -> float | None:
         return None
 
 
-def _device_type(target) -> str:
-    return "cpu" if target.kind.name == "llvm" else target.kind.name
-
-
 def _make_callback(deadline: float, cancel: Callable[[], bool] | None, state: dict, on_round):
     from tvm.s_tir import meta_schedule as ms
     from tvm.ir.utils import derived_object
@@ -341,11 +344,15 @@ def tune_module(
     progress: Callable[[float, str], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     seed: int = 0,
+    confirm_runner=None,
 ) -> TuningReport:
     """Tune the kernels of a fused Relax+TIR module into the database folder `database`.
 
     `mod` is the module after FuseTIR (what schedule_pass receives). Returns a TuningReport;
     the records are in the database whatever happened (cancel, budget, a failing kernel).
+    Candidates are measured on `runner` (default: one local thread); a template config replaces
+    the default only after winning again on `confirm_runner` (default: `runner` when one is
+    given, else the target's cores locally), where the model will run.
     """
     from tvm.s_tir import meta_schedule as ms
 
@@ -361,6 +368,9 @@ def tune_module(
     report_progress(0.0, "extracting kernels")
     tasks = extract_tasks(mod, target)
     builder = builder or local_builder()
+    # template winners are confirmed at the thread count the model runs on (an RPC runner
+    # measures on its device as that device runs)
+    confirm_runner = confirm_runner or runner or local_runner(threads=_cores(target))
     runner = runner or local_runner()
     work_dir = str(folder / "logs")
 
@@ -386,7 +396,7 @@ def tune_module(
         elif not _stop(report, cancel, deadline):
             if _has_template(task_mod["main"], target):
                 report_progress(span * index / max(len(by_work), 1), f"template search: {result.name}")
-                found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline)
+                found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline, confirm_runner=confirm_runner)
                 if found is not None:
                     found["name"] = result.name
                     templates[result.workload] = record = found

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["local_builder", "local_runner", "parse_rpc_address", "rpc_runner"]
+__all__ = ["confirm_at_threads", "local_builder", "local_runner", "measure_schedules", "parse_rpc_address", "rpc_runner"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,8 +104,8 @@ def local_runner(threads: int | None = 1):
     times whichever core was taken: measured there under load, one conv's 35 template configs
     ranged 2.3-36 ms and its default 4.8-12 ms between two runs. Every schedule compared
     (default, template configs, MetaSchedule's records) is measured alike, so the choices stay
-    consistent; the configs differ in their register tiles and blocking, not in how their outer
-    loop is parallelized."""
+    consistent. How a config splits its parallel loop over the model's threads is checked
+    afterwards, for the few finalists only (`confirm_at_threads`, on a runner of that many threads)."""
     from tvm.s_tir import meta_schedule as ms
 
     config = ms.runner.EvaluatorConfig(number=1, repeat=15, min_repeat_ms=2, enable_cpu_cache_flush=False)
@@ -150,3 +150,86 @@ def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeou
         evaluator_config=ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=0, enable_cpu_cache_flush=False),
         max_workers=max_workers,
     )
+
+
+def _device_type(target) -> str:
+    return "cpu" if target.kind.name == "llvm" else target.kind.name
+
+
+def _build_inputs(schedules: list, target, builder) -> list:
+    """A RunnerInput per schedule (None where it did not build)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
+    inputs = []
+    for sch, result in zip(schedules, built):
+        if result.error_msg:
+            logger.info("candidate did not build: %s", result.error_msg.splitlines()[0])
+            inputs.append(None)
+            continue
+        # what the builder measures: the kernel taking its weights already packed
+        measured = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(sch.mod)["main"]
+        args_info = ms.arg_info.ArgInfo.from_prim_func(measured)
+        inputs.append(ms.runner.RunnerInput(result.artifact_path, _device_type(target), args_info))
+    return inputs
+
+
+def _run_rounds(inputs: list, runner, rounds: int = 1) -> list[list[float | None]]:
+    """Seconds per round per input (None where the input is None or did not run): the inputs
+    take turns round by round (so a drift of the machine's load hits all), and each figure is
+    the fastest repeat of its round."""
+    present = [i for i, inp in enumerate(inputs) if inp is not None]
+    out: list[list[float | None]] = [[None] * len(inputs) for _ in range(rounds)]
+    if not present:
+        return out
+    futures = runner.run([inputs[i] for i in present] * rounds)
+    for n, future in enumerate(futures):
+        index = present[n % len(present)]
+        result = future.result()
+        if result.error_msg:
+            logger.info("candidate did not run: %s", result.error_msg.splitlines()[0])
+            continue
+        # the fastest repeat: on a shared machine other processes only ever add time (a parallel
+        # kernel waits for a worker whose core another process holds), so the least disturbed
+        # repeat is the closest to what the schedule itself costs
+        out[n // len(present)][index] = min(float(x) for x in result.run_secs)
+    return out
+
+
+def _fastest(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return min(known) if known else None
+
+
+def measure_schedules(schedules: list, target, builder, runner, rounds: int = 1) -> list[float | None]:
+    """Seconds per schedule (None where it did not build or run): all built once, then run in
+    `rounds` alternating rounds (the fastest repeat of any round counts)."""
+    per_round = _run_rounds(_build_inputs(schedules, target, builder), runner, rounds)
+    return [_fastest(column) for column in zip(*per_round)]
+
+
+# How much faster than the default a tuned schedule must measure, at the thread count the
+# model runs on, to replace it: less is within what the same schedule varies between
+# measurements on a shared machine, and a pick within the noise is as likely to be slower.
+CONFIRM_MARGIN = 0.03
+CONFIRM_ROUNDS = 3
+
+
+def confirm_at_threads(default, candidates: list, target, builder, runner, rounds: int = CONFIRM_ROUNDS, margin: float = CONFIRM_MARGIN):
+    """Measure the default schedule and `candidates` (picked on one thread) side by side on
+    `runner` (the model's thread count), in `rounds` alternating rounds. Returns (index of the
+    winning candidate, or None; seconds of each, the default first, None where it failed).
+    The winner is the fastest candidate, if it beats the default by `margin` over all rounds
+    and in most rounds one by one: on a loaded machine one lucky quiet moment can make any
+    schedule look fast once. (What is best on one core may split its parallel loop worse over
+    two: fewer, bigger row blocks, one thread idle at the end.)"""
+    per_round = _run_rounds(_build_inputs([default, *candidates], target, builder), runner, rounds)
+    times = [_fastest(column) for column in zip(*per_round)]
+    base = times[0]
+    timed = [(secs, i) for i, secs in enumerate(times[1:]) if secs is not None]
+    if base is None or not timed:
+        return None, times
+    best_secs, best = min(timed)
+    wins = sum(1 for row in per_round if row[0] is not None and row[best + 1] is not None and row[best + 1] < row[0] * (1.0 - margin))
+    return (best if best_secs < base * (1.0 - margin) and 2 * wins > rounds else None), times

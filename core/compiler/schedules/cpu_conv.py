@@ -370,7 +370,7 @@ class Conv2dNCHWc:
     """
 
     name = "cpu.Conv2dNCHWc"
-    space_version = 1
+    space_version = 2
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
@@ -395,24 +395,35 @@ class Conv2dNCHWc:
         return tile[1], tile[2]
 
     def candidates(self, func, target) -> list[dict]:
-        """Register tiles (T columns x TH rows) to measure, the default first."""
+        """Configs to measure, the default first: register tiles (T columns x TH rows of one
+        channel block), tiles of two channel blocks (OC2: each broadcast input feeds two vectors,
+        half the loads per FMA; what narrow outputs like 7x7 have no wide tile for), and the three
+        best-ranked tiles of each with kw unrolled and with rows outermost in the parallel loop."""
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
         info = self._match(sch, target)
         if info is None:
             return []
-        _, _, out_height, out_width, oc_block, _, kh, kw = info["extents"]
+        _, oc_chunks, out_height, out_width, oc_block, _, kh, kw = info["extents"]
+        lanes, registers = info["lanes"], vector_registers(target)
         t, th = self._default_tile(info)
         configs = [{"t": t, "th": th}]
-        tiles = [x for x in register_tiles(oc_block, out_height, out_width, info["lanes"], vector_registers(target)) if x[0] == oc_block]
+        tiles = [x for x in register_tiles(oc_block, out_height, out_width, lanes, registers) if x[0] == oc_block]
         tiles.sort(key=lambda x: (-x[3], x[1]))
         for _, th_, t_, _ in tiles[:8]:
             if {"t": t_, "th": th_} not in configs:
                 configs.append({"t": t_, "th": th_})
-        if kh * kw > 1:
-            configs.append({**configs[0], "unroll_kw": True})
-        configs.append({**configs[0], "rows_outer": True})
+        if oc_chunks % 2 == 0 and oc_block == lanes:
+            # two vectors per column: register_tiles' two-vector tiles of a 2 x oc_block group
+            pairs = [x for x in register_tiles(2 * oc_block, out_height, out_width, lanes, registers) if x[0] == 2 * oc_block]
+            pairs.sort(key=lambda x: (-x[3], x[1]))
+            configs += [{"t": t_, "th": th_, "oc2": 2} for _, th_, t_, _ in pairs[:4]]
+        leading = configs[:1] + [c for c in configs[1:] if "oc2" not in c][:1] + [c for c in configs if "oc2" in c][:1]
+        for base in leading:
+            if kh * kw > 1:
+                configs.append({**base, "unroll_kw": True})
+            configs.append({**base, "rows_outer": True})
         return configs
 
     def apply(self, func, target, config: dict | None = None):
@@ -425,11 +436,11 @@ class Conv2dNCHWc:
         conv, extents, in_block, lanes = info["conv"], info["extents"], info["in_block"], info["lanes"]
         _, _, out_height, out_width, _, _, _, _ = extents
         t, th = self._default_tile(info)
-        unroll_kw, rows_outer = False, False
+        unroll_kw, rows_outer, oc2 = False, False, 1
         if config is not None:
             t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
-            rows_outer = bool(config.get("rows_outer", False))
-            if out_width % t or out_height % th:
+            rows_outer, oc2 = bool(config.get("rows_outer", False)), int(config.get("oc2", 1))
+            if out_width % t or out_height % th or extents[1] % oc2:
                 raise ValueError(f"tile {config} does not divide the convolution")
         Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
         # SiLU / HardSwish read the conv's result twice: inlined into one reader, the tail folds
@@ -439,13 +450,12 @@ class Conv2dNCHWc:
         n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
         ow_outer, ow_inner = sch.split(ow, [None, t])
         ic_outer, ic_inner = sch.split(ic, [None, in_block])
-        if th > 1:
-            oh_outer, oh_inner = sch.split(oh, [None, th])
-            sch.reorder(n, occ, oh_outer, ow_outer, ic_outer, kh, kw, ic_inner, oh_inner, ow_inner, ocb)
-            sch.unroll(oh_inner)
-        else:
-            oh_outer = oh
-            sch.reorder(n, occ, oh, ow_outer, ic_outer, kh, kw, ic_inner, ow_inner, ocb)
+        oh_outer, oh_inner = sch.split(oh, [None, th]) if th > 1 else (oh, None)
+        occ, oc_inner = sch.split(occ, [None, oc2]) if oc2 > 1 else (occ, None)
+        tile = [loop for loop in (oc_inner, oh_inner, ow_inner) if loop is not None]
+        sch.reorder(n, occ, oh_outer, ow_outer, ic_outer, kh, kw, ic_inner, *tile, ocb)
+        for loop in tile[:-1]:  # ow_inner is unrolled below
+            sch.unroll(loop)
         if unroll_kw:
             sch.unroll(kw)
         if rows_outer:  # each input row read once from cache for every output-channel block
@@ -461,9 +471,8 @@ class Conv2dNCHWc:
         init = sch.decompose_reduction(conv, ic_outer)
         init_loops = sch.get_loops(init)
         sch.vectorize(init_loops[-1])
-        sch.unroll(init_loops[-2])
-        if th > 1:
-            sch.unroll(init_loops[-3])
+        for loop in init_loops[-1 - len(tile) : -1]:
+            sch.unroll(loop)
         wb_loops = sch.get_loops(writeback)[2:]
         if wb_loops:
             sch.vectorize(wb_loops[-1])

@@ -77,18 +77,54 @@ class Matmul:
     """Register-blocked matmul with a prepacked right operand (see module docstring)."""
 
     name = "cpu.Matmul"
+    # bumped whenever `candidates` changes, so tuning records from an older space are redone
+    space_version = 1
 
-    def apply(self, func, target):
-        from tvm import s_tir
-
-        sch = s_tir.Schedule(func)
-        block = None
+    @staticmethod
+    def _find(sch):
         for candidate in root_blocks(sch):
             kinds = iter_kinds(sch, candidate)
             if kinds.endswith("SSR") and kinds.count("R") == 1 and "O" not in kinds:
                 if "matmul" in sch.get(candidate).name_hint.lower():
-                    block = candidate
-                    break
+                    return candidate
+        return None
+
+    def candidates(self, func, target) -> list[dict]:
+        """Register tiles to measure (template tuning), the default first: TI rows (2 to the
+        most the register file holds; rows no such tile divides are padded, as the default
+        pads them) x VB columns (one to four vectors dividing the columns). [] when the rule
+        does not match, the shapes are symbolic or the columns take a part-vector tile."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        block = self._find(sch)
+        if block is None:
+            return []
+        extents = iter_extents(sch, block)
+        rows, cols = extents[-3], extents[-2]
+        lanes, registers = vector_lanes(target), vector_registers(target)
+        if rows is None or cols is None or extents[-1] is None or any(e is None for e in extents) or cols % lanes:
+            return []
+        ti, vb = choose_matmul_tile(rows, cols, lanes, registers)
+        configs = [{"ti": ti, "vb": vb}]
+        for vectors in (1, 2, 3, 4):
+            width = vectors * lanes
+            if cols % width:
+                continue
+            most = min(rows, (registers - vectors - 1) // vectors)
+            heights = sorted({h for h in (most, most - 1, most // 2, 4, 2, 1) if 1 <= h <= most and (h > 1 or rows == 1)}, reverse=True)
+            for height in heights[:4]:
+                if {"ti": height, "vb": width} not in configs:
+                    configs.append({"ti": height, "vb": width})
+        return configs if len(configs) > 1 else []
+
+    def apply(self, func, target, config: dict | None = None):
+        """The scheduled function, or None when the rule does not match. `config` (one of
+        `candidates`) overrides the tile the heuristics pick, as template tuning does."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        block = self._find(sch)
         if block is None:
             return None
         _inline_elementwise_tail(sch, block)
@@ -115,6 +151,10 @@ class Matmul:
         rows, cols = extents[-3], extents[-2]
         lanes = vector_lanes(target)
         ti, vb = choose_matmul_tile(1 if rows is None else rows, cols, lanes, vector_registers(target))
+        if config is not None:
+            ti, vb = int(config["ti"]), int(config["vb"])
+            if ti < 1 or vb < 4 or vb % 4 or (rows is None and ti > 1):
+                raise ValueError(f"tile {config} does not fit the matmul")
         batch_dims = len(b_region.region) - 2
         pad_rows = 0 if rows is None else -rows % ti
         pad_cols = -cols % vb
