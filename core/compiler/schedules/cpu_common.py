@@ -21,6 +21,7 @@ __all__ = [
     "pack_read_buffer",
     "cache_write_and_inline_epilogue",
     "inline_epilogue",
+    "decompose_vector_init",
     "schedule_remaining_blocks",
     "schedule_injective",
     "fit_lanes",
@@ -218,6 +219,16 @@ def schedule_injective(sch, block, lanes: int) -> None:
             sch.parallel(inner)
 
 
+def decompose_vector_init(sch, block, loop, unrolled: int = 0) -> None:
+    """Split `block`'s accumulator initialization out at `loop` (TVM's decompose_reduction), store
+    it as whole vectors (its innermost loop vectorized) and unroll the `unrolled` loops just
+    outside that (a register tile's rows / columns), as every register-tiled rule does."""
+    init_loops = sch.get_loops(sch.decompose_reduction(block, loop))
+    sch.vectorize(init_loops[-1])
+    for tile_loop in init_loops[len(init_loops) - 1 - unrolled : -1]:
+        sch.unroll(tile_loop)
+
+
 def schedule_reduction(sch, block, lanes: int) -> None:
     """A reduction with no dedicated rule (pooling, mean, softmax sums, odd matmuls).
 
@@ -267,9 +278,7 @@ def schedule_reduction(sch, block, lanes: int) -> None:
         # (pooling and ONNX Sum's stack+sum ran on one thread: 2.4% of ResNet-50 at 1 thread)
         if par is not None and total_spatial * reduction_work >= PARALLEL_MIN_WORK:
             sch.parallel(par)
-        init = sch.decompose_reduction(block, reduction[0])
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
+        decompose_vector_init(sch, block, reduction[0])
         sch.vectorize(inner)
         return
     if total_spatial * max(reduction_work, 1) >= PARALLEL_MIN_WORK and total_spatial >= 2:

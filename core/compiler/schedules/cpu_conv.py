@@ -28,6 +28,7 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
+    decompose_vector_init,
     find_block,
     layout_free_params,
     pack_read_buffer,
@@ -293,12 +294,7 @@ class Conv2dNCHW:
             sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
-        init = sch.decompose_reduction(conv, ic)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
-        sch.unroll(init_loops[-2])
-        if th > 1:
-            sch.unroll(init_loops[-3])
+        decompose_vector_init(sch, conv, ic, unrolled=2 if th > 1 else 1)
         # Write-back: the tile's [1, VB, TH, T] loops; the output's contiguous T columns
         # innermost, as one vector per channel and row. (Left scalar, LLVM vectorizes the
         # channel loop instead: with AVX-512 into a scatter per column, slower than the convolution.)
@@ -334,9 +330,7 @@ class Conv2dNCHW:
             sch.parallel(parallel)
         sch.vectorize(ow_inner)
         sch.unroll(oc_inner)
-        init = sch.decompose_reduction(conv, ic)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
+        decompose_vector_init(sch, conv, ic)
         wb_loops = sch.get_loops(writeback)[2:]
         if wb_loops:
             sch.vectorize(wb_loops[-1])
@@ -468,11 +462,7 @@ class Conv2dNCHWc:
             sch.parallel(parallel)
         sch.vectorize(ocb)
         sch.unroll(ow_inner)
-        init = sch.decompose_reduction(conv, ic_outer)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
-        for loop in init_loops[-1 - len(tile) : -1]:
-            sch.unroll(loop)
+        decompose_vector_init(sch, conv, ic_outer, unrolled=len(tile))
         wb_loops = sch.get_loops(writeback)[2:]
         if wb_loops:
             sch.vectorize(wb_loops[-1])

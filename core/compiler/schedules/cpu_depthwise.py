@@ -34,6 +34,7 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
+    decompose_vector_init,
     find_block,
     fit_lanes,
     iter_kinds,
@@ -298,10 +299,7 @@ class DepthwiseConv2dNCHW:
         sch.unroll(owi)
         if taps <= 49:
             sch.unroll(rw)
-        init = sch.decompose_reduction(conv, rc)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
-        sch.unroll(init_loops[-2])
+        decompose_vector_init(sch, conv, rc, unrolled=1)
         sch.reverse_compute_at(writeback, owo)
         wb_loops = sch.get_loops(writeback)
         sch.vectorize(wb_loops[-1])

@@ -27,6 +27,7 @@ from .cpu_common import (
     PARALLEL_MIN_WORK,
     cache_write_and_inline_epilogue,
     const_int,
+    decompose_vector_init,
     find_block,
     iter_kinds,
     root_blocks,
@@ -187,12 +188,7 @@ class DepthwiseConv2dNCHWc:
         sch.unroll(owi)
         if unroll_kw:
             sch.unroll(rw)
-        init = sch.decompose_reduction(conv, rh)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
-        sch.unroll(init_loops[-2])
-        if th > 1:
-            sch.unroll(init_loops[-3])
+        decompose_vector_init(sch, conv, rh, unrolled=2 if th > 1 else 1)
         wb_loops = sch.get_loops(writeback)
         sch.vectorize(wb_loops[-1])
         keep = (sch.get(pad).name_hint,) if pad is not None else ()

@@ -21,6 +21,7 @@ import logging
 from .cpu_common import (
     VECTOR_REGISTERS,
     cache_write_and_inline_epilogue,
+    decompose_vector_init,
     inline_epilogue,
     iter_extents,
     iter_kinds,
@@ -198,9 +199,7 @@ class Matmul:
             sch.parallel(parallel)
         sch.vectorize(j_inner)
         sch.unroll(i_inner)
-        init = sch.decompose_reduction(block, k)
-        init_loops = sch.get_loops(init)
-        sch.vectorize(init_loops[-1])
+        decompose_vector_init(sch, block, k)
         wb_loops = sch.get_loops(writeback)[1:]
         if wb_loops and cols % lanes == 0:
             sch.vectorize(wb_loops[-1])
