@@ -24,6 +24,10 @@ def test_the_choice_offers_this_host_and_named_cpus(qtbot, monkeypatch):
 
     box = CpuChoice()
     qtbot.addWidget(box)
+    # made without asking LLVM (no TVM import on the UI thread at start-up); opening the list names the host
+    assert box.choice() == (None, None) and box.itemText(0) == "this host"
+    box.showPopup()
+    box.hidePopup()
     assert box.choice() == (None, None) and host_cpu() in box.itemText(0)
     wide = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]
     assert box.select("host", "-avx512f") == wide  # "this host without AVX-512" only where it has AVX-512
@@ -68,3 +72,26 @@ def test_code_this_machine_cannot_run_is_offered_for_export(window, qtbot):
     text = panel.status.text()
     assert f"Compiled for CPU ({foreign})" in text and "This machine cannot run it: Export" in text
     assert "which this machine" in text  # why: the features it lacks
+
+
+def test_the_window_starts_without_importing_tvm(tmp_path):
+    """Start-up stays light: the CPU choice names the host (LLVM, i.e. importing TVM: ~1 s on the
+    UI thread) only when its list is opened. Run in a fresh interpreter: this one has TVM already."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "app = QApplication([])\n"
+        "from app.main_window import MainWindow\n"
+        "w = MainWindow(); w.show(); app.processEvents()\n"
+        "print('tvm' in sys.modules)\n"
+    )
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(root), "MLCWB_AUTOSAVE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False"
