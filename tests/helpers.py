@@ -93,3 +93,25 @@ def external_weights_cnn(folder: Path, name: str = "cnn_bn_ext") -> Path:
     path = folder / f"{name}.onnx"
     onnx.save(model, path, save_as_external_data=True, location=f"{name}.data", size_threshold=0, all_tensors_to_one_file=True)
     return path
+
+
+def relax_through(model: onnx.ModelProto, target, last: str | None = None):
+    """The Relax module after the default pipeline's passes for `target` (core.compiler.pipeline,
+    as compile runs them), up to and including the pass named `last` (all of them when None)."""
+    import tempfile
+
+    from core.compiler.compile import _resolve_graph, import_relax
+    from core.compiler.pipeline import default_pipeline, make_pass
+
+    path = Path(tempfile.mkdtemp()) / "model.onnx"
+    onnx.save(model, str(path))
+    mod = import_relax(_resolve_graph(str(path))).mod
+    with target:
+        for spec in default_pipeline(target):
+            if spec.enabled:
+                mod = make_pass(spec, target)(mod)
+            if spec.name == last:
+                return mod
+    if last is not None:
+        raise AssertionError(f"{last} is not in the default pipeline for {target}")
+    return mod

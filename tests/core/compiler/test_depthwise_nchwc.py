@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run
+from tests.helpers import ort_run, relax_through
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -99,21 +99,6 @@ def _save(model) -> str:
     return str(path)
 
 
-def _through(model, target, last: str):
-    """The Relax module after the default CPU pipeline's passes up to and including `last`."""
-    from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
-
-    mod = import_relax(_resolve_graph(_save(model))).mod
-    with target:
-        for spec in default_pipeline(target):
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
-            if spec.name == last:
-                return mod
-    raise AssertionError(f"{last} is not in the default CPU pipeline")
-
-
 def _avx2_target():
     """8-channel blocks: AVX2 code (runs on AVX-512 hosts too)."""
     from core.compiler.target import host_cpu, make_target
@@ -143,7 +128,7 @@ def test_mobile_block_is_blocked_end_to_end(mcpu, mattr, block, act, se):
     SE gate's broadcast multiply."""
     from core.compiler.target import make_target
 
-    mod = _through(_mobile_block_model(act, se), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
+    mod = relax_through(_mobile_block_model(act, se), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
     layouts = _conv_layouts(mod)
     assert len(layouts) == 8
     assert [g for g, _ in layouts].count(1) == 6
@@ -171,7 +156,7 @@ def test_depthwise_alone_stays_nchw():
         [_w(rng, "w", (32, 1, 3, 3))],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    mod = _through(model, make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
+    mod = relax_through(model, make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
     assert _conv_layouts(mod) == [(32, "NCHW")]
     assert "layout_transform" not in mod["main"].script(show_meta=False)
 
@@ -193,7 +178,7 @@ def _run_pipeline(model, target, x):
     import tvm
     from tvm import relax
 
-    mod = _through(model, target, "VMFinalize")
+    mod = relax_through(model, target, "VMFinalize")
     vm = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())
     return vm["main"](tvm.runtime.tensor(x)).numpy()
 
@@ -204,7 +189,7 @@ def test_blocked_mobile_block_matches_onnxruntime_avx2(act, se):
     the depthwise kernels are this rule's."""
     model = _mobile_block_model(act, se)
     target = _avx2_target()
-    fused = _through(model, target, "DeadCodeElimination")
+    fused = relax_through(model, target, "DeadCodeElimination")
     used = _rules_used(fused, target)
     dw = {name: rule for name, rule in used.items() if "depthwise_conv2d_NCHWc" in name}
     assert len(dw) == 2 and set(dw.values()) == {"cpu.DepthwiseConv2dNCHWc"}, used
@@ -246,7 +231,7 @@ def _depthwise_kernel(target, size=14, channels=32, k=3, stride=1, act="silu"):
         [_w(rng, "w0", (channels, 16, 1, 1)), _w(rng, "w1", (channels, 1, k, k)), _w(rng, "b1", (channels,), 0.1), _w(rng, "w2", (16, channels, 1, 1))],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    mod = _through(model, target, "DeadCodeElimination")
+    mod = relax_through(model, target, "DeadCodeElimination")
     import tvm
 
     (func,) = [f for g, f in mod.functions_items() if "depthwise_conv2d_NCHWc" in g.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
@@ -353,7 +338,7 @@ def test_mobile_architectures_are_blocked(name, mcpu, mattr, nchw_dense, nchw_de
     from core.compiler.target import make_target
     from core.model.architectures import ARCHITECTURES
 
-    mod = _through(ARCHITECTURES[name](), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
+    mod = relax_through(ARCHITECTURES[name](), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
     layouts = _conv_layouts(mod)
     assert sum(g == 1 and out == "NCHW" for g, out in layouts) == nchw_dense
     assert sum(g > 1 and out == "NCHW" for g, out in layouts) == nchw_depthwise
@@ -379,7 +364,7 @@ def test_global_pools_in_blocked_layout_match_onnxruntime(pool):
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     target = _avx2_target()
-    used = _rules_used(_through(model, target, "DeadCodeElimination"), target)
+    used = _rules_used(relax_through(model, target, "DeadCodeElimination"), target)
     assert "cpu.GlobalPoolNCHWc" in used.values(), used
     x = np.random.default_rng(3).standard_normal((1, 8, 13, 11)).astype(np.float32)
     (ref,) = ort_run(model, {"x": x})
@@ -396,7 +381,7 @@ def test_blocked_conv_folds_a_tail_that_reads_it_twice(act):
     from core.compiler.schedules.cpu_conv import Conv2dNCHWc
 
     target = _avx2_target()
-    mod = _through(_mobile_block_model(act, None), target, "DeadCodeElimination")
+    mod = relax_through(_mobile_block_model(act, None), target, "DeadCodeElimination")
     (func,) = [
         f for g, f in mod.functions_items()
         if isinstance(f, tvm.tirx.PrimFunc) and g.name_hint.startswith("fused_conv2d_NCHWc") and "multiply" in g.name_hint

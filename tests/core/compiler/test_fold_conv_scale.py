@@ -6,23 +6,15 @@ import pytest
 from onnx import helper, numpy_helper
 
 from tests.core.compiler.test_layout_nchwc import _bn, _model, _save, _weight
+from tests.helpers import relax_through
 
 
 def _ops_after_fold(model) -> list[str]:
     import re
 
-    from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
     from core.compiler.target import make_target
 
-    target = make_target("cpu")
-    mod = import_relax(_resolve_graph(_save(model))).mod
-    with target:
-        for spec in default_pipeline(target):
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
-            if spec.name == "FoldScaleIntoConv":
-                break
+    mod = relax_through(model, make_target("cpu"), "FoldScaleIntoConv")
     return re.findall(r"= R\.([a-z_.0-9]+)\(", mod["main"].script(show_meta=False))
 
 

@@ -12,6 +12,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.helpers import relax_through
+
 
 def _weight(rng, name, shape):
     return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
@@ -79,21 +81,6 @@ def _mixed_cnn() -> onnx.ModelProto:
     return _model(nodes, inits, [1, 3, 64, 64], [1, 10], "nchwc_mixed")
 
 
-def _graph_after_layout(model, target):
-    """The Relax module after the default pipeline's graph passes up to ConvertLayoutNCHWc."""
-    from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
-
-    mod = import_relax(_resolve_graph(_save(model))).mod
-    with target:
-        for spec in default_pipeline(target):
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
-            if spec.name == "ConvertLayoutNCHWc":
-                return mod
-    raise AssertionError("ConvertLayoutNCHWc is not in the default CPU pipeline")
-
-
 def _save(model) -> str:
     import tempfile
     from pathlib import Path
@@ -128,7 +115,7 @@ def test_channels_are_blocked_by_the_targets_vector_width(mcpu, mattr, block):
     """Codegen-free (any host): AVX-512 blocks by 16, AVX2 by 8; what the block does not fit stays NCHW."""
     from core.compiler.target import make_target
 
-    mod = _graph_after_layout(_mixed_cnn(), make_target("cpu", mcpu=mcpu, mattr=mattr))
+    mod = relax_through(_mixed_cnn(), make_target("cpu", mcpu=mcpu, mattr=mattr), "ConvertLayoutNCHWc")
     layouts = _conv_layouts(mod)
     assert len(layouts) == 7
     blocked = f"NCHW{block}c"
@@ -158,7 +145,7 @@ def test_blocked_region_is_entered_and_left_once():
         helper.make_node("Conv", ["cat", "w2"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
     ]
     model = _model(nodes, inits, [1, 16, 16, 16], [1, 16, 8, 8], "chain")
-    mod = _graph_after_layout(model, make_target("cpu", mcpu="znver4"))
+    mod = relax_through(model, make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
     assert all(out == "NCHW16c" for _, _, out in _conv_layouts(mod))
     assert _transforms(mod) == 2
 
@@ -211,18 +198,12 @@ def test_avx2_code_on_this_host_matches_onnxruntime():
     import tvm
     from tvm import relax
 
-    from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
     from core.compiler.target import host_cpu, make_target
     from tests.helpers import ort_run
 
     model = _mixed_cnn()
     target = make_target("cpu", mcpu=host_cpu(), mattr=["-avx512f"])
-    mod = import_relax(_resolve_graph(_save(model))).mod
-    with target:
-        for spec in default_pipeline(target):
-            if spec.enabled:
-                mod = make_pass(spec, target)(mod)
+    mod = relax_through(model, target)
     assert "conv2d_NCHWc" in mod.script(show_meta=False)
     x = np.random.default_rng(5).standard_normal((1, 3, 64, 64)).astype(np.float32)
     vm = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())
@@ -249,6 +230,6 @@ def test_a_model_with_an_op_topi_cannot_build_blocked_stays_nchw_and_compiles(ca
     else:
         slope = numpy_helper.from_array(np.full((32, 1, 1), 0.1, np.float32), "slope")
         model = _conv_then(helper.make_node("PRelu", ["c", "slope"], ["y"]), [slope], [1, 32, 8, 8])
-    mod = _graph_after_layout(model, make_target("cpu", mcpu="znver4"))
+    mod = relax_through(model, make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
     assert _conv_layouts(mod) == [("NCHW", "OIHW", "NCHW")] and _transforms(mod) == 0
     compile_model(_save(model), "cpu", verify=True)  # raises on a mismatch
