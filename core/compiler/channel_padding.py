@@ -97,14 +97,15 @@ def pad_output_channels(mod, block: int, blocked_as_is):
         value = mutator.lookup_binding(expr)
         if not isinstance(value, relax.Call) or getattr(value.op, "name", None) != "relax.strided_slice":
             return None
-        if len(value.args) < 4 or [int(v) for v in value.args[1]] != [1] or [int(v) for v in value.args[2]] != [0]:
-            return None
-        if len(value.args) > 4 and [int(v) for v in value.args[4]] != [1]:
+        try:
+            axes, begin, end = ([int(v) for v in value.args[i]] for i in (1, 2, 3))
+            strides = [int(v) for v in value.args[4]] if len(value.args) > 4 else [1]
+        except (TypeError, ValueError, IndexError):  # symbolic bounds
             return None
         shape = _shape(value.args[0])
-        if shape is None or len(shape) != 4:
+        if axes != [1] or begin != [0] or strides != [1] or len(end) != 1 or shape is None or len(shape) != 4:
             return None
-        return value.args[0], int(value.args[3][0])
+        return value.args[0], end[0]
 
     def slice_back(expr, channels):
         return relax.op.strided_slice(expr, [1], [0], [channels])
