@@ -107,11 +107,21 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             return None
         return value.args[0], end[0]
 
-    def slice_back(expr, channels):
-        return relax.op.strided_slice(expr, [1], [0], [channels])
-
     @relax.expr_functor.mutator
     class PadChannels(relax.PyExprMutator):
+        binding_name = ""
+
+        def visit_var_binding_(self, binding):
+            self.binding_name = binding.var.name
+            super().visit_var_binding_(binding)
+
+        def slice_back(self, call, channels):
+            """call[:, :channels], the padded call bound under the name of the binding being
+            rewritten (core.compiler.lineage follows names: the conv, ReLU, pool keep their ONNX
+            nodes), the slice rebound to the binding's own variable."""
+            padded = self.builder_.emit(call, name_hint=self.binding_name)
+            return relax.op.strided_slice(padded, [1], [0], [channels])
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
@@ -152,7 +162,7 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             w_padded[:channels] = w
             padded_convs.append((channels, padded))
             conv = relax.Call(call.op, [data, relax.const(w_padded, str(w.dtype))], call.attrs, call.ty_args, call.span)
-            return slice_back(conv, channels)
+            return self.slice_back(conv, channels)
 
         def _read_padded_input(self, call):
             """conv(x[:, :C], W) as conv(x, W') with W' zero-padded to x's channels: the padded
@@ -204,7 +214,7 @@ def pad_output_channels(mod, block: int, blocked_as_is):
                     new_args.append(relax.const(_pad_axis1(value, padded), str(value.dtype)))
                 else:
                     return call  # another activation, or a constant laid out otherwise
-            return slice_back(relax.Call(call.op, new_args, call.attrs, call.ty_args, call.span), channels)
+            return self.slice_back(relax.Call(call.op, new_args, call.attrs, call.ty_args, call.span), channels)
 
     mutator = PadChannels(mod)
     for gv, func in mod.functions_items():

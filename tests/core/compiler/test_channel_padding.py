@@ -142,7 +142,7 @@ def test_odd_output_channels_are_padded_and_blocked(mattr, block):
 @pytest.mark.slow
 def test_padded_model_matches_onnxruntime():
     """Compiled for this host and verified against onnxruntime by compile_model (it raises on a
-    mismatch); the padded convs run as the blocked kernel."""
+    mismatch); the padded convs run as the blocked kernel, attributed to their ONNX nodes."""
     import tempfile
     from pathlib import Path
 
@@ -151,4 +151,7 @@ def test_padded_model_matches_onnxruntime():
     path = Path(tempfile.mkdtemp()) / "padded.onnx"
     onnx.save(_padded_model(), str(path))
     art = compile_model(str(path), "cpu", verify=True)
-    assert sum("conv2d_NCHWc" in name for name in art.kernel_lineage) >= 3, list(art.kernel_lineage)
+    convs = {name: nodes for name, nodes in art.kernel_lineage.items() if "conv2d_NCHWc" in name}
+    assert len(convs) >= 3, list(art.kernel_lineage)
+    # the padded convs keep their ONNX nodes (lineage follows binding names): bench puts their time on the graph
+    assert all(convs.values()), convs
