@@ -16,9 +16,11 @@ Three pieces, all used by the default CPU pipeline (core.compiler.pipeline):
   weights and NCHW{b}c output, i = b or, where b does not divide the input channels, the widest
   block that does (3 for an image); every depthwise conv whose channels b divides for NCHW{b}c
   and OIHW1i{b}o; a squeeze-excitation's squeeze (a conv to fewer channels on a 1x1 map) for
-  the widest block dividing its outputs (12 of 48), the block its excite conv asks for. The
-  rest stay NCHW (other grouped convs, outputs of 24 or 1000 channels with b = 16: relax cannot
-  convert between two block sizes). Relax's layout inference carries the blocked layout
+  the widest block dividing its outputs (12 of 48), the block its excite conv asks for. A conv
+  with 8 blocks of outputs or more that b does not divide is padded to a multiple of b first
+  (1000 -> 1008 with b = 16; core.compiler.channel_padding). The rest stay NCHW (other grouped
+  convs, outputs of 24 channels with b = 16: relax cannot convert between two block sizes).
+  Relax's layout inference carries the blocked layout
   through elementwise ops, pooling, means and concat, and inserts `layout_transform` where an op
   needs NCHW (flatten, reshape, softmax over channels...). So that it can, ReLU6 / Clip (which
   the importer writes as call_tir of TOPI's maximum / minimum) becomes relax.maximum / minimum,
@@ -41,6 +43,8 @@ from __future__ import annotations
 
 import logging
 import re
+
+from .channel_padding import pad_output_channels
 
 __all__ = [
     "BLOCKED_LAYOUT",
@@ -95,7 +99,9 @@ def conv_layouts(call, block: int) -> dict | None:
             return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o", f"NCHW{block}c"]}
         return None
     # input channels: the widest block dividing them (3 for an image, 12 for 24 channels): such
-    # an input is never blocked by `block` itself, so it is converted from NCHW
+    # an input is never blocked by `block` itself, so it is converted from NCHW. (An image stem,
+    # squeezenet's 3 -> 64 3x3/2 at 224: NCHW3c input within 1-3% of NCHW1c, the image as it is
+    # with the conv writing NCHW16c; the NCHW conv + transform 1.8x slower. Zen 4, load 5.)
     in_block = widest_block(in_channels, block)
     out_block = block
     if out_channels % block:
@@ -135,7 +141,8 @@ def _convert(mod, block: int):
     mod = relax.transform.DeadCodeElimination()(mod)
     mod = _constants_to_full_rank(mod)
     try:
-        out = relax.transform.ConvertLayout({}, layout_cb)(mod)
+        # convs with output channels the block does not divide (1000): padded to a multiple of it
+        out = relax.transform.ConvertLayout({}, layout_cb)(pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None))
     except Exception as exc:  # noqa: BLE001 - an op relax cannot infer a layout for: stay NCHW
         logger.warning("NCHW%dc layout not applied (%s); the model stays NCHW", block, str(exc).splitlines()[-1][:200])
         return mod
