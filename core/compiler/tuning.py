@@ -48,6 +48,7 @@ from .tuning_db import (
     PROGRESS_FILE,
     SEARCH_CONFIRMED,
     TEMPLATES_FILE,
+    _best_seconds,
     _current_space,
     _load_progress,
     _load_templates,
@@ -119,6 +120,9 @@ class TaskResult:
     weight: int  # how many times the model calls it
     default_ms: float | None = None
     best_ms: float | None = None  # MetaSchedule's best record
+    # the one-thread ms of the record compile applies: the record that won the confirmation at the
+    # model's threads (None when none did), or the best record where none was confirmed
+    search_ms: float | None = None
     trials: int = 0  # MetaSchedule trials spent on it in total (this run and earlier ones)
     reused: bool = False  # already tuned by an earlier run: nothing spent now
     template_ms: float | None = None  # best config of the template search
@@ -127,8 +131,8 @@ class TaskResult:
 
     @property
     def tuned_ms(self) -> float | None:
-        """What the compiled model will get: the fastest of default, template and search."""
-        times = [t for t in (self.default_ms, self.template_ms, self.best_ms) if t is not None]
+        """What the compiled model will get: the fastest of default, template and the search's applicable record."""
+        times = [t for t in (self.default_ms, self.template_ms, self.search_ms) if t is not None]
         return min(times) if times else None
 
 
@@ -431,7 +435,8 @@ def tune_module(
         result = TaskResult(name=task.task_name, workload=key, weight=int(task.weight))
         result.trials = int(saved.get(key, {}).get("trials", 0))
         result.default_ms = saved.get(key, {}).get("default_ms")
-        result.best_ms = None if (found := search_option(db, task_mod, saved.get(key, {}))) is None else found[1]
+        result.best_ms = None if (best := _best_seconds(db, task_mod)) is None else best * 1e3
+        result.search_ms = None if (found := search_option(db, task_mod, saved.get(key, {}))) is None else found[1]
         entries.append((task, task_mod, result))
         report.tasks.append(result)
     # 1. Template search: the rules' own knobs, biggest kernels first.
@@ -522,8 +527,10 @@ def tune_module(
             confirmed = _confirm_search(task_mod, target, db, builder, confirm_runner, result.default_ms, entry.get(SEARCH_CONFIRMED))
             if confirmed is not None:
                 entry[SEARCH_CONFIRMED] = confirmed
+        best = _best_seconds(db, task_mod)
+        result.best_ms = None if best is None else best * 1e3
         found = search_option(db, task_mod, entry)
-        result.best_ms = None if found is None else found[1]
+        result.search_ms = None if found is None else found[1]
         # A task stopped early keeps its count below the target, so a rerun resumes it.
         entry.update({"trials": result.trials, "name": result.name})
         _save_progress(folder, saved)

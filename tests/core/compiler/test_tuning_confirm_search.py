@@ -124,7 +124,8 @@ def test_the_record_that_wins_at_the_models_threads_is_applied_not_the_one_threa
     assert entry["top"] != entry["record"] == trace_key(record)
     assert entry["default_ms"] == pytest.approx(1.0) and entry["ms"] == pytest.approx(0.8)
     assert [f[1] for f in entry["finalists"]] == [pytest.approx(1.2), pytest.approx(0.8)]
-    assert ms == pytest.approx(RECORD_B * 1e3) and conv.best_ms == pytest.approx(RECORD_B * 1e3)
+    assert ms == pytest.approx(RECORD_B * 1e3) and conv.search_ms == pytest.approx(RECORD_B * 1e3)
+    assert conv.best_ms == pytest.approx(RECORD_A * 1e3) and conv.tuned_ms == pytest.approx(RECORD_B * 1e3)
     func = _conv_func(mod)
     assert database_choice(func, target, tmp_path)[0] == "search"
     # compile gets B's schedule (the split by 8), not A's
@@ -144,7 +145,8 @@ def test_records_that_lose_at_the_models_threads_are_not_applied(tmp_path, targe
     entry = _progress(tmp_path, target, conv.workload)["search_confirmed"]
     assert entry["record"] is None and len(entry["finalists"]) == 2
     func = _conv_func(mod)
-    assert database_choice(func, target, tmp_path)[0] == "default" and conv.best_ms is None
+    assert database_choice(func, target, tmp_path)[0] == "default" and conv.search_ms is None
+    assert conv.best_ms == pytest.approx(RECORD_A * 1e3) and conv.tuned_ms == pytest.approx(DEFAULT * 1e3)
     assert "tirx.is_scheduled" not in (_applied(mod, target, tmp_path).attrs or {})
     # a rerun with the same records does not measure them again
     again = _Runner(_at_threads(0.5e-3, 0.5e-3))
