@@ -23,7 +23,11 @@ search from scratch. Here:
   margin, most rounds won): a config replaces the default only if it wins there too, since a
   tile that is best on one core may split its parallel loop worse over two. The decision per
   workload goes to `templates.json` beside the MetaSchedule records. This is cheap (a few
-  dozen builds per kernel); MetaSchedule's open search gets the budget left.
+  dozen builds per kernel).
+* **MetaSchedule's open search** then gets the budget left. Its records are measured on one thread
+  too, so after each kernel's search its fastest few records that beat the default are
+  confirmed the same way (`_confirm_search`; the outcome is kept in `progress.json`): compile
+  applies a searched record only if it won there.
 * **Budget**: kernels are tuned most expensive first (measured default time x how often the model
   calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
   `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
@@ -42,12 +46,14 @@ from dataclasses import dataclass, field
 # re-exported here, where callers have always found them
 from .tuning_db import (
     PROGRESS_FILE,
+    SEARCH_CONFIRMED,
     TEMPLATES_FILE,
     _best_seconds,
     _current_space,
     _load_progress,
     _load_templates,
     _prepare,
+    _record_seconds,
     _save_progress,
     _save_templates,
     _template_rules,
@@ -61,7 +67,11 @@ from .tuning_db import (
     open_database,
     prepare_module,
     record_schedule,
+    schedule_from_record,
+    search_option,
+    search_records,
     target_key,
+    trace_key,
     tuned_schedule,
 )
 from .tuning_runners import (
@@ -110,6 +120,9 @@ class TaskResult:
     weight: int  # how many times the model calls it
     default_ms: float | None = None
     best_ms: float | None = None  # MetaSchedule's best record
+    # the one-thread ms of the record compile applies: the record that won the confirmation at the
+    # model's threads (None when none did), or the best record where none was confirmed
+    search_ms: float | None = None
     trials: int = 0  # MetaSchedule trials spent on it in total (this run and earlier ones)
     reused: bool = False  # already tuned by an earlier run: nothing spent now
     template_ms: float | None = None  # best config of the template search
@@ -118,8 +131,8 @@ class TaskResult:
 
     @property
     def tuned_ms(self) -> float | None:
-        """What the compiled model will get: the fastest of default, template and search."""
-        times = [t for t in (self.default_ms, self.template_ms, self.best_ms) if t is not None]
+        """What the compiled model will get: the fastest of default, template and the search's applicable record."""
+        times = [t for t in (self.default_ms, self.template_ms, self.search_ms) if t is not None]
         return min(times) if times else None
 
 
@@ -233,6 +246,46 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
         "complete": len(measured) == len(configs),
         "measured": [[c, ms] for c, ms in measured],
     }
+
+
+def _confirm_search(task_mod, target, db, builder, runner, default_ms: float | None, previous: dict | None, finalists: int = 3) -> dict | None:
+    """The MetaSchedule search's counterpart of the template finalists' confirmation: its
+    `finalists` fastest records that beat the default by CONFIRM_MARGIN on one thread, measured
+    again beside the default schedule on `runner` (the model's thread count) in alternating
+    rounds (tuning_runners.confirm_at_threads). Returns the SEARCH_CONFIRMED entry
+    {top, record, default_ms, ms, finalists}: `record` is the winner's trace_key, None when none
+    won (the default stays). None when nothing can be confirmed (no records; no default
+    schedule, or it did not run: the records apply as measured), or when `previous` already
+    confirmed the same fastest record."""
+    from tvm import s_tir
+
+    from .schedules import default_schedule
+
+    records = search_records(db, task_mod, finalists)
+    if not records or (previous is not None and previous.get("top") == trace_key(records[0])):
+        return None
+    scheduled, _rule = default_schedule(task_mod["main"], target)
+    if scheduled is None:
+        return None
+    entry = {"top": trace_key(records[0]), "record": None, "default_ms": None, "ms": None, "finalists": []}
+    faster = [r for r in records if default_ms is None or _record_seconds(r) * 1e3 < default_ms * (1.0 - CONFIRM_MARGIN)]
+    candidates = []
+    for record in faster:
+        try:
+            candidates.append((record, schedule_from_record(record, task_mod)))
+        except Exception as exc:  # noqa: BLE001 - a record that no longer applies is no finalist
+            logger.info("tuning record does not apply: %s", exc)
+    if not candidates:
+        return entry
+    default = s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))
+    winner, secs = confirm_at_threads(default, [sch for _, sch in candidates], target, builder, runner)
+    if secs[0] is None:
+        return None
+    entry["default_ms"] = secs[0] * 1e3
+    entry["finalists"] = [[trace_key(r), None if t is None else t * 1e3] for (r, _), t in zip(candidates, secs[1:])]
+    if winner is not None:
+        entry["record"], entry["ms"] = entry["finalists"][winner]
+    return entry
 
 
 def extract_tasks(mod, target) -> list:
@@ -383,6 +436,7 @@ def tune_module(
         result.trials = int(saved.get(key, {}).get("trials", 0))
         result.default_ms = saved.get(key, {}).get("default_ms")
         result.best_ms = None if (best := _best_seconds(db, task_mod)) is None else best * 1e3
+        result.search_ms = None if (found := search_option(db, task_mod, saved.get(key, {}))) is None else found[1]
         entries.append((task, task_mod, result))
         report.tasks.append(result)
     # 1. Template search: the rules' own knobs, biggest kernels first.
@@ -468,10 +522,17 @@ def tune_module(
             else:
                 logger.warning("tuning %s failed: %s", result.name, str(exc).splitlines()[0] if str(exc) else exc)
         result.trials += state["trials"]
+        entry = saved.setdefault(result.workload, {})
+        if not (cancel is not None and cancel()):
+            confirmed = _confirm_search(task_mod, target, db, builder, confirm_runner, result.default_ms, entry.get(SEARCH_CONFIRMED))
+            if confirmed is not None:
+                entry[SEARCH_CONFIRMED] = confirmed
         best = _best_seconds(db, task_mod)
         result.best_ms = None if best is None else best * 1e3
+        found = search_option(db, task_mod, entry)
+        result.search_ms = None if found is None else found[1]
         # A task stopped early keeps its count below the target, so a rerun resumes it.
-        saved.setdefault(result.workload, {}).update({"trials": result.trials, "name": result.name})
+        entry.update({"trials": result.trials, "name": result.name})
         _save_progress(folder, saved)
         if state["stopped"]:
             if cancel is not None and cancel():

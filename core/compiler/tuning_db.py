@@ -31,6 +31,11 @@ __all__ = [
     "tuned_schedule",
     "record_schedule",
     "database_choice",
+    "SEARCH_CONFIRMED",
+    "trace_key",
+    "search_records",
+    "search_option",
+    "schedule_from_record",
 ]
 
 logger = logging.getLogger(__name__)
@@ -38,6 +43,9 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_FILE = "progress.json"
 TEMPLATES_FILE = "templates.json"
+# progress.json, per workload: which MetaSchedule record won (or none did) when the fastest
+# records were measured again beside the default at the model's thread count (core.compiler.tuning)
+SEARCH_CONFIRMED = "search_confirmed"
 
 
 def default_database_root() -> Path:
@@ -150,6 +158,58 @@ def _best_seconds(database, task_mod) -> float | None:
     return sum(secs) / len(secs)
 
 
+def _record_seconds(record) -> float:
+    secs = [float(s) for s in record.run_secs]
+    return sum(secs) / len(secs)
+
+
+def search_records(database, task_mod, k: int) -> list:
+    """The `k` fastest MetaSchedule records of a kernel that ran (fastest first; [] when none)."""
+    if database is None or not database.has_workload(task_mod):
+        return []
+    return [r for r in database.get_top_k(database.commit_workload(task_mod), k) if r.run_secs]
+
+
+def trace_key(record) -> str:
+    """A short key of a record's schedule: its trace with every sampling decision (the same
+    schedule read back from the database files has the same key)."""
+    import hashlib
+
+    return hashlib.sha1(str(record.trace.as_json(remove_postproc=False)).encode()).hexdigest()[:16]
+
+
+# how far down a kernel's records a confirmed winner is looked for (it was among the few fastest)
+_CONFIRMED_LOOKUP = 16
+
+
+def search_option(database, task_mod, entry: dict) -> tuple | None:
+    """(MetaSchedule record a compile may give the kernel, its one-thread ms), or None.
+
+    `entry` is the kernel's progress.json entry. Where tuning confirmed its search
+    (SEARCH_CONFIRMED: the fastest records measured again beside the default at the model's
+    thread count), the record that won there, or None when none did. Where the fastest record
+    is not the one that confirmation saw first (a schedule filed by hand since, or a database
+    from before confirmations), the fastest record, as measured."""
+    records = search_records(database, task_mod, _CONFIRMED_LOOKUP)
+    if not records:
+        return None
+    confirmed = entry.get(SEARCH_CONFIRMED)
+    if confirmed is None or confirmed.get("top") != trace_key(records[0]):
+        return records[0], _record_seconds(records[0]) * 1e3
+    winner = confirmed.get("record")
+    found = next((r for r in records if winner is not None and trace_key(r) == winner), None)
+    return None if found is None else (found, _record_seconds(found) * 1e3)
+
+
+def schedule_from_record(record, task_mod):
+    """A Schedule of the kernel module with the record's trace replayed (raises when it does not apply)."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(task_mod)
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch
+
+
 def _task_module(func):
     """The IRModule MetaSchedule's task extraction makes of a kernel (its workload key)."""
     import tvm
@@ -207,7 +267,7 @@ def apply_database_pass(target, database=None):
             if choice == "template":
                 scheduled = _apply_template(func, target, template, gvar.name_hint)
             elif choice == "search":
-                scheduled = _apply_search_record(db, task_mod, gvar.name_hint)
+                scheduled = _apply_search_record(search_option(db, task_mod, saved.get(key, {}))[0], task_mod, gvar.name_hint)
             if scheduled is not None:
                 updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
         for gvar, func in updated.items():
@@ -240,16 +300,17 @@ def _choose(options: list[tuple[str, float | None]]) -> str | None:
 
 def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict) -> list[tuple[str, float | None]]:
     """[(kind, ms)] of one kernel's measured schedules: default first, then the best template
-    config and the best record of the MetaSchedule database (searched or made by hand)."""
+    config and the MetaSchedule database's record (searched and confirmed, or made by hand:
+    `search_option`)."""
     default_ms = saved.get(key, {}).get("default_ms")
     if default_ms is None and template is not None:
         default_ms = template.get("default_ms")
     options: list[tuple[str, float | None]] = [("default", default_ms)]
     if template is not None:
         options.append(("template", template["ms"]))
-    best = _best_seconds(db, task_mod) if db is not None else None
-    if best is not None:
-        options.append(("search", best * 1e3))
+    found = search_option(db, task_mod, saved.get(key, {}))
+    if found is not None:
+        options.append(("search", found[1]))
     return options
 
 
@@ -267,13 +328,9 @@ def _apply_template(func, target, record: dict, name: str):
     return None if sch is None else sch.mod["main"]
 
 
-def _apply_search_record(db, task_mod, name: str):
-    from tvm import s_tir
-
-    record = db.get_top_k(db.commit_workload(task_mod), 1)[0]
-    sch = s_tir.Schedule(task_mod)
+def _apply_search_record(record, task_mod, name: str):
     try:
-        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        sch = schedule_from_record(record, task_mod)
     except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
         logger.warning("tuning record for %s does not apply: %s", name, exc)
         return None
@@ -303,10 +360,14 @@ def tuned_schedule(func, target, database=None):
         return None
     task_mod = _task_module(func)
     db = open_database(database, target) if have_search else None
-    options = [(k, ms) for k, ms in _schedule_options(kernel_workload(func), task_mod, template, db, {})[1:] if ms is not None]
+    saved = _load_progress(folder)
+    options = [(k, ms) for k, ms in _schedule_options(kernel_workload(func), task_mod, template, db, saved)[1:] if ms is not None]
     for kind, ms in sorted(options, key=lambda x: x[1]):
         name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "kernel"
-        scheduled = _apply_template(func, target, template, name) if kind == "template" else _apply_search_record(db, task_mod, name)
+        if kind == "template":
+            scheduled = _apply_template(func, target, template, name)
+        else:
+            scheduled = _apply_search_record(search_option(db, task_mod, saved.get(kernel_workload(func), {}))[0], task_mod, name)
         if scheduled is not None:
             return kind, scheduled, ms
     return None

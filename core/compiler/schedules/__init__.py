@@ -16,6 +16,7 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
 * `cpu_depthwise_nchwc.GlobalPoolNCHWc` - global average / max pools in NCHW{b}c: vector accumulators;
+* `cpu_pool_nchwc.PoolNCHWc` - max / average pooling windows in NCHW{b}c: register tiles of columns;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
 * `cpu_copy.DataMovement` - reshape / transpose copies (channel shuffle, attention heads and
@@ -49,9 +50,11 @@ def cpu_rules() -> list:
     from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc, GlobalPoolNCHWc
     from .cpu_generic import Generic
     from .cpu_matmul import Matmul
+    from .cpu_pool_nchwc import PoolNCHWc
     from .cpu_rows import RowReduction
 
-    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), RowReduction(), DataMovement(), Generic()]
+    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), PoolNCHWc(),
+            RowReduction(), DataMovement(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
