@@ -251,7 +251,7 @@ def test_every_config_of_the_template_space_computes_the_same(size, k, stride):
     rule = DepthwiseConv2dNCHWc()
     configs = rule.candidates(func, target)
     assert len(configs) >= 4 and len({str(c) for c in configs}) == len(configs)
-    assert {c["pad"] for c in configs} == {"plane", "root"}
+    assert {c["pad"] for c in configs} == {"inline", "plane", "root"}
     rng = np.random.default_rng(1)
     args = [np.asarray(rng.standard_normal([int(s) for s in p.shape]), dtype=str(p.dtype)) for p in func.params]
     results = []
@@ -265,6 +265,21 @@ def test_every_config_of_the_template_space_computes_the_same(size, k, stride):
         np.testing.assert_allclose(result, results[0], rtol=1e-5, atol=1e-6, err_msg=str(config))
     with pytest.raises(ValueError):
         rule.apply(func, target, {**configs[0], "t": size + 1})
+
+
+@pytest.mark.parametrize("size,k,stride,pad", [(14, 3, 1, "inline"), (14, 5, 2, "inline"), (15, 3, 2, "inline"), (14, 5, 1, "plane")])
+def test_default_reads_the_padding_in_place_at_stride_2_and_for_3x3(size, k, stride, pad):
+    """The padded copy is left out (the conv reads its input, zero outside it) at stride 2 and
+    for 3x3 kernels; a 5x5 stride-1 conv keeps the copy (25 tests per output column cost more
+    than the copy). The stride is read from the kernel's shapes."""
+    from core.compiler.schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
+
+    target = _avx2_target()
+    func = _depthwise_kernel(target, size=size, k=k, stride=stride)
+    rule = DepthwiseConv2dNCHWc()
+    assert rule.candidates(func, target)[0]["pad"] == pad
+    text = rule.apply(func, target).mod["main"].script()
+    assert ('sblock("pad_temp")' in text) == (pad != "inline")
 
 
 def test_the_rule_is_a_template_for_tuning():
