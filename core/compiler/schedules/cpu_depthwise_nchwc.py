@@ -113,7 +113,7 @@ class DepthwiseConv2dNCHWc:
 
     name = "cpu.DepthwiseConv2dNCHWc"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 1
+    space_version = 2
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("depthwise_conv2d_NCHWc",), "SSSSSRR")
