@@ -13,8 +13,8 @@ registers; every tap is one weight vector times TH x T contiguous input vectors,
 
 and the tile is written back once with the elementwise tail inlined (SiLU's x * sigmoid(x),
 which reads x twice, too). The padding is read in place ("inline": the conv reads the input
-itself, zero outside it; at stride 2, and for 3x3 kernels on 14- or 7-wide rows: see
-INLINE_PADDING_MAX_TAPS), or a
+itself, zero outside it; at stride 2, and for 3x3 kernels on 14- or 7-wide rows or with
+AVX-512: see INLINE_PADDING_MAX_TAPS), or a
 padded copy is made per channel block inside the parallel loop ("plane": still in cache when
 read kh x kw times) or as a pass of its own before the conv ("root": the conv then parallel
 over rows too, for layers with one or two channel blocks). Without a copy the conv is parallel
@@ -92,12 +92,15 @@ def default_depthwise_tile(out_height: int, out_width: int, block: int, lanes: i
 
 # Where the padding is read in place (an if-then-else per tap, the conv reading the input
 # itself) rather than copied first: at stride 2 always; at stride 1 for kernels of at most these
-# taps on rows at most this wide. The copy wrote and re-read the whole padded input (4x the
-# output at stride 2) for a kernel that does 9 or 25 FMAs an output vector. Zen 4, 1 thread,
-# kernels alone, min of 10-20 alternating rounds (load 5), inlined / copied: stride 2 0.49-0.68x
-# with AVX-512 and 0.54-0.81x with AVX2 code (96 x 112x112 -> 56x56 3x3 ReLU6 0.18 -> 0.10 ms);
+# taps on rows at most this wide, or any width with AVX-512 (32 registers). The copy wrote and
+# re-read the whole padded input (4x the output at stride 2) for a kernel that does 9 or 25 FMAs
+# an output vector. Zen 4, 1 thread, kernels alone, min of 10-20 alternating rounds (load 5),
+# inlined / copied: stride 2 0.49-0.68x with AVX-512 and 0.54-0.81x with AVX2 code
+# (96 x 112x112 -> 56x56 3x3 ReLU6 0.18 -> 0.10 ms);
 # 3x3 stride 1 on rows of 14 or 7 0.65-0.87x (AVX-512) and 0.74-0.89x (AVX2), on rows of 28 to
-# 112 0.89-1.08x and 1.00-1.20x (kept); 5x5 stride 1 0.92-1.19x (25 tests per output column: kept).
+# 112 0.88-1.02x with AVX-512 (and at 2 threads 0.52-0.57x: parallel over rows, where 9 channel
+# blocks shared 5 / 4) but 1.00-1.20x with AVX2 (copy kept); 5x5 stride 1 0.92-1.19x (25 tests
+# per output column: copy kept).
 INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_WIDTH = 14
 
@@ -142,7 +145,8 @@ class DepthwiseConv2dNCHWc:
         t, th = default_depthwise_tile(out_h, out_w, block, info["lanes"], info["registers"])
         if info["pad"] is None:
             return {"t": t, "th": th, "pad": "none"}
-        if info["stride"] > 1 or (kh * kw <= INLINE_PADDING_MAX_TAPS and out_w <= INLINE_PADDING_MAX_WIDTH):
+        narrow = out_w <= INLINE_PADDING_MAX_WIDTH or info["registers"] >= 32
+        if info["stride"] > 1 or (kh * kw <= INLINE_PADDING_MAX_TAPS and narrow):
             return {"t": t, "th": th, "pad": "inline"}
         # the padded copy inside the parallel loop when there are channel blocks enough to share
         # among the cores; else a pass of its own, and the conv parallel over rows as well
