@@ -333,7 +333,13 @@ def inline_tail(sch, conv) -> None:
     """Inline the elementwise blocks downstream of `conv` into their readers (SiLU's
     x * sigmoid(x) reads the conv's result twice), so that one block reads the accumulator and
     can be folded into the write-back; the padding and other input-side copies and the output
-    block stay."""
+    block stay.
+
+    A block read by a broadcast stays too: a squeeze-excitation's excitation (1x1 conv on the
+    pooled [C, 1, 1], bias, sigmoid, then times the [C, H, W] features) inlined into the multiply
+    computed its sigmoid H x W times per channel instead of once (EfficientNet-B0 144 x 56x56:
+    0.18 ms against onnxruntime's 0.05); kept, it folds into the conv's write-back on [C, 1, 1]
+    and the multiply is a plain vector product."""
     conv_name = sch.get(conv).name_hint
     for block in root_blocks(sch):
         stmt = sch.get(block)
@@ -343,11 +349,24 @@ def inline_tail(sch, conv) -> None:
             continue  # the padding and other input-side copies stay
         if not sch.get_consumers(block):
             continue  # the output block
+        if any(_elements(sch.get(c).writes[0].source) > _elements(stmt.writes[0].source) for c in sch.get_consumers(block)):
+            continue  # read by a broadcast: computed once here, not once per element there
         if _downstream(sch, conv, block):
             try:
                 sch.compute_inline(block)
             except Exception:  # not inlinable: stays a separate pass
                 logger.debug("depthwise tail block %s not inlined", stmt.name_hint, exc_info=True)
+
+
+def _elements(buffer) -> int:
+    """Elements of `buffer` (0 when a dimension is symbolic: never treated as the larger)."""
+    count = 1
+    for dim in buffer.shape:
+        value = const_int(dim)
+        if value is None:
+            return 0
+        count *= value
+    return count
 
 
 def _downstream(sch, conv, block) -> bool:

@@ -12,9 +12,13 @@ registers; every tap is one weight vector times TH x T contiguous input vectors,
     n, C/b, oh/TH (fused, parallel) | ow/T | kh, kw | TH, T (unrolled) | b (vectorized)
 
 and the tile is written back once with the elementwise tail inlined (SiLU's x * sigmoid(x),
-which reads x twice, too). The padded copy is made per channel block inside the parallel loop
-("plane": still in cache when read kh x kw times) or as a pass of its own before the conv
-("root": the conv then parallel over rows too, for layers with one or two channel blocks).
+which reads x twice, too). The padding is read in place ("inline": the conv reads the input
+itself, zero outside it; at stride 2, and for 3x3 kernels on 14- or 7-wide rows or with
+AVX-512: see INLINE_PADDING_MAX_TAPS), or a
+padded copy is made per channel block inside the parallel loop ("plane": still in cache when
+read kh x kw times) or as a pass of its own before the conv ("root": the conv then parallel
+over rows too, for layers with one or two channel blocks). Without a copy the conv is parallel
+over channel blocks and rows together.
 
 Knobs (template tuning, `candidates`): T, TH, where the padding is made, and unrolling kw.
 Returns None (no match) for other blocks or symbolic shapes.
@@ -86,12 +90,37 @@ def default_depthwise_tile(out_height: int, out_width: int, block: int, lanes: i
     return t, th
 
 
+# Where the padding is read in place (an if-then-else per tap, the conv reading the input
+# itself) rather than copied first: at stride 2 always; at stride 1 for kernels of at most these
+# taps on rows at most this wide, or any width with AVX-512 (32 registers). The copy wrote and
+# re-read the whole padded input (4x the output at stride 2) for a kernel that does 9 or 25 FMAs
+# an output vector. Zen 4, 1 thread, kernels alone, min of 10-20 alternating rounds (load 5),
+# inlined / copied: stride 2 0.49-0.68x with AVX-512 and 0.54-0.81x with AVX2 code
+# (96 x 112x112 -> 56x56 3x3 ReLU6 0.18 -> 0.10 ms);
+# 3x3 stride 1 on rows of 14 or 7 0.65-0.87x (AVX-512) and 0.74-0.89x (AVX2), on rows of 28 to
+# 112 0.88-1.02x with AVX-512 (and at 2 threads 0.52-0.57x: parallel over rows, where 9 channel
+# blocks shared 5 / 4) but 1.00-1.20x with AVX2 (copy kept); 5x5 stride 1 0.92-1.19x (25 tests
+# per output column: copy kept).
+INLINE_PADDING_MAX_TAPS = 9
+INLINE_PADDING_MAX_WIDTH = 14
+
+
+def _stride(stmt, extents) -> int:
+    """The conv's stride along the width, from the padded input's width, the output's and the
+    kernel's: (out_w - 1) * stride + kw <= padded width < out_w * stride + kw."""
+    _, _, _, out_w, _, _, kw = extents
+    padded = const_int(stmt.reads[0].source.shape[3])
+    if padded is None or out_w < 2:
+        return 1
+    return max(1, (padded - kw) // (out_w - 1))
+
+
 class DepthwiseConv2dNCHWc:
     """Register-tiled depthwise convolution in NCHW{b}c (see module docstring)."""
 
     name = "cpu.DepthwiseConv2dNCHWc"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 1
+    space_version = 2
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("depthwise_conv2d_NCHWc",), "SSSSSRR")
@@ -108,15 +137,20 @@ class DepthwiseConv2dNCHWc:
         macs = 1
         for extent in extents:
             macs *= extent
-        return {"conv": conv, "extents": extents, "pad": pad, "macs": macs, "lanes": vector_lanes(target), "registers": vector_registers(target)}
+        return {"conv": conv, "extents": extents, "pad": pad, "stride": _stride(stmt, extents), "macs": macs,
+                "lanes": vector_lanes(target), "registers": vector_registers(target)}
 
     def _default(self, info) -> dict:
-        n, chunks, out_h, out_w, block, _, _ = info["extents"]
+        n, chunks, out_h, out_w, block, kh, kw = info["extents"]
         t, th = default_depthwise_tile(out_h, out_w, block, info["lanes"], info["registers"])
+        if info["pad"] is None:
+            return {"t": t, "th": th, "pad": "none"}
+        narrow = out_w <= INLINE_PADDING_MAX_WIDTH or info["registers"] >= 32
+        if info["stride"] > 1 or (kh * kw <= INLINE_PADDING_MAX_TAPS and narrow):
+            return {"t": t, "th": th, "pad": "inline"}
         # the padded copy inside the parallel loop when there are channel blocks enough to share
         # among the cores; else a pass of its own, and the conv parallel over rows as well
-        pad_at = "plane" if n * chunks >= 2 else "root"
-        return {"t": t, "th": th, "pad": pad_at if info["pad"] is not None else "none"}
+        return {"t": t, "th": th, "pad": "plane" if n * chunks >= 2 else "root"}
 
     def candidates(self, func, target) -> list[dict]:
         """Configs to measure (template tuning), the default first: the register tiles of
@@ -135,8 +169,9 @@ class DepthwiseConv2dNCHWc:
             if config not in configs:
                 configs.append(config)
         if info["pad"] is not None:
-            other = "root" if default["pad"] == "plane" else "plane"
-            configs.append({**default, "pad": other})
+            for other in ("inline", "plane", "root"):
+                if other != default["pad"]:
+                    configs.append({**default, "pad": other})
         if kw > 1:
             configs.append({**default, "unroll_kw": False})
         return configs
@@ -157,6 +192,9 @@ class DepthwiseConv2dNCHWc:
         unroll_kw = bool(config.get("unroll_kw", kh * kw <= 49))
         if out_w % t or out_h % th:
             raise ValueError(f"tile {config} does not divide the {out_h}x{out_w} output")
+        if pad_at == "inline" and pad is not None:
+            sch.compute_inline(pad)  # the conv reads the input itself, zero outside it
+            pad, pad_at = None, "none"
         if (pad is None) != (pad_at == "none"):
             raise ValueError(f"padding placement {pad_at!r} does not fit this convolution")
 

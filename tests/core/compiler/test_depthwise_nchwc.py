@@ -251,7 +251,7 @@ def test_every_config_of_the_template_space_computes_the_same(size, k, stride):
     rule = DepthwiseConv2dNCHWc()
     configs = rule.candidates(func, target)
     assert len(configs) >= 4 and len({str(c) for c in configs}) == len(configs)
-    assert {c["pad"] for c in configs} == {"plane", "root"}
+    assert {c["pad"] for c in configs} == {"inline", "plane", "root"}
     rng = np.random.default_rng(1)
     args = [np.asarray(rng.standard_normal([int(s) for s in p.shape]), dtype=str(p.dtype)) for p in func.params]
     results = []
@@ -265,6 +265,35 @@ def test_every_config_of_the_template_space_computes_the_same(size, k, stride):
         np.testing.assert_allclose(result, results[0], rtol=1e-5, atol=1e-6, err_msg=str(config))
     with pytest.raises(ValueError):
         rule.apply(func, target, {**configs[0], "t": size + 1})
+
+
+@pytest.mark.parametrize(
+    "size,k,stride,pad", [(14, 3, 1, "inline"), (28, 3, 2, "inline"), (14, 5, 2, "inline"), (15, 3, 2, "inline"), (14, 5, 1, "plane"), (28, 3, 1, "plane")]
+)
+def test_default_reads_the_padding_in_place_at_stride_2_and_for_small_3x3(size, k, stride, pad):
+    """The padded copy is left out (the conv reads its input, zero outside it) at stride 2 and
+    for 3x3 kernels on rows of 14 or less; a 5x5 stride-1 conv and (AVX2 code) a 3x3 one on wider
+    rows keep the copy. The stride is read from the kernel's shapes."""
+    from core.compiler.schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
+
+    target = _avx2_target()
+    func = _depthwise_kernel(target, size=size, k=k, stride=stride)
+    rule = DepthwiseConv2dNCHWc()
+    assert rule.candidates(func, target)[0]["pad"] == pad
+    text = rule.apply(func, target).mod["main"].script()
+    assert ('sblock("pad_temp")' in text) == (pad != "inline")
+
+
+@pytest.mark.parametrize("size,k,pad", [(28, 3, "inline"), (56, 3, "inline"), (14, 5, "plane")])
+def test_avx512_reads_the_padding_of_any_3x3_in_place(size, k, pad):
+    """Codegen-free: with AVX-512's 32 registers a 3x3 stride-1 conv on wide rows reads its
+    padding in place too; a 5x5 one keeps the copy."""
+    from core.compiler.schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu="znver4")
+    func = _depthwise_kernel(target, size=size, k=k, stride=1)
+    assert DepthwiseConv2dNCHWc().candidates(func, target)[0]["pad"] == pad
 
 
 def test_the_rule_is_a_template_for_tuning():
