@@ -4,7 +4,7 @@ A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction lev
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
-FoldScaleIntoConv and, for CPUs, ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+FuseLayerNorm, FoldScaleIntoConv and, for CPUs, ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
 the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
@@ -258,6 +258,12 @@ def _fold_conv_scale(target):
     return fold_conv_scale_pass(target)
 
 
+def _fuse_layer_norm(target):
+    from .fuse_layer_norm import fuse_layer_norm_pass
+
+    return fuse_layer_norm_pass(target)
+
+
 def _convert_layout(target):
     import tvm
 
@@ -312,6 +318,9 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
+    PassInfo("FuseLayerNorm", "graph", _fuse_layer_norm,
+             "a layer norm written out op by op (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) "
+             "becomes one layer_norm: one row kernel instead of three (core.compiler.fuse_layer_norm)."),
     PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
@@ -353,6 +362,7 @@ _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
     "FoldWeights",
+    "FuseLayerNorm",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
     "FoldConstant",
