@@ -4,7 +4,7 @@ A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction lev
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
-FuseLayerNorm, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention) and
+FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention) and
 ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
 the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
@@ -271,6 +271,12 @@ def _pad_attention_keys(target):
     return pad_attention_keys_pass(target)
 
 
+def _fold_linear_reshape(target):
+    from .fold_linear_reshape import fold_linear_reshape_pass
+
+    return fold_linear_reshape_pass(target)
+
+
 def _convert_layout(target):
     import tvm
 
@@ -331,6 +337,9 @@ for _info in [
     PassInfo("PadAttentionKeys", "graph", _pad_attention_keys,
              "attention over a key count no vector width divides (a ViT's 197) runs over keys padded to whole "
              "vectors, the padding masked out of the softmax with -inf (CPU; core.compiler.pad_attention)."),
+    PassInfo("FoldLinearReshape", "graph", _fold_linear_reshape,
+             "Reshape -> Gemm -> Reshape around a linear layer (GPT-2's Conv1D) becomes one matmul on the 3-D "
+             "activation, so what follows (GELU, residual add) fuses into it (core.compiler.fold_linear_reshape)."),
     PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
@@ -374,6 +383,7 @@ _DEFAULT = [
     "FoldWeights",
     "FuseLayerNorm",
     "PadAttentionKeys",
+    "FoldLinearReshape",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
     "FoldConstant",
