@@ -76,6 +76,7 @@ def fold_linear_reshape(mod):
                 updates[gvar] = new
     if not updates:
         return mod
+    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
     for gvar, func in updates.items():
         mod[gvar] = func
     return relax.transform.DeadCodeElimination()(mod)

@@ -117,7 +117,7 @@ def fuse_layer_norm(mod):
             updates[gvar] = new
     if not updates:
         return mod
-    mod = mod.clone() if hasattr(mod, "clone") else mod
+    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
     for gvar, func in updates.items():
         mod[gvar] = func
     return relax.transform.DeadCodeElimination()(mod)

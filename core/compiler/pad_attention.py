@@ -103,6 +103,7 @@ def pad_attention_keys(mod, lanes: int):
                 updates[gvar] = new
     if not updates:
         return mod
+    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
     for gvar, func in updates.items():
         mod[gvar] = func
     return relax.transform.DeadCodeElimination()(mod)

@@ -75,3 +75,15 @@ def test_fused_layer_norm_matches_onnxruntime_on_large_means(tmp_path):
         ours = artifact.run({"x": x})[0]
         (ref,) = ort_run(model, {"x": x})
         np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=2e-4)
+
+
+def test_the_pass_leaves_its_input_module_as_it_was():
+    """Lowering keeps every stage's module: a pass must return a new one, not edit the last."""
+    from core.compiler.fuse_layer_norm import fuse_layer_norm
+    from core.compiler.target import make_target
+
+    mod = relax_through(_model(), make_target("cpu"), "FoldWeights")
+    before = mod["main"].script(show_meta=False)
+    after = fuse_layer_norm(mod)
+    assert mod["main"].script(show_meta=False) == before
+    assert "layer_norm" in after["main"].script(show_meta=False)
