@@ -4,7 +4,8 @@ A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction lev
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
-FoldScaleIntoConv and, for CPUs, ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention) and
+ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
 the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
@@ -258,6 +259,24 @@ def _fold_conv_scale(target):
     return fold_conv_scale_pass(target)
 
 
+def _fuse_layer_norm(target):
+    from .fuse_layer_norm import fuse_layer_norm_pass
+
+    return fuse_layer_norm_pass(target)
+
+
+def _pad_attention_keys(target):
+    from .pad_attention import pad_attention_keys_pass
+
+    return pad_attention_keys_pass(target)
+
+
+def _fold_linear_reshape(target):
+    from .fold_linear_reshape import fold_linear_reshape_pass
+
+    return fold_linear_reshape_pass(target)
+
+
 def _convert_layout(target):
     import tvm
 
@@ -312,6 +331,15 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
+    PassInfo("FuseLayerNorm", "graph", _fuse_layer_norm,
+             "a layer norm written out op by op (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) "
+             "becomes one layer_norm: one row kernel instead of three (core.compiler.fuse_layer_norm)."),
+    PassInfo("PadAttentionKeys", "graph", _pad_attention_keys,
+             "attention over a key count no vector width divides (a ViT's 197) runs over keys padded to whole "
+             "vectors, the padding masked out of the softmax with -inf (CPU; core.compiler.pad_attention)."),
+    PassInfo("FoldLinearReshape", "graph", _fold_linear_reshape,
+             "Reshape -> Gemm -> Reshape around a linear layer (GPT-2's Conv1D) becomes one matmul on the 3-D "
+             "activation, so what follows (GELU, residual add) fuses into it (core.compiler.fold_linear_reshape)."),
     PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
@@ -353,6 +381,9 @@ _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
     "FoldWeights",
+    "FuseLayerNorm",
+    "PadAttentionKeys",
+    "FoldLinearReshape",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
     "FoldConstant",
@@ -382,6 +413,7 @@ def default_pipeline(target) -> list[PassSpec]:
     names = list(_DEFAULT)
     if _is_gpu(target):
         names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
+        names.remove("PadAttentionKeys")  # padded to the CPU's vector width
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 
