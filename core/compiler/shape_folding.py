@@ -37,8 +37,11 @@ _FOLDABLE = frozenset({
     "Unsqueeze", "Where", "Xor",
 })
 
-# no constant larger than this is made (folding is for sizes and masks, not for weights)
-MAX_ELEMENTS = 4096
+# no constant larger than this is made (folding is for sizes, not for weights or masks)
+MAX_ELEMENTS = 1024
+
+# ops whose output can be far larger than their inputs: evaluated only when inference says how large
+_GENERATING = frozenset({"ConstantOfShape", "Expand", "Range", "Tile"})
 
 # ops that only pick, move or join the entries of their data input: on a shape with some symbolic
 # dims they still give the static ones (Shape(x)[2] of a [batch, sequence, 256] tensor is 256)
@@ -123,6 +126,24 @@ def _shape_value(node, dims: list[int | None] | None):
     return np.array([_UNKNOWN - k if d is None else d for k, d in enumerate(dims[start:end])], np.int64)
 
 
+def _small(node, shapes: dict) -> bool:
+    """Whether the node's outputs are known (or, for ops that only rearrange their inputs,
+    bound) to hold at most MAX_ELEMENTS values: checked before evaluating, so a weight written
+    as ConstantOfShape of its shape (onnx's light models) is never materialised."""
+    for out in node.output:
+        dims = shapes.get(out)
+        if dims is None or any(d is None for d in dims):
+            if node.op_type in _GENERATING:
+                return False
+            continue
+        n = 1
+        for d in dims:
+            n *= d
+        if n > MAX_ELEMENTS:
+            return False
+    return True
+
+
 def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
     """Fold, in place, the nodes of `proto`'s main graph whose outputs are constants (see the
     module's docstring); returns the names of the folded nodes' outputs."""
@@ -158,7 +179,7 @@ def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
             value = _shape_value(node, shapes.get(node.input[0]))
             outs = None if value is None else [value]
         elif node.op_type in _FOLDABLE and node.input and all(not i or i in known for i in node.input) and (
-                node.op_type in _SELECTING or not any(i in partial for i in node.input)):
+                node.op_type in _SELECTING or not any(i in partial for i in node.input)) and _small(node, shapes):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

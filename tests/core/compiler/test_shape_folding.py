@@ -100,3 +100,19 @@ def test_reduce_axes_as_a_graph_input_stay_refused_in_one_sentence():
     with pytest.raises(UnsupportedOpError) as e:
         compile_model(load_model_bytes(m.SerializeToString(), "axes_input.onnx"), "cpu")
     assert "sum_by_input" in str(e.value) and "axes as a constant" in str(e.value)
+
+
+def test_a_weight_written_as_constant_of_shape_is_not_materialised():
+    """onnx's light models write each weight as ConstantOfShape(its shape): folding is for sizes,
+    so an output over MAX_ELEMENTS is neither evaluated nor made a constant."""
+    from core.compiler.shape_folding import MAX_ELEMENTS
+
+    big, small = [64, MAX_ELEMENTS], [4]
+    nodes = [_const("big_shape", big), _const("small_shape", small),
+             helper.make_node("ConstantOfShape", ["big_shape"], ["w"], name="weight", value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("ConstantOfShape", ["small_shape"], ["b"], name="bias", value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"), helper.make_node("ReduceSum", ["xw"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Add", ["s", "b"], ["y"], name="add")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F32, [1, 64])], [helper.make_tensor_value_info("y", F32, [4])])
+    assert fold_static_shapes(m) == ["b"]
+    assert [n.op_type for n in m.graph.node if n.name == "weight"] == ["ConstantOfShape"]
