@@ -126,6 +126,15 @@ def _shape_value(node, dims: list[int | None] | None):
     return np.array([_UNKNOWN - k if d is None else d for k, d in enumerate(dims[start:end])], np.int64)
 
 
+def _controls(node) -> list[str]:
+    """The inputs that must be fully known for `node` to fold: all of them, except the data a
+    selecting op picks from (a symbolic dim there only moves; as an index or a Slice bound it
+    would decide the result)."""
+    if node.op_type not in _SELECTING:
+        return list(node.input)
+    return [] if node.op_type == "Concat" else list(node.input[1:])
+
+
 def _small(node, shapes: dict) -> bool:
     """Whether the node's outputs are known (or, for ops that only rearrange their inputs,
     bound) to hold at most MAX_ELEMENTS values: checked before evaluating, so a weight written
@@ -179,7 +188,7 @@ def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
             value = _shape_value(node, shapes.get(node.input[0]))
             outs = None if value is None else [value]
         elif node.op_type in _FOLDABLE and node.input and all(not i or i in known for i in node.input) and (
-                node.op_type in _SELECTING or not any(i in partial for i in node.input)) and _small(node, shapes):
+                not any(i in partial for i in _controls(node))) and _small(node, shapes):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -60,6 +60,22 @@ def test_symbolic_dims_are_not_folded_only_the_static_ones():
     assert not folded & {"s0", "g0", "g1", "target"}
 
 
+def test_a_symbolic_size_used_as_a_slice_bound_or_index_is_not_folded():
+    """Slice(buffer, Shape(x)[1], 16) with x [batch, sequence]: the bound is symbolic, so the slice
+    is no constant (the placeholder standing for `sequence` must never decide a result)."""
+    nodes = [_const("one", 1), _const("sixteen", [16]), _const("axis0", [0]),
+             helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one"], ["n"], name="seq", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axis0"], ["end"], name="end"),
+             helper.make_node("Slice", ["buffer", "end", "sixteen"], ["pos"], name="positions"),
+             helper.make_node("Gather", ["buffer", "n"], ["last"], name="pick")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F32, ["batch", "sequence"])],
+               [helper.make_tensor_value_info("pos", I64, ["rest"]), helper.make_tensor_value_info("last", I64, [])],
+               [numpy_helper.from_array(np.arange(16, dtype=np.int64), "buffer")])
+    assert fold_static_shapes(m) == []
+    assert [n.op_type for n in m.graph.node if n.name in ("positions", "pick")] == ["Slice", "Gather"]
+
+
 def test_shape_dict_overrides_the_declared_dims():
     m = _view_heads(["batch", "sequence", 8])
     fold_static_shapes(m, {"x": [1, 5, 8]})
