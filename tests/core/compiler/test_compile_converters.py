@@ -107,3 +107,23 @@ def test_fixes_are_registered_with_the_import_hook():
     registered = tvm_import.registered_converters()
     for op, cls in FIXES.items():
         assert registered.get(op) is cls
+
+
+@pytest.mark.parametrize("start,delta", [(2, 3), (5, 1)])
+def test_range_from_a_start_to_a_symbolic_size(tmp_path, start, delta):
+    """Range(start, Shape(x)[1], delta) over a symbolic dim: the length is computed on the size
+    (max(0, ceil((n - start) / delta))), empty when the size is below the start."""
+    def const(name, v):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(v, np.int64)))
+
+    p, _m = _save(
+        tmp_path, "range",
+        [const("one", 1), const("start", start), const("delta", delta), helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Gather", ["s", "one"], ["n"], axis=0), helper.make_node("Range", ["start", "n", "delta"], ["r"], name="positions")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("r", TensorProto.INT64, ["count"])], [],
+    )
+    art = compile_model(p, "cpu", verify_dims={"batch": 1, "sequence": 9})
+    for n in (11, 3):
+        x = np.zeros((2, n), np.float32)
+        np.testing.assert_array_equal(art.run({"x": x})[0], np.arange(start, n, delta))
