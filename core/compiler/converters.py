@@ -28,6 +28,11 @@ Fixed here:
 8. `Reshape` to a shape computed as a tensor at run time: TVM takes only constants and shapes.
 9. `Expand` to a shape given as a run-time tensor: broadcast both ways, as ONNX specifies.
 10. `LayerNormalization` with its Mean / InvStdDev outputs used: TVM returns zeros for them.
+11. `Range` whose bounds are sizes (`torch.arange(seq)`): TVM bound its length to a fresh
+    variable, and every tensor the positions reach lost its shape.
+12. `ReduceMax` / `ReduceMin` of a row of -inf / +inf: TVM returned the lowest / highest finite float.
+13. `NonMaxSuppression`: TVM put defaults in place of limits it could not read (0 boxes); now
+    read from constants, refused when given at run time.
 """
 from __future__ import annotations
 
