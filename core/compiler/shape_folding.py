@@ -135,22 +135,44 @@ def _controls(node) -> list[str]:
     return [] if node.op_type == "Concat" else list(node.input[1:])
 
 
-def _small(node, shapes: dict) -> bool:
-    """Whether the node's outputs are known (or, for ops that only rearrange their inputs,
-    bound) to hold at most MAX_ELEMENTS values: checked before evaluating, so a weight written
-    as ConstantOfShape of its shape (onnx's light models) is never materialised."""
+def _small(node, shapes: dict, known: dict) -> bool:
+    """Whether the node's outputs hold at most MAX_ELEMENTS values, told before evaluating (so
+    a weight written as ConstantOfShape of its shape, as in onnx's light models, is never
+    materialised): from the inferred shapes, else for the ops whose output can outgrow their
+    inputs from the input values; the others only rearrange inputs that are small already."""
+    import numpy as np
+
     for out in node.output:
         dims = shapes.get(out)
-        if dims is None or any(d is None for d in dims):
-            if node.op_type in _GENERATING:
+        if dims is not None and all(d is not None for d in dims):
+            if int(np.prod(dims, dtype=np.int64)) > MAX_ELEMENTS:
                 return False
-            continue
-        n = 1
-        for d in dims:
-            n *= d
-        if n > MAX_ELEMENTS:
+        elif node.op_type in _GENERATING and _generated_size(node, shapes, known) > MAX_ELEMENTS:
             return False
     return True
+
+
+def _generated_size(node, shapes: dict, known: dict) -> int:
+    """The number of values ConstantOfShape / Expand / Range / Tile would make from these inputs
+    (MAX_ELEMENTS + 1 when it cannot be told)."""
+    import numpy as np
+
+    too_many = MAX_ELEMENTS + 1
+    values = [known.get(i) for i in node.input]
+    try:
+        if node.op_type == "ConstantOfShape":
+            return int(np.prod(values[0], dtype=np.int64)) if values[0].size else 1
+        if node.op_type == "Range":
+            start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else too_many
+        dims = shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            return too_many
+        if node.op_type == "Tile":
+            return int(np.prod(dims, dtype=np.int64) * np.prod(values[1], dtype=np.int64))
+        return int(np.prod(np.broadcast_shapes(tuple(dims), tuple(int(v) for v in values[1])), dtype=np.int64))  # Expand
+    except (TypeError, ValueError, AttributeError, IndexError):
+        return too_many
 
 
 def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
@@ -188,7 +210,7 @@ def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
             value = _shape_value(node, shapes.get(node.input[0]))
             outs = None if value is None else [value]
         elif node.op_type in _FOLDABLE and node.input and all(not i or i in known for i in node.input) and (
-                not any(i in partial for i in _controls(node))) and _small(node, shapes):
+                not any(i in partial for i in _controls(node))) and _small(node, shapes, known):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
