@@ -28,6 +28,11 @@ Fixed here:
 8. `Reshape` to a shape computed as a tensor at run time: TVM takes only constants and shapes.
 9. `Expand` to a shape given as a run-time tensor: broadcast both ways, as ONNX specifies.
 10. `LayerNormalization` with its Mean / InvStdDev outputs used: TVM returns zeros for them.
+11. `Range` whose bounds are sizes (`torch.arange(seq)`): TVM bound its length to a fresh
+    variable, and every tensor the positions reach lost its shape.
+12. `ReduceMax` / `ReduceMin` of a row of -inf / +inf: TVM returned the lowest / highest finite float.
+13. `NonMaxSuppression`: TVM put defaults in place of limits it could not read (0 boxes); now
+    read from constants, refused when given at run time.
 """
 from __future__ import annotations
 
@@ -46,7 +51,9 @@ def _frontend():
 
 
 def _build_fixes() -> dict[str, type]:
+    import numpy as np
     import tvm
+    import tvm.sym
     from tvm import relax
 
     from ..errors import UnsupportedOpError
@@ -286,11 +293,117 @@ def _build_fixes() -> dict[str, type]:
                 return super()._impl_v1(bb, inputs, attr, params)
             return cls._impl_dynamic(bb, list(inputs))
 
+    class RangeSymbolic(fe.Range):
+        """Integer Range whose bounds are sizes (a Shape -> Gather of a symbolic dim, as exporters
+        write `torch.arange(seq)`): the length is computed on the symbolic sizes, so the result
+        has the dim `sequence` itself. TVM computes it in tensors and binds a fresh variable, and
+        everything the positions reach (the position embedding added to the token embedding)
+        loses its shape, which LegalizeOps cannot compile ("emit_te now only supports Tensor
+        that has ShapeExpr shape")."""
+
+        @classmethod
+        def _impl_v12(cls, bb, inputs, attr, params):
+            values = [fe.get_constant(x, params) for x in inputs[:3]]
+
+            def scalar(x):
+                if tvm.ir.is_prim_expr(x):
+                    return x if str(x.ty) == "int64" else tvm.tirx.Cast("int64", x)
+                if isinstance(x, tvm.ir.GenericConst) and x.value.numpy().size == 1 and x.value.numpy().dtype.kind in "iu":
+                    return tvm.tirx.IntImm("int64", int(x.value.numpy().reshape(-1)[0]))
+                return None
+
+            start, limit, delta = (scalar(x) for x in values)
+            dt = str(values[0].ty) if tvm.ir.is_prim_expr(values[0]) else dtype_of(values[0])
+            dynamic = any(tvm.ir.is_prim_expr(x) for x in values)
+            if not dynamic or any(v is None for v in (start, limit, delta)) or not isinstance(delta, tvm.tirx.IntImm) or int(delta) <= 0:
+                return super()._impl_v12(bb, inputs, attr, params)
+            count = tvm.tirx.floordiv(limit - start + (int(delta) - 1), delta)
+            analyzer = tvm.sym.Analyzer()
+            for var in tvm.tirx.analysis.undefined_vars(count):  # sizes: never negative
+                analyzer.update(var, tvm.sym.ConstIntBound(0, tvm.sym.ConstIntBound.POS_INF))
+            count = analyzer.simplify(count)
+            if not analyzer.can_prove(count >= 0):
+                count = tvm.tirx.max(count, tvm.tirx.IntImm("int64", 0))
+            positions = relax.op.arange(0, count, 1, "int64")
+            if not (isinstance(start, tvm.tirx.IntImm) and int(start) == 0 and int(delta) == 1):
+                offset = relax.op.add(relax.op.multiply(positions, relax.const(int(delta), "int64")),
+                                      relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([start])), ()))
+                positions = offset
+            return relax.op.astype(positions, dt) if dt and dt != "int64" else positions
+
+    class NonMaxSuppressionConstant(fe.NonMaxSuppression):
+        """NonMaxSuppression with max_output_boxes_per_class, iou_threshold and score_threshold
+        read from constants (initializers, Constant nodes, values folded before import). TVM's
+        converter puts its defaults in place of any it cannot read (0 boxes: an empty result),
+        a silent wrong answer; a true run-time input is refused (the importer names the node).
+        ONNX suppresses a box whose IoU is *above* the threshold, TVM's kernel at or above: the
+        threshold goes to the next float32 up. An absent score_threshold means no threshold."""
+
+        _INPUTS = ("max_output_boxes_per_class", "iou_threshold", "score_threshold")
+
+        @classmethod
+        def _impl_v10(cls, bb, inputs, attr, params):
+            values = []
+            for k, what in enumerate(cls._INPUTS, start=2):
+                x = inputs[k] if len(inputs) > k else None
+                const = fe.get_constant(x, params) if x is not None else None
+                if x is not None and not isinstance(const, tvm.ir.GenericConst):
+                    raise ValueError(f"its {what} is a run-time input, and TVM's NMS needs it as a constant (an initializer or a Constant node)")
+                array = None if const is None else const.value.numpy().reshape(-1)
+                values.append(None if array is None or array.size == 0 else array[0].item())
+            max_boxes, iou, score = values
+            iou = np.nextafter(np.float32(0.0 if iou is None else iou), np.float32(np.inf))
+            boxes = inputs[0]
+            if attr.get("center_point_box", 0) != 0:
+                xc, yc, w, h = (relax.TupleGetItem(bb.emit(relax.op.split(boxes, 4, axis=2)), i) for i in range(4))
+                two = relax.const(2.0, dtype_of(boxes))
+                hw, hh = relax.op.divide(w, two), relax.op.divide(h, two)
+                boxes = relax.op.concat([relax.op.subtract(yc, hh), relax.op.subtract(xc, hw), relax.op.add(yc, hh), relax.op.add(xc, hw)], axis=2)
+            out = bb.normalize(relax.op.vision.all_class_non_max_suppression(
+                boxes, inputs[1], relax.const(int(max_boxes or 0), "int64"), relax.const(float(iou), "float32"),
+                relax.const(float(np.finfo(np.float32).min if score is None else score), "float32"), output_format="onnx",
+            ))
+            return bb.emit(relax.TupleGetItem(out, 0))
+
+    def reduce_to_infinity(base: type, inf: float) -> type:
+        """ReduceMax (inf=-inf) / ReduceMin (inf=+inf) that return the infinity when every
+        reduced element is it (a fully masked attention row): TVM starts the reduction at the
+        lowest (highest) finite float, and returns that. The indicator x != inf, reduced by the
+        same converter (same axes, keepdims), tells where all were the infinity."""
+
+        class ReduceToInfinity(base):
+            @classmethod
+            def get_converter(cls, opset):
+                reduce = base.get_converter(opset)
+                sign = 1.0 if inf < 0 else -1.0  # max of (x != -inf) / min of -(x != +inf): 0 where all are inf
+
+                def convert(bb, inputs, attr, params):
+                    result = reduce(bb, inputs, attr, params)
+                    x = inputs[0]
+                    dt = dtype_of(x)
+                    if result is x or not dt.startswith(("float", "bfloat")):
+                        return result
+                    other = relax.op.astype(relax.op.not_equal(x, relax.const(inf, dt)), dt)
+                    other = bb.normalize(relax.op.multiply(other, relax.const(sign, dt)))
+                    rest = [inputs[i] for i in range(1, len(inputs))]
+                    seen = bb.normalize(reduce(bb, fe.onnx_input([other] + rest), attr, params))
+                    all_inf = relax.op.equal(seen, relax.const(0.0, dt))
+                    return relax.op.where(all_inf, relax.const(inf, dt), bb.normalize(result))
+
+                return convert
+
+        ReduceToInfinity.__name__ = base.__name__ + "ToInfinity"
+        return ReduceToInfinity
+
     return {
         "Sum": SumPairwise,
         "LayerNormalization": LayerNormalizationStats,
         "Expand": ExpandComputedShape,
         "Reshape": ReshapeComputedShape,
+        "Range": RangeSymbolic,
+        "ReduceMax": reduce_to_infinity(fe.ReduceMax, float("-inf")),
+        "ReduceMin": reduce_to_infinity(fe.ReduceMin, float("inf")),
+        "NonMaxSuppression": NonMaxSuppressionConstant,
         "Pow": PowMixedDtype, "Resize": ResizeEmptyScales, "Dropout": DropoutInference, "IsInf": IsInfDirected,
         "Mod": ModFmodInf, "BitShift": BitShiftInRange, "PRelu": PReluChannel,
     }

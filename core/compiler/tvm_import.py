@@ -47,6 +47,7 @@ from typing import Any
 
 from ..errors import UnsupportedOpError, WorkbenchError, brief_reason
 from .converter_registry import converters, register_converter, unregister_converter
+from .shape_folding import fold_static_shapes
 
 __all__ = [
     "ImportResult",
@@ -169,6 +170,7 @@ def _importer_class():
                     if self._shape_arithmetic(node):
                         continue
                     restore = self._shapes_as_tensors(node)
+                    restore.update(self._scalars_as_tensors(node, restore))
                     super()._construct_nodes(SimpleNamespace(node=[node]))
                 except WorkbenchError:
                     raise
@@ -270,6 +272,33 @@ def _importer_class():
                     self._nodes[name] = self.bb.emit(relax.op.shape_to_tensor(expr))
             return restore
 
+        def _scalars_as_tensors(self, node, restore: dict) -> dict:
+            """Hand `node` its symbolic scalars (a size read from a Shape: Gather, Cast, Div on
+            it) as 0-d tensors when its converter takes only tensors (Sqrt of the cast head size,
+            as exporters write the scores' scale: "requires argument 0 (x) to be a tensor");
+            returns the entries to put back, so later consumers still see the scalar."""
+            cast_to_float = node.op_type == "Cast" and _onnx_float_type(node)
+            if node.op_type in _PRIM_AWARE_OPS and not cast_to_float:
+                return {}
+            put_back = {}
+            for name in node.input:
+                expr = self._nodes.get(name) if name else None
+                if expr is None or name in restore or not tvm.ir.is_prim_expr(expr):
+                    continue
+                dtype = str(expr.ty)
+                if isinstance(expr, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+                    tensor = relax.const(expr.value, dtype)
+                elif dtype.startswith(("int", "uint")):
+                    value = expr if dtype == "int64" else tvm.tirx.Cast("int64", expr)
+                    tensor = self.bb.emit(relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([value])), ()))
+                    if dtype != "int64":
+                        tensor = self.bb.emit(relax.op.astype(tensor, dtype))
+                else:
+                    continue  # a symbolic float: left to the converter
+                put_back[name] = expr
+                self._nodes[name] = tensor
+            return put_back
+
         def _convert_operator(self, op_name, inputs, attrs, opset):
             fix = _CONVERTERS.get(op_name)
             if fix is None:
@@ -314,6 +343,21 @@ _SHAPE_COMPATIBLE_OPS = frozenset({
 
 # of those, the ops that read a shape as data (not as the shape of their result)
 _SHAPE_VALUE_READERS = frozenset({"Gather", "Slice", "Concat", "Squeeze", "Equal", "Where", "Cast", "CastLike"})
+
+
+# ops whose TVM converter computes on symbolic scalars (sizes) itself; others get them as tensors
+_PRIM_AWARE_OPS = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "Mod", "And", "Or", "Xor", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+    "Unsqueeze", "Cast", "Gather", "Trilu", "Neg", "Slice", "Range", "Squeeze", "Identity",
+})
+
+
+def _onnx_float_type(node) -> bool:
+    """Whether a Cast node casts to a floating-point type."""
+    from onnx import TensorProto
+
+    to = next((a.i for a in node.attribute if a.name == "to"), 0)
+    return to in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 def _bindings(func):
@@ -507,6 +551,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
         raise WorkbenchError("internal: node count changed while serialising the graph for TVM.")
     proto, origin, via = _inline_local_functions(proto)
     _constants_as_tensors(proto)
+    fold_static_shapes(proto, shape_dict)
     dim_names = _dims_as_identifiers(proto)
     known = supported_ops()
     where = f"{graph.path.name}: " if getattr(graph, "path", None) is not None else ""

@@ -213,18 +213,66 @@ def bert_encoder(layers: int = 4, hidden: int = 256, heads: int = 4, mlp: int = 
     )
 
 
-def gpt2_blocks(layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 64, seed: int = 13) -> onnx.ModelProto:
-    """GPT-2 block stack on hidden states (inputs_embeds [1, 64, 256]) -> the final layer norm's output."""
+def gpt2_blocks(layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 64, seed: int = 13,
+                dynamic_axes: bool = False) -> onnx.ModelProto:
+    """GPT-2 block stack on hidden states (inputs_embeds [1, 64, 256]) -> the final layer norm's output.
+
+    `dynamic_axes=True` writes what `torch.onnx.export(..., dynamic_axes={batch, sequence})` writes
+    for HF's GPT2Attention instead (inputs_embeds [batch, sequence, 256], `seq` the size of the
+    causal `bias` buffer): every `view` target computed from the tensor's Shape (`x.size()[:-1] +
+    (nf,)` as Shape -> Slice -> Concat, `view(B, T, n_head, C // n_head)` as Shape -> Gather ->
+    Unsqueeze, a Div on sizes and Concat), the causal mask sliced from the buffer by the computed
+    query and key lengths, the scores divided by sqrt of the value's last size (Cast of a Gather).
+    The same weights as the static stack."""
     b = _Exporter("gpt2_blocks", seed)
     head_dim = hidden // heads
     causal = b.const(np.tril(np.ones((seq, seq)))[None, None], bool)  # the sliced `bias` buffer
     masked_value = b.const(np.finfo(np.float32).min)
 
+    def size(t: str, index: int, scope: str) -> str:
+        """t.size(index) as a 1-D int64 tensor: Shape -> Gather -> Unsqueeze."""
+        d = b.op("Gather", [b.op("Shape", [t], scope), b.const(index, np.int64)], scope, axis=0)
+        return b.op("Unsqueeze", [d, b.const([0], np.int64)], scope)
+
+    def leading(t: str, drop: int, scope: str) -> str:
+        """t.size()[:-drop] as Shape -> Slice."""
+        return b.op("Slice", [b.op("Shape", [t], scope), b.const([0], np.int64), b.const([-drop], np.int64), b.const([0], np.int64)], scope)
+
     def conv1d(t: str, n_in: int, n_out: int, path: str, scope: str) -> str:
         """HF's Conv1D: addmm on the flattened rows, exported as Reshape -> Gemm -> Reshape."""
-        flat = b.op("Reshape", [t, b.const([-1, n_in], np.int64)], scope)
-        y = b.op("Gemm", [flat, b.param(f"{path}.weight", (n_in, n_out)), b.param(f"{path}.bias", (n_out,), scale=0.02)], scope)
-        return b.op("Reshape", [y, b.const([1, seq, n_out], np.int64)], scope)
+        if dynamic_axes:
+            flat = b.op("Reshape", [t, b.op("Concat", [b.const([-1], np.int64), size(t, -1, scope)], scope, axis=0)], scope)
+        else:
+            flat = b.op("Reshape", [t, b.const([-1, n_in], np.int64)], scope)
+        w, bias = b.param(f"{path}.weight", (n_in, n_out)), b.param(f"{path}.bias", (n_out,), scale=0.02)
+        if not dynamic_axes:
+            return b.op("Reshape", [b.op("Gemm", [flat, w, bias], scope), b.const([1, seq, n_out], np.int64)], scope)
+        out_shape = b.op("Concat", [leading(t, 1, scope), b.const([n_out], np.int64)], scope, axis=0)
+        return b.op("Reshape", [b.op("Gemm", [flat, w, bias], scope), out_shape], scope)
+
+    def split_heads(t: str, perm: list[int], scope: str) -> str:
+        if not dynamic_axes:
+            return b.split_heads(t, seq, heads, head_dim, perm, scope)
+        # view(B, T, n_head, C // n_head)
+        c = b.op("Div", [size(t, 2, scope), b.const([heads], np.int64)], scope)
+        target = b.op("Concat", [size(t, 0, scope), size(t, 1, scope), b.const([heads], np.int64), c], scope, axis=0)
+        return b.op("Transpose", [b.op("Reshape", [t, target], scope)], scope, perm=perm)
+
+    def merge_heads(ctx: str, scope: str) -> str:
+        if not dynamic_axes:
+            return b.merge_heads(ctx, seq, hidden, scope)
+        t = b.op("Transpose", [ctx], scope, perm=[0, 2, 1, 3])
+        return b.op("Reshape", [t, b.op("Concat", [leading(t, 2, scope), b.const([hidden], np.int64)], scope, axis=0)], scope)
+
+    def mask_and_scale(scores: str, q: str, kt: str, v: str, scope: str) -> str:
+        if not dynamic_axes:
+            return b.op("Where", [causal, b.op("Mul", [scores, b.const(1.0 / np.sqrt(head_dim))], scope), masked_value], scope)
+        root = b.op("Sqrt", [b.op("Cast", [b.op("Gather", [b.op("Shape", [v], scope), b.const(-1, np.int64)], scope, axis=0)], scope, to=F32)], scope)
+        scores = b.op("Div", [scores, root], scope)
+        q_len, k_len = size(q, 2, scope), size(kt, 3, scope)
+        rows = b.op("Slice", [causal, b.op("Sub", [k_len, q_len], scope), k_len, b.const([2], np.int64)], scope)
+        mask = b.op("Slice", [rows, b.const([0], np.int64), k_len, b.const([3], np.int64)], scope)
+        return b.op("Where", [mask, scores, masked_value], scope)
 
     x = "inputs_embeds"
     for i in range(layers):
@@ -233,23 +281,24 @@ def gpt2_blocks(layers: int = 4, hidden: int = 256, heads: int = 4, seq: int = 6
         att = f"{layer}/attn"
         qkv = conv1d(h, hidden, 3 * hidden, f"{path}.attn.c_attn", f"{att}/c_attn")
         q, k, v = b.op("Split", [qkv, b.const([hidden] * 3, np.int64)], att, n_out=3, axis=2)
-        q = b.split_heads(q, seq, heads, head_dim, [0, 2, 1, 3], att)
-        kt = b.split_heads(k, seq, heads, head_dim, [0, 2, 3, 1], att)
-        v = b.split_heads(v, seq, heads, head_dim, [0, 2, 1, 3], att)
-        scores = b.op("Mul", [b.op("MatMul", [q, kt], att), b.const(1.0 / np.sqrt(head_dim))], att)
-        scores = b.op("Where", [causal, scores, masked_value], att)
+        q = split_heads(q, [0, 2, 1, 3], att)
+        kt = split_heads(k, [0, 2, 3, 1], att)
+        v = split_heads(v, [0, 2, 1, 3], att)
+        scores = mask_and_scale(b.op("MatMul", [q, kt], att), q, kt, v, att)
         probs = b.op("Softmax", [scores], att, axis=-1)
-        ctx = b.merge_heads(b.op("MatMul", [probs, v], att), seq, hidden, att)
+        ctx = merge_heads(b.op("MatMul", [probs, v], att), att)
         x = b.op("Add", [conv1d(ctx, hidden, hidden, f"{path}.attn.c_proj", f"{att}/c_proj"), x], layer)
         h = b.layer_norm(x, hidden, f"{path}.ln_2", f"{layer}/ln_2", 1e-5)
         h = b.gelu_tanh(conv1d(h, hidden, 4 * hidden, f"{path}.mlp.c_fc", f"{layer}/mlp/c_fc"), f"{layer}/mlp/act")
         x = b.op("Add", [x, conv1d(h, 4 * hidden, hidden, f"{path}.mlp.c_proj", f"{layer}/mlp/c_proj")], layer)
     b.layer_norm(x, hidden, "ln_f", "/ln_f", 1e-5)
     b.nodes[-1].output[0] = "last_hidden_state"
+    dims = ["batch", "sequence", hidden] if dynamic_axes else [1, seq, hidden]
     return b.model(
-        [helper.make_tensor_value_info("inputs_embeds", F32, [1, seq, hidden])],
-        [helper.make_tensor_value_info("last_hidden_state", F32, [1, seq, hidden])],
-        f"GPT-2 block stack: {layers} layers, hidden {hidden}, {heads} heads, causal, sequence {seq} (seeded random weights).",
+        [helper.make_tensor_value_info("inputs_embeds", F32, dims)],
+        [helper.make_tensor_value_info("last_hidden_state", F32, dims)],
+        f"GPT-2 block stack: {layers} layers, hidden {hidden}, {heads} heads, causal, "
+        + (f"dynamic batch and sequence (at most {seq})" if dynamic_axes else f"sequence {seq}") + " (seeded random weights).",
     )
 
 

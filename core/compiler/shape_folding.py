@@ -1,0 +1,243 @@
+"""Shape computations on static shapes, folded to constants before the model reaches TVM.
+
+Exporters and ONNX's own function bodies compute sizes at run time even when every shape is
+known: `Shape -> Gather -> Unsqueeze -> Concat -> Reshape` for `x.view(b, t, n_head, d)`, the
+head size as `Cast(Shape(Q)[3])` under a Sqrt, pads and expand targets from Shape slices
+(opset-23 Attention's expansion writes all of these). TVM's frontend turns such a computed tensor
+into a shape of fresh symbolic variables it cannot relate to anything (`reshape_dim0`, `x`), and
+the module fails later, far from the cause: LegalizeOps inside FoldConstantTIR ("emit_te now only
+supports Tensor that has ShapeExpr shape") or VMFinalize ("PrimExpr 1152 * x has not been
+computed").
+
+`fold_static_shapes` evaluates those computations before import, the way onnxsim would, with
+ONNX's reference implementation of each op (`onnx.reference.ReferenceEvaluator`, the spec's
+numbers): `Shape`/`Size` of a tensor whose inferred shape is static, then every node of a small,
+deterministic op whose inputs are all known constants (initializers, Constant nodes, folded
+results). A folded node becomes a `Constant` node with the same name and output **in place**, so
+the graph keeps its node count and order and the import's lineage (node i of the proto is node i
+of the user's graph) still holds.
+
+Symbolic dims (`batch`, `sequence`) are left alone: their sizes are not constants, and the
+import keeps them symbolic itself (core.compiler.tvm_import).
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = ["fold_static_shapes"]
+
+logger = logging.getLogger(__name__)
+
+# deterministic ops cheap to evaluate on small inputs: what shape arithmetic is written with
+_FOLDABLE = frozenset({
+    "Abs", "Add", "And", "Cast", "CastLike", "Ceil", "Clip", "Concat", "ConstantOfShape", "Div", "Equal", "Expand",
+    "Flatten", "Floor", "Gather", "GatherElements", "Greater", "GreaterOrEqual", "Identity", "Less", "LessOrEqual",
+    "Max", "Min", "Mod", "Mul", "Neg", "Not", "Or", "Pow", "Range", "Reciprocal", "ReduceMax", "ReduceMin",
+    "ReduceProd", "ReduceSum", "Reshape", "Sign", "Slice", "Sqrt", "Squeeze", "Sub", "Tile", "Transpose", "Trilu",
+    "Unsqueeze", "Where", "Xor",
+})
+
+# no constant larger than this is made (folding is for sizes, not for weights or masks)
+MAX_ELEMENTS = 1024
+
+# ops whose output can be far larger than their inputs: evaluated only when inference says how large
+_GENERATING = frozenset({"ConstantOfShape", "Expand", "Range", "Tile"})
+
+# ops that only pick, move or join the entries of their data input: on a shape with some symbolic
+# dims they still give the static ones (Shape(x)[2] of a [batch, sequence, 256] tensor is 256)
+_SELECTING = frozenset({"Concat", "Gather", "Identity", "Slice", "Squeeze", "Unsqueeze"})
+
+# stands for a symbolic dim in a partly known shape (sizes are never negative)
+_UNKNOWN = -(1 << 40)
+
+_PLAIN_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                           "float16", "float32", "float64"})
+
+
+def _light_copy(proto, shape_dict: dict | None):
+    """The model without its large weights (they become typed graph inputs) for shape inference:
+    the inference copies the whole model, and only the shapes of large weights matter."""
+    import onnx
+    from onnx import helper
+
+    light = onnx.ModelProto()
+    light.ir_version = max(proto.ir_version, 4)
+    light.opset_import.extend(proto.opset_import)
+    g = light.graph
+    g.name = proto.graph.name
+    g.node.extend(proto.graph.node)
+    inputs = {vi.name for vi in proto.graph.input}
+    for vi in proto.graph.input:
+        new = g.input.add()
+        new.CopyFrom(vi)
+        dims = (shape_dict or {}).get(vi.name)
+        if dims is not None and new.type.HasField("tensor_type"):
+            shape = new.type.tensor_type.shape
+            del shape.dim[:]
+            for d in dims:
+                if isinstance(d, int):
+                    shape.dim.add().dim_value = d
+                else:
+                    shape.dim.add().dim_param = str(d)
+    g.output.extend(proto.graph.output)
+    for t in proto.graph.initializer:
+        n = 1
+        for d in t.dims:
+            n *= d
+        if n <= 64:
+            g.initializer.append(t)
+        elif t.name not in inputs:
+            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return light
+
+
+def _static_shapes(proto, shape_dict: dict | None) -> dict[str, list[int | None]]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(_light_copy(proto, shape_dict), data_prop=True)
+    except Exception as e:  # noqa: BLE001 - inference refuses some valid models; then nothing is folded
+        logger.debug("shape inference failed, no shape folding: %s", e)
+        return {}
+    shapes: dict[str, list[int | None]] = {}
+    g = inferred.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+            continue
+        shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    for t in proto.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    return shapes
+
+
+def _shape_value(node, dims: list[int | None] | None):
+    """Shape/Size of a tensor with these dims (a symbolic dim as _UNKNOWN - k), or None when
+    Size needs a dim that is not static."""
+    import numpy as np
+
+    if dims is None:
+        return None
+    if node.op_type == "Size":
+        return np.array(int(np.prod(dims)), np.int64) if all(d is not None for d in dims) else None
+    attrs = {a.name: a.i for a in node.attribute}
+    rank = len(dims)
+    start, end = attrs.get("start", 0), attrs.get("end", rank)
+    start, end = (max(0, min(rank, v + rank if v < 0 else v)) for v in (start, end))
+    return np.array([_UNKNOWN - k if d is None else d for k, d in enumerate(dims[start:end])], np.int64)
+
+
+def _controls(node) -> list[str]:
+    """The inputs that must be fully known for `node` to fold: all of them, except the data a
+    selecting op picks from (a symbolic dim there only moves; as an index or a Slice bound it
+    would decide the result)."""
+    if node.op_type not in _SELECTING:
+        return list(node.input)
+    return [] if node.op_type == "Concat" else list(node.input[1:])
+
+
+def _small(node, shapes: dict, known: dict) -> bool:
+    """Whether the node's outputs hold at most MAX_ELEMENTS values, told before evaluating (so
+    a weight written as ConstantOfShape of its shape, as in onnx's light models, is never
+    materialised): from the inferred shapes, else for the ops whose output can outgrow their
+    inputs from the input values; the others only rearrange inputs that are small already."""
+    import numpy as np
+
+    for out in node.output:
+        dims = shapes.get(out)
+        if dims is not None and all(d is not None for d in dims):
+            if int(np.prod(dims, dtype=np.int64)) > MAX_ELEMENTS:
+                return False
+        elif node.op_type in _GENERATING and _generated_size(node, shapes, known) > MAX_ELEMENTS:
+            return False
+    return True
+
+
+def _generated_size(node, shapes: dict, known: dict) -> int:
+    """The number of values ConstantOfShape / Expand / Range / Tile would make from these inputs
+    (MAX_ELEMENTS + 1 when it cannot be told)."""
+    import numpy as np
+
+    too_many = MAX_ELEMENTS + 1
+    values = [known.get(i) for i in node.input]
+    try:
+        if node.op_type == "ConstantOfShape":
+            return int(np.prod(values[0], dtype=np.int64)) if values[0].size else 1
+        if node.op_type == "Range":
+            start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
+            return max(0, int(np.ceil((limit - start) / delta))) if delta else too_many
+        dims = shapes.get(node.input[0])
+        if dims is None or any(d is None for d in dims):
+            return too_many
+        if node.op_type == "Tile":
+            return int(np.prod(dims, dtype=np.int64) * np.prod(values[1], dtype=np.int64))
+        return int(np.prod(np.broadcast_shapes(tuple(dims), tuple(int(v) for v in values[1])), dtype=np.int64))  # Expand
+    except (TypeError, ValueError, AttributeError, IndexError):
+        return too_many
+
+
+def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
+    """Fold, in place, the nodes of `proto`'s main graph whose outputs are constants (see the
+    module's docstring); returns the names of the folded nodes' outputs."""
+    import warnings
+
+    import numpy as np
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    candidates = [n for n in proto.graph.node if n.domain in ("", "ai.onnx") and (n.op_type in ("Shape", "Size") or n.op_type in _FOLDABLE)]
+    if not candidates:
+        return []
+    shapes = _static_shapes(proto, shape_dict)
+    if not shapes:
+        return []
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    known: dict[str, np.ndarray] = {}
+    partial: set[str] = set()  # known values that hold symbolic dims (_UNKNOWN - k)
+    for t in proto.graph.initializer:
+        if int(np.prod(t.dims)) <= MAX_ELEMENTS and t.data_location != 1:
+            known[t.name] = numpy_helper.to_array(t)
+    folded: list[str] = []
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and int(np.prod(value.dims)) <= MAX_ELEMENTS:
+                known[node.output[0]] = numpy_helper.to_array(value)
+            continue
+        outs: list | None = None
+        if node.op_type in ("Shape", "Size"):
+            value = _shape_value(node, shapes.get(node.input[0]))
+            outs = None if value is None else [value]
+        elif node.op_type in _FOLDABLE and node.input and all(not i or i in known for i in node.input) and (
+                not any(i in partial for i in _controls(node))) and _small(node, shapes, known):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    feeds = {i: known[i] for i in node.input if i}
+                    outs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+            except Exception as e:  # noqa: BLE001 - the reference refuses what it does not implement
+                logger.debug("not folding %s (%s): %s", node.name, node.op_type, e)
+                outs = None
+        if outs is None:
+            continue
+        outs = [np.asarray(o) for o in outs]
+        if any(o.size > MAX_ELEMENTS or str(o.dtype) not in _PLAIN_DTYPES for o in outs):
+            continue
+        for name, value in zip(node.output, outs):
+            if name:
+                known[name] = value
+        if any(o.dtype == np.int64 and (o < _UNKNOWN + (1 << 20)).any() for o in outs):
+            partial.update(name for name in node.output if name)
+            continue  # holds a symbolic dim: only picking ops read it
+        if len(node.output) != 1 or outs[0].size == 0:
+            continue  # known to the nodes after it; TVM takes no empty constants, Constant has one output
+        value = numpy_helper.from_array(outs[0], node.output[0])
+        node.op_type = "Constant"
+        del node.input[:]
+        del node.attribute[:]
+        node.attribute.append(helper.make_attribute("value", value))
+        folded.append(node.output[0])
+    if folded:
+        logger.debug("folded %d shape computations to constants", len(folded))
+    return folded
