@@ -523,7 +523,8 @@ def tune_module(
                 logger.warning("tuning %s failed: %s", result.name, str(exc).splitlines()[0] if str(exc) else exc)
         result.trials += state["trials"]
         entry = saved.setdefault(result.workload, {})
-        if not (cancel is not None and cancel()):
+        # CPU only: a GPU's runner already measures a kernel as the model runs it (no thread count)
+        if target.kind.name == "llvm" and not (cancel is not None and cancel()):
             confirmed = _confirm_search(task_mod, target, db, builder, confirm_runner, result.default_ms, entry.get(SEARCH_CONFIRMED))
             if confirmed is not None:
                 entry[SEARCH_CONFIRMED] = confirmed
