@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 
+from .relax_rewrite import rewrite_functions
+
 __all__ = ["fold_linear_reshape", "fold_linear_reshape_pass"]
 
 logger = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ def _static(expr) -> list[int] | None:
 def fold_linear_reshape(mod):
     """`mod` with every Reshape -> Gemm -> Reshape linear layer as one matmul (module docstring)."""
     from tvm import relax
-    from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_const, is_op, wildcard
 
     x, w, b = wildcard(), is_const(), is_const()
     flat = is_op("relax.reshape")(x, wildcard())
@@ -68,18 +70,7 @@ def fold_linear_reshape(mod):
             y = relax.op.add(y, b_e)
         return y
 
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            new = rewrite_call(pattern, rewrite, func)
-            if not new.same_as(func):
-                updates[gvar] = new
-    if not updates:
-        return mod
-    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return relax.transform.DeadCodeElimination()(mod)
+    return rewrite_functions(mod, pattern, rewrite)
 
 
 def fold_linear_reshape_pass(target=None):

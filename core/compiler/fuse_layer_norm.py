@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import logging
 
+from .relax_rewrite import rewrite_functions
+
 __all__ = ["fuse_layer_norm", "fuse_layer_norm_pass"]
 
 logger = logging.getLogger(__name__)
@@ -104,23 +106,8 @@ def _rewrite(expr, matches, parts):
 
 def fuse_layer_norm(mod):
     """`mod` with every decomposed layer norm (see the module docstring) as one layer_norm."""
-    from tvm import relax
-    from tvm.relax.dpl import rewrite_call
-
     pattern, parts = _patterns()
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if not isinstance(func, relax.Function):
-            continue
-        new = rewrite_call(pattern, lambda expr, matches: _rewrite(expr, matches, parts), func)
-        if not new.same_as(func):
-            updates[gvar] = new
-    if not updates:
-        return mod
-    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return relax.transform.DeadCodeElimination()(mod)
+    return rewrite_functions(mod, pattern, lambda expr, matches: _rewrite(expr, matches, parts))
 
 
 def fuse_layer_norm_pass(target=None):

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import logging
 
+from .relax_rewrite import rewrite_functions
+
 __all__ = ["pad_attention_keys", "pad_attention_keys_pass"]
 
 logger = logging.getLogger(__name__)
@@ -57,7 +59,7 @@ def pad_attention_keys(mod, lanes: int):
     """`mod` with attention over a key count `lanes` does not divide padded (module docstring)."""
     import numpy as np
     from tvm import relax
-    from tvm.relax.dpl import is_const, is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_const, is_op, wildcard
 
     q, kt, v = wildcard(), wildcard(), wildcard()
     scores = is_op("relax.matmul")(q, kt)
@@ -95,18 +97,7 @@ def pad_attention_keys(mod, lanes: int):
         s = relax.op.add(s, relax.const(mask))
         return relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v_p)
 
-    updates = {}
-    for gvar, func in mod.functions_items():
-        if isinstance(func, relax.Function):
-            new = rewrite_call(pattern, rewrite, func)
-            if not new.same_as(func):
-                updates[gvar] = new
-    if not updates:
-        return mod
-    mod = mod.clone()  # the caller's module (a lowering stage's snapshot) stays as it was
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return relax.transform.DeadCodeElimination()(mod)
+    return rewrite_functions(mod, pattern, rewrite)
 
 
 def pad_attention_keys_pass(target):
