@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["pad_output_channels", "padded_channels"]
+__all__ = ["pad_output_channels", "padded_channels", "static_shape"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ def padded_channels(channels: int, block: int) -> int | None:
     return padded
 
 
-def _shape(expr) -> list[int] | None:
+def static_shape(expr) -> list[int] | None:
+    """The static shape of a Relax expression's tensor type, None where it has none or a
+    symbolic dimension."""
     shape = getattr(getattr(expr, "ty", None), "shape", None)
     if shape is None:
         return None
@@ -102,7 +104,7 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             strides = [int(v) for v in value.args[4]] if len(value.args) > 4 else [1]
         except (TypeError, ValueError, IndexError):  # symbolic bounds
             return None
-        shape = _shape(value.args[0])
+        shape = static_shape(value.args[0])
         if axes != [1] or begin != [0] or strides != [1] or len(end) != 1 or shape is None or len(shape) != 4:
             return None
         return value.args[0], end[0]
@@ -148,7 +150,7 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             if str(attrs.data_layout) != "NCHW" or str(attrs.kernel_layout) != "OIHW" or str(attrs.out_layout) not in ("NCHW", ""):
                 return call
             weight, data = call.args[1], call.args[0]
-            w_shape, d_shape = _shape(weight), _shape(data)
+            w_shape, d_shape = static_shape(weight), static_shape(data)
             if not _is_const(weight) or w_shape is None or d_shape is None or len(w_shape) != 4:
                 return call
             if str(getattr(data.ty, "dtype", "")) != "float32":
@@ -175,7 +177,7 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             w = _const_value(weight)
             if w.ndim != 4 or w.shape[1] != channels:
                 return call
-            w_padded = np.zeros((w.shape[0], _shape(source)[1], *w.shape[2:]), w.dtype)
+            w_padded = np.zeros((w.shape[0], static_shape(source)[1], *w.shape[2:]), w.dtype)
             w_padded[:, :channels] = w
             return relax.Call(call.op, [source, relax.const(w_padded, str(w.dtype))], call.attrs, call.ty_args, call.span)
 
@@ -192,19 +194,19 @@ def pad_output_channels(mod, block: int, blocked_as_is):
             if found is None:
                 return call
             source, channels = found
-            padded = _shape(source)[1]
+            padded = static_shape(source)[1]
             new_args = []
             for i, arg in enumerate(args):
                 hit = channel_slice(self, arg) if i in positions else None
                 if hit is not None:
-                    if _shape(hit[0])[1] != padded:
+                    if static_shape(hit[0])[1] != padded:
                         return call
                     new_args.append(hit[0])
                     continue
                 if i not in positions:
                     new_args.append(arg)  # attributes-like operands (PrimValues of clip)
                     continue
-                shape = _shape(arg)
+                shape = static_shape(arg)
                 if shape is None:
                     return call
                 if len(shape) < 3 or shape[-3] == 1:

@@ -45,6 +45,7 @@ import logging
 import re
 
 from .channel_padding import pad_output_channels
+from .channel_padding import static_shape as _static_shape
 
 __all__ = [
     "BLOCKED_LAYOUT",
@@ -67,16 +68,6 @@ def channel_block(target) -> int:
     from .schedules.cpu_common import vector_lanes
 
     return vector_lanes(target)
-
-
-def _static_shape(expr) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return [int(v) for v in shape]
-    except (TypeError, ValueError):
-        return None
 
 
 def conv_layouts(call, block: int) -> dict | None:
