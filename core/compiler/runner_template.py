@@ -84,9 +84,36 @@ def _cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _runnable_elsewhere() -> int:
+    """Threads runnable outside this process: /proc/loadavg's instantaneous count less this
+    process's own runnable threads (TVM's workers yield-spin ~10 ms after a run and must not
+    count as another process's work). The workbench's core.compiler.threads does the same."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            total = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+    if total <= 1:
+        return 0
+    own = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        end = stat.rfind(b")")
+        own += stat[end + 2:end + 3] == b"R"
+    return max(0, total - max(1, own))
+
+
 def _pool_governor(tvm, limit: int):
     """A function to call before each CPU run: it gives TVM's pool the cores other processes
-    leave free (their runnable threads, from /proc/loadavg), at least 1 and at most `limit`.
+    leave free (their runnable threads: /proc/loadavg's count less this process's), at least 1 and at most `limit`.
     TVM splits parallel loops statically, so a worker whose core another process holds makes
     every kernel wait for it (the workbench's core.compiler.threads does the same).
     WORKBENCH_ADAPTIVE_THREADS=0 turns it off."""
@@ -101,11 +128,7 @@ def _pool_governor(tvm, limit: int):
         if now - state["checked"] < 0.002:  # tiny models do not pay for a look each run
             return
         state["checked"] = now
-        try:
-            with open("/proc/loadavg", "rb") as f:
-                others = max(0, int(f.read().split()[3].split(b"/")[0]) - 1)
-        except (OSError, IndexError, ValueError):
-            others = 0
+        others = _runnable_elsewhere()
         wanted = max(1, min(limit, cores - others))
         if wanted != state["threads"]:
             config(1, wanted)
