@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["pad_output_channels", "padded_channels", "static_shape"]
+from .relax_rewrite import is_const as _is_const
+from .relax_rewrite import static_shape
+
+__all__ = ["pad_output_channels", "padded_channels"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,22 +52,6 @@ def padded_channels(channels: int, block: int) -> int | None:
     if padded == channels or channels < 8 * block:
         return None
     return padded
-
-
-def static_shape(expr) -> list[int] | None:
-    """The static shape of a Relax expression's tensor type, None where it has none or a
-    symbolic dimension."""
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    if shape is None:
-        return None
-    try:
-        return [int(v) for v in shape]
-    except (TypeError, ValueError):
-        return None
-
-
-def _is_const(expr) -> bool:
-    return type(expr).__name__ in ("GenericConst", "Constant")
 
 
 def _const_value(expr):

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import logging
 
+from .relax_rewrite import is_const as _is_const
+
 __all__ = ["fold_conv_scale", "fold_conv_scale_pass"]
 
 logger = logging.getLogger(__name__)
 
 _AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
-
-
-def _is_const(expr) -> bool:
-    return type(expr).__name__ in ("GenericConst", "Constant")
 
 
 def _same_shape(a, b) -> bool:

@@ -45,7 +45,8 @@ import logging
 import re
 
 from .channel_padding import pad_output_channels
-from .channel_padding import static_shape as _static_shape
+from .relax_rewrite import is_const
+from .relax_rewrite import static_shape as _static_shape
 
 __all__ = [
     "BLOCKED_LAYOUT",
@@ -164,9 +165,6 @@ def _constants_to_full_rank(mod):
     convert the activation back to NCHW around the op."""
     import numpy as np
     from tvm import relax
-
-    def is_const(e):
-        return type(e).__name__ in ("GenericConst", "Constant")
 
     @relax.expr_functor.mutator
     class FullRank(relax.PyExprMutator):

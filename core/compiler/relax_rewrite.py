@@ -1,5 +1,7 @@
-"""One graph rewrite over a Relax module: the shared tail of the pattern passes (FuseLayerNorm,
-PadAttentionKeys, FoldLinearReshape).
+"""Shared pieces of the workbench's Relax graph passes.
+
+`is_const` and `static_shape` answer the two questions every pass asks of an operand (FoldScaleIntoConv,
+ConvertLayoutNCHWc, the channel padding).
 
 `rewrite_functions(mod, pattern, rewrite)` runs tvm.relax.dpl.rewrite_call on every Relax function
 and returns a new module when anything changed, with dead bindings removed. It never edits `mod`:
@@ -7,6 +9,25 @@ the Lowering panel keeps each stage's module as a snapshot, and a pass that chan
 place would change the snapshot of the stage before it too.
 """
 from __future__ import annotations
+
+__all__ = ["is_const", "rewrite_functions", "static_shape"]
+
+
+def is_const(expr) -> bool:
+    """Whether a Relax expression is a constant (TVM 0.27 names them GenericConst)."""
+    return type(expr).__name__ in ("GenericConst", "Constant")
+
+
+def static_shape(expr) -> list[int] | None:
+    """The static shape of a Relax expression's tensor type, None where it has none or a
+    symbolic dimension."""
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    if shape is None:
+        return None
+    try:
+        return [int(v) for v in shape]
+    except (TypeError, ValueError):
+        return None
 
 
 def rewrite_functions(mod, pattern, rewrite):
