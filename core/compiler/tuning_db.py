@@ -149,13 +149,9 @@ def _workload_key(task_mod) -> str:
 
 
 def _best_seconds(database, task_mod) -> float | None:
-    if not database.has_workload(task_mod):
-        return None
-    records = database.get_top_k(database.commit_workload(task_mod), 1)
-    if not records or not records[0].run_secs:
-        return None
-    secs = [float(s) for s in records[0].run_secs]
-    return sum(secs) / len(secs)
+    """Seconds of the kernel's fastest MetaSchedule record that ran (None when none did)."""
+    records = search_records(database, task_mod, 1)
+    return _record_seconds(records[0]) if records else None
 
 
 def _record_seconds(record) -> float:
