@@ -115,3 +115,14 @@ def relax_through(model: onnx.ModelProto, target, last: str | None = None):
     if last is not None:
         raise AssertionError(f"{last} is not in the default pipeline for {target}")
     return mod
+
+
+def relax_ops(model: onnx.ModelProto, last: str) -> list[str]:
+    """The Relax ops main calls, in order (e.g. "nn.layer_norm", "matmul"), after the default CPU
+    pipeline up to and including the pass `last`."""
+    import re
+
+    from core.compiler.target import make_target
+
+    mod = relax_through(model, make_target("cpu"), last)
+    return re.findall(r"= R\.([a-z_.0-9]+)\(", mod["main"].script(show_meta=False))

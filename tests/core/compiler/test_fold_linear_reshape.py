@@ -2,13 +2,11 @@
 on the 3-D activation, so the GELU after it fuses into the matmul's kernel."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 import pytest
 
-from tests.helpers import ort_run, relax_through
+from tests.helpers import ort_run, relax_ops
 
 
 def _conv1d(out_shape: str = "[1, 7, 40]", bias: bool = True) -> onnx.ModelProto:
@@ -44,10 +42,7 @@ def _conv1d(out_shape: str = "[1, 7, 40]", bias: bool = True) -> onnx.ModelProto
 
 
 def _ops(model) -> list[str]:
-    from core.compiler.target import make_target
-
-    mod = relax_through(model, make_target("cpu"), "FoldLinearReshape")
-    return re.findall(r"= R\.([a-z_.0-9]+)\(", mod["main"].script(show_meta=False))
+    return relax_ops(model, "FoldLinearReshape")
 
 
 @pytest.mark.parametrize("bias", [True, False])
