@@ -217,6 +217,7 @@ def measure_alternating(runners, runs: int, warmup: int = 3, blocks: int = 5) ->
 
     for run in runners:
         run(warmup)
+        time.sleep(SETTLE_S)  # the warm-ups too: without it, the first block ran beside the spinning of the last warm-up
     times: list[list[float]] = [[] for _ in runners]
     for size in _block_sizes(runs, blocks):
         for run, out in zip(runners, times):

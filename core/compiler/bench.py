@@ -370,6 +370,7 @@ def benchmark(
         dev.sync()
         if ort_proc is not None and warmup > 0:
             ort_proc.run(warmup)
+            time.sleep(SETTLE_S)  # onnxruntime's spinning threads sleep before our first block is timed
         ours_ms: list[float] = []
         ort_ms: list[float] = []
         sizes = _block_sizes(runs, ALTERNATING_BLOCKS if ort_proc is not None else 1)
