@@ -212,16 +212,18 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
 def measure_alternating(runners, runs: int, warmup: int = 3, blocks: int = 5) -> list[list[float]]:
     """ms per run for each of `runners` (functions n -> [ms of n runs]), which take turns in
     `blocks` blocks with a pause between, so none is timed while another's threads spin and the
-    machine's load drifts hit them all alike."""
-    from core.compiler.bench import SETTLE_S, _block_sizes
+    machine's load drifts hit them all alike. Each block starts with untimed runs (steady state,
+    see core.compiler.bench.BLOCK_WARM_S)."""
+    from core.compiler.bench import SETTLE_S, _block_sizes, block_warm_runs
 
+    warm = []
     for run in runners:
-        run(warmup)
+        warm.append(block_warm_runs(statistics.median(run(max(1, warmup)))))
         time.sleep(SETTLE_S)  # the warm-ups too: without it, the first block ran beside the spinning of the last warm-up
     times: list[list[float]] = [[] for _ in runners]
     for size in _block_sizes(runs, blocks):
-        for run, out in zip(runners, times):
-            out.extend(run(size))
+        for run, out, w in zip(runners, times, warm):
+            out.extend(run(w + size)[w:])  # each block starts with untimed runs (core.compiler.bench.BLOCK_WARM_S)
             time.sleep(SETTLE_S)
     return times
 
