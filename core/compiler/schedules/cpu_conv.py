@@ -351,12 +351,14 @@ def choose_width_tile(
     FB accumulators leave a register for the input row and one for the broadcast weight (17 of 34
     with AVX-512's 32 registers), so the FB rows of a tile read the same input vector; an FB of 8
     across a group boundary makes every row load its own. VX there is a full or half vector where
-    one divides the row (8 of 56), before wider odd widths (14 of 56, no native vector width).
-    Thread CPU time at 1 thread, minimum of 12 alternating rounds, light
-    ShuffleNet's grouped 1x1 convs, Zen 4 AVX-512, load 4: 136 ch (34 per group) 28x28 0.106 ->
+    one divides the row (8 of 56), before wider odd widths (14 of 56, no native vector width), if
+    that is 256 bits or more (a 4-lane vector beside 7 lanes of a ymm: no). Thread CPU time at
+    1 thread, minimum of 12 alternating rounds, light ShuffleNet's grouped 1x1 convs, Zen 4
+    AVX-512, load 4-7: 136 ch (34 per group) 28x28 0.106 ->
     0.078 ms, 24 -> 112 ch 56x56 0.118 -> 0.060 ms, 136 ch 14x14 and 272 ch 7x7 0.60-0.66x; the
-    28- and 68-per-group convs 0.96-1.03x (noise). Where no divisor of 4 or more fits (34 channels
-    with AVX2's 16 registers) the ungrouped choice stays.
+    28- and 68-per-group convs 0.96-1.03x (noise); the whole model 0.90x (4.62 against 5.15 ms,
+    min of 12 alternating blocks). Where fewer than 8 rows fit (AVX2's 16 registers: 2 of 34, 4 of
+    68, 7 of 28; the 4-row tile measured 0.89-1.07x of the ungrouped one) the ungrouped choice stays.
     """
     widths = [d for d in range(1, lanes + 1) if out_width % d == 0]
     vx = max(widths)
@@ -364,8 +366,8 @@ def choose_width_tile(
         return None
     if out_channels_per_group is not None and out_channels_per_group < out_channels:
         fb = max(d for d in range(1, registers - 2) if out_channels_per_group % d == 0)
-        if fb >= 4:
-            vx = next((w for w in (lanes, lanes // 2) if w >= 4 and out_width % w == 0), vx)
+        if fb >= 8:
+            vx = next((w for w in (lanes, lanes // 2) if w >= 8 and out_width % w == 0), vx)
             return fb, vx
     fb = max(d for d in range(1, 9) if out_channels % d == 0)
     return fb, vx

@@ -22,7 +22,7 @@ def _weight(rng, name, shape):
 def _grouped_model() -> onnx.ModelProto:
     """24 -> 136 channels 1x1 in 4 groups (6 in, 34 out each; 16 columns), a 3x3 grouped conv
     (34 per group) with a residual add, a strided 3x3 conv in 2 groups of 68, a 1x1 conv in
-    4 groups of 7 outputs (8 columns), biases and ReLUs fused."""
+    4 groups of 7 outputs (8 columns: the ungrouped tile), biases and ReLUs fused."""
     rng = np.random.default_rng(5)
     inits = [
         _weight(rng, "w1", (136, 6, 1, 1)), _weight(rng, "b1", (136,)),
@@ -58,10 +58,12 @@ def test_grouped_width_tile_takes_one_groups_channels():
     assert choose_width_tile(272, 14, 16, 68, 32) == (17, 14)
     assert choose_width_tile(544, 7, 16, 136, 32) == (17, 7)
     assert choose_width_tile(112, 56, 16, 28, 32) == (28, 8)  # half a vector divides 56: before 14
-    # AVX2 (8 lanes, 16 registers): 68 per group -> 4 rows; 34 -> only 2 fit, the ungrouped tile stays
-    assert choose_width_tile(272, 14, 8, 68, 16) == (4, 7)
+    # AVX2 (8 lanes, 16 registers): 136 per group -> 8 rows; fewer than 8 fit (2 of 34, 4 of 68): the ungrouped tile
+    assert choose_width_tile(544, 7, 8, 136, 16) == (8, 7)
+    assert choose_width_tile(544, 56, 8, 136, 16) == (8, 8)
+    assert choose_width_tile(272, 14, 8, 68, 16) == choose_width_tile(272, 14, 8) == (8, 7)
     assert choose_width_tile(136, 28, 8, 34, 16) == choose_width_tile(136, 28, 8) == (8, 7)
-    for out_channels, width, lanes, per_group, registers in [(136, 28, 16, 34, 32), (112, 56, 8, 28, 16), (544, 7, 8, 136, 16)]:
+    for out_channels, width, lanes, per_group, registers in [(136, 28, 16, 34, 32), (112, 56, 16, 28, 32), (544, 7, 8, 136, 16)]:
         fb, vx = choose_width_tile(out_channels, width, lanes, per_group, registers)
         assert per_group % fb == 0 and width % vx == 0 and vx <= lanes
         assert fb + 2 <= registers  # accumulators + the input row + a broadcast weight
