@@ -133,17 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         _load,
         architecture_models,
         compile_workbench,
+        light_models,
     )
     from core.compiler.target import make_target, runtime_threads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated core.model.architectures names")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated names (core.model.architectures, or the onnx wheel's light models)")
     parser.add_argument("--blocks", type=int, default=8, help="alternating blocks per runtime")
     parser.add_argument("--runs", type=int, default=10, help="runs per block")
     parser.add_argument("--kernels", type=int, default=0, help="also list this many of our kernels and the per-group shares")
     args = parser.parse_args(argv)
 
-    models = architecture_models()
+    models = {**light_models(), **architecture_models()}
     unknown = [m for m in args.models.split(",") if m not in models]
     if unknown:
         print(f"unknown model '{unknown[0]}': choose from {', '.join(models)}.", file=sys.stderr)
