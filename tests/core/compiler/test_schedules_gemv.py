@@ -136,3 +136,49 @@ def test_gemv_tiles_and_the_parallel_rule():
     assert not runs_parallel(64, 48, 64)  # a small GEMM: too few multiply-adds
     assert runs_parallel(197, 768, 768)  # a transformer's dense layer: a GEMM, parallel by work
     assert not runs_parallel(8, 1000, 64)  # 8 rows: not a GEMV, and 0.5 M multiply-adds
+
+
+def _pooled_conv_model(cin: int, cout: int) -> onnx.ModelProto:
+    """GlobalAveragePool then a 1x1 conv + ReLU: a squeeze-excitation conv on one pixel."""
+    rng = np.random.default_rng(14)
+    w = (rng.standard_normal((cout, cin, 1, 1)) / np.sqrt(cin)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(cout)).astype(np.float32)
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["p"]),
+        helper.make_node("Conv", ["p", "w", "b"], ["c"], kernel_shape=[1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "pooled_conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, cin, 7, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cout, 1, 1])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_one_pixel_conv_keeps_several_channel_blocks_in_registers(target):
+    """A conv whose output is one pixel has no columns to tile: its register tile is several
+    output-channel blocks (independent accumulator chains), unrolled around the vector of one block."""
+    import tvm
+    from tvm import s_tir
+
+    from core.compiler.schedules.cpu_conv import pixel_channel_blocks
+
+    assert pixel_channel_blocks(36, 1) == 4 and pixel_channel_blocks(9, 1) == 3 and pixel_channel_blocks(7, 1) == 1
+    assert pixel_channel_blocks(36, 49) == 1  # a plane has columns to tile instead
+    model = _pooled_conv_model(96, 192)
+    scheduled = _scheduled(model, target)
+    (func,) = [f for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d_NCHWc" in g.name_hint]
+    sch = s_tir.Schedule(func)
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_NCHWc_update"))]
+    chunks = 192 // int(loops[-1].extent)  # the vectorized loop is one channel block
+    assert loops[-1].kind == tvm.tirx.ForKind.VECTORIZED
+    blocks = pixel_channel_blocks(chunks, 1)
+    assert blocks > 1 and any(loop.kind == tvm.tirx.ForKind.UNROLLED and int(loop.extent) == blocks for loop in loops[:-1])
+    feeds = {"x": np.random.default_rng(15).standard_normal((1, 96, 7, 7)).astype(np.float32)}
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(_run(scheduled, feeds, target), ref, rtol=RTOL, atol=ATOL)
