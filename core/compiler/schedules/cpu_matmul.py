@@ -89,10 +89,10 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
 
     VB is one to four vectors for a batch-1 GEMV (`gemv_columns`: padded when that costs little;
     with `pad_gemv` False, as for symbolic rows, only whole vectors dividing the columns), one or
-    two for a GEMM when whole vectors divide the columns; otherwise the widest divisor that is a multiple of 4 (24 columns with 16 lanes:
-    one and a half vectors), and failing that one vector whose last tile is padded (10 columns,
-    a ViT's 197 attention columns). TI rows divide the rows when a divisor keeps at least half
-    the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
+    two for a GEMM when whole vectors divide the columns; otherwise the widest divisor that is a
+    multiple of 4 (24 columns with 16 lanes: one and a half vectors), and failing that one vector
+    whose last tile is padded (10 columns, a ViT's 197 attention columns). TI rows divide the
+    rows when a divisor keeps at least half the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
     one zero-filled copy of the operand (the weight's at compile time) and a few wasted lanes,
     far less than leaving the kernel unvectorized; the tile height is chosen to pad the fewest rows.
     """
@@ -123,7 +123,8 @@ class Matmul:
 
     name = "cpu.Matmul"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 1
+    # (2: a one-row GEMV's default tile is gemv_columns')
+    space_version = 2
 
     @staticmethod
     def _find(sch):

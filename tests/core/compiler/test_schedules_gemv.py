@@ -122,7 +122,11 @@ def test_small_gemv_stays_on_one_thread(target):
 
 
 def test_gemv_tiles_and_the_parallel_rule():
-    from core.compiler.schedules.cpu_matmul import choose_matmul_tile, gemv_columns, runs_parallel
+    from core.compiler.schedules.cpu_matmul import (
+        choose_matmul_tile,
+        gemv_columns,
+        runs_parallel,
+    )
 
     assert gemv_columns(1000, 16) == 64  # padded to 1024: 2.4% more weight, four accumulator chains
     assert gemv_columns(1000, 8) == 32
