@@ -46,16 +46,42 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["DepthwiseConv2dNCHW", "Pool2dNCHW", "blocked_tile", "inline_tail", "row_chunk", "use_blocked_form"]
+__all__ = ["DepthwiseConv2dNCHW", "Pool2dNCHW", "blocked_tile", "buffer_bytes", "depthwise_runs_parallel", "inline_tail", "row_chunk", "use_blocked_form"]
 
 logger = logging.getLogger(__name__)
 
 DEPTHWISE_BLOCK_NAMES = ("group_conv2d_nchw", "depthwise_conv2d_nchw", "conv2d_nchw")
 
-# Multiply-adds (taps x outputs) below which the conv or pool runs on one thread: ~40 us of work
-# or less, where waking the pool and, on a busy machine, waiting at the closing barrier for a
-# descheduled worker costs more than the second core saves (as cpu_conv.CONV_PARALLEL_MIN_MACS).
-DEPTHWISE_PARALLEL_MIN_MACS = 1 << 20
+# Whether a depthwise conv or pool runs in parallel: from its estimated time on one core. It does
+# one multiply-add per input value loaded and tap (no channel reduction to keep in registers), so
+# that time is its multiply-adds or the bytes it moves, whichever takes longer: ~24 multiply-adds
+# and ~20 bytes per ns on one Zen 4 core (mobilenet_v3_small: 5x5 taps at 14x14 and 7x7, 0.6-0.7 M
+# multiply-adds, 23-24 us; its 72-channel 56x56 -> 28x28 stride-2 conv, 0.5 M multiply-adds but
+# 1.1 MB in and out, 58 us). From ~30 us, each of two threads has ~15 us, several times a spinning
+# pool's wake-up and join. (The former rule, 1 M multiply-adds, kept that stride-2 conv serial, and
+# at 2 threads it ran slower than at 1, 85 against 58 us: half its input had been written by the
+# other core's share of the parallel conv before it.)
+DEPTHWISE_MACS_PER_US = 24_000
+DEPTHWISE_BYTES_PER_US = 20_000
+DEPTHWISE_PARALLEL_MIN_US = 30
+
+
+def depthwise_runs_parallel(macs: int, bytes_moved: int) -> bool:
+    """Whether a depthwise conv / pool of `macs` multiply-adds (taps x outputs) that reads and
+    writes `bytes_moved` bytes (its input and output) runs its planes in parallel."""
+    return max(macs / DEPTHWISE_MACS_PER_US, bytes_moved / DEPTHWISE_BYTES_PER_US) >= DEPTHWISE_PARALLEL_MIN_US
+
+
+def buffer_bytes(buffer) -> int:
+    """Bytes of a buffer with static shape (0 when a dimension is symbolic)."""
+    total = max(1, buffer.dtype.bits // 8)
+    for dim in buffer.shape:
+        value = const_int(dim)
+        if value is None:
+            return 0
+        total *= value
+    return total
+
 
 # Registers of accumulators per row chunk: a row of up to this many vectors is one chunk.
 MAX_ROW_VECTORS = 8
@@ -141,8 +167,9 @@ class Pool2dNCHW:
         work = 1
         for extent in extents:
             work *= extent
+        parallel = depthwise_runs_parallel(work, buffer_bytes(data) + buffer_bytes(stmt.writes[0].source))
         return DepthwiseConv2dNCHW._schedule_blocked(
-            sch, pool, pad, extents[4] * extents[5], extents[3], work, block, vector_registers(target), weighted=False
+            sch, pool, pad, extents[4] * extents[5], extents[3], parallel, block, vector_registers(target), weighted=False
         )
 
 
@@ -204,6 +231,7 @@ class DepthwiseConv2dNCHW:
         macs = 1
         for extent in info["extents"]:
             macs *= extent
+        parallel = depthwise_runs_parallel(macs, buffer_bytes(data) + buffer_bytes(sch.get(conv).writes[0].source))
 
         pad = None
         for producer in sch.get_producers(conv):
@@ -225,7 +253,7 @@ class DepthwiseConv2dNCHW:
         channels = info["extents"][1]
         if pad is not None and use_blocked_form(channels, out_w, lanes, stride):
             block = fit_lanes(channels, lanes)  # a full vector of channels, else a half one (72, 88, 120)
-            return self._schedule_blocked(sch, conv, pad, kh * kw, out_w, macs, block, vector_registers(target))
+            return self._schedule_blocked(sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target))
 
         writeback = cache_write_and_inline_epilogue(sch, conv)
         n, c, oh, ow, rc, rh, rw = sch.get_loops(conv)
@@ -238,7 +266,7 @@ class DepthwiseConv2dNCHW:
             sch.reorder(n, c, oh, rc, rh, rw, ow)
             row_loop = oh
         plane = sch.fuse(n, c)
-        if macs >= DEPTHWISE_PARALLEL_MIN_MACS:
+        if parallel:
             sch.parallel(plane)
         width = fit_lanes(chunk, lanes)
         if width is not None and width < chunk:
@@ -271,7 +299,7 @@ class DepthwiseConv2dNCHW:
         return sch
 
     @staticmethod
-    def _schedule_blocked(sch, conv, pad, taps, out_w, macs, lanes, registers, weighted=True):
+    def _schedule_blocked(sch, conv, pad, taps, out_w, parallel, lanes, registers, weighted=True):
         """Channels in vectors: the padded input copied per block of `lanes` channels into
         [h][w][lanes] (a transpose, once per input element), the weight packed to
         [c / lanes][kh][kw][lanes] at compile time, accumulators [T columns][lanes] in registers,
@@ -293,7 +321,7 @@ class DepthwiseConv2dNCHW:
         owo, owi = sch.split(ow, [None, t])
         sch.reorder(n, cb, oh, owo, *reduction, owi, ci)
         plane = sch.fuse(n, cb)
-        if macs >= DEPTHWISE_PARALLEL_MIN_MACS:
+        if parallel:  # depthwise_runs_parallel's verdict
             sch.parallel(plane)
         sch.vectorize(ci)
         sch.unroll(owi)

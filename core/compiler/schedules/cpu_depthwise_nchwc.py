@@ -39,7 +39,7 @@ from .cpu_common import (
     vector_lanes,
     vector_registers,
 )
-from .cpu_depthwise import DEPTHWISE_PARALLEL_MIN_MACS, inline_tail
+from .cpu_depthwise import buffer_bytes, depthwise_runs_parallel, inline_tail
 
 __all__ = ["DepthwiseConv2dNCHWc", "GlobalPoolNCHWc", "default_depthwise_tile", "depthwise_tiles"]
 
@@ -137,7 +137,8 @@ class DepthwiseConv2dNCHWc:
         macs = 1
         for extent in extents:
             macs *= extent
-        return {"conv": conv, "extents": extents, "pad": pad, "stride": _stride(stmt, extents), "macs": macs,
+        moved = buffer_bytes(stmt.reads[0].source) + buffer_bytes(stmt.writes[0].source)
+        return {"conv": conv, "extents": extents, "pad": pad, "stride": _stride(stmt, extents), "macs": macs, "bytes": moved,
                 "lanes": vector_lanes(target), "registers": vector_registers(target)}
 
     def _default(self, info) -> dict:
@@ -210,7 +211,7 @@ class DepthwiseConv2dNCHWc:
             oho = oh
             sch.reorder(n, chunk, oho, owo, rh, rw, owi, b)
         sch.reverse_compute_at(writeback, owo)
-        parallel_work = info["macs"] >= DEPTHWISE_PARALLEL_MIN_MACS
+        parallel_work = depthwise_runs_parallel(info["macs"], info["bytes"])
         if pad_at == "plane":
             plane = sch.fuse(n, chunk)
             if parallel_work:

@@ -5,9 +5,12 @@ reduction iterator, as LegalizeOps writes `matmul`. The schedule:
 
 1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; an activation: a cheap copy
    per call), so the inner loop streams B contiguously;
-2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors; GEMM:
-   up to 6 rows x 2 vectors), A broadcast, B one vector load per register;
-3. loops: batch, i/TI, j/VB (fused, parallel) | k | TI (unrolled) | VB (vectorized);
+2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors, the
+   columns padded to whole tiles rather than fewer accumulators; GEMM: up to 6 rows x 2
+   vectors), A broadcast, B one vector load per register;
+3. loops: batch, i/TI, j/VB (fused, parallel) | k | TI (unrolled) | VB (vectorized); a GEMV
+   with a big weight runs that loop in parallel even below the GEMM's work threshold: each
+   thread streams its own contiguous part of the packed weight (see `runs_parallel`);
 4. the accumulator is written back once with bias, activation etc. inlined.
 
 Symbolic batch or row counts (a model's batch dimension) keep one row per tile. Not matched
@@ -33,7 +36,7 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["Matmul", "choose_matmul_tile"]
+__all__ = ["Matmul", "choose_matmul_tile", "gemv_columns", "runs_parallel"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,18 +45,59 @@ logger = logging.getLogger(__name__)
 # and beside a busy process a parallel kernel may wait a time slice for its second worker).
 PARALLEL_MIN_WORK_MATMUL = 1 << 20
 
+# A GEMV (a few rows: batch-1 dense, a classifier) does one multiply-add per weight element it
+# loads, so its time is the weight's bytes over one core's bandwidth, not its multiply-adds over
+# the FMA units: mobilenet_v3_small's 576x1024 and 1024x1000 layers (2.3 and 4 MB, 0.6 and 1.0 M
+# multiply-adds, both under the GEMM threshold) took 48 and 116 us on one Zen 4 core, ~40 GB/s.
+# Split over the columns, each thread streams its half of the packed weight and the second
+# core's bandwidth adds up (onnxruntime's MLAS GEMV splits the same way). From 512 KB a thread
+# has ~5 us or more of streaming, several times a spinning pool's wake-up; the mlp sample's
+# 784x128 GEMV (400 KB, ~10 us) stays on one thread as the GEMM rule measured.
+GEMV_MAX_ROWS = 4
+GEMV_PARALLEL_MIN_BYTES = 512 << 10
 
-def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR_REGISTERS) -> tuple[int, int]:
+
+def runs_parallel(rows: int | None, cols: int, depth: int, batch: int = 1, dtype_bytes: int = 4) -> bool:
+    """Whether a matmul of `batch` x [rows, depth] x [depth, cols] runs its column tiles (and
+    row tiles, batches) in parallel: enough multiply-adds to pay for waking the pool (a GEMM),
+    or a GEMV whose weight stream is big enough that two cores' bandwidth pays (see
+    GEMV_PARALLEL_MIN_BYTES). Symbolic rows count as one (the common deployment case)."""
+    rows = 1 if rows is None else rows
+    if rows * cols * depth * batch >= PARALLEL_MIN_WORK_MATMUL:
+        return True
+    return rows * batch <= GEMV_MAX_ROWS and cols * depth * batch * dtype_bytes >= GEMV_PARALLEL_MIN_BYTES
+
+
+def gemv_columns(cols: int, lanes: int) -> int | None:
+    """Columns per register tile of a one-row matmul, or None when padding would waste too much.
+
+    One row gives each vector of columns its own accumulator chain, a dependent FMA per step of
+    the reduction: four vectors keep four chains in flight (FMA latency 4 cycles, so one vector
+    is latency-bound at a quarter of the load rate). The widest of four, three, two or one vectors
+    whose padding stays within 1/16 of the columns: a classifier's 1000 columns take 4 x 16
+    lanes (padded to 1024, 2.4% more weight; it took 20-column tiles of 1.25 vectors, one
+    chain and a masked one), 48 columns three vectors, 10 columns none of them."""
+    for regs in (4, 3, 2, 1):
+        width = regs * lanes
+        if -cols % width <= cols // 16:
+            return width
+    return None
+
+
+def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR_REGISTERS, pad_gemv: bool = True) -> tuple[int, int]:
     """(TI, VB): rows and columns of C held in registers.
 
-    VB is one to four vectors (a batch-1 GEMV) or one or two (a GEMM) when whole vectors divide
-    the columns; otherwise the widest divisor that is a multiple of 4 (24 columns with 16 lanes:
-    one and a half vectors), and failing that one vector whose last tile is padded (10 columns,
-    a ViT's 197 attention columns). TI rows divide the rows when a divisor keeps at least half
-    the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
+    VB is one to four vectors for a batch-1 GEMV (`gemv_columns`: padded when that costs little;
+    with `pad_gemv` False, as for symbolic rows, only whole vectors dividing the columns), one or
+    two for a GEMM when whole vectors divide the columns; otherwise the widest divisor that is a
+    multiple of 4 (24 columns with 16 lanes: one and a half vectors), and failing that one vector
+    whose last tile is padded (10 columns, a ViT's 197 attention columns). TI rows divide the
+    rows when a divisor keeps at least half the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
     one zero-filled copy of the operand (the weight's at compile time) and a few wasted lanes,
     far less than leaving the kernel unvectorized; the tile height is chosen to pad the fewest rows.
     """
+    if rows == 1 and pad_gemv and (width := gemv_columns(cols, lanes)) is not None:
+        return 1, width
     if rows == 1 and cols % lanes == 0:
         for regs in (4, 2, 1):
             if cols % (lanes * regs) == 0:
@@ -79,7 +123,8 @@ class Matmul:
 
     name = "cpu.Matmul"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 1
+    # (2: a one-row GEMV's default tile is gemv_columns')
+    space_version = 2
 
     @staticmethod
     def _find(sch):
@@ -151,7 +196,8 @@ class Matmul:
         transposed = b_names[-1] == k_var  # B[..., j, k]
         rows, cols = extents[-3], extents[-2]
         lanes = vector_lanes(target)
-        ti, vb = choose_matmul_tile(1 if rows is None else rows, cols, lanes, vector_registers(target))
+        # symbolic rows: one row per tile, columns padded no more than a GEMM's would be
+        ti, vb = choose_matmul_tile(1 if rows is None else rows, cols, lanes, vector_registers(target), pad_gemv=rows is not None)
         if config is not None:
             ti, vb = int(config["ti"]), int(config["vb"])
             if ti < 1 or vb < 4 or vb % 4 or (rows is None and ti > 1):
@@ -192,10 +238,10 @@ class Matmul:
         parallel = sch.fuse(*batch, i_outer, j_outer)
         # symbolic batch/rows count as 1: the common deployment case, where a parallel launch
         # (waking the pool's threads, tens of microseconds) costs more than a small GEMV saves
-        work = cols * extents[-1]
-        for extent in extents[:-2]:
-            work *= extent or 1
-        if work >= PARALLEL_MIN_WORK_MATMUL:
+        batch_count = 1
+        for extent in extents[:-3]:
+            batch_count *= extent or 1
+        if runs_parallel(rows, cols, extents[-1], batch_count, _dtype_bytes(stmt)):
             sch.parallel(parallel)
         sch.vectorize(j_inner)
         sch.unroll(i_inner)
@@ -217,6 +263,11 @@ class Matmul:
         sch.pad_einsum(block, padding)
         added = [sch.get(b).name_hint for b in root_blocks(sch) if sch.get(b).name_hint not in before]
         return tuple(added)
+
+
+def _dtype_bytes(stmt) -> int:
+    """Bytes per element of the block's output (float32: 4)."""
+    return max(1, stmt.writes[0].source.dtype.bits // 8)
 
 
 def _inline_elementwise_tail(sch, block) -> None:
