@@ -6,7 +6,8 @@ data from the caches, and a schedule that splits well over the threads alone may
 neighbours. EfficientNet-B0 once measured 1.14-1.16x slower tuned than untuned. So after tuning,
 the untuned build and the build with the records are compiled both and timed in alternating
 blocks in this process (`time_alternating`), and the records are kept only where the tuned build
-wins by a margin at the median and is not slower at p10 (`decide`), twice in a row. When the whole
+wins by a margin at the median and block by block, and is not slower at p10 (`decide`), twice in a
+row. When the whole
 set loses, subsets are tried within the time left: the records with the largest kernel-level wins
 first, half of them, then half of that (`candidate_subsets`).
 
@@ -56,8 +57,8 @@ logger = logging.getLogger(__name__)
 # project's shared 2-core KVM host two identical builds differ by 10-30% from run to run, and a
 # difference inside the noise is as likely a loss.
 AB_MARGIN = 0.02
-AB_BLOCKS = 8  # alternating blocks per comparison (each build timed in every one)
-BLOCK_S = 0.25  # seconds per build per block
+AB_BLOCKS = 12  # alternating blocks per comparison (each build timed in every one)
+BLOCK_S = 0.15  # seconds per build per block
 # the share of a tuning budget kept for the A/B (the first comparison runs even when it is spent)
 AB_SHARE = 0.25
 
@@ -73,11 +74,19 @@ def percentile(times: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def decide(untuned_ms: list[float], tuned_ms: list[float], margin: float = AB_MARGIN) -> bool:
-    """True when the tuned build won: its median at least `margin` below the untuned one's, and its
-    p10 (the runs least disturbed by the machine) not above the untuned p10."""
-    return (percentile(tuned_ms, 50) <= percentile(untuned_ms, 50) * (1.0 - margin)
-            and percentile(tuned_ms, 10) <= percentile(untuned_ms, 10))
+def decide(untuned: list[list[float]], tuned: list[list[float]], margin: float = AB_MARGIN) -> bool:
+    """True when the tuned build won. `untuned`, `tuned`: ms per run in blocks, block i of each
+    timed next to the other's (time_alternating). Won means all three: its median over all runs at
+    least `margin` below the untuned one; its p10 (the runs least disturbed by the machine) not
+    above the untuned p10; and block by block, the median of the ratios tuned / untuned (each
+    ratio of two blocks a fraction of a second apart, so a load that comes and goes between
+    blocks cancels) at least `margin` below 1."""
+    a = [t for block in untuned for t in block]
+    b = [t for block in tuned for t in block]
+    paired = [percentile(tb, 50) / percentile(ub, 50) for ub, tb in zip(untuned, tuned) if ub and tb]
+    return (percentile(b, 50) <= percentile(a, 50) * (1.0 - margin)
+            and percentile(b, 10) <= percentile(a, 10)
+            and bool(paired) and percentile(paired, 50) <= 1.0 - margin)
 
 
 def candidate_subsets(wins: dict[str, float]) -> list[list[str]]:
@@ -113,12 +122,12 @@ class ABTrial:
 
 def search_subsets(
     wins: dict[str, float],
-    measure: Callable[[list[str]], tuple[list[float], list[float]]],
+    measure: Callable[[list[str]], tuple[list[list[float]], list[list[float]]]],
     time_left: Callable[[], float] = lambda: float("inf"),
     confirm: bool = True,
 ) -> tuple[list[str], list[ABTrial]]:
-    """(the records to keep, the trials made). `measure(records)` -> (untuned ms, tuned ms) times
-    the untuned build against the one with `records`. The subsets of `candidate_subsets` are tried
+    """(the records to keep, the trials made). `measure(records)` -> (untuned ms, tuned ms, each in
+    blocks) times the untuned build against the one with `records`. The subsets of `candidate_subsets` are tried
     in turn; the first that wins (`decide`), and with `confirm` wins again in a second
     measurement, is kept. All sets are tried while `time_left()` (seconds) exceeds the time the
     previous trial took; the first is always tried. [] when none won."""
@@ -131,8 +140,8 @@ def search_subsets(
         trial = ABTrial(subset)
         for _ in range(2 if confirm else 1):
             untuned, tuned = measure(subset)
-            trial.untuned_ms += untuned
-            trial.tuned_ms += tuned
+            trial.untuned_ms += [t for block in untuned for t in block]
+            trial.tuned_ms += [t for block in tuned for t in block]
             if not decide(untuned, tuned):
                 break
         else:
@@ -145,8 +154,8 @@ def search_subsets(
 
 
 def time_alternating(run_a: Callable[[], object], run_b: Callable[[], object], *, blocks: int | None = None,
-                     block_s: float | None = None, cancel: Callable[[], bool] | None = None) -> tuple[list[float], list[float]]:
-    """ms per run of `run_a` and `run_b` (each runs the model once), timed in `blocks` alternating
+                     block_s: float | None = None, cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+    """ms per run of `run_a` and `run_b` (each runs the model once), per block, timed in `blocks` alternating
     blocks (a, b, then b, a, ...: a slow drift of the machine hits both alike) after a warm-up of
     each, so both are timed in steady state. Runs per block: what fills `block_s`, at least 3.
     (Defaults: AB_BLOCKS, BLOCK_S.)"""
@@ -165,14 +174,14 @@ def time_alternating(run_a: Callable[[], object], run_b: Callable[[], object], *
     timed(run_a, 3), timed(run_b, 3)
     per_run = (time.perf_counter() - started) / 6  # with the timing loop's own cost
     runs = max(3, int(block_s / max(per_run, 1e-6)))
-    a: list[float] = []
-    b: list[float] = []
+    a: list[list[float]] = []
+    b: list[list[float]] = []
     for index in range(blocks):
         if cancel is not None and cancel():
             break
         pair = ((run_a, a), (run_b, b)) if index % 2 == 0 else ((run_b, b), (run_a, a))
         for run, out in pair:
-            out.extend(timed(run, runs))
+            out.append(timed(run, runs))
     return a, b
 
 
@@ -213,7 +222,7 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
     run_untuned = build(mod)
     builds: dict[tuple, Callable] = {}
 
-    def measure(records: list[str]) -> tuple[list[float], list[float]]:
+    def measure(records: list[str]) -> tuple[list[list[float]], list[list[float]]]:
         if tuple(records) not in builds:
             builds.clear()  # one tuned build alive at a time
             say(f"model-level A/B: building the model with {len(records)} of {len(candidates)} records")

@@ -21,6 +21,10 @@ from tests.conftest import sample
 UNTUNED = [10.0, 10.2, 10.4, 10.1, 10.3, 11.0, 12.0, 10.0, 10.1, 10.2]
 
 
+def _blocks(times: list[float], n: int = 4) -> list[list[float]]:
+    return [list(times) for _ in range(n)]
+
+
 def test_percentile_interpolates():
     assert percentile([4.0, 1.0, 3.0, 2.0, 5.0], 50) == 3.0
     assert percentile([1.0, 2.0], 10) == pytest.approx(1.1)
@@ -28,13 +32,24 @@ def test_percentile_interpolates():
 
 
 def test_tuned_is_kept_only_when_faster_by_the_margin_and_not_slower_at_p10():
-    assert decide(UNTUNED, [t * 0.95 for t in UNTUNED])
-    assert not decide(UNTUNED, [t * 0.99 for t in UNTUNED])  # inside the 2% margin
-    assert not decide(UNTUNED, [t * 1.05 for t in UNTUNED])
+    untuned = _blocks(UNTUNED)
+    assert decide(untuned, _blocks([t * 0.95 for t in UNTUNED]))
+    assert not decide(untuned, _blocks([t * 0.99 for t in UNTUNED]))  # inside the 2% margin
+    assert not decide(untuned, _blocks([t * 1.05 for t in UNTUNED]))
     # 5% faster at the median, but the untuned build's undisturbed runs (p10) were faster still
-    untuned = [8.0, 8.0] + [10.0] * 8
-    assert not decide(untuned, [9.5] * 10)
-    assert decide(untuned, [7.9] * 2 + [9.5] * 8)
+    untuned = _blocks([8.0, 8.0] + [10.0] * 8)
+    assert not decide(untuned, _blocks([9.5] * 10))
+    assert decide(untuned, _blocks([7.9] * 2 + [9.5] * 8))
+
+
+def test_tuned_must_win_block_by_block_not_only_in_the_pooled_runs():
+    """Load that came while the untuned build's blocks 3 and 4 ran makes the pooled medians favour
+    the tuned build; side by side, block by block, it lost 3 of 4."""
+    untuned = [[12.0] * 5, [12.0] * 5, [20.0] * 5, [20.0] * 5]
+    tuned = [[11.9] + [12.5] * 4, [11.9] + [12.5] * 4, [11.9] + [12.5] * 4, [21.0] * 5]
+    assert percentile([t for b in tuned for t in b], 50) < 0.9 * percentile([t for b in untuned for t in b], 50)
+    assert not decide(untuned, tuned)
+    assert decide(untuned, [[11.0] * 5, [11.0] * 5, [11.0] * 5, [19.0] * 5])
 
 
 def test_subsets_drop_the_smallest_kernel_level_wins_first():
@@ -48,7 +63,7 @@ def _measure(tuned_ms, calls):
     """A measure function of synthetic timings: tuned_ms(records, call number) for the tuned build."""
     def measure(records):
         calls.append(list(records))
-        return list(UNTUNED), [tuned_ms(records, len(calls)) * t / 10.0 for t in UNTUNED]
+        return _blocks(UNTUNED), _blocks([tuned_ms(records, len(calls)) * t / 10.0 for t in UNTUNED])
     return measure
 
 
