@@ -155,9 +155,9 @@ def build_vm(proto, target, database: str | None = None, schedule: bool = True):
     mod = relax_to_fused_tir(proto)
     with target:
         if database is not None:
-            from core.compiler.tuning import tuning_pass
+            from core.compiler.tuning import apply_database_pass
 
-            mod = tuning_pass(target, trials=0, database=database)(mod)
+            mod = apply_database_pass(target, database)(mod)
         if schedule:
             mod = schedule_pass(target)(mod)
     ex = tvm.compile(mod, target)
@@ -406,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
                 tuning = artifact.manifest.get("tuning") or {}
                 if tuning.get("summary"):
                     print(f"  tuning {name}: {tuning['summary']}", flush=True)
+                if tuning.get("model_ab"):
+                    from core.compiler.tuning_ab import describe_ab
+
+                    print(f"  tuning {name}: {describe_ab(tuning['model_ab'])}", flush=True)
                 covered, kernels = int(tuning.get("kernels_from_database", 0)), int(tuning.get("kernels", 0))
                 tvm_tuned = artifact.vm() if covered else None
             else:

@@ -157,6 +157,10 @@ def run(args) -> int:
         if tuning:
             done = f"{tuning['summary']}; " if tuning.get("summary") else ""
             print(f"tuning: {done}{tuning['kernels_from_database']}/{tuning['kernels']} kernels use tuned schedules (database {tuning['database']})")
+            if tuning.get("model_ab"):
+                from core.compiler.tuning_ab import describe_ab
+
+                print(describe_ab(tuning["model_ab"]))
         print(f"artifact: {folder} ({', '.join(m.get('files', []))})")
         print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
     return 0

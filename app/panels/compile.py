@@ -13,7 +13,9 @@
   here, or on the devices behind a TVM RPC tracker given as HOST:PORT:KEY. Tuning runs inside the
   compile job: its progress shows in the bar and the status line, and Cancel stops it after the
   measuring round in progress (records measured so far stay in the database, so the next tuned
-  compile resumes). The results table says how many kernels run on tuned schedules.
+  compile resumes). After tuning, the whole model untuned and tuned are timed against each other
+  (core.compiler.tuning_ab) and only records that made the model faster are kept; the status line
+  and the results table show that A/B and how many kernels run on tuned schedules.
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
@@ -582,6 +584,10 @@ class CompilePanel(QWidget):
         tuning = m.get("tuning") or {}
         if tuning.get("kernels"):
             extra += f"; {tuning.get('kernels_from_database', 0)} of {tuning['kernels']} kernels on tuned schedules"
+        if tuning.get("model_ab"):
+            from core.compiler.tuning_ab import describe_ab
+
+            extra += f"; {describe_ab(tuning['model_ab'])}"
         if res is None:
             from core.compiler.target import foreign_code
 
@@ -898,6 +904,10 @@ def _tuning_rows(tuning: dict | None) -> list[tuple[str, str, str]]:
         rows.append(("Tuning", tuning.get("summary") or f"{tuning['trials']} trials per kernel", ""))
     if tuning.get("kernels"):
         rows.append(("Kernels on tuned schedules", f"{tuning.get('kernels_from_database', 0)} of {tuning['kernels']} (from the database)", ""))
+    if tuning.get("model_ab"):
+        from core.compiler.tuning_ab import describe_ab
+
+        rows.append(("Model-level A/B", describe_ab(tuning["model_ab"]).removeprefix("model-level A/B: "), ""))
     return rows
 
 

@@ -153,7 +153,10 @@ def compile_model(
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
     database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
-    uses the fastest measured schedule per kernel. A `tune_db` alone only applies that
+    uses the fastest measured schedule per kernel. On CPU code this host runs, tuning ends with a
+    model-level A/B (core.compiler.tuning_ab: the whole model untuned against tuned, timed
+    alternately here), and this compile and later ones of the model apply only the records that
+    made the model faster there. A `tune_db` alone only applies that
     database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
     template search is CPU-only, so a CUDA tuning is MetaSchedule's search against dlight's
     defaults). It reports through `progress` (5-55 %) and stops after the measuring round in
@@ -211,8 +214,17 @@ def compile_model(
             from .tuning import parse_rpc_address, rpc_runner
 
             runner = rpc_runner(*parse_rpc_address(tune_rpc))
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner)
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
+        rest = front[tune_at:] + back
+        build = None
+        if tune and target == "cpu" and not foreign and not tune_rpc:
+            # the model-level A/B after tuning compiles the fused module the rest of the way, here
+            def build(mod):
+                built = Artifact(library=pipe.codegen(pipe.run(mod, rest), cancel=cancel), target=target, inputs=inputs,
+                                 outputs=outputs, manifest={"target": {"cpu": built_for}})
+                args = built.to_device(random_feeds(inputs, dims=verify_dims, model=proto))
+                return lambda: built.run_device(args)
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build)
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
@@ -338,6 +350,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | 
         "summary": step.summary,
         "kernels": step.kernels,
         "kernels_from_database": step.from_database,
+        "model_ab": step.model_ab,
     }
 
 
@@ -388,8 +401,10 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None, runner=None):
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None,
+                 runner=None, build=None):
         self.summary: str | None = None
+        self.model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning_ab)
         self.kernels = self.from_database = 0
 
         def progress(frac, msg=""):
@@ -399,7 +414,7 @@ class _TuningStep:
             report(f"tuning: {msg}" if msg else "tuning", _TUNE_START + (_TUNE_END - _TUNE_START) * frac)
 
         try:
-            from .tuning import tuning_pass
+            from .tuning_ab import tuning_pass
 
             self._pass = tuning_pass(
                 tvm_target,
@@ -409,10 +424,14 @@ class _TuningStep:
                 progress=progress,
                 cancel=cancel,
                 runner=runner,
-                on_report=lambda tuning_report: setattr(self, "summary", tuning_report.summary()),
+                on_report=self._heard,
+                build=build,
             )
         except ImportError as e:
             raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
+
+    def _heard(self, tuning_report) -> None:
+        self.summary, self.model_ab = tuning_report.summary(), tuning_report.model_ab
 
     def __call__(self, mod):
         before = _scheduled_kernels(mod)[0]

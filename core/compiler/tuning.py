@@ -31,6 +31,9 @@ search from scratch. Here:
 * **Budget**: kernels are tuned most expensive first (measured default time x how often the model
   calls it) until `budget_s` runs out; `trials_per_task` trials each, in rounds of
   `trials_per_round`. `progress(fraction, message)` reports, `cancel()` stops after the round.
+* **Model-level A/B** (core.compiler.tuning_ab, whose `tuning_pass` is compile's tuning step):
+  after tuning, the whole model untuned against the model with the records; only records that
+  win there are applied to that model.
 * **Scale-out**: pass `runner=rpc_runner(host, port, key)` to measure candidates on machines
   registered with a TVM RPC tracker (see `rpc_runner`).
 """
@@ -96,7 +99,6 @@ __all__ = [
     "tune_module",
     "apply_database_pass",
     "database_coverage",
-    "tuning_pass",
     "rpc_runner",
     "parse_rpc_address",
     "local_builder",
@@ -143,6 +145,7 @@ class TuningReport:
     cancelled: bool = False
     out_of_time: bool = False
     tasks: list[TaskResult] = field(default_factory=list)
+    model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning_ab), when one ran
 
     def summary(self) -> str:
         tuned = sum(1 for t in self.tasks if t.trials or t.template_ms is not None)
@@ -420,11 +423,16 @@ def tune_module(
 
     report_progress(0.0, "extracting kernels")
     tasks = extract_tasks(mod, target)
-    builder = builder or local_builder()
     # template winners are confirmed at the thread count the model runs on (an RPC runner
-    # measures on its device as that device runs)
-    confirm_runner = confirm_runner or runner or local_runner(threads=_cores(target))
-    runner = runner or local_runner()
+    # measures on its device as that device runs). Local builders and runners start worker
+    # processes (seconds, and as long again to stop): made only once something is measured.
+    made = {"builder": builder, "runner": runner, "confirm": confirm_runner or runner}
+
+    def tools():
+        made["builder"] = made["builder"] or local_builder()
+        made["confirm"] = made["confirm"] or local_runner(threads=_cores(target))
+        made["runner"] = made["runner"] or local_runner()
+        return made["builder"], made["runner"], made["confirm"]
     work_dir = str(folder / "logs")
 
     # Measure what the defaults cost where nothing is known yet, to tune where the time goes.
@@ -450,6 +458,7 @@ def tune_module(
         elif not _stop(report, cancel, deadline):
             if _has_template(task_mod["main"], target):
                 report_progress(span * index / max(len(by_work), 1), f"template search: {result.name}")
+                builder, runner, confirm_runner = tools()
                 found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline, confirm_runner=confirm_runner)
                 if found is not None:
                     found["name"] = result.name
@@ -473,6 +482,7 @@ def tune_module(
             break
         if result.default_ms is None:
             report_progress(0.6, f"measuring default schedule of {result.name}")
+            builder, runner, confirm_runner = tools()
             secs = _measure_default(task_mod, target, builder, runner)
             if secs is not None:
                 # Kept beside the database, not in it: MetaSchedule's layout-rewrite postprocessor
@@ -497,6 +507,7 @@ def tune_module(
             )
 
         on_round()
+        builder, runner, confirm_runner = tools()
         _worker_initializer()()  # TuneContext imports every tensor intrinsic: do it the fast way
         _reset_meta_schedule_logging()
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
@@ -575,33 +586,3 @@ def _cores(target) -> int:
 
     cores = target.attrs.get("num-cores") if target.attrs is not None else None
     return int(cores) if cores else host_cores()
-
-
-def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | None = None, progress=None, cancel=None, runner=None, on_report=None):
-    """What compile inserts before its "scheduled TIR" step: tune into the database folder, then
-    apply it. Tuning runs when `budget_s` is given (seconds for the model) or `trials` > 0
-    (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
-    with neither, the database is only applied. `on_report(TuningReport)` hears how it went."""
-    import tvm
-
-    apply = apply_database_pass(target, database)
-
-    @tvm.transform.module_pass(opt_level=0, name="MetaScheduleTuning")
-    def _pass(mod, _ctx):
-        if trials > 0 or budget_s is not None:
-            report = tune_module(
-                mod,
-                target,
-                database,
-                budget_s=600.0 if budget_s is None else budget_s,
-                trials_per_task=trials,
-                progress=progress,
-                cancel=cancel,
-                runner=runner,
-            )
-            logger.info("tuning: %s", report.summary())
-            if on_report is not None:
-                on_report(report)
-        return apply(mod)
-
-    return _pass

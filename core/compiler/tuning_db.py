@@ -14,6 +14,7 @@ import logging
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from ..errors import WorkbenchError
 
@@ -36,6 +37,11 @@ __all__ = [
     "search_records",
     "search_option",
     "schedule_from_record",
+    "MODEL_AB_FILE",
+    "model_key",
+    "load_model_ab",
+    "save_model_ab",
+    "database_records",
 ]
 
 logger = logging.getLogger(__name__)
@@ -46,6 +52,9 @@ TEMPLATES_FILE = "templates.json"
 # progress.json, per workload: which MetaSchedule record won (or none did) when the fastest
 # records were measured again beside the default at the model's thread count (core.compiler.tuning)
 SEARCH_CONFIRMED = "search_confirmed"
+# per model (model_key): the outcome of core.compiler.tuning_ab's model-level A/B, i.e. which of
+# the records the database has for the model's kernels a compile of that model applies
+MODEL_AB_FILE = "model_ab.json"
 
 
 def default_database_root() -> Path:
@@ -232,43 +241,114 @@ def database_coverage(mod, target, database=None) -> tuple[int, int]:
     return known, len(funcs)
 
 
-def apply_database_pass(target, database=None):
+def model_key(mod) -> str:
+    """The database's key of a whole model: a hash of its kernels' workload keys (the fused module
+    as the tuning pass sees it, weights marked layout-free; kernels already scheduled left out).
+    The same model through the same pipeline has the same key, whatever its file is called."""
+    import hashlib
+
+    import tvm
+
+    keys = sorted(
+        _workload_key(_task_module(f))
+        for _, f in _prepare(mod).functions_items()
+        if isinstance(f, tvm.tirx.PrimFunc) and not (f.attrs is not None and "tirx.is_scheduled" in f.attrs)
+    )
+    return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:16]
+
+
+def load_model_ab(root, target) -> dict[str, dict]:
+    """model_ab.json of the database folder for `target`: model key -> A/B outcome ({} when none)."""
+    return _load_json(database_dir(root, target), MODEL_AB_FILE)
+
+
+def save_model_ab(root, target, key: str, outcome: dict) -> None:
+    """File the A/B outcome of the model `key` (replacing an earlier one)."""
+    folder = database_dir(root, target)
+    folder.mkdir(parents=True, exist_ok=True)
+    outcomes = _load_json(folder, MODEL_AB_FILE)
+    outcomes[key] = outcome
+    _save_json(folder, MODEL_AB_FILE, outcomes)
+
+
+def _dropped_by_ab(folder: Path, mod) -> set[str]:
+    """Workload keys the model's A/B tried and did not keep: `candidates` less `records`. A record
+    the A/B never saw (a kernel tuned or filed by hand since, or a model it never measured) is
+    not in it, so it applies as it did before A/Bs existed."""
+    outcomes = _load_json(folder, MODEL_AB_FILE)
+    outcome = outcomes.get(model_key(mod)) if outcomes else None
+    if not outcome:
+        return set()
+    return set(outcome.get("candidates", {})) - set(outcome.get("records", []))
+
+
+def _database_schedules(mod, target, database, only: set[str] | None, skip: set[str]) -> tuple[Any, dict[str, str]]:
+    """(`mod` with the database's tuned schedules applied, {workload key: which record, e.g.
+    'template 0.0123 ms' or 'search 0.0456 ms'} of the kernels that got one). Only workloads in
+    `only` (all when None) and not in `skip`."""
+    import tvm
+
+    folder = database_dir(database, target)
+    have_search = (folder / "database_workload.json").exists()
+    templates = _load_templates(folder)
+    if not have_search and not templates:
+        return mod, {}
+    db = open_database(database, target) if have_search else None
+    saved = _load_progress(folder)
+    mod = _prepare(mod)
+    updated, applied = {}, {}
+    for gvar, func in mod.functions_items():
+        if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
+            continue
+        task_mod = _task_module(func)
+        key = _workload_key(task_mod)
+        if key in skip or (only is not None and key not in only):
+            continue
+        template = templates.get(key)
+        options = _schedule_options(key, task_mod, template, db, saved)
+        choice = _choose(options)
+        if choice in (None, "default"):
+            continue
+        scheduled = None
+        if choice == "template":
+            scheduled = _apply_template(func, target, template, gvar.name_hint)
+        elif choice == "search":
+            scheduled = _apply_search_record(search_option(db, task_mod, saved.get(key, {}))[0], task_mod, gvar.name_hint)
+        if scheduled is not None:
+            updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
+            applied[key] = f"{choice} {dict(options)[choice]:.6g} ms"
+    for gvar, func in updated.items():
+        mod[gvar] = func
+    return mod, applied
+
+
+def database_records(mod, target, database=None) -> dict[str, str]:
+    """{workload key: which record ('template 0.0123 ms', 'search 0.0456 ms')}: the kernels of the
+    fused module `mod` the database gives a tuned schedule, before any model-level A/B outcome is
+    taken into account. (A record re-tuned since an A/B has another figure: the A/B is redone.)"""
+    return _database_schedules(mod, target, database, None, set())[1]
+
+
+def apply_database_pass(target, database=None, only=None):
     """A module pass that gives every kernel the database knows its fastest tuned schedule -
     unless the default schedule measured faster (then schedule_pass schedules it as usual).
-    Kernels it applies are marked scheduled; the rest are left to schedule_pass."""
+    Kernels it applies are marked scheduled; the rest are left to schedule_pass.
+
+    Where a model-level A/B (core.compiler.tuning_ab) measured this model (model_key), the records
+    it did not keep are left out, so the compiled model is no slower than untuned on this host as
+    far as the A/B could tell; records the A/B never saw apply as before. `only` (workload keys)
+    applies exactly those records that are in it and ignores the A/B's outcome (the A/B's own
+    candidate builds)."""
     import tvm
-    from tvm import s_tir
 
     @tvm.transform.module_pass(opt_level=0, name="ApplyTuningDatabase")
     def _pass(mod, _ctx):
         folder = database_dir(database, target)
-        have_search = (folder / "database_workload.json").exists()
-        templates = _load_templates(folder)
-        if not have_search and not templates:
+        if only is not None:
+            return _database_schedules(mod, target, database, set(only), set())[0]
+        if not (folder / "database_workload.json").exists() and not (folder / TEMPLATES_FILE).exists():
             return mod
-        db = open_database(database, target) if have_search else None
-        saved = _load_progress(folder)
-        mod = _prepare(mod)
-        updated = {}
-        for gvar, func in mod.functions_items():
-            if not isinstance(func, tvm.tirx.PrimFunc) or (func.attrs is not None and "tirx.is_scheduled" in func.attrs):
-                continue
-            task_mod = _task_module(func)
-            key = _workload_key(task_mod)
-            template = templates.get(key)
-            choice = _choose(_schedule_options(key, task_mod, template, db, saved))
-            if choice in (None, "default"):
-                continue
-            scheduled = None
-            if choice == "template":
-                scheduled = _apply_template(func, target, template, gvar.name_hint)
-            elif choice == "search":
-                scheduled = _apply_search_record(search_option(db, task_mod, saved.get(key, {}))[0], task_mod, gvar.name_hint)
-            if scheduled is not None:
-                updated[gvar] = scheduled.without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
-        for gvar, func in updated.items():
-            mod[gvar] = func
-        return mod
+        return _database_schedules(mod, target, database, None, _dropped_by_ab(folder, mod))[0]
 
     return _pass
 

@@ -209,6 +209,14 @@ def test_results_table_reports_tuning(window):
     assert rows["Tuning"] == tuning["summary"]
     assert rows["Kernels on tuned schedules"].startswith("12 of 23")
     assert "12 of 23 kernels on tuned schedules" in panel.status.text()
+    assert "Model-level A/B" not in rows
+    # the model-level A/B after tuning: its line in the status and the table
+    tuning["model_ab"] = {"records": ["k1"], "candidates": {"k1": "template", "k2": "search"}, "untuned_ms": 9.5,
+                          "tuned_ms": 8.75, "untuned_p10_ms": 9.0, "tuned_p10_ms": 8.5}
+    panel._show_results()
+    rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text() for r in range(panel.table.rowCount())}
+    assert rows["Model-level A/B"] == "untuned 9.5 ms, tuned 8.75 ms (p10 9 vs 8.5 ms), kept 1 of 2 records"
+    assert "model-level A/B: untuned 9.5 ms, tuned 8.75 ms" in panel.status.text()
     panel.artifact.manifest["tuning"] = None
     panel._show_results()
     assert not any(panel.table.item(r, 0).text().startswith("Tuning") for r in range(panel.table.rowCount()))

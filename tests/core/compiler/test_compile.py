@@ -155,9 +155,9 @@ def test_cuda_tuning_without_a_gpu_is_refused_in_one_sentence():
 
 
 def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp_path):
-    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning.tuning_pass,
+    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning_ab.tuning_pass,
     maps its progress into 5-55 % without the bar running backwards, and records what it did."""
-    from core.compiler import tuning
+    from core.compiler import tuning_ab as tuning
 
     seen = {}
 
