@@ -470,7 +470,8 @@ class Conv2dNCHWc:
     The layout already is what the NCHW rule builds per call: weights are constants in
     OIHW{b}i{b}o (packed once, by FoldWeights), the b input channels of a pixel are contiguous and
     the b output channels of a pixel are one vector, so no copy is made. Each thread computes
-    TH rows x T columns x b channels in registers (`choose_conv_tile`), loops
+    TH rows x T columns x b channels in registers (`choose_conv_tile`; one row for a 1x1 conv
+    whose pixel is a whole cache line, see `_default_tile`), loops
     n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
     (vectorized), and writes each tile back once with the fused epilogue (bias, batch-norm,
     residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy.
