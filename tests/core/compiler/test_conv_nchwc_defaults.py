@@ -1,0 +1,130 @@
+"""The channel-blocked conv rule's defaults for ResNet-50's 1x1 convs: the grouped order of strided
+1x1 convs (its downsampling projections) and the one-row tile of 1x1 convs with 16-lane blocks.
+Which shapes take them, at both block widths (codegen only), and such convs with their fused bias,
+residual add and ReLU through the whole pipeline against onnxruntime, on this run's ISA (the AVX2
+pass of .ci/run repeats them with 8-channel blocks)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.helpers import ort_run, relax_through
+
+RTOL, ATOL = 1e-3, 1e-4
+
+
+@pytest.mark.parametrize(
+    "lanes,in_channels,out_channels,size,kernel,expected",
+    [
+        (8, 256, 512, 56, 1, 32),  # AVX2, 56 -> 28: 64 blocks of 8 KiB weights, the input re-read 64 times
+        (8, 512, 1024, 28, 1, 16),  # AVX2, 28 -> 14
+        (8, 1024, 2048, 14, 1, 1),  # 14 -> 7: the touched input (0.4 MiB) stays in L2
+        (16, 256, 512, 56, 1, 16),  # AVX-512, 56 -> 28: 32 blocks of 16 KiB
+        (16, 512, 1024, 28, 1, 1),  # a 16-lane pixel is a whole cache line: half the lines of AVX2's
+        (16, 128, 128, 56, 3, 1),  # 3x3 stride 2: not grouped
+    ],
+)
+def test_which_strided_convs_are_grouped(lanes, in_channels, out_channels, size, kernel, expected):
+    from core.compiler.schedules.cpu_conv import strided_1x1_group
+
+    out = (size - 1) // 2 + 1 if kernel == 1 else size // 2
+    padded = size + 2 * (kernel // 2)
+    extents = (1, out_channels // lanes, out, out, lanes, in_channels, kernel, kernel)
+    assert strided_1x1_group(extents, (1, in_channels // lanes, padded, padded, lanes)) == expected
+    if kernel == 1:  # the same conv at stride 1 never is
+        assert strided_1x1_group((1, out_channels // lanes, size, size, lanes, in_channels, 1, 1), (1, in_channels // lanes, size, size, lanes)) == 1
+
+
+def _projection_model(in_channels: int = 768, out_channels: int = 256, size: int = 28, stride: int = 2):
+    """1x1 conv (stride 2: as a ResNet downsampling block ends) + residual add + ReLU."""
+    rng = np.random.default_rng(0)
+    out = size // stride
+    w = numpy_helper.from_array((rng.standard_normal((out_channels, in_channels, 1, 1)) / np.sqrt(in_channels)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[1, 1], strides=[stride, stride]),
+            helper.make_node("Add", ["c", "r"], ["a"]),
+            helper.make_node("Relu", ["a"], ["y"]),
+        ],
+        "projection",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, size, size]),
+            helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, out_channels, out, out]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, out, out])],
+        [w, b],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_grouped_strided_projection_matches_onnxruntime():
+    """768 -> 256 channels, 28x28 -> 14x14: the default groups 4 of 16 blocks (AVX-512) or 8 of 32
+    (AVX2) per output row; the compiled model agrees with onnxruntime."""
+    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.target import make_target
+
+    target = make_target("cpu")
+    model = _projection_model()
+    configs = Conv2dNCHWc().candidates(_conv_kernel(model, target), target)
+    assert configs[0]["ocg"] == {16: 4, 8: 8}[vector_lanes(target)], configs[0]
+    assert {k: v for k, v in configs[0].items() if k != "ocg"} in configs  # the ungrouped order stays in the space
+
+    _check_against_onnxruntime(model, target, 768, 28, 256, 14)
+
+
+def _conv_kernel(model, target):
+    import tvm
+
+    fused = relax_through(model, target, "DeadCodeElimination")
+    (conv,) = [f for g, f in fused.functions_items() if "conv2d_NCHWc" in g.name_hint and isinstance(f, tvm.tirx.PrimFunc)]
+    return conv
+
+
+def _check_against_onnxruntime(model, target, in_channels, size, out_channels, out):
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((1, in_channels, size, size)).astype(np.float32), "r": rng.standard_normal((1, out_channels, out, out)).astype(np.float32)}
+    vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
+    got = vm["main"](*[tvm.runtime.tensor(feeds[k]) for k in ("x", "r")]).numpy()
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("mattr,tile", [(None, {"t": 7, "th": 1}), (["-avx512f"], {"t": 4, "th": 2})])
+def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile):
+    """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line),
+    the 4 x 2 tile with AVX2's 8 (codegen only: this host need not run AVX-512); a 3x3 conv
+    keeps 4 x 2."""
+    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu="znver4", mattr=mattr)
+    assert Conv2dNCHWc().candidates(_conv_kernel(_projection_model(32, 64, 28, stride=1), target), target)[0] == tile
+    conv3x3 = _conv_kernel(_conv3x3_model(), target)
+    assert Conv2dNCHWc().candidates(conv3x3, target)[0] == {"t": 4, "th": 2}
+
+
+def _conv3x3_model():
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array((rng.standard_normal((64, 32, 3, 3)) * 0.05).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+        "conv3x3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 28, 28])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_1x1_conv_with_residual_matches_onnxruntime():
+    """32 -> 64 channels at 28x28 with bias, residual add and ReLU (one row of 7 with AVX-512, 4 x 2
+    with AVX2) against onnxruntime."""
+    from core.compiler.target import make_target
+
+    _check_against_onnxruntime(_projection_model(32, 64, 28, stride=1), make_target("cpu"), 32, 28, 64, 28)
