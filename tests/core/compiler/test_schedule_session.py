@@ -140,6 +140,7 @@ def test_saved_trace_loads_back_as_steps(tmp_path):
         load_steps(tmp_path / "bad.json")
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_measure_gives_time_rate_and_baselines():
     s = open_session(MM_RELU, KERNEL)
@@ -177,6 +178,7 @@ def test_flops_and_bytes_estimates(kernels):
     assert estimate_bytes(func) == 196608
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     from core.compiler.compile import compile_model
@@ -197,6 +199,7 @@ def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     assert 'T.sblock("matmul_init")' in text and "i1_0" in text and "T.parallel(T.int64(128))" in text
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):
     s = open_session(MM_RELU, KERNEL, database=tmp_path)
@@ -214,6 +217,7 @@ def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):
     assert again.baselines()[2] == "search"
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_resnet50_conv_kernel_lists_splits_and_measures():
     kernels = list_kernels(light("resnet50"))

@@ -84,6 +84,7 @@ def test_cancel_before_the_first_kernel_tunes_nothing(tmp_path, target):
     assert "cancelled" in report.summary() and messages
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_tuned_kernels_are_reused_and_still_correct(tmp_path, target):
     import tvm
@@ -182,6 +183,7 @@ def _conv_model() -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_template_search_measures_the_default_and_applies_the_best_config(tmp_path, target):
     import json
@@ -232,6 +234,7 @@ def test_template_search_measures_the_default_and_applies_the_best_config(tmp_pa
     np.testing.assert_allclose(ours, ort_run(model, feeds)[0], rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.isa
 def test_every_conv_candidate_computes_the_same(target):
     """Each template config is a different schedule of the same computation."""
     import tvm
