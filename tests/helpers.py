@@ -12,24 +12,24 @@ import onnx
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(*args: str, timeout: float = 120, cwd: Path | str = ROOT) -> subprocess.CompletedProcess:
     """Run `python main.py ARGS` in a fresh process, as a user would: its own exit status, and
     stdout/stderr read from its file descriptors (so output from C++ or a crash counts too).
 
     The process is forked from a server that has imported the workbench, TVM and onnxruntime once
     (multiprocessing's forkserver): each of the suite's ~50 CLI runs then starts in milliseconds
     instead of paying ~1.5 s of imports. The command itself runs from main.main in the fresh
-    process, from the repository root, with the caller's environment; where that environment
+    process, in `cwd` (the repository root by default), with the caller's environment; where that environment
     differs from the server's (a test that set a variable), a plain `python main.py` runs instead,
     since modules imported in advance might have read it."""
     argv = [str(a) for a in args]
     if _forkserver_env is not None and dict(os.environ) != _forkserver_env:
-        return _run_fresh_interpreter(argv, timeout)
-    return _run_forked(argv, timeout)
+        return _run_fresh_interpreter(argv, timeout, cwd)
+    return _run_forked(argv, timeout, cwd)
 
 
-def _run_fresh_interpreter(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *argv], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
+def _run_fresh_interpreter(argv: list[str], timeout: float, cwd: Path | str = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "main.py"), *argv], check=False, capture_output=True, text=True, timeout=timeout, cwd=str(cwd))
 
 
 # modules every CLI command imports; the forkserver imports them once
@@ -37,11 +37,11 @@ _PRELOAD = ["main", "cli", "numpy", "onnx", "onnxruntime", "tvm", "tvm.relax", "
 _forkserver_env: dict[str, str] | None = None
 
 
-def _cli_child(argv: list[str], out_path: str, err_path: str) -> None:
+def _cli_child(argv: list[str], out_path: str, err_path: str, cwd: str) -> None:
     """In the forked process: fds 1 and 2 to files, then main.main(argv) as `python main.py` runs it."""
     import traceback
 
-    os.chdir(ROOT)
+    os.chdir(cwd)
     for fd, path in ((1, out_path), (2, err_path)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(target, fd)
@@ -68,7 +68,7 @@ def _cli_child(argv: list[str], out_path: str, err_path: str) -> None:
     os._exit(status)
 
 
-def _run_forked(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+def _run_forked(argv: list[str], timeout: float, cwd: Path | str) -> subprocess.CompletedProcess:
     import multiprocessing
     import tempfile
 
@@ -79,7 +79,7 @@ def _run_forked(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         _forkserver_env = dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
         out_path, err_path = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        process = ctx.Process(target=_cli_child, args=(argv, out_path, err_path))
+        process = ctx.Process(target=_cli_child, args=(argv, out_path, err_path, str(cwd)))
         process.start()
         process.join(timeout)
         if process.exitcode is None:
