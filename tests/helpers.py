@@ -19,13 +19,18 @@ def run_cli(*args: str, timeout: float = 120, cwd: Path | str = ROOT) -> subproc
     The process is forked from a server that has imported the workbench, TVM and onnxruntime once
     (multiprocessing's forkserver): each of the suite's ~50 CLI runs then starts in milliseconds
     instead of paying ~1.5 s of imports. The command itself runs from main.main in the fresh
-    process, in `cwd` (the repository root by default), with the caller's environment; where that environment
-    differs from the server's (a test that set a variable), a plain `python main.py` runs instead,
-    since modules imported in advance might have read it."""
+    process, in `cwd` (the repository root by default), with the caller's environment (as a child
+    process inherits it: TVM's pool variables the workbench sets in this process included). Where
+    a workbench or Python variable differs from the server's (MLCWB_*, PYTHON*: a test that set
+    one), a plain `python main.py` runs instead, since modules imported in advance might have read it."""
     argv = [str(a) for a in args]
-    if _forkserver_env is not None and dict(os.environ) != _forkserver_env:
+    if _forkserver_env is not None and _import_time_env(os.environ) != _import_time_env(_forkserver_env):
         return _run_fresh_interpreter(argv, timeout, cwd)
     return _run_forked(argv, timeout, cwd)
+
+
+def _import_time_env(env) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(("MLCWB_", "PYTHON"))}
 
 
 def _run_fresh_interpreter(argv: list[str], timeout: float, cwd: Path | str = ROOT) -> subprocess.CompletedProcess:
@@ -37,10 +42,12 @@ _PRELOAD = ["main", "cli", "numpy", "onnx", "onnxruntime", "tvm", "tvm.relax", "
 _forkserver_env: dict[str, str] | None = None
 
 
-def _cli_child(argv: list[str], out_path: str, err_path: str, cwd: str) -> None:
+def _cli_child(argv: list[str], out_path: str, err_path: str, cwd: str, env: dict[str, str]) -> None:
     """In the forked process: fds 1 and 2 to files, then main.main(argv) as `python main.py` runs it."""
     import traceback
 
+    os.environ.clear()
+    os.environ.update(env)
     os.chdir(cwd)
     for fd, path in ((1, out_path), (2, err_path)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -79,7 +86,7 @@ def _run_forked(argv: list[str], timeout: float, cwd: Path | str) -> subprocess.
         _forkserver_env = dict(os.environ)
     with tempfile.TemporaryDirectory() as folder:
         out_path, err_path = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        process = ctx.Process(target=_cli_child, args=(argv, out_path, err_path, str(cwd)))
+        process = ctx.Process(target=_cli_child, args=(argv, out_path, err_path, str(cwd), dict(os.environ)))
         process.start()
         process.join(timeout)
         if process.exitcode is None:
