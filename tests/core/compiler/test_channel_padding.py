@@ -139,6 +139,7 @@ def test_odd_output_channels_are_padded_and_blocked(mattr, block):
     assert all(", 1, 1), dtype" in line for line in slices), slices
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_padded_model_matches_onnxruntime():
     """Compiled for this host and verified against onnxruntime by compile_model (it raises on a

@@ -33,11 +33,13 @@ def mlp_art():
     return compile_model(sample("mlp"), "cpu")
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_mlp_dynamic_batch_matches_onnxruntime(mlp_art, batch):
     _check(mlp_art, sample("mlp"), dims={"batch": batch}, seed=batch)
 
 
+@pytest.mark.isa
 def test_compile_records_passes_and_verification(mlp_art):
     m = mlp_art.manifest
     names = [p["name"] for p in m["passes"]]
@@ -48,12 +50,14 @@ def test_compile_records_passes_and_verification(mlp_art):
     assert len(m["source_model_sha256"]) == 64
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("name", ["small_cnn", "tiny_transformer"])
 def test_samples_with_real_weights_match_onnxruntime(name):
     art = compile_model(sample(name), "cpu", verify_dims={"batch": 2})
     _check(art, sample(name), dims={"batch": 2})
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_squeezenet_with_random_weights_matches_onnxruntime():
     """The light models' ConstantOfShape weights make outputs nearly input-independent; with seeded

@@ -59,6 +59,7 @@ def _projection_model(in_channels: int = 768, out_channels: int = 256, size: int
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.isa
 def test_grouped_strided_projection_matches_onnxruntime():
     """768 -> 256 channels, 28x28 -> 14x14: the default groups 4 of 16 blocks (AVX-512) or 8 of 32
     (AVX2) per output row; the compiled model agrees with onnxruntime."""
@@ -122,6 +123,7 @@ def _conv3x3_model():
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.isa
 def test_1x1_conv_with_residual_matches_onnxruntime():
     """32 -> 64 channels at 28x28 with bias, residual add and ReLU (one row of 7 with AVX-512, 4 x 2
     with AVX2) against onnxruntime."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from core.compiler.compile import compile_model
@@ -23,6 +24,7 @@ def _compile(model, name: str, dims: dict[str, int]):
     return compile_model(load_model_bytes(model.SerializeToString(), f"{name}.onnx"), "cpu", verify_dims=dims)
 
 
+@pytest.mark.isa
 def test_bert_encoder_as_torch_onnx_writes_it_compiles_and_matches_with_a_padding_mask():
     model = bert_encoder()
     ops = {n.op_type for n in model.graph.node}
@@ -39,6 +41,7 @@ def test_bert_encoder_as_torch_onnx_writes_it_compiles_and_matches_with_a_paddin
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.isa
 def test_vit_encoder_with_a_class_token_expanded_to_the_batch_compiles_and_matches():
     model = vit_encoder()
     art = _compile(model, "vit", {"batch": 2})
@@ -46,6 +49,7 @@ def test_vit_encoder_with_a_class_token_expanded_to_the_batch_compiles_and_match
     np.testing.assert_allclose(art.run(feeds)[0], ort_run(model.SerializeToString(), feeds)[0], rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.isa
 def test_gpt2_with_position_ids_from_a_range_over_the_sequence_length_compiles_and_matches():
     """Range(0, Shape(ids)[1], 1): the positions have the dim `sequence` itself, not a fresh
     variable (which left every tensor after the embedding without a shape: FoldConstantTIR's
@@ -58,6 +62,7 @@ def test_gpt2_with_position_ids_from_a_range_over_the_sequence_length_compiles_a
     np.testing.assert_allclose(art.run(feeds)[0], ort_run(model.SerializeToString(), feeds)[0], rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.isa
 def test_gpt2_blocks_exported_with_dynamic_axes_compile_and_match_at_two_sequence_lengths():
     kw = {"layers": 1, "hidden": 64, "heads": 2, "seq": 32}
     model = gpt2_blocks(dynamic_axes=True, **kw)
@@ -76,6 +81,7 @@ def test_gpt2_blocks_exported_with_dynamic_axes_compile_and_match_at_two_sequenc
         np.testing.assert_allclose(ours, ort_run(model.SerializeToString(), {"inputs_embeds": x})[0], rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.isa
 def test_a_symbolic_size_used_as_a_number_compiles_and_matches():
     """x / sqrt(float(x.size(1))) with a symbolic dim: the size reaches Sqrt as a 0-d tensor
     (TVM's Sqrt takes no scalar expression: "requires argument 0 (x) to be a tensor")."""
@@ -92,6 +98,7 @@ def test_a_symbolic_size_used_as_a_number_compiles_and_matches():
     np.testing.assert_allclose(art.run({"x": x})[0], x / 3.0, rtol=1e-6)
 
 
+@pytest.mark.isa
 def test_gpt2_blocks_with_computed_shapes_but_a_static_input_import_fully_static():
     """The same exporter idioms on a model exported without dynamic axes: every Shape is of a
     static tensor, and the Relax module has no symbolic size left (no fresh variable for a

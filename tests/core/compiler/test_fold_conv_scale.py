@@ -37,6 +37,7 @@ def _bn_model(reverse_sub: bool = False, shared: bool = False):
     return _model(nodes, inits, [1, 8, 12, 12], [1, 16, 12, 12], "bn_chain")
 
 
+@pytest.mark.isa
 def test_batch_norm_mul_and_sub_become_one_bias_add():
     ops = _ops_after_fold(_bn_model())
     assert ops.count("nn.conv2d") == 1
@@ -44,6 +45,7 @@ def test_batch_norm_mul_and_sub_become_one_bias_add():
     assert ops.count("add") == 1
 
 
+@pytest.mark.isa
 def test_chain_stops_where_it_is_not_a_per_channel_affine_map_of_the_conv():
     ops = _ops_after_fold(_bn_model(reverse_sub=True))  # t - y: folded up to the Mul, the Sub stays
     assert "divide" not in ops and ops.count("subtract") == 1
@@ -51,6 +53,7 @@ def test_chain_stops_where_it_is_not_a_per_channel_affine_map_of_the_conv():
     assert "divide" in ops
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 @pytest.mark.parametrize("reverse_sub", [False, True])
 def test_folded_model_matches_onnxruntime(reverse_sub):
@@ -60,6 +63,7 @@ def test_folded_model_matches_onnxruntime(reverse_sub):
     assert artifact.manifest["verification"]["checked"]  # compared, not skipped (code this host cannot run is not)
 
 
+@pytest.mark.isa
 def test_symbolic_batch_is_folded_too():
     """A conv on a batch of symbolic size (shapes compared structurally, not as integers)."""
     model = _bn_model()

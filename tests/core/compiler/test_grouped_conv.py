@@ -88,6 +88,7 @@ def test_flat_plane_only_for_unpadded_1x1_convs_with_an_odd_row():
     assert not flat_plane((1, 16, 28, 28, 16, 1, 1), [1, 16, 28, 28], 16, (8, 14), 16)  # not grouped
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_grouped_convs_match_onnxruntime(tmp_path):
     """The model's grouped convs are scheduled by the NCHW rule (no dense conv: the model stays

@@ -181,6 +181,7 @@ def test_layout_transform_numpy_matches_relax():
     assert layout_transform_numpy(w, tirx.IndexMap.from_func(lambda o, i, h, k: (o, i // 16, h, k, i % 16))) is None
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_blocked_model_matches_onnxruntime_and_uses_the_blocked_rule():
     """Compiled for this host (whatever its ISA) and verified against onnxruntime by compile_model."""
@@ -218,6 +219,7 @@ def _conv_then(node, inits, y_shape):
     return _model(nodes, [_weight(rng, "w", (32, 16, 3, 3)), *inits], [1, 16, 8, 8], y_shape, "conv_then")
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("case", ["reduce_channels", "prelu"])
 def test_a_model_with_an_op_topi_cannot_build_blocked_stays_nchw_and_compiles(case):
     """relax's layout inference blocks a mean over the channel axis and PRelu's select, which

@@ -48,12 +48,14 @@ def _lanes() -> int:
     return vector_lanes(make_target("cpu"))
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("scale_op", ["Div", "Mul"])
 def test_odd_key_count_is_padded_to_whole_vectors(scale_op):
     lanes = _lanes()
     assert _softmax_widths(_attention(37, scale_op=scale_op)) == [-(-37 // lanes) * lanes]
 
 
+@pytest.mark.isa
 def test_whole_vectors_and_other_axes_are_left_alone():
     assert _softmax_widths(_attention(64)) == [64]  # 64 tokens: every vector width divides
     assert _softmax_widths(_attention(37, softmax_axis=2)) == [37]  # over queries: not attention
@@ -66,6 +68,7 @@ def test_not_in_the_gpu_pipeline():
     assert "PadAttentionKeys" not in [s.name for s in default_pipeline("cuda")]
 
 
+@pytest.mark.isa
 def test_padded_attention_matches_onnxruntime(tmp_path):
     """Scores near 0 (a padded key scored 0 instead of masked would take a fifth of every row)
     and up to +-40 (the masked columns must stay out of the max too)."""

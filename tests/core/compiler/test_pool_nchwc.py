@@ -54,7 +54,7 @@ def _rules_used(mod, target) -> dict[str, str]:
     return {g.name_hint: schedule_cpu_func(with_root_block(f), target)[1] for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
 
 
-@pytest.mark.parametrize("which", ["avx2", "host"])
+@pytest.mark.parametrize("which", ["avx2", pytest.param("host", marks=pytest.mark.isa)])
 def test_blocked_pools_are_the_rules_and_match_onnxruntime(which):
     import tvm
     from tvm import relax

@@ -15,7 +15,7 @@ from core.compiler.schedule_session import (
     open_session,
     parse_step,
 )
-from tests.conftest import light, sample
+from tests.conftest import sample
 
 MM_RELU = sample("mm_relu")
 KERNEL = "fused_matmul_relu"
@@ -140,6 +140,7 @@ def test_saved_trace_loads_back_as_steps(tmp_path):
         load_steps(tmp_path / "bad.json")
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_measure_gives_time_rate_and_baselines():
     s = open_session(MM_RELU, KERNEL)
@@ -177,6 +178,7 @@ def test_flops_and_bytes_estimates(kernels):
     assert estimate_bytes(func) == 196608
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     from core.compiler.compile import compile_model
@@ -197,6 +199,7 @@ def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     assert 'T.sblock("matmul_init")' in text and "i1_0" in text and "T.parallel(T.int64(128))" in text
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):
     s = open_session(MM_RELU, KERNEL, database=tmp_path)
@@ -214,12 +217,39 @@ def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):
     assert again.baselines()[2] == "search"
 
 
+def _two_conv_model(tmp_path) -> str:
+    """ResNet-50's last 1x1 conv shape class (a 7x7 map, many channels; 256 -> 128 here) after a
+    3x3 conv: two channel-blocked conv kernels, as in a real network (ResNet-50 itself lowered in
+    ~10 s more for the same kernel form)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal(shape) / 8).astype(np.float32), name)
+             for name, shape in [("w3", (256, 16, 3, 3)), ("b3", (256,)), ("w1", (128, 256, 1, 1)), ("b1", (128,))]]
+    nodes = [helper.make_node("Conv", ["x", "w3", "b3"], ["c3"], name="conv3x3", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c3"], ["r3"]),
+             helper.make_node("Conv", ["r3", "w1", "b1"], ["c1"], name="conv1x1", kernel_shape=[1, 1]),
+             helper.make_node("Relu", ["c1"], ["y"])]
+    graph = helper.make_graph(nodes, "two_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 7, 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 7, 7])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "two_convs.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.isa
 @pytest.mark.slow
-def test_resnet50_conv_kernel_lists_splits_and_measures():
-    kernels = list_kernels(light("resnet50"))
-    # 1x1, 2048 -> 512 channels on 7x7, channel-blocked (core.compiler.layout_nchwc) whatever the block size
-    conv = next(k for k in kernels if k.name.startswith("fused_conv2d_NCHWc21_"))
-    s = open_session(light("resnet50"), conv.name)
+def test_blocked_conv_kernel_lists_splits_and_measures(tmp_path):
+    model = _two_conv_model(tmp_path)
+    kernels = list_kernels(model)
+    # the 1x1 conv on 7x7, channel-blocked (core.compiler.layout_nchwc) whatever the block size
+    conv = next(k for k in kernels if "conv1x1" in k.onnx_nodes)
+    assert "conv2d_NCHWc" in conv.name and sum("conv2d_NCHWc" in k.name for k in kernels) == 2
+    s = open_session(model, conv.name)
     assert "oc_block" in {lp.name for lp in s.nest().loops}
     s.apply_all([
         {"primitive": "split", "loop": "ow", "factors": [None, 7]},
@@ -227,4 +257,5 @@ def test_resnet50_conv_kernel_lists_splits_and_measures():
         {"primitive": "vectorize", "loop": "oc_block"},
     ])
     m = s.measure()
-    assert m.ms > 0 and m.default_ms > 0 and m.flops > 1e8
+    assert m.ms > 0 and m.default_ms > 0
+    assert m.flops == 2 * 256 * 128 * 49 + 2 * 128 * 49  # multiply-adds, then the bias and the relu

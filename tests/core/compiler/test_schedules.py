@@ -127,6 +127,7 @@ def _rules_used(mod, target) -> dict[str, str]:
     return used
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_conv_pool_dense_forms_match_onnxruntime(target):
     model = _cnn_model()
@@ -150,6 +151,7 @@ def test_conv_pool_dense_forms_match_onnxruntime(target):
     assert "T.parallel" in text and "T.vectorized" in text
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_batched_matmul_softmax_matches_onnxruntime(target):
     model = _attention_model()
@@ -178,6 +180,7 @@ def _matmul_model(rows: int, depth: int, cols: int) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_matmul_with_prime_rows_and_columns_is_padded_and_matches_onnxruntime(target):
     """197 x 197 (a ViT's attention scores): no vector and no row tile divides, so the operands are
@@ -265,6 +268,7 @@ def _symbolic_batch_gelu_model() -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_symbolic_batch_dense_with_gelu_tail_matches_onnxruntime(target):
     model = _symbolic_batch_gelu_model()
@@ -342,6 +346,7 @@ def test_conv_code_fits_each_isa(mcpu, mattr, wide):
     assert "vscatter" not in asm and "vgather" not in asm
 
 
+@pytest.mark.isa
 def test_pooling_and_sum_run_in_parallel_and_match_onnxruntime(target):
     """Window reductions (max pooling, ONNX Sum's stack+sum) big enough to pay for a second
     thread get a parallel loop: `parallel` has to come before the reduction is decomposed, or

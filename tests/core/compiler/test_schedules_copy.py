@@ -70,16 +70,19 @@ def _check(model, target, expected_rule: str):
         assert "T.vectorized" in scheduled.script()
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("channels,groups,side", [(240, 3, 28), (116, 2, 7), (24, 4, 5)])
 def test_channel_shuffle_is_one_vector_copy_and_matches_onnxruntime(target, channels, groups, side):
     """Planes of 784, 49 and 25 floats: whole vectors, a scalar tail, and a plane shorter than a vector."""
     _check(_shuffle_model(channels, groups, side), target, "cpu.DataMovement")
 
 
+@pytest.mark.isa
 def test_attention_heads_split_matches_onnxruntime(target):
     _check(_heads_model(), target, "cpu.DataMovement")
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("tokens,heads,size", [(128, 4, 64), (197, 3, 64), (50, 2, 20)])
 def test_keys_transposed_for_attention_match_onnxruntime(target, tokens, heads, size):
     """[tokens, heads x size] -> [heads, size, tokens]: vectors along the tokens (128), along the
@@ -88,6 +91,7 @@ def test_keys_transposed_for_attention_match_onnxruntime(target, tokens, heads, 
     _check(_copy_model((1, tokens, heads * size), steps, (1, heads, size, tokens)), target, "cpu.DataMovement")
 
 
+@pytest.mark.isa
 def test_a_transpose_no_vector_fits_is_left_to_the_generic_rule(target):
     model = _copy_model((1, 3, 7, 5), [("transpose", (0, 1, 3, 2))], (1, 3, 5, 7))
     _check(model, target, "cpu.Generic")
@@ -130,6 +134,7 @@ def test_shuffle_copies_by_vectors_of_the_target_width(mcpu, register):
     assert "vgather" not in asm
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("shape,index_map,expected", [
     ((1, 3, 40, 48), lambda n, c, h, w: (n, c // 3, h, w, c % 3), lambda x: x.reshape(1, 1, 3, 40, 48).transpose(0, 1, 3, 4, 2)),
     ((1, 2, 5, 5, 16), lambda n, co, h, w, ci: (n, co * 16 + ci, h, w), lambda x: x.transpose(0, 1, 4, 2, 3).reshape(1, 32, 5, 5)),

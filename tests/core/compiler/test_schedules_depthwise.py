@@ -73,6 +73,7 @@ def target():
     return make_target("cpu")
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_depthwise_forms_match_onnxruntime(target):
     import tvm
@@ -173,6 +174,7 @@ def _pool_model() -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_plane_reductions_vectorized_and_match_onnxruntime(target):
     """Global pools: vector partial sums per row piece (rfactor), then the lanes summed."""
@@ -211,6 +213,7 @@ POOL_CASES = [
 ]
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_pools_match_onnxruntime(target):
     import tvm
@@ -239,6 +242,7 @@ def test_pools_match_onnxruntime(target):
         np.testing.assert_allclose(got.numpy(), ref, rtol=1e-5, atol=1e-6, err_msg=str(case))
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_squeeze_excitation_block_matches_onnxruntime(target):
     """GlobalAveragePool -> 1x1 conv -> Relu -> 1x1 conv -> HardSigmoid -> Mul on a 7x7 plane:

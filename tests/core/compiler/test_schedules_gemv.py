@@ -84,6 +84,7 @@ def _parallel_loops(func) -> list:
     return [loop for loop in _matmul_loops(func) if loop.kind == tvm.tirx.ForKind.PARALLEL]
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_big_gemv_splits_its_column_tiles_over_the_threads(target, trans_b):
     """256 x 1000 (1 MB of weight, 0.26 M multiply-adds: under the GEMM's parallel threshold): the
@@ -111,6 +112,7 @@ def test_big_gemv_splits_its_column_tiles_over_the_threads(target, trans_b):
     np.testing.assert_allclose(_run(scheduled, feeds, target), ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.isa
 def test_small_gemv_stays_on_one_thread(target):
     """64 x 48 (12 KB of weight): waking the pool costs more than a second core saves."""
     model = _gemv_model(64, 48)
@@ -164,6 +166,7 @@ def _pooled_conv_model(cin: int, cout: int) -> onnx.ModelProto:
     return model
 
 
+@pytest.mark.isa
 def test_one_pixel_conv_keeps_several_channel_blocks_in_registers(target):
     """A conv whose output is one pixel has no columns to tile: its register tile is several
     output-channel blocks (independent accumulator chains), unrolled around the vector of one block."""

@@ -67,6 +67,7 @@ def _scheduled_depthwise(model, target):
     return scheduled
 
 
+@pytest.mark.isa
 def test_bandwidth_heavy_stride2_depthwise_runs_in_parallel(target):
     import tvm
     from tvm import relax
@@ -83,5 +84,6 @@ def test_bandwidth_heavy_stride2_depthwise_runs_in_parallel(target):
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.isa
 def test_small_depthwise_stays_on_one_thread(target):
     assert "T.parallel" not in _scheduled_depthwise(_depthwise_model(64, 7, 5, 1), target).script()

@@ -51,6 +51,7 @@ def _special(x: np.ndarray, fn) -> np.ndarray:
         return np.array([fn(float(v)) if np.isfinite(v) else np.nan for v in x])
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("name", ["exp", "erf", "tanh"])
 def test_fast_math_is_accurate_everywhere_and_keeps_special_values(name, target):
     import tvm
@@ -83,6 +84,7 @@ def test_fast_math_is_accurate_everywhere_and_keeps_special_values(name, target)
         assert np.abs(y[tiny] - ref[tiny]).max() < 1e-37
 
 
+@pytest.mark.isa
 def test_constant_powers_are_multiplications(target):
     from tvm import tirx
 
@@ -116,6 +118,7 @@ def _check(model, feeds, target, rule="cpu.RowReduction"):
 
 # row lengths: vector multiples (one fused loop per row), a ViT's odd 197-like lengths (padded
 # with -inf to whole vectors), shorter than a vector, and a half-vector multiple
+@pytest.mark.isa
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [64, 37, 24, 7, 40])
 def test_softmax_rows_match_onnxruntime(width, target):
@@ -126,6 +129,7 @@ def test_softmax_rows_match_onnxruntime(width, target):
     _check(model, {"x": x}, target)
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_softmax_over_another_axis_is_not_taken_for_a_row_softmax(target):
     model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [_vi("x", [2, 40, 48])], [_vi("y", [2, 40, 48])])
@@ -133,6 +137,7 @@ def test_softmax_over_another_axis_is_not_taken_for_a_row_softmax(target):
     _check(model, {"x": x}, target, rule=None)
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [48, 40, 19])
 def test_layer_norm_op_and_decomposed_match_onnxruntime(width, target):
@@ -186,6 +191,7 @@ def test_row_kernels_are_vectorized_for_each_isa():
             assert "expf" not in asm and "vgather" not in asm and "vscatter" not in asm
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 def test_dense_with_erf_gelu_is_one_pass_and_matches_onnxruntime(target):
     """GELU reads the biased matmul result twice; the whole tail is folded into the matmul's

@@ -112,6 +112,7 @@ def test_se_block_matches_onnxruntime_avx2(gate):
     np.testing.assert_allclose(_run_pipeline(model, _avx2_target(), x), ref, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.isa
 def test_se_block_matches_onnxruntime_on_this_host():
     from core.compiler.target import make_target
 

@@ -21,6 +21,7 @@ SMALL = {
 }
 
 
+@pytest.mark.isa
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_small_transformer_compiles_and_matches_onnxruntime(name):

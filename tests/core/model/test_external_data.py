@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -16,7 +14,7 @@ from core.errors import InvalidModelError
 from core.model.edits import ReplaceInitializer
 from core.model.external_data import content_fingerprint, referenced_files, self_contained_proto
 from core.model.history import History
-from tests.helpers import ROOT, external_weights_cnn
+from tests.helpers import external_weights_cnn, run_cli
 
 
 def _locations(path) -> dict[str, str]:
@@ -97,8 +95,7 @@ def test_self_contained_proto_carries_the_weights(tmp_path, monkeypatch):
 
 
 def _cli(cwd, *args, timeout=300):
-    return subprocess.run([sys.executable, str(ROOT / "main.py"), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=str(cwd), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return run_cli(*args, timeout=timeout, cwd=cwd)
 
 
 def test_compile_lower_rewrite_and_bench_from_another_folder(tmp_path):
