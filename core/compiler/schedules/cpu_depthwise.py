@@ -74,13 +74,7 @@ def depthwise_runs_parallel(macs: int, bytes_moved: int) -> bool:
 
 def buffer_bytes(buffer) -> int:
     """Bytes of a buffer with static shape (0 when a dimension is symbolic)."""
-    total = max(1, buffer.dtype.bits // 8)
-    for dim in buffer.shape:
-        value = const_int(dim)
-        if value is None:
-            return 0
-        total *= value
-    return total
+    return _elements(buffer) * max(1, buffer.dtype.bits // 8)
 
 
 # Registers of accumulators per row chunk: a row of up to this many vectors is one chunk.
