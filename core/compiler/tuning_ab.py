@@ -47,6 +47,7 @@ __all__ = [
     "model_ab",
     "percentile",
     "search_subsets",
+    "settle",
     "time_alternating",
     "tuning_pass",
 ]
@@ -59,6 +60,7 @@ logger = logging.getLogger(__name__)
 AB_MARGIN = 0.02
 AB_BLOCKS = 12  # alternating blocks per comparison (each build timed in every one)
 BLOCK_S = 0.15  # seconds per build per block
+SETTLE_TIMEOUT_S = 3.0  # the longest settle() waits for other processes before each comparison
 # the share of a tuning budget kept for the A/B (the first comparison runs even when it is spent)
 AB_SHARE = 0.25
 
@@ -153,6 +155,25 @@ def search_subsets(
     return [], trials
 
 
+def settle(others: Callable[[], int] | None = None, *, timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = 0.05) -> bool:
+    """Wait until no thread outside this process is runnable on two polls in a row (at most
+    `timeout_s`); True when that happened. Why: the A/B starts right after the tuning, whose
+    builder and runner worker processes take a moment to exit; timed beside them, the first trial
+    measured both builds of mobilenet_v2 at ~10.3 ms, the later ones at ~5.6 ms (Zen 4, 2 cores).
+    On a machine that stays busy this gives up after `timeout_s` and the A/B measures as it is."""
+    if others is None:
+        from .threads import runnable_elsewhere as others
+    quiet = 0
+    end = time.monotonic() + timeout_s
+    while True:
+        quiet = quiet + 1 if others() == 0 else 0
+        if quiet >= 2:
+            return True
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll_s)
+
+
 def time_alternating(run_a: Callable[[], object], run_b: Callable[[], object], *, blocks: int | None = None,
                      block_s: float | None = None, cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
     """ms per run of `run_a` and `run_b` (each runs the model once), per block, timed in `blocks` alternating
@@ -228,6 +249,7 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
             say(f"model-level A/B: building the model with {len(records)} of {len(candidates)} records")
             builds[tuple(records)] = build(apply_database_pass(target, database, only=records)(mod))
         say(f"model-level A/B: timing untuned against {len(records)} records")
+        settle()
         return time_alternating(run_untuned, builds[tuple(records)], cancel=cancel)
 
     cancelled = lambda: cancel is not None and cancel()

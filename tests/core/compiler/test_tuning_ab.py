@@ -92,6 +92,21 @@ def test_a_win_must_repeat_and_the_time_left_bounds_the_search():
     assert kept == [] and len(trials) == 1  # the whole set is always measured, the rest only with time left
 
 
+def test_the_ab_waits_for_other_processes_to_go_quiet_but_not_forever():
+    """Before timing, settle() waits for two quiet polls in a row (the tuning's worker processes
+    exiting), and on a machine that stays busy gives up at its timeout."""
+    counts = iter([2, 1, 0, 1, 0, 0, 5])
+    polls = []
+
+    def others():
+        polls.append(1)
+        return next(counts)
+
+    assert tuning_ab.settle(others, timeout_s=5.0, poll_s=0.0) is True
+    assert len(polls) == 6  # stopped at the second quiet poll in a row
+    assert tuning_ab.settle(lambda: 1, timeout_s=0.05, poll_s=0.01) is False
+
+
 def test_the_line_the_cli_and_gui_show():
     outcome = {"records": ["a"], "candidates": {"a": "template", "b": "search"}, "untuned_ms": 9.1234, "tuned_ms": 8.5,
                "untuned_p10_ms": 8.9, "tuned_p10_ms": 8.4}
