@@ -31,7 +31,7 @@ Three pieces, all used by the default CPU pipeline (core.compiler.pipeline):
   `conv2d_NCHWc` (block "conv2d_NCHWc"), which relax's own legalization refuses, and a blocked
   depthwise conv as `depthwise_conv2d_nchwc` (block "depthwise_conv2d_NCHWc"); any other
   layout goes to relax's default.
-* core.compiler.schedules.cpu_conv.Conv2dNCHWc and cpu_depthwise_nchwc.DepthwiseConv2dNCHWc -
+* core.compiler.schedules.cpu_conv_nchwc.Conv2dNCHWc and cpu_depthwise_nchwc.DepthwiseConv2dNCHWc -
   the schedules for those blocks (cpu_depthwise_nchwc.GlobalPoolNCHWc for the blocked pools).
 
 One block size per model, the vector width: with 8 on an AVX-512 host (256-bit vectors, more

@@ -127,7 +127,8 @@ def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
 
 def _template_rules() -> list:
     """core.compiler.schedules rules that expose `candidates(func, target)` configs to search."""
-    from .schedules.cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .schedules.cpu_conv import Conv2dNCHW
+    from .schedules.cpu_conv_nchwc import Conv2dNCHWc
     from .schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
     from .schedules.cpu_matmul import Matmul
 

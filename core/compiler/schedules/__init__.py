@@ -11,7 +11,7 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_depthwise.DepthwiseConv2dNCHW` - depthwise conv2d: row vectors, or channel blocks;
 * `cpu_depthwise_nchwc.DepthwiseConv2dNCHWc` - depthwise conv2d in channel-blocked layout
                             (core.compiler.layout_nchwc): register tiles of channel vectors;
-* `cpu_conv.Conv2dNCHWc`  - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
+* `cpu_conv_nchwc.Conv2dNCHWc` - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
@@ -44,7 +44,8 @@ logger = logging.getLogger(__name__)
 
 def cpu_rules() -> list:
     """The CPU schedule rules, most specific first."""
-    from .cpu_conv import Conv2dNCHW, Conv2dNCHWc
+    from .cpu_conv import Conv2dNCHW
+    from .cpu_conv_nchwc import Conv2dNCHWc
     from .cpu_copy import DataMovement
     from .cpu_depthwise import DepthwiseConv2dNCHW, Pool2dNCHW
     from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc, GlobalPoolNCHWc

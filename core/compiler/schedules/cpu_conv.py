@@ -37,9 +37,8 @@ from .cpu_common import (
     vector_registers,
     VECTOR_REGISTERS,
 )
-from .cpu_depthwise import inline_tail
 
-__all__ = ["Conv2dNCHW", "Conv2dNCHWc", "choose_conv_tile", "choose_width_tile", "flat_plane", "pixel_channel_blocks", "register_tiles", "strided_1x1_group"]
+__all__ = ["CONV_PARALLEL_MIN_MACS", "Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "flat_plane", "multiply_adds", "register_tiles"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +103,7 @@ def choose_conv_tile(out_channels_per_group: int, out_width: int, lanes: int, ou
 CONV_PARALLEL_MIN_MACS = 1 << 20
 
 
-def _multiply_adds(extents) -> int:
+def multiply_adds(extents) -> int:
     total = 1
     for extent in extents:
         total *= extent
@@ -294,7 +293,7 @@ class Conv2dNCHW:
         ic = reduction[0]
         sch.reverse_compute_at(writeback, ow_outer)
         parallel = sch.fuse(n, oc_outer, oh_outer)
-        if _multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
+        if multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
             sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
@@ -326,7 +325,7 @@ class Conv2dNCHW:
         fb, vx = tile
         self._inline_padding_free_copy(sch, conv, data_region)
         writeback = cache_write_and_inline_epilogue(sch, conv)
-        macs = _multiply_adds([const_int(sch.get(loop).extent) or 1 for loop in sch.get_loops(conv)])
+        macs = multiply_adds([const_int(sch.get(loop).extent) or 1 for loop in sch.get_loops(conv)])
         if flat_width:
             # the accumulator, the conv's and the write-back's iterations over pixel h * W + w: a
             # tile of VX pixels may span two rows, and each block iterates exactly its pixels
@@ -409,203 +408,3 @@ def flat_plane(extents, data_shape, out_channels_per_group: int, tile: tuple[int
     if data_shape[2:] != [out_height, out_width] or vx == lanes or (vx == lanes // 2 and vx >= 8):
         return False
     return (out_height * out_width) % lanes == 0
-
-
-def pixel_channel_blocks(oc_chunks: int, out_pixels: int) -> int:
-    """Output-channel blocks per register tile (OC2) of a channel-blocked conv by default: 1, or for
-    a conv whose output is one pixel (a squeeze-excitation conv on the pooled [C, 1, 1], a 1x1
-    classifier), the largest divisor of the blocks up to 4. With one pixel there are no columns to
-    tile: one block gives one accumulator, one dependent FMA chain over all input channels
-    (latency-bound at a quarter of the FMA rate: 576 -> 144 channels took 12-15 us for 83 K
-    multiply-adds); four blocks give four independent chains, each broadcast input feeding four."""
-    if out_pixels != 1:
-        return 1
-    return max(d for d in range(1, 5) if oc_chunks % d == 0)
-
-
-# A strided 1x1 conv's input touched by one pass over the output (every s-th row and column) above
-# which, with channel blocks outermost, each block's pass re-reads it from beyond L2 (Zen 3 has
-# 512 KiB, Zen 4 1 MiB, shared with the weights and the output); and the packed weights a group
-# of channel blocks may hold so they stay in L2 across the rows.
-STRIDED_INPUT_PASS_BYTES = 512 << 10
-CACHE_LINE_BYTES = 64
-GROUP_WEIGHT_BYTES = 256 << 10
-
-
-def strided_1x1_group(extents, data_shape) -> int:
-    """Output-channel blocks to compute per output row (1: blocks outermost, the usual order)
-    for a `conv2d_NCHWc` with loop extents (n, oc_chunks, oh, ow, oc_block, ic, kh, kw) reading
-    input of shape (n, ic_chunks, H, W, ic_block).
-
-    Only a 1x1 conv of stride >= 2 whose touched input exceeds STRIDED_INPUT_PASS_BYTES is
-    grouped: the largest divisor G of its channel blocks whose packed weights fit in
-    GROUP_WEIGHT_BYTES. With 8-lane blocks (AVX2) a pixel is half a cache line and a stride-2
-    pass touches every line of every other row, so 64 blocks re-read ResNet-50's 56x56x256
-    input 64 times from L3. In ResNet-50 at one thread (Zen 4 running AVX2 code, thread CPU
-    time) its 56->28 projection took 3.06 ms grouped against 3.72, the 28->14 one 2.98 against
-    3.42; with 16-lane blocks (AVX-512) only the 56->28 one is grouped, with no change in the
-    model (2.0-2.1 ms against 2.7 with caches flushed between calls). Stride-1 convs stream
-    their rows well enough from L3 (no gain measured), and the other strided 1x1 shapes have
-    inputs that stay in L2."""
-    _, chunks, out_h, out_w, oc_block, in_channels, kh, kw = extents
-    if kh != 1 or kw != 1 or out_h < 2 or out_w < 2 or any(d is None for d in data_shape):
-        return 1
-    _, in_chunks, in_h, in_w, in_block = data_shape
-    stride_h, stride_w = (in_h - 1) // (out_h - 1), (in_w - 1) // (out_w - 1)
-    if stride_h < 2 or stride_w < 2:
-        return 1
-    pixel = in_block * 4
-    touched = out_h * out_w * min(CACHE_LINE_BYTES, stride_w * pixel) * in_chunks
-    if touched <= STRIDED_INPUT_PASS_BYTES:
-        return 1
-    chunk_weight = in_channels * oc_block * 4
-    fitting = [g for g in range(1, chunks + 1) if chunks % g == 0 and g * chunk_weight <= GROUP_WEIGHT_BYTES]
-    return max(fitting, default=1)
-
-
-class Conv2dNCHWc:
-    """Direct convolution in channel-blocked layout (core.compiler.layout_nchwc): TOPI's
-    `conv2d_NCHWc` block, iterators n, oc_chunk, oh, ow, oc_block | ic, kh, kw.
-
-    The layout already is what the NCHW rule builds per call: weights are constants in
-    OIHW{b}i{b}o (packed once, by FoldWeights), the b input channels of a pixel are contiguous and
-    the b output channels of a pixel are one vector, so no copy is made. Each thread computes
-    TH rows x T columns x b channels in registers (`choose_conv_tile`; one row for a 1x1 conv
-    whose pixel is a whole cache line, see `_default_tile`), loops
-    n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
-    (vectorized), and writes each tile back once with the fused epilogue (bias, batch-norm,
-    residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy.
-
-    A strided 1x1 conv (a ResNet downsampling projection) whose input would be re-read from
-    beyond L2 once per output-channel block computes groups of channel blocks per output row
-    instead (`strided_1x1_group`): loops n, oc_chunk/G, oh/TH, G (fused, parallel) | ...
-    """
-
-    name = "cpu.Conv2dNCHWc"
-    space_version = 4
-
-    def _match(self, sch, target) -> dict | None:
-        found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
-        if found is None:
-            return None
-        conv, extents = found
-        stmt = sch.get(conv)
-        if len(stmt.reads) != 2 or len(stmt.reads[0].source.shape) != 5:
-            return None
-        in_block = const_int(stmt.reads[0].source.shape[4])
-        if in_block is None or extents[5] % in_block:
-            return None
-        return {"conv": conv, "extents": extents, "data_region": stmt.reads[0], "in_block": in_block, "lanes": vector_lanes(target)}
-
-    def _default_tile(self, info) -> tuple[int, int]:
-        _, _, out_height, out_width, oc_block, _, kh, kw = info["extents"]
-        tile = choose_conv_tile(oc_block, out_width, info["lanes"], out_height)
-        if tile is None or tile[0] != oc_block:
-            # one vector of oc_block lanes per column: as many columns as leave registers spare
-            t = max(d for d in range(1, min(out_width, 12) + 1) if out_width % d == 0)
-            return t, 1
-        if tile[2] > 1 and kh * kw == 1 and oc_block * 4 >= CACHE_LINE_BYTES:
-            # A 1x1 conv whose pixel is a whole cache line (16-lane blocks, AVX-512) runs faster
-            # on one row of 6 or more columns than on a 2-D tile: ResNet-50's 28x28 1x1 convs
-            # with T=7 against 4 x 2 at one thread, the 128->512 one with its residual add
-            # 0.86-0.89x the time in the model, 0.85x alone (caches flushed between calls); with
-            # 8-lane blocks (AVX2) the 2-D tile stays faster (1.05-1.12x the time on one row).
-            row = choose_conv_tile(oc_block, out_width, info["lanes"], 1)
-            if row is not None and row[0] == oc_block and row[1] >= 6:
-                return row[1], 1
-        return tile[1], tile[2]
-
-    def _default_config(self, info) -> dict:
-        t, th = self._default_tile(info)
-        oc2 = pixel_channel_blocks(info["extents"][1], info["extents"][2] * info["extents"][3])
-        config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {})}
-        group = strided_1x1_group(info["extents"], [const_int(d) for d in info["data_region"].source.shape])
-        if group > 1:
-            config["ocg"] = group
-        return config
-
-    def candidates(self, func, target) -> list[dict]:
-        """Configs to measure, the default first: register tiles (T columns x TH rows of one
-        channel block), tiles of two channel blocks (OC2: each broadcast input feeds two vectors,
-        half the loads per FMA; what narrow outputs like 7x7 have no wide tile for), and the three
-        best-ranked tiles of each with kw unrolled and with rows outermost in the parallel loop."""
-        from tvm import s_tir
-
-        sch = s_tir.Schedule(func)
-        info = self._match(sch, target)
-        if info is None:
-            return []
-        _, oc_chunks, out_height, out_width, oc_block, _, kh, kw = info["extents"]
-        lanes, registers = info["lanes"], vector_registers(target)
-        configs = [self._default_config(info)]
-        if configs[0].get("oc2", 1) > 1:
-            configs.append({"t": configs[0]["t"], "th": configs[0]["th"]})  # the one-block tile, measured against it
-        tiles = [x for x in register_tiles(oc_block, out_height, out_width, lanes, registers) if x[0] == oc_block]
-        tiles.sort(key=lambda x: (-x[3], x[1]))
-        for _, th_, t_, _ in tiles[:8]:
-            if {"t": t_, "th": th_} not in configs:
-                configs.append({"t": t_, "th": th_})
-        if oc_chunks % 2 == 0 and oc_block == lanes:
-            # two vectors per column: register_tiles' two-vector tiles of a 2 x oc_block group
-            pairs = [x for x in register_tiles(2 * oc_block, out_height, out_width, lanes, registers) if x[0] == 2 * oc_block]
-            pairs.sort(key=lambda x: (-x[3], x[1]))
-            configs += [{"t": t_, "th": th_, "oc2": 2} for _, th_, t_, _ in pairs[:4]]
-        leading = configs[:1] + [c for c in configs[1:] if "oc2" not in c][:1] + [c for c in configs if "oc2" in c][:1]
-        for base in leading:
-            if kh * kw > 1:
-                configs.append({**base, "unroll_kw": True})
-            configs.append({**{k: v for k, v in base.items() if k != "ocg"}, "rows_outer": True})
-        if "ocg" in configs[0]:  # the same tile without the grouping
-            configs.append({k: v for k, v in configs[0].items() if k != "ocg"})
-        return configs
-
-    def apply(self, func, target, config: dict | None = None):
-        from tvm import s_tir
-
-        sch = s_tir.Schedule(func)
-        info = self._match(sch, target)
-        if info is None:
-            return None
-        conv, extents, in_block, lanes = info["conv"], info["extents"], info["in_block"], info["lanes"]
-        _, _, out_height, out_width, _, _, _, _ = extents
-        given = config is not None
-        config = config if given else self._default_config(info)
-        t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
-        rows_outer, oc2, ocg = bool(config.get("rows_outer", False)), int(config.get("oc2", 1)), int(config.get("ocg", 1))
-        if given and (out_width % t or out_height % th or extents[1] % oc2 or (extents[1] // oc2) % ocg or (rows_outer and ocg > 1)):
-            raise ValueError(f"tile {config} does not divide the convolution")
-        Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
-        # SiLU / HardSwish read the conv's result twice: inlined into one reader, the tail folds
-        # into the write-back instead of a second pass (16->96 ch 112x112 SiLU: 0.40x the time)
-        inline_tail(sch, conv)
-        writeback = cache_write_and_inline_epilogue(sch, conv)
-        n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
-        ow_outer, ow_inner = sch.split(ow, [None, t])
-        ic_outer, ic_inner = sch.split(ic, [None, in_block])
-        oh_outer, oh_inner = sch.split(oh, [None, th]) if th > 1 else (oh, None)
-        occ, oc_inner = sch.split(occ, [None, oc2]) if oc2 > 1 else (occ, None)
-        occ, oc_group = sch.split(occ, [None, ocg]) if ocg > 1 else (occ, None)
-        tile = [loop for loop in (oc_inner, oh_inner, ow_inner) if loop is not None]
-        outer = [loop for loop in (n, occ, oh_outer, oc_group) if loop is not None]
-        sch.reorder(*outer, ow_outer, ic_outer, kh, kw, ic_inner, *tile, ocb)
-        for loop in tile[:-1]:  # ow_inner is unrolled below
-            sch.unroll(loop)
-        if unroll_kw:
-            sch.unroll(kw)
-        if rows_outer:  # each input row read once from cache for every output-channel block
-            sch.reorder(oh_outer, occ)
-            parallel = sch.fuse(n, oh_outer, occ)
-        else:
-            parallel = sch.fuse(*outer)
-        sch.reverse_compute_at(writeback, ow_outer)
-        if _multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
-            sch.parallel(parallel)
-        sch.vectorize(ocb)
-        sch.unroll(ow_inner)
-        decompose_vector_init(sch, conv, ic_outer, unrolled=len(tile))
-        wb_loops = sch.get_loops(writeback)[2:]
-        if wb_loops:
-            sch.vectorize(wb_loops[-1])
-        pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
-        schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
-        return sch

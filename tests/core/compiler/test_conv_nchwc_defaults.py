@@ -26,7 +26,7 @@ RTOL, ATOL = 1e-3, 1e-4
     ],
 )
 def test_which_strided_convs_are_grouped(lanes, in_channels, out_channels, size, kernel, expected):
-    from core.compiler.schedules.cpu_conv import strided_1x1_group
+    from core.compiler.schedules.cpu_conv_nchwc import strided_1x1_group
 
     out = (size - 1) // 2 + 1 if kernel == 1 else size // 2
     padded = size + 2 * (kernel // 2)
@@ -64,7 +64,7 @@ def test_grouped_strided_projection_matches_onnxruntime():
     """768 -> 256 channels, 28x28 -> 14x14: the default groups 4 of 16 blocks (AVX-512) or 8 of 32
     (AVX2) per output row; the compiled model agrees with onnxruntime."""
     from core.compiler.schedules.cpu_common import vector_lanes
-    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 
     target = make_target("cpu")
@@ -101,7 +101,7 @@ def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile):
     """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line),
     the 4 x 2 tile with AVX2's 8 (codegen only: this host need not run AVX-512); a 3x3 conv
     keeps 4 x 2."""
-    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 
     target = make_target("cpu", mcpu="znver4", mattr=mattr)

@@ -407,7 +407,7 @@ def test_blocked_conv_folds_a_tail_that_reads_it_twice(act):
     (no second pass over the output; it was 2.5x the time of the 16->96 channel 112x112 SiLU conv)."""
     import tvm
 
-    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
 
     target = _avx2_target()
     mod = relax_through(_mobile_block_model(act, None), target, "DeadCodeElimination")

@@ -173,7 +173,7 @@ def test_one_pixel_conv_keeps_several_channel_blocks_in_registers(target):
     import tvm
     from tvm import s_tir
 
-    from core.compiler.schedules.cpu_conv import pixel_channel_blocks
+    from core.compiler.schedules.cpu_conv_nchwc import pixel_channel_blocks
 
     assert pixel_channel_blocks(36, 1) == 4 and pixel_channel_blocks(9, 1) == 3 and pixel_channel_blocks(7, 1) == 1
     assert pixel_channel_blocks(36, 49) == 1  # a plane has columns to tile instead

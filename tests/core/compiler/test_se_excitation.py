@@ -84,7 +84,7 @@ def _blocks_writing(sch, buffer_name: str) -> list[str]:
 def test_excitation_gate_is_computed_once_per_channel(gate):
     """Codegen-free (any host): the block that writes the [C/b, H, W, b] product reads the gate
     from a [C/b, 1, 1, b] buffer; the sigmoid (or HardSigmoid's clip) is not in it."""
-    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
 
     target = _avx2_target()
     func = _excitation_kernel(_se_model(gate), target)

@@ -161,7 +161,7 @@ def test_widened_nchwc_space_starts_from_the_default_and_every_config_computes_t
     compiled for this host's target and checked against numpy."""
     import tvm
 
-    from core.compiler.schedules.cpu_conv import Conv2dNCHWc
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
 
     rule = Conv2dNCHWc()
     func, b = _nchwc_conv(target, 16, 32, size, kernel)  # channels: whole blocks of 8 or 16 lanes
