@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import tuning
 from .tuning import TuningReport
 from .tuning_db import (
@@ -66,14 +68,11 @@ AB_SHARE = 0.25
 
 
 def percentile(times: list[float], q: float) -> float:
-    """The q-th percentile (0-100) of `times`, linearly interpolated."""
-    xs = sorted(times)
-    if not xs:
+    """The q-th percentile (0-100) of `times`, linearly interpolated (numpy's default, as
+    core.compiler.bench.latency_stats reports latencies)."""
+    if not times:
         raise ValueError("no times")
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    return float(np.percentile(times, q))
 
 
 def decide(untuned: list[list[float]], tuned: list[list[float]], margin: float = AB_MARGIN) -> bool:

@@ -283,10 +283,11 @@ def _dropped_by_ab(folder: Path, mod) -> set[str]:
     return set(outcome.get("candidates", {})) - set(outcome.get("records", []))
 
 
-def _database_schedules(mod, target, database, only: set[str] | None, skip: set[str]) -> tuple[Any, dict[str, str]]:
+def _database_schedules(mod, target, database, only: set[str] | None, skip: set[str], apply: bool = True) -> tuple[Any, dict[str, str]]:
     """(`mod` with the database's tuned schedules applied, {workload key: which record, e.g.
     'template 0.0123 ms' or 'search 0.0456 ms'} of the kernels that got one). Only workloads in
-    `only` (all when None) and not in `skip`."""
+    `only` (all when None) and not in `skip`. With `apply` False nothing is scheduled: the
+    records the database would choose are only listed (and `mod` comes back prepared)."""
     import tvm
 
     folder = database_dir(database, target)
@@ -310,6 +311,9 @@ def _database_schedules(mod, target, database, only: set[str] | None, skip: set[
         choice = _choose(options)
         if choice in (None, "default"):
             continue
+        if not apply:
+            applied[key] = f"{choice} {dict(options)[choice]:.6g} ms"
+            continue
         scheduled = None
         if choice == "template":
             scheduled = _apply_template(func, target, template, gvar.name_hint)
@@ -326,8 +330,8 @@ def _database_schedules(mod, target, database, only: set[str] | None, skip: set[
 def database_records(mod, target, database=None) -> dict[str, str]:
     """{workload key: which record ('template 0.0123 ms', 'search 0.0456 ms')}: the kernels of the
     fused module `mod` the database gives a tuned schedule, before any model-level A/B outcome is
-    taken into account. (A record re-tuned since an A/B has another figure: the A/B is redone.)"""
-    return _database_schedules(mod, target, database, None, set())[1]
+    taken into account (listed, not scheduled: the A/B's builds schedule them). (A record re-tuned since an A/B has another figure: the A/B is redone.)"""
+    return _database_schedules(mod, target, database, None, set(), apply=False)[1]
 
 
 def apply_database_pass(target, database=None, only=None):
