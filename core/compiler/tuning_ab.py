@@ -5,7 +5,7 @@ kernel alone, and wins of a few % there need not add up in the model: kernels ev
 data from the caches, and a schedule that splits well over the threads alone may not beside its
 neighbours. EfficientNet-B0 once measured 1.14-1.16x slower tuned than untuned. So after tuning,
 the untuned build and the build with the records are compiled both and timed in alternating
-blocks in this process (`time_alternating`), and the records are kept only where the tuned build
+blocks in this process (core.compiler.alternation), and the records are kept only where the tuned build
 wins by a margin at the median and block by block, and is not slower at p10 (`decide`), twice in a
 row. When the whole
 set loses, subsets are tried within the time left: the records with the largest kernel-level wins
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import tuning
+from .alternation import alternate, timed
 from .tuning import TuningReport
 from .tuning_db import (
     apply_database_pass,
@@ -50,7 +51,7 @@ __all__ = [
     "percentile",
     "search_subsets",
     "settle",
-    "time_alternating",
+    "time_builds",
     "tuning_pass",
 ]
 
@@ -77,7 +78,7 @@ def percentile(times: list[float], q: float) -> float:
 
 def decide(untuned: list[list[float]], tuned: list[list[float]], margin: float = AB_MARGIN) -> bool:
     """True when the tuned build won. `untuned`, `tuned`: ms per run in blocks, block i of each
-    timed next to the other's (time_alternating). Won means all three: its median over all runs at
+    timed next to the other's (`time_builds`). Won means all three: its median over all runs at
     least `margin` below the untuned one; its p10 (the runs least disturbed by the machine) not
     above the untuned p10; and block by block, the median of the ratios tuned / untuned (each
     ratio of two blocks a fraction of a second apart, so a load that comes and goes between
@@ -173,35 +174,14 @@ def settle(others: Callable[[], int] | None = None, *, timeout_s: float = SETTLE
         time.sleep(poll_s)
 
 
-def time_alternating(run_a: Callable[[], object], run_b: Callable[[], object], *, blocks: int | None = None,
-                     block_s: float | None = None, cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
-    """ms per run of `run_a` and `run_b` (each runs the model once), per block, timed in `blocks` alternating
-    blocks (a, b, then b, a, ...: a slow drift of the machine hits both alike) after a warm-up of
-    each, so both are timed in steady state. Runs per block: what fills `block_s`, at least 3.
-    (Defaults: AB_BLOCKS, BLOCK_S.)"""
-    blocks = AB_BLOCKS if blocks is None else blocks
-    block_s = BLOCK_S if block_s is None else block_s
-    def timed(run, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            run()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-
-    timed(run_a, 3), timed(run_b, 3)  # first calls: caches, page faults, the pool's threads
-    started = time.perf_counter()
-    timed(run_a, 3), timed(run_b, 3)
-    per_run = (time.perf_counter() - started) / 6  # with the timing loop's own cost
-    runs = max(3, int(block_s / max(per_run, 1e-6)))
-    a: list[list[float]] = []
-    b: list[list[float]] = []
-    for index in range(blocks):
-        if cancel is not None and cancel():
-            break
-        pair = ((run_a, a), (run_b, b)) if index % 2 == 0 else ((run_b, b), (run_a, a))
-        for run, out in pair:
-            out.append(timed(run, runs))
+def time_builds(run_a: Callable[[], object], run_b: Callable[[], object], *,
+                cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+    """ms per run of two builds (`run_a`, `run_b` each run the model once), per block: AB_BLOCKS
+    blocks of BLOCK_S seconds per build, in the order a, b, then b, a (core.compiler.alternation).
+    The two share this process's thread pool, so no pause between blocks and no untimed runs to
+    start them: there is no idle time to recover from."""
+    a, b = alternate([timed(run_a), timed(run_b)], blocks=AB_BLOCKS, block_s=BLOCK_S, warmup=6, settle_s=0.0,
+                     warm_blocks=False, mirror=True, cancel=cancel)
     return a, b
 
 
@@ -249,7 +229,7 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
             builds[tuple(records)] = build(apply_database_pass(target, database, only=records)(mod))
         say(f"model-level A/B: timing untuned against {len(records)} records")
         settle()
-        return time_alternating(run_untuned, builds[tuple(records)], cancel=cancel)
+        return time_builds(run_untuned, builds[tuple(records)], cancel=cancel)
 
     cancelled = lambda: cancel is not None and cancel()
     kept, trials = search_subsets(wins, measure, time_left=lambda: -1.0 if cancelled() else deadline - time.monotonic())
