@@ -46,6 +46,7 @@ __all__ = [
     "ABTrial",
     "candidate_subsets",
     "decide",
+    "ab_reserve_s",
     "describe_ab",
     "model_ab",
     "percentile",
@@ -64,8 +65,10 @@ AB_MARGIN = 0.02
 AB_BLOCKS = 12  # alternating blocks per comparison (each build timed in every one)
 BLOCK_S = 0.15  # seconds per build per block
 SETTLE_TIMEOUT_S = 3.0  # the longest settle() waits for other processes before each comparison
-# the share of a tuning budget kept for the A/B (the first comparison runs even when it is spent)
+# the share of a tuning budget kept for the A/B at least (the first comparison runs even when it
+# is spent), and at most AB_MAX_SHARE when its first comparison needs more (ab_reserve_s)
 AB_SHARE = 0.25
+AB_MAX_SHARE = 0.5
 
 
 def percentile(times: list[float], q: float) -> float:
@@ -185,6 +188,17 @@ def time_builds(run_a: Callable[[], object], run_b: Callable[[], object], *,
     return a, b
 
 
+def ab_reserve_s(total_s: float, build_s: float) -> float:
+    """Seconds of a `total_s` tuning budget to keep for the A/B, given that a build of the model
+    takes `build_s`: what its first comparison costs (one more build, the tuned one, and two
+    timings of AB_BLOCKS blocks of both builds, each after settle()'s wait of a second or so),
+    at least AB_SHARE and at most AB_MAX_SHARE of the budget. Why: with a fixed quarter, the
+    first comparison, which always runs, took 35 s of a 1-minute budget's 15 on
+    mobilenet_v3_small (the tuning having overrun its share too)."""
+    first_trial = build_s + 2 * (2 * AB_BLOCKS * BLOCK_S + 1.0)
+    return min(AB_MAX_SHARE * total_s, max(AB_SHARE * total_s, first_trial))
+
+
 def describe_ab(outcome: dict) -> str:
     """The one line the CLI and the GUI show for an A/B outcome."""
     earlier = " (measured earlier)" if outcome.get("reused") else ""
@@ -194,11 +208,13 @@ def describe_ab(outcome: dict) -> str:
 
 
 def model_ab(mod, target, database, report: TuningReport | None, build: Callable, *, deadline: float,
-             cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None) -> dict | None:
+             cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None,
+             run_untuned: Callable[[], object] | None = None) -> dict | None:
     """A/B the fused module `mod` untuned against the database's records for it, and file the
     outcome (module docstring). `build(mod)` compiles a fused module the rest of the way and
     returns a function that runs it once. `report` (the tuning just done) gives each record's
-    kernel-level win, which orders the subsets. Returns the outcome filed (`reused`: True when an
+    kernel-level win, which orders the subsets. `run_untuned`: `build(mod)` when already made.
+    Returns the outcome filed (`reused`: True when an
     earlier A/B of the same records is still valid: nothing is measured), or None when the
     database has no record for the model or the A/B was cancelled."""
     say = progress or (lambda message: None)
@@ -218,8 +234,9 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
         if task is not None and task.default_ms is not None and task.tuned_ms is not None:
             saved = (task.default_ms - task.tuned_ms) * task.weight
         wins[workload] = saved
-    say("model-level A/B: building the untuned model")
-    run_untuned = build(mod)
+    if run_untuned is None:
+        say("model-level A/B: building the untuned model")
+        run_untuned = build(mod)
     builds: dict[tuple, Callable] = {}
 
     def measure(records: list[str]) -> tuple[list[list[float]], list[list[float]]]:
@@ -260,8 +277,10 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
     (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
     with neither, the database is only applied. With `build` (fused module -> a function running
     the compiled model once; CPU code this host runs) the tuning is followed by the model-level
-    A/B (`model_ab`), which gets AB_SHARE of the budget. `on_report(TuningReport)` hears how it
-    went; its `model_ab` is the A/B's outcome."""
+    A/B (`model_ab`): the untuned model is built first, which tells what the A/B's first
+    comparison will cost, and the tuning gets the budget less that (ab_reserve_s), so that
+    tuning and A/B together end about when the budget does. `on_report(TuningReport)` hears how
+    it went; its `model_ab` is the A/B's outcome."""
     import tvm
 
     apply = apply_database_pass(target, database)
@@ -271,14 +290,22 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
     def _pass(mod, _ctx):
         if trials > 0 or budget_s is not None:
             total = 600.0 if budget_s is None else budget_s
-            deadline = time.monotonic() + total
-            share = 1.0 - AB_SHARE if build is not None else 1.0
-            report = tuning.tune_module(mod, target, database, budget_s=total * share, trials_per_task=trials,
+            started = time.monotonic()
+            deadline = started + total
+            run_untuned, share = None, 1.0
+            if build is not None:
+                say(0.0, "model-level A/B: building the untuned model")
+                run_untuned = build(mod)
+                reserve = ab_reserve_s(total, time.monotonic() - started)
+                share = 1.0 - reserve / total
+            budget = max(0.0, deadline - time.monotonic() - (total * (1.0 - share)))
+            report = tuning.tune_module(mod, target, database, budget_s=budget, trials_per_task=trials,
                                  progress=lambda frac, msg: say(min(frac, 0.99) * share, msg), cancel=cancel, runner=runner)
             logger.info("tuning: %s", report.summary())
             if build is not None and not report.cancelled:
                 report.model_ab = model_ab(mod, target, database, report, build, deadline=deadline, cancel=cancel,
-                                           progress=lambda message: say(share + 0.5 * (1.0 - share), message))
+                                           progress=lambda message: say(share + 0.5 * (1.0 - share), message),
+                                           run_untuned=run_untuned)
             say(1.0, report.summary())
             if on_report is not None:
                 on_report(report)
