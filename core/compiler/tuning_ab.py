@@ -44,9 +44,9 @@ from .tuning_db import (
 __all__ = [
     "AB_MARGIN",
     "ABTrial",
+    "ab_reserve_s",
     "candidate_subsets",
     "decide",
-    "ab_reserve_s",
     "describe_ab",
     "model_ab",
     "percentile",

@@ -4,7 +4,14 @@ from __future__ import annotations
 import pytest
 
 from core.compiler import alternation
-from core.compiler.alternation import MAX_BLOCK_WARM_RUNS, alternate, block_sizes, block_warm_runs, flatten, timed
+from core.compiler.alternation import (
+    MAX_BLOCK_WARM_RUNS,
+    alternate,
+    block_sizes,
+    block_warm_runs,
+    flatten,
+    timed,
+)
 
 
 def recorder(log):

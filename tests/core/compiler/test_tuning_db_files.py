@@ -9,7 +9,13 @@ import logging
 import pytest
 
 from core.compiler import tuning_db
-from core.compiler.tuning_db import MODEL_AB_FILE, PROGRESS_FILE, TEMPLATES_FILE, load_model_ab, save_model_ab
+from core.compiler.tuning_db import (
+    MODEL_AB_FILE,
+    PROGRESS_FILE,
+    TEMPLATES_FILE,
+    load_model_ab,
+    save_model_ab,
+)
 
 OUTCOME = {"records": ["a"], "candidates": {"a": "template 1 ms"}, "untuned_ms": 2.0, "tuned_ms": 1.9,
            "untuned_p10_ms": 1.9, "tuned_p10_ms": 1.8}
