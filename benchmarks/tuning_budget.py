@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-minutes", type=float, default=1.0)
     args = parser.parse_args(argv)
 
-    from benchmarks.compiled_vs_onnxruntime import _load, architecture_models, light_models, sample_models
+    from benchmarks.compiled_vs_onnxruntime import (
+        _load,
+        architecture_models,
+        light_models,
+        sample_models,
+    )
     from core.compiler import tuning, tuning_ab
     from core.compiler.compile import compile_model
     from core.compiler.tuning_ab import describe_ab
