@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["light_models", "sample_models", "build_vm", "measure_alternating", "ours_runner", "BackgroundLoad", "host_description", "main"]
+__all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "main"]
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -209,25 +209,6 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
     return run
 
 
-def measure_alternating(runners, runs: int, warmup: int = 3, blocks: int = 5) -> list[list[float]]:
-    """ms per run for each of `runners` (functions n -> [ms of n runs]), which take turns in
-    `blocks` blocks with a pause between, so none is timed while another's threads spin and the
-    machine's load drifts hit them all alike. Each block starts with untimed runs (steady state,
-    see core.compiler.bench.BLOCK_WARM_S)."""
-    from core.compiler.bench import SETTLE_S, _block_sizes, block_warm_runs
-
-    warm = []
-    for run in runners:
-        warm.append(block_warm_runs(statistics.median(run(max(1, warmup)))))
-        time.sleep(SETTLE_S)  # the warm-ups too: without it, the first block ran beside the spinning of the last warm-up
-    times: list[list[float]] = [[] for _ in runners]
-    for size in _block_sizes(runs, blocks):
-        for run, out, w in zip(runners, times, warm):
-            out.extend(run(w + size)[w:])  # each block starts with untimed runs (core.compiler.bench.BLOCK_WARM_S)
-            time.sleep(SETTLE_S)
-    return times
-
-
 def _spread(times: list[float]) -> str:
     """'median (p10-p90)' in ms."""
     a = np.asarray(times)
@@ -338,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
+    from core.compiler.alternation import alternate, flatten
+
     # `import core` sized TVM's pool to the host's cores already; ours runs on --threads of them
     # (core.compiler.target.runtime_threads), as many as onnxruntime gets
     from core.compiler.ort_worker import OrtProcess
@@ -437,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                 terr = _check(tvm_tuned, ort_proc, feeds)
                 tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
             ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
-            probe, _ = measure_alternating([ours_n, ort_proc.run], runs=1, warmup=1, blocks=1)
-            runs = _runs_for(probe[0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
+            probe, _ = alternate([ours_n, ort_proc.run], blocks=1, runs=1, warmup=1)
+            runs = _runs_for(probe[0][0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
             single_cells = ""
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             for n in loads:
@@ -453,7 +436,8 @@ def main(argv: list[str] | None = None) -> int:
                     extra["tuned"] = len(runners)
                     runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
                 with BackgroundLoad(n):
-                    timed = measure_alternating(runners, runs=runs)
+                    # core.compiler.alternation: a pause between blocks, each started with untimed runs
+                    timed = [flatten(blocks) for blocks in alternate(runners, blocks=5, runs=runs)]
                 ours, ort = timed[0], timed[1]
                 ratio = statistics.median(ours) / statistics.median(ort)
                 fast_ratio = float(np.percentile(ours, 10) / np.percentile(ort, 10))

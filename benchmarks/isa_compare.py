@@ -5,10 +5,9 @@ On an AVX-512 host (Zen 4) the default target (this host's CPU) must never lose 
 the same host runs (`--cpu-features -avx512f`, or `--cpu znver3`). Every variant is compiled the
 way `compile` does (core.compiler.compile.compile_model with `cpu=` / `cpu_features=`: the
 workbench's pass pipeline, NCHWc layout included), and each model's variants are timed in
-alternating blocks (A's block, B's, ..., repeated; measure_alternating of
-compiled_vs_onnxruntime), at the host's core count and at 1 thread (the same executables,
-core.compiler.target.runtime_threads), one runtime only (TVM), so load on the machine hits all
-alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
+alternating blocks (A's block, B's, ..., repeated; core.compiler.alternation.alternate), at the
+host's core count and at 1 thread (the same executables, core.compiler.target.runtime_threads),
+one runtime only (TVM), so load on the machine hits all alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
 instructions LLVM emits when a vector accumulator is not kept in registers (a load-independent
 sign of a schedule that does not fit the ISA), the gathers/scatters LLVM's own vectorizer emits
 with AVX-512 for loops a schedule left alone when it cannot prove them contiguous (slow on Zen 4),
@@ -90,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from benchmarks.compiled_vs_onnxruntime import _feeds, _load, architecture_models, light_models, measure_alternating, ours_runner, sample_models
+    from benchmarks.compiled_vs_onnxruntime import _feeds, _load, architecture_models, light_models, ours_runner, sample_models
+    from core.compiler.alternation import alternate, flatten
 
     host = host_cpu()
     has512 = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             runners = [ours_runner(built[v][0], feeds, threads=t) for v in runnable]
             probe = min(runners[0](2)) if runners else 1.0
             runs_n = int(max(10, min(400, args.seconds * 1e3 / max(probe, 1e-3))))
-            for v, ts in zip(runnable, measure_alternating(runners, runs_n, blocks=args.blocks)):
-                times[(v, t)] = ts
+            for v, blocks in zip(runnable, alternate(runners, blocks=args.blocks, runs=runs_n)):
+                times[(v, t)] = flatten(blocks)
         last = variants[-1]
         for v in variants:
             if v not in built:

@@ -3,8 +3,8 @@
 * Latency: median / p90 / min over `runs` timed calls after `warmup` untimed ones. With
   `vs_ort`, onnxruntime (CPU provider, same thread count as the TVM target) runs on the same
   inputs in a process of its own, the two timed in alternating blocks with a pause between
-  (never one while the other's threads spin; see ALTERNATING_BLOCKS), each block started with
-  untimed runs so both are timed in steady state (BLOCK_WARM_S); `ratio` is
+  (never one while the other's threads spin), each block started with untimed runs so both are
+  timed in steady state (core.compiler.alternation, the one timing loop); `ratio` is
   ours / onnxruntime (medians; below 1 means faster than onnxruntime).
 * Memory: `params_bytes` (the constants the executable carries), `planned_bytes` vs
   `unplanned_bytes` (activation memory with and without TVM's static memory planning: the
@@ -18,9 +18,7 @@
 from __future__ import annotations
 
 import logging
-import math
 import resource
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from .alternation import alternate, flatten
 from .artifact import Artifact
 from .reference import compare_outputs, random_feeds
 from ..errors import Cancelled, WorkbenchError
 
-__all__ = ["BenchResult", "benchmark", "block_warm_runs", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
+__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
 
 logger = logging.getLogger(__name__)
 
@@ -310,31 +309,10 @@ def node_heat(kernels: list[dict]) -> dict[str, float]:
 
 
 # Timing with onnxruntime beside ours: onnxruntime runs in a process of its own (core.compiler.ort_worker)
-# with its default threading, ours here with TVM's; they take turns in blocks (ours, pause, theirs,
-# pause, ...) so that neither is timed while the other's threads spin, and slow drifts of the
-# machine's load (other processes) hit both alike.
+# with its default threading, ours here with TVM's; they take turns in blocks with a pause between
+# (core.compiler.alternation: neither is timed while the other's threads spin, slow drifts of the
+# machine's load hit both alike, and each block starts with untimed runs).
 ALTERNATING_BLOCKS = 5
-# TVM's idle workers yield-spin up to ~10^5 times before they sleep, onnxruntime's briefly too.
-SETTLE_S = 0.2
-# After a pause the first runs are slow, and not alike for the two runtimes: on this project's
-# 2-core Zen 4 KVM guest, mobilenet_v3_small at 2 threads, medians by position in 8-run blocks
-# after 0.2 s pauses, ours 2.56 2.18 2.00 1.90 1.83 1.71 1.69 1.62 ms, onnxruntime 2.25 1.74 1.57
-# 1.52 1.50 1.44 1.49 1.43 ms (caches refilled, cores woken). With the 6-run blocks of a 30-run
-# benchmark, the medians mostly measured that ramp. So each block starts with untimed runs,
-# at least BLOCK_WARM_S of them (and at most MAX_BLOCK_WARM_RUNS), and the blocks compare steady state.
-BLOCK_WARM_S = 0.02
-MAX_BLOCK_WARM_RUNS = 10
-
-
-def block_warm_runs(ms_per_run: float) -> int:
-    """Untimed runs that start a block (see BLOCK_WARM_S) for a model taking `ms_per_run`."""
-    return max(1, min(MAX_BLOCK_WARM_RUNS, math.ceil(BLOCK_WARM_S * 1000.0 / max(ms_per_run, 1e-3))))
-
-
-def _block_sizes(runs: int, blocks: int) -> list[int]:
-    """`runs` split into at most `blocks` nearly equal blocks."""
-    blocks = max(1, min(blocks, runs))
-    return [runs // blocks + (1 if i < runs % blocks else 0) for i in range(blocks)]
 
 
 def benchmark(
@@ -378,40 +356,26 @@ def benchmark(
             ort_proc = OrtProcess(art.model_bytes, {k: v for k, v in feeds.items() if k in ort_names}, host_cores())
         except RuntimeError as exc:
             raise WorkbenchError(f"onnxruntime cannot run this artifact's source model: {exc}.") from None
-    try:
-        report("warm-up", 0.05)
-        warm_ms = []
-        for _ in range(max(1, warmup)):
+
+    def ours(n: int) -> list[float]:
+        times = []
+        for _ in range(n):
             stop()
             t0 = time.perf_counter()
             art.run_device(args)
             dev.sync()
-            warm_ms.append((time.perf_counter() - t0) * 1000.0)
-        ours_warm = block_warm_runs(statistics.median(warm_ms))
-        if ort_proc is not None:
-            ort_warm = block_warm_runs(statistics.median(ort_proc.run(max(1, warmup))))
-            time.sleep(SETTLE_S)  # onnxruntime's spinning threads sleep before our first block is timed
-        ours_ms: list[float] = []
-        ort_ms: list[float] = []
-        sizes = _block_sizes(runs, ALTERNATING_BLOCKS if ort_proc is not None else 1)
-        for index, size in enumerate(sizes):
-            if ort_proc is not None:  # after a pause: steady state first (BLOCK_WARM_S)
-                for _ in range(ours_warm):
-                    stop()
-                    art.run_device(args)
-                dev.sync()
-            for _ in range(size):
-                stop()
-                t0 = time.perf_counter()
-                art.run_device(args)
-                dev.sync()
-                ours_ms.append((time.perf_counter() - t0) * 1000.0)
-            if ort_proc is not None:
-                time.sleep(SETTLE_S)  # our pool's threads stop spinning before onnxruntime is timed
-                stop()
-                ort_ms.extend(ort_proc.run(ort_warm + size)[ort_warm:])
-                time.sleep(SETTLE_S)  # and onnxruntime's before ours are
-            report("timing", 0.1 + 0.6 * (index + 1) / len(sizes))
+            times.append((time.perf_counter() - t0) * 1000.0)
+        return times
+
+    try:
+        report("warm-up", 0.05)
+        runners = [ours] if ort_proc is None else [ours, ort_proc.run]
+        alone = ort_proc is None  # no other runtime: no pauses, nothing to warm after them
+        timed = alternate(runners, blocks=1 if alone else ALTERNATING_BLOCKS, runs=runs, warmup=max(1, warmup),
+                          settle_s=0.0 if alone else None, warm_blocks=not alone,
+                          on_block=lambda index, count: report("timing", 0.1 + 0.6 * (index + 1) / count))
+        ours_ms = flatten(timed[0])
+        ort_ms = [] if alone else flatten(timed[1])
 
         result = BenchResult(
             target=art.target,

@@ -79,6 +79,7 @@ from .tuning_db import (
 )
 from .tuning_runners import (
     CONFIRM_MARGIN,
+    Pace,
     _worker_initializer,
     confirm_at_threads,
     local_builder,
@@ -164,13 +165,13 @@ def _measure_schedules(schedules: list, target, builder, runner) -> list[float |
     return measure_schedules(schedules, target, builder, runner)
 
 
-def _stop(report, cancel, deadline: float) -> bool:
+def _stop(report, cancel, deadline: float, clock: Callable[[], float] = time.monotonic) -> bool:
     """True once the user cancelled or the budget ran out (and the report says which)."""
     if report.cancelled or report.out_of_time:
         return True
     if cancel is not None and cancel():
         report.cancelled = True
-    elif time.monotonic() >= deadline:
+    elif clock() >= deadline:
         report.out_of_time = True
     return report.cancelled or report.out_of_time
 
@@ -181,24 +182,27 @@ def _has_template(func, target) -> bool:
     return any(rule.candidates(func, target) for rule in _template_rules())
 
 
-def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4, confirm_runner=None, finalists: int = 3) -> dict | None:
+def _tune_template(func, target, builder, runner, cancel, deadline, batch: int = 4, confirm_runner=None, finalists: int = 3,
+                   pace: Pace | None = None) -> dict | None:
     """Measure every candidate config of the first template rule that matches `func` (on
     `runner`: one thread), then confirm the `finalists` fastest that beat the default there
     by CONFIRM_MARGIN against
     it on `confirm_runner` (the model's thread count; `runner` when None), side by side in
     alternating rounds. The record ({rule, config, ms, default_ms, measured, confirmed}) keeps a
     config other than the default only when it won there by tuning_runners.CONFIRM_MARGIN; None
-    when no rule has knobs for `func`. Stops early (keeping what was measured) on cancel or when
-    the deadline passes."""
+    when no rule has knobs for `func`. Stops early (keeping what was measured; the record then
+    says it is not complete) on cancel or when the next batch, or the confirmation, would end
+    past the deadline at `pace`."""
     for rule in _template_rules():
         configs = rule.candidates(func, target)
         if configs:
             break
     else:
         return None
+    pace = pace or Pace()
     measured = []
     for start in range(0, len(configs), batch):
-        if (cancel is not None and cancel()) or time.monotonic() >= deadline:
+        if (cancel is not None and cancel()) or not pace.fits(deadline, "candidate", len(configs[start : start + batch])):
             break
         group, schedules = [], []
         for config in configs[start : start + batch]:
@@ -210,7 +214,9 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
             if sch is not None:
                 group.append(config)
                 schedules.append(sch)
-        for config, secs in zip(group, _measure_schedules(schedules, target, builder, runner) if schedules else []):
+        with pace.timed("candidate", len(schedules)):
+            times = _measure_schedules(schedules, target, builder, runner) if schedules else []
+        for config, secs in zip(group, times):
             measured.append((config, None if secs is None else secs * 1e3))
     timed = [(c, ms) for c, ms in measured if ms is not None]
     if not timed:
@@ -219,18 +225,21 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
     default_ms = measured[0][1] if measured and measured[0][0] == configs[0] else None
     confirmed = None
     faster = [] if default_ms is None else sorted((x for x in timed if x[1] < default_ms * (1.0 - CONFIRM_MARGIN)), key=lambda x: x[1])
-    if faster and not (cancel is not None and cancel()):
+    # a confirmation that would end past the deadline is left to a later run (the record is incomplete)
+    skipped = bool(faster) and ((cancel is not None and cancel()) or not pace.fits(deadline, "confirm", min(len(faster), finalists) + 1, like="candidate"))
+    if faster and not skipped:
         # A winner picked from a dozen noisy one-thread measurements is partly luck, and what
         # is best on one core may parallelize worse on the model's threads: the finalists and
         # the default again, side by side on `confirm_runner`; the default unless one wins.
         faster = faster[:finalists]
-        winner, secs = confirm_at_threads(
-            rule.apply(func, target, configs[0]),
-            [rule.apply(func, target, c) for c, _ in faster],
-            target,
-            builder,
-            confirm_runner or runner,
-        )
+        with pace.timed("confirm", len(faster) + 1):
+            winner, secs = confirm_at_threads(
+                rule.apply(func, target, configs[0]),
+                [rule.apply(func, target, c) for c, _ in faster],
+                target,
+                builder,
+                confirm_runner or runner,
+            )
         confirmed = {
             "default_ms": None if secs[0] is None else secs[0] * 1e3,
             "finalists": [[c, None if t is None else t * 1e3] for (c, _), t in zip(faster, secs[1:])],
@@ -246,7 +255,7 @@ def _tune_template(func, target, builder, runner, cancel, deadline, batch: int =
         "ms": best_ms,
         "default_ms": default_ms,
         "confirmed": confirmed,
-        "complete": len(measured) == len(configs),
+        "complete": len(measured) == len(configs) and not skipped,
         "measured": [[c, ms] for c, ms in measured],
     }
 
@@ -401,6 +410,7 @@ def tune_module(
     cancel: Callable[[], bool] | None = None,
     seed: int = 0,
     confirm_runner=None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> TuningReport:
     """Tune the kernels of a fused Relax+TIR module into the database folder `database`.
 
@@ -408,11 +418,14 @@ def tune_module(
     the records are in the database whatever happened (cancel, budget, a failing kernel).
     Candidates are measured on `runner` (default: one local thread); a template config replaces
     the default only after winning again on `confirm_runner` (default: `runner` when one is
-    given, else the target's cores locally), where the model will run.
+    given, else the target's cores locally), where the model will run. No step (a batch of
+    candidates, a confirmation, a search round) starts that would end past `budget_s` at the
+    pace seen so far (tuning_runners.Pace, on `clock`).
     """
     from tvm.s_tir import meta_schedule as ms
 
-    start = time.monotonic()
+    pace = Pace(clock)
+    start = clock()
     deadline = start + budget_s
     report_progress = progress or (lambda fraction, message: None)
     target = _tuning_target(target)
@@ -455,11 +468,11 @@ def tune_module(
         record = templates.get(result.workload)
         if record is not None and record.get("complete") and _current_space(record):
             result.reused = True
-        elif not _stop(report, cancel, deadline):
+        elif not _stop(report, cancel, deadline, clock):
             if _has_template(task_mod["main"], target):
                 report_progress(span * index / max(len(by_work), 1), f"template search: {result.name}")
                 builder, runner, confirm_runner = tools()
-                found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline, confirm_runner=confirm_runner)
+                found = _tune_template(task_mod["main"], target, builder, runner, cancel, deadline, confirm_runner=confirm_runner, pace=pace)
                 if found is not None:
                     found["name"] = result.name
                     templates[result.workload] = record = found
@@ -478,12 +491,16 @@ def tune_module(
         if trials_per_task > 0 and result.trials >= trials_per_task:
             result.reused = True
     for index, (task, task_mod, result) in enumerate(todo):
-        if _stop(report, cancel, deadline):
+        if _stop(report, cancel, deadline, clock):
             break
         if result.default_ms is None:
+            if not pace.fits(deadline, "candidate", 1):
+                report.out_of_time = True
+                break
             report_progress(0.6, f"measuring default schedule of {result.name}")
             builder, runner, confirm_runner = tools()
-            secs = _measure_default(task_mod, target, builder, runner)
+            with pace.timed("candidate", 1):
+                secs = _measure_default(task_mod, target, builder, runner)
             if secs is not None:
                 # Kept beside the database, not in it: MetaSchedule's layout-rewrite postprocessor
                 # cannot replay a trace that already packs the weights (its search fails on such
@@ -494,15 +511,18 @@ def tune_module(
     todo.sort(key=lambda e: -((e[2].default_ms or 1.0) * e[2].weight))
 
     for index, (task, task_mod, result) in enumerate(todo):
-        if _stop(report, cancel, deadline):
+        if _stop(report, cancel, deadline, clock):
+            break
+        if not pace.fits(deadline, "round", 1):  # a round cannot be stopped once it started
+            report.out_of_time = True
             break
         remaining = trials_per_task - result.trials
         state = {"trials": 0, "stopped": False}
 
         def on_round(index=index, result=result, state=state):
-            elapsed = time.monotonic() - start
+            elapsed = clock() - start
             report_progress(
-                min(0.99, 0.6 + 0.4 * max(index / len(todo), elapsed / budget_s)),
+                min(0.99, 0.6 + 0.4 * max(index / len(todo), elapsed / max(budget_s, 1e-9))),
                 f"tuning {result.name}: {result.trials + state['trials']} trials",
             )
 
@@ -513,6 +533,7 @@ def tune_module(
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             [task], work_dir=work_dir, num_threads=_cores(target), seed=seed, strategy=_search_strategy()
         )
+        searched = clock()
         try:
             ms.tune_tasks(
                 tasks=contexts,
@@ -532,11 +553,13 @@ def tune_module(
                 pass
             else:
                 logger.warning("tuning %s failed: %s", result.name, str(exc).splitlines()[0] if str(exc) else exc)
+        pace.add("round", -(-state["trials"] // max(1, min(trials_per_round, remaining))), clock() - searched)
         result.trials += state["trials"]
         entry = saved.setdefault(result.workload, {})
         # CPU only: a GPU's runner already measures a kernel as the model runs it (no thread count)
-        if target.kind.name == "llvm" and not (cancel is not None and cancel()):
-            confirmed = _confirm_search(task_mod, target, db, builder, confirm_runner, result.default_ms, entry.get(SEARCH_CONFIRMED))
+        if target.kind.name == "llvm" and not (cancel is not None and cancel()) and pace.fits(deadline, "confirm", 4, like="candidate"):
+            with pace.timed("confirm", 4):
+                confirmed = _confirm_search(task_mod, target, db, builder, confirm_runner, result.default_ms, entry.get(SEARCH_CONFIRMED))
             if confirmed is not None:
                 entry[SEARCH_CONFIRMED] = confirmed
         best = _best_seconds(db, task_mod)
@@ -551,7 +574,7 @@ def tune_module(
                 report.cancelled = True
             else:
                 report.out_of_time = True
-    report.seconds = time.monotonic() - start
+    report.seconds = clock() - start
     report_progress(1.0, report.summary())
     return report
 

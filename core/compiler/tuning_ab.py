@@ -5,7 +5,7 @@ kernel alone, and wins of a few % there need not add up in the model: kernels ev
 data from the caches, and a schedule that splits well over the threads alone may not beside its
 neighbours. EfficientNet-B0 once measured 1.14-1.16x slower tuned than untuned. So after tuning,
 the untuned build and the build with the records are compiled both and timed in alternating
-blocks in this process (`time_alternating`), and the records are kept only where the tuned build
+blocks in this process (core.compiler.alternation), and the records are kept only where the tuned build
 wins by a margin at the median and block by block, and is not slower at p10 (`decide`), twice in a
 row. When the whole
 set loses, subsets are tried within the time left: the records with the largest kernel-level wins
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import tuning
+from .alternation import alternate, timed
 from .tuning import TuningReport
 from .tuning_db import (
     apply_database_pass,
@@ -43,6 +44,7 @@ from .tuning_db import (
 __all__ = [
     "AB_MARGIN",
     "ABTrial",
+    "ab_reserve_s",
     "candidate_subsets",
     "decide",
     "describe_ab",
@@ -50,7 +52,7 @@ __all__ = [
     "percentile",
     "search_subsets",
     "settle",
-    "time_alternating",
+    "time_builds",
     "tuning_pass",
 ]
 
@@ -63,8 +65,10 @@ AB_MARGIN = 0.02
 AB_BLOCKS = 12  # alternating blocks per comparison (each build timed in every one)
 BLOCK_S = 0.15  # seconds per build per block
 SETTLE_TIMEOUT_S = 3.0  # the longest settle() waits for other processes before each comparison
-# the share of a tuning budget kept for the A/B (the first comparison runs even when it is spent)
+# the share of a tuning budget kept for the A/B at least (the first comparison runs even when it
+# is spent), and at most AB_MAX_SHARE when its first comparison needs more (ab_reserve_s)
 AB_SHARE = 0.25
+AB_MAX_SHARE = 0.5
 
 
 def percentile(times: list[float], q: float) -> float:
@@ -77,7 +81,7 @@ def percentile(times: list[float], q: float) -> float:
 
 def decide(untuned: list[list[float]], tuned: list[list[float]], margin: float = AB_MARGIN) -> bool:
     """True when the tuned build won. `untuned`, `tuned`: ms per run in blocks, block i of each
-    timed next to the other's (time_alternating). Won means all three: its median over all runs at
+    timed next to the other's (`time_builds`). Won means all three: its median over all runs at
     least `margin` below the untuned one; its p10 (the runs least disturbed by the machine) not
     above the untuned p10; and block by block, the median of the ratios tuned / untuned (each
     ratio of two blocks a fraction of a second apart, so a load that comes and goes between
@@ -173,36 +177,26 @@ def settle(others: Callable[[], int] | None = None, *, timeout_s: float = SETTLE
         time.sleep(poll_s)
 
 
-def time_alternating(run_a: Callable[[], object], run_b: Callable[[], object], *, blocks: int | None = None,
-                     block_s: float | None = None, cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
-    """ms per run of `run_a` and `run_b` (each runs the model once), per block, timed in `blocks` alternating
-    blocks (a, b, then b, a, ...: a slow drift of the machine hits both alike) after a warm-up of
-    each, so both are timed in steady state. Runs per block: what fills `block_s`, at least 3.
-    (Defaults: AB_BLOCKS, BLOCK_S.)"""
-    blocks = AB_BLOCKS if blocks is None else blocks
-    block_s = BLOCK_S if block_s is None else block_s
-    def timed(run, n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            run()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
-
-    timed(run_a, 3), timed(run_b, 3)  # first calls: caches, page faults, the pool's threads
-    started = time.perf_counter()
-    timed(run_a, 3), timed(run_b, 3)
-    per_run = (time.perf_counter() - started) / 6  # with the timing loop's own cost
-    runs = max(3, int(block_s / max(per_run, 1e-6)))
-    a: list[list[float]] = []
-    b: list[list[float]] = []
-    for index in range(blocks):
-        if cancel is not None and cancel():
-            break
-        pair = ((run_a, a), (run_b, b)) if index % 2 == 0 else ((run_b, b), (run_a, a))
-        for run, out in pair:
-            out.append(timed(run, runs))
+def time_builds(run_a: Callable[[], object], run_b: Callable[[], object], *,
+                cancel: Callable[[], bool] | None = None) -> tuple[list[list[float]], list[list[float]]]:
+    """ms per run of two builds (`run_a`, `run_b` each run the model once), per block: AB_BLOCKS
+    blocks of BLOCK_S seconds per build, in the order a, b, then b, a (core.compiler.alternation).
+    The two share this process's thread pool, so no pause between blocks and no untimed runs to
+    start them: there is no idle time to recover from."""
+    a, b = alternate([timed(run_a), timed(run_b)], blocks=AB_BLOCKS, block_s=BLOCK_S, warmup=6, settle_s=0.0,
+                     warm_blocks=False, mirror=True, cancel=cancel)
     return a, b
+
+
+def ab_reserve_s(total_s: float, build_s: float) -> float:
+    """Seconds of a `total_s` tuning budget to keep for the A/B, given that a build of the model
+    takes `build_s`: what its first comparison costs (one more build, the tuned one, and two
+    timings of AB_BLOCKS blocks of both builds, each after settle()'s wait of a second or so),
+    at least AB_SHARE and at most AB_MAX_SHARE of the budget. Why: with a fixed quarter, the
+    first comparison, which always runs, took 35 s of a 1-minute budget's 15 on
+    mobilenet_v3_small (the tuning having overrun its share too)."""
+    first_trial = build_s + 2 * (2 * AB_BLOCKS * BLOCK_S + 1.0)
+    return min(AB_MAX_SHARE * total_s, max(AB_SHARE * total_s, first_trial))
 
 
 def describe_ab(outcome: dict) -> str:
@@ -214,11 +208,13 @@ def describe_ab(outcome: dict) -> str:
 
 
 def model_ab(mod, target, database, report: TuningReport | None, build: Callable, *, deadline: float,
-             cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None) -> dict | None:
+             cancel: Callable[[], bool] | None = None, progress: Callable[[str], None] | None = None,
+             run_untuned: Callable[[], object] | None = None) -> dict | None:
     """A/B the fused module `mod` untuned against the database's records for it, and file the
     outcome (module docstring). `build(mod)` compiles a fused module the rest of the way and
     returns a function that runs it once. `report` (the tuning just done) gives each record's
-    kernel-level win, which orders the subsets. Returns the outcome filed (`reused`: True when an
+    kernel-level win, which orders the subsets. `run_untuned`: `build(mod)` when already made.
+    Returns the outcome filed (`reused`: True when an
     earlier A/B of the same records is still valid: nothing is measured), or None when the
     database has no record for the model or the A/B was cancelled."""
     say = progress or (lambda message: None)
@@ -238,8 +234,9 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
         if task is not None and task.default_ms is not None and task.tuned_ms is not None:
             saved = (task.default_ms - task.tuned_ms) * task.weight
         wins[workload] = saved
-    say("model-level A/B: building the untuned model")
-    run_untuned = build(mod)
+    if run_untuned is None:
+        say("model-level A/B: building the untuned model")
+        run_untuned = build(mod)
     builds: dict[tuple, Callable] = {}
 
     def measure(records: list[str]) -> tuple[list[list[float]], list[list[float]]]:
@@ -249,7 +246,7 @@ def model_ab(mod, target, database, report: TuningReport | None, build: Callable
             builds[tuple(records)] = build(apply_database_pass(target, database, only=records)(mod))
         say(f"model-level A/B: timing untuned against {len(records)} records")
         settle()
-        return time_alternating(run_untuned, builds[tuple(records)], cancel=cancel)
+        return time_builds(run_untuned, builds[tuple(records)], cancel=cancel)
 
     cancelled = lambda: cancel is not None and cancel()
     kept, trials = search_subsets(wins, measure, time_left=lambda: -1.0 if cancelled() else deadline - time.monotonic())
@@ -280,8 +277,10 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
     (MetaSchedule trials per kernel after the template search; budget then 10 minutes);
     with neither, the database is only applied. With `build` (fused module -> a function running
     the compiled model once; CPU code this host runs) the tuning is followed by the model-level
-    A/B (`model_ab`), which gets AB_SHARE of the budget. `on_report(TuningReport)` hears how it
-    went; its `model_ab` is the A/B's outcome."""
+    A/B (`model_ab`): the untuned model is built first, which tells what the A/B's first
+    comparison will cost, and the tuning gets the budget less that (ab_reserve_s), so that
+    tuning and A/B together end about when the budget does. `on_report(TuningReport)` hears how
+    it went; its `model_ab` is the A/B's outcome."""
     import tvm
 
     apply = apply_database_pass(target, database)
@@ -291,14 +290,22 @@ def tuning_pass(target, trials: int = 0, database=None, *, budget_s: float | Non
     def _pass(mod, _ctx):
         if trials > 0 or budget_s is not None:
             total = 600.0 if budget_s is None else budget_s
-            deadline = time.monotonic() + total
-            share = 1.0 - AB_SHARE if build is not None else 1.0
-            report = tuning.tune_module(mod, target, database, budget_s=total * share, trials_per_task=trials,
+            started = time.monotonic()
+            deadline = started + total
+            run_untuned, share = None, 1.0
+            if build is not None:
+                say(0.0, "model-level A/B: building the untuned model")
+                run_untuned = build(mod)
+                reserve = ab_reserve_s(total, time.monotonic() - started)
+                share = 1.0 - reserve / total
+            budget = max(0.0, deadline - time.monotonic() - (total * (1.0 - share)))
+            report = tuning.tune_module(mod, target, database, budget_s=budget, trials_per_task=trials,
                                  progress=lambda frac, msg: say(min(frac, 0.99) * share, msg), cancel=cancel, runner=runner)
             logger.info("tuning: %s", report.summary())
             if build is not None and not report.cancelled:
                 report.model_ab = model_ab(mod, target, database, report, build, deadline=deadline, cancel=cancel,
-                                           progress=lambda message: say(share + 0.5 * (1.0 - share), message))
+                                           progress=lambda message: say(share + 0.5 * (1.0 - share), message),
+                                           run_untuned=run_untuned)
             say(1.0, report.summary())
             if on_report is not None:
                 on_report(report)

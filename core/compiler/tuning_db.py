@@ -94,12 +94,73 @@ def open_database(root, target):
     return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
 
 
-def _load_json(folder: Path, name: str) -> dict[str, dict]:
-    """A record file of the database folder ({} when missing or unreadable)."""
+_NUMBER = (int, float)
+_MAYBE_NUMBER = (int, float, type(None))
+# The fields of a record that the workbench reads, and their types: a record file edited by hand
+# or written by another program must not crash a compile (a string where a time belongs).
+# (required fields, {field: allowed types} for those present)
+_RECORD_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, tuple]]] = {
+    PROGRESS_FILE: ((), {"trials": (int,), "default_ms": _MAYBE_NUMBER, SEARCH_CONFIRMED: (dict, type(None)), "name": (str,)}),
+    TEMPLATES_FILE: (("ms", "config"), {"ms": _MAYBE_NUMBER, "default_ms": _MAYBE_NUMBER, "rule": (str,), "complete": (bool,),
+                                        "measured": (list,), "space": (int,), "confirmed": (dict, type(None))}),
+    MODEL_AB_FILE: (("records", "candidates", "untuned_ms", "tuned_ms", "untuned_p10_ms", "tuned_p10_ms"),
+                    {"records": (list,), "candidates": (dict,), "untuned_ms": _NUMBER, "tuned_ms": _NUMBER,
+                     "untuned_p10_ms": _NUMBER, "tuned_p10_ms": _NUMBER, "trials": (list,)}),
+}
+_warned: set[tuple] = set()
+
+
+def _warn_once(path: Path, message: str) -> None:
+    """Log `message` once per version of the file (a compile reads a record file several times)."""
     try:
-        return json.loads((folder / name).read_text())
-    except (OSError, ValueError):
+        stat = path.stat()
+        version = (str(path), stat.st_mtime_ns, stat.st_size, message)
+    except OSError:
+        version = (str(path), message)
+    if version not in _warned:
+        _warned.add(version)
+        logger.warning("%s", message)
+
+
+def _bad_record(name: str, record: object) -> str | None:
+    """Why `record` (one entry of the record file `name`) cannot be used, or None when it can."""
+    if not isinstance(record, dict):
+        return f"an entry is {type(record).__name__}, not an object"
+    required, types = _RECORD_FIELDS.get(name, ((), {}))
+    for key in required:
+        if key not in record:
+            return f"an entry has no '{key}'"
+    for key, allowed in types.items():
+        if key in record and not isinstance(record[key], allowed):
+            return f"'{key}' of an entry is {type(record[key]).__name__}"
+    return None
+
+
+def _load_json(folder: Path, name: str) -> dict[str, dict]:
+    """A record file of the database folder: {key: record}. {} when missing; a file that is not
+    JSON, or not an object of records, counts as corrupt and a record of the wrong shape (a
+    string where a time belongs) as missing: one warning naming the file, and what it held is
+    not applied."""
+    path = folder / name
+    try:
+        text = path.read_text()
+    except OSError:
         return {}
+    try:
+        records = json.loads(text)
+    except ValueError:
+        _warn_once(path, f"The tuning database file {path} is not valid JSON: its records are ignored (tuning rewrites it).")
+        return {}
+    if not isinstance(records, dict):
+        _warn_once(path, f"The tuning database file {path} holds a JSON {type(records).__name__}, not an object of records: "
+                         "its records are ignored (tuning rewrites it).")
+        return {}
+    bad = {key: why for key, record in records.items() if (why := _bad_record(name, record)) is not None}
+    if bad:
+        key, why = next(iter(bad.items()))
+        _warn_once(path, f"The tuning database file {path} has {len(bad)} malformed record(s) (first: '{key}': {why}): "
+                         "they are ignored.")
+    return {key: record for key, record in records.items() if key not in bad}
 
 
 def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:

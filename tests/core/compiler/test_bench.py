@@ -36,7 +36,7 @@ def test_onnxruntime_is_timed_in_its_own_process_in_alternating_blocks(cnn_art, 
     process, the two take turns in blocks."""
     import os
 
-    from core.compiler import bench, ort_worker
+    from core.compiler import alternation, bench, ort_worker
 
     calls = []
     real_run = ort_worker.OrtProcess.run
@@ -47,21 +47,12 @@ def test_onnxruntime_is_timed_in_its_own_process_in_alternating_blocks(cnn_art, 
         return real_run(self, n)
 
     monkeypatch.setattr(ort_worker.OrtProcess, "run", run)
-    monkeypatch.setattr(bench, "SETTLE_S", 0.0)
+    monkeypatch.setattr(alternation, "SETTLE_S", 0.0)
     r = benchmark(cnn_art, runs=7, warmup=1, vs_ort=True, kernels=False)
-    sizes = bench._block_sizes(7, bench.ALTERNATING_BLOCKS)
+    sizes = alternation.block_sizes(7, bench.ALTERNATING_BLOCKS)
     warm = calls[1] - sizes[0]  # each block starts with the same number of untimed runs
     assert calls[0] == 1 and warm >= 1 and calls[1:] == [warm + size for size in sizes]
     assert r.ort_latency_ms["runs"] == 7 and r.outputs_match_ort is True
-    assert bench._block_sizes(3, 5) == [1, 1, 1] and bench._block_sizes(12, 5) == [3, 3, 2, 2, 2]
-
-
-def test_blocks_start_with_about_20_ms_of_untimed_runs():
-    from core.compiler.bench import MAX_BLOCK_WARM_RUNS, block_warm_runs
-
-    assert block_warm_runs(100.0) == 1  # a big model: one run
-    assert block_warm_runs(5.0) == 4
-    assert block_warm_runs(0.01) == MAX_BLOCK_WARM_RUNS  # a tiny one: capped
 
 
 def test_memory_planning_saves_and_params_are_the_weights(cnn_art):

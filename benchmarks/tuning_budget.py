@@ -1,0 +1,89 @@
+"""Where the time of `compile --tune-minutes M` goes: wall time of each phase, on a fresh database.
+
+Prints, per model, when each phase starts and ends (seconds since the compile started): the
+tuning (core.compiler.tuning.tune_module), each kernel's template search, the model-level A/B
+(core.compiler.tuning_ab.model_ab) with its settle() waits and timings, and the end of the
+compile; then the tuning summary and the A/B's outcome. `--tune-minutes M` should end within
+about M minutes plus the compile's own build time (the tuner starts no step that would end past
+its share, tuning_runners.Pace; the A/B keeps tuning_ab.ab_reserve_s). Models as in
+compiled_vs_onnxruntime.py.
+
+    python benchmarks/tuning_budget.py [--models mobilenet_v3_small,squeezenet] [--tune-minutes 1]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="mobilenet_v3_small,squeezenet")
+    parser.add_argument("--tune-minutes", type=float, default=1.0)
+    args = parser.parse_args(argv)
+
+    from benchmarks.compiled_vs_onnxruntime import (
+        _load,
+        architecture_models,
+        light_models,
+        sample_models,
+    )
+    from core.compiler import tuning, tuning_ab
+    from core.compiler.compile import compile_model
+    from core.compiler.tuning_ab import describe_ab
+
+    models = {**light_models(), **sample_models(), **architecture_models()}
+    clock = {"start": time.monotonic()}
+
+    def mark(label: str) -> None:
+        print(f"{time.monotonic() - clock['start']:8.1f} s  {label}", flush=True)
+
+    def wrap(module, name: str) -> None:
+        real = getattr(module, name)
+
+        def timed(*a, **k):
+            mark(f"{name} starts")
+            started = time.monotonic()
+            try:
+                return real(*a, **k)
+            finally:
+                mark(f"{name} ends ({time.monotonic() - started:.1f} s)")
+
+        setattr(module, name, timed)
+
+    for module, name in ((tuning, "tune_module"), (tuning, "_tune_template"), (tuning_ab, "model_ab"), (tuning_ab, "settle"),
+                         (tuning_ab, "time_builds")):
+        wrap(module, name)
+    print(f"compile --tune-minutes {args.tune_minutes:g}, fresh database; load average {os.getloadavg()[0]:.1f}")
+    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        if name not in models:
+            print(f"{name}: no such benchmark model", file=sys.stderr)
+            return 2
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.onnx"
+            path.write_bytes(_load(models[name]).SerializeToString())
+            print(f"== {name}")
+            clock["start"] = time.monotonic()
+            art = compile_model(str(path), "cpu", verify=False, tune_db=str(Path(tmp) / "db"), tune_budget_s=args.tune_minutes * 60)
+            mark("compile ends")
+            report = art.manifest.get("tuning") or {}
+            print(f"  {report.get('summary')}")
+            if report.get("model_ab"):
+                print(f"  {describe_ab(report['model_ab'])}")
+            print(f"  total {time.monotonic() - clock['start']:.1f} s for a budget of {args.tune_minutes * 60:.0f} s; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
