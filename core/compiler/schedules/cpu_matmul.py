@@ -7,7 +7,8 @@ reduction iterator, as LegalizeOps writes `matmul`. The schedule:
    per call), so the inner loop streams B contiguously;
 2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors, the
    columns padded to whole tiles rather than fewer accumulators; GEMM: up to 6 rows x 2
-   vectors), A broadcast, B one vector load per register;
+   vectors), A broadcast, B one vector load per register; rows no tile divides are padded,
+   the padded rows reading A's last row again (no copy of A);
 3. loops: batch, i/TI, j/VB (fused, parallel) | k | TI (unrolled) | VB (vectorized); a GEMV
    with a big weight runs that loop in parallel even below the GEMM's work threshold: each
    thread streams its own contiguous part of the packed weight (see `runs_parallel`);
@@ -208,7 +209,11 @@ class Matmul:
         weight = str(b_region.source.name)
         keep: tuple[str, ...] = ()
         if pad_rows or pad_cols:
-            keep = self._pad(sch, block, len(extents), ti if pad_rows else 1, vb if pad_cols else 1)
+            a_name = str(stmt.reads[1 - b_index].source.name)
+            a_name = "" if a_name == weight else a_name  # x @ x.T: one buffer, one zero-filled copy
+            keep = self._pad(sch, block, len(extents), ti if pad_rows else 1, vb if pad_cols else 1, a_name)
+            # inlining A's clamped read may reorder the block's reads
+            b_index = next(n for n, r in enumerate(sch.get(block).reads) if str(r.source.name) in (weight, f"{weight}_pad"))
 
         def pack(*axes):
             lead, last2 = list(axes[:batch_dims]), axes[batch_dims:]
@@ -253,16 +258,60 @@ class Matmul:
         return sch
 
     @staticmethod
-    def _pad(sch, block, n_iters: int, row_multiple: int, col_multiple: int) -> tuple[str, ...]:
+    def _pad(sch, block, n_iters: int, row_multiple: int, col_multiple: int, a_name: str) -> tuple[str, ...]:
         """Pad the matmul's rows and columns up to whole tiles (s_tir's pad_einsum: zero-filled
-        copies of the operands, the result cut back to size). Returns the names of the copies
-        that must stay separate passes: a padded A inlined would put a branch in the inner loop."""
+        copies of the operands, the result cut back to size). A (named `a_name`) with padded rows
+        is read clamped instead of copied (`_clamp_row_padding`). Returns the names of the copies
+        that must stay separate passes: a zero-filled A inlined would put a branch in the inner
+        loop; B's copy folds into its packing."""
         padding = [1] * n_iters
         padding[-3], padding[-2] = row_multiple, col_multiple
         before = {sch.get(b).name_hint for b in root_blocks(sch)}
         sch.pad_einsum(block, padding)
-        added = [sch.get(b).name_hint for b in root_blocks(sch) if sch.get(b).name_hint not in before]
-        return tuple(added)
+        added = [b for b in root_blocks(sch) if sch.get(b).name_hint not in before]
+        keep = []
+        for pad in added:
+            if row_multiple > 1 and sch.get(pad).name_hint == f"{a_name}_pad" and _clamp_row_padding(sch, pad):
+                sch.compute_inline(pad)
+            else:
+                keep.append(sch.get(pad).name_hint)
+        return tuple(keep)
+
+
+def _clamp_row_padding(sch, pad) -> bool:
+    """Turn `pad`, a zero-filling copy of A with its rows padded to whole tiles
+    (`A_pad[.., i, k] = A[.., i, k] if i < rows else 0`), into a read of A whose row index is
+    clamped to the last row (`A[.., min(i, rows - 1), k]`), so that it can be inlined into the
+    matmul: no copy of A at every call (vit_encoder's 197 x 768 activation: a 605 KB pass before
+    each 197-row GEMM) and no branch in the inner loop. The padded rows then compute a copy of the
+    last row, which the write-back's bounds leave out of the result. False (nothing changed)
+    when `pad` is not such a copy: only a condition `i < rows` on one index of the load it reads."""
+    from tvm import s_tir, tirx
+    from tvm.ir import Call, Op, Range, TensorLoad
+
+    stmt = sch.get(pad)
+    store = stmt.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, Call):
+        return False
+    call = store.value
+    if not call.op.same_as(Op.get("prim.if_then_else")) or not isinstance(call.args[1], TensorLoad):
+        return False
+    cond, load = call.args[0], call.args[1]
+    if not (isinstance(cond, tirx.LT) and isinstance(cond.a, tirx.Var) and isinstance(cond.b, tirx.IntImm)):
+        return False
+    positions = [n for n, index in enumerate(load.indices) if isinstance(index, tirx.Var) and index.same_as(cond.a)]
+    if len(positions) != 1:
+        return False
+    (row,) = positions
+    last = tirx.IntImm(str(cond.b.ty), int(cond.b.value) - 1)
+    indices = list(load.indices)
+    indices[row] = tirx.Min(cond.a, last)
+    clamped = tirx.BufferStore(store.buffer, tirx.BufferLoad(load.source, indices), store.indices)
+    region = [Range.from_min_extent(index, 1) for index in indices]
+    block = s_tir.SBlock(stmt.iter_vars, [tirx.BufferRegion(load.source, region)], stmt.writes, stmt.name_hint, clamped,
+                         annotations=stmt.annotations)
+    sch.state.replace(sch.get_sref(pad), block, {stmt: block})
+    return True
 
 
 def _dtype_bytes(stmt) -> int:

@@ -250,3 +250,51 @@ def test_softmax_folds_each_rows_partials_four_lanes_wide(mcpu):
     assert rule == "cpu.RowReduction"
     script = scheduled.script()
     assert script.count(f"T.vectorized(T.int64({FOLD_LANES}))") >= 2, "max and sum folds"
+
+
+@pytest.mark.isa
+def test_padded_rows_read_the_activation_clamped_not_a_zero_filled_copy(target):
+    """Rows no tile divides (a ViT's 197 tokens) are padded to whole tiles; the GEMM reads A's
+    last row again for the padded rows (`A[min(i, rows - 1), k]`) instead of a zero-filled copy
+    of A made at every call, and the padded rows stay out of the result."""
+    import tvm
+    from tvm import s_tir, te
+
+    from core.compiler.schedules.cpu_common import vector_lanes, vector_registers
+    from core.compiler.schedules.cpu_matmul import Matmul, choose_matmul_tile
+
+    rows, depth, cols = 197, 40, 48
+    ti, _ = choose_matmul_tile(rows, cols, vector_lanes(target), vector_registers(target))
+    assert rows % ti, "the shape must need padded rows on this target"
+    a = te.placeholder((1, rows, depth), name="A")
+    w = te.placeholder((depth, cols), name="W")
+    k = te.reduce_axis((0, depth), name="k")
+    c = te.compute((1, rows, cols), lambda b, i, j: te.sum(a[b, i, k] * w[k, j], axis=k), name="matmul")
+    sch = Matmul().apply(te.create_prim_func([a, w, c]), target)
+    text = sch.mod["main"].script()
+    assert "A_pad" not in text and f"T.min(v_i, {rows - 1})" in text
+    assert "if_then_else" not in text
+    assert isinstance(sch, s_tir.Schedule)
+    x = np.random.default_rng(3).standard_normal((1, rows, depth)).astype(np.float32)
+    y = np.random.default_rng(4).standard_normal((depth, cols)).astype(np.float32)
+    out = tvm.runtime.tensor(np.full((1, rows, cols), np.nan, np.float32))
+    tvm.compile(sch.mod, target=target)(tvm.runtime.tensor(x), tvm.runtime.tensor(y), out)
+    np.testing.assert_allclose(out.numpy(), x @ y, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.isa
+def test_attention_with_odd_token_count_matches_onnxruntime(target):
+    """Both operands activations (scores x values, batched over heads), 37 rows: the padded
+    row tile reads A clamped; the result matches onnxruntime."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("MatMul", ["p", "v"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model = _model(nodes, [_vi("p", [1, 3, 37, 40]), _vi("v", [1, 3, 40, 32])], [_vi("y", [1, 3, 37, 32])])
+    feeds = {"p": rng.standard_normal((1, 3, 37, 40)).astype(np.float32),
+             "v": rng.standard_normal((1, 3, 40, 32)).astype(np.float32)}
+    scheduled, ours = _compile_and_run(_fused(model), feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    import tvm
+
+    (text,) = [f.script() for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "matmul" in g.name_hint]
+    assert "T.min(" in text and "_pad = T.sblock_alloc_buffer" not in text
