@@ -167,7 +167,39 @@ def input_domains(proto, shapes: dict[str, tuple[int, ...]]) -> dict[str, Domain
                     rule = None
                 if rule is not None:
                     out[name] = rule
+    integer = {vi.name for vi in proto.graph.input if vi.type.tensor_type.elem_type in _INT_TYPES}
+    for name in sorted((names & integer) - set(out)):
+        if _cast_to_float(proto, name):
+            out[name] = _int_range(0, 2)
     return out
+
+
+# ops that pass an input's values on unchanged (only their shape changes)
+_PASS_THROUGH = {"Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Identity", "Transpose"}
+_FLOAT_TYPES = {1, 10, 11, 16}  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+_INT_TYPES = {2, 3, 4, 5, 6, 7, 12, 13}  # UINT8, INT8, UINT16, INT16, INT32, INT64, UINT32, UINT64
+
+
+def _cast_to_float(proto, name: str) -> bool:
+    """Whether the graph casts the input `name` (directly or after reshaping ops) to a float type.
+
+    In exported transformers that is an attention mask, `(1.0 - float(mask)) * -10000.0` added to
+    the scores: a 0/1 input. Other integers (the plain random 0..3) make that term +20000 and
+    softmax's inputs so large that two correct implementations differ by their float rounding
+    (BERT's first attention MatMul differed by 5e-4 on 0..3 masks, by 4e-6 on 0/1 ones)."""
+    consumers: dict[str, list] = {}
+    for node in proto.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    todo, seen = [name], {name}
+    while todo:
+        for node in consumers.get(todo.pop(), []):
+            if node.op_type == "Cast" and _attr(node, "to") in _FLOAT_TYPES:
+                return True
+            if node.op_type in _PASS_THROUGH and node.output and node.output[0] not in seen:
+                seen.add(node.output[0])
+                todo.append(node.output[0])
+    return False
 
 
 def _rule(node, pos: int, shapes: dict, consts: dict) -> Domain | None:

@@ -35,6 +35,26 @@ def test_random_check_inputs_respect_the_consuming_op():
     assert random_feeds(specs, seed=1)["idx"].max() == 3  # without the model: plain small integers
 
 
+def test_an_integer_input_cast_to_float_is_a_0_1_mask():
+    """BERT's (1 - float(mask)) * -10000 term: an int64 input, reshaped and cast to float."""
+    nodes = [helper.make_node("Unsqueeze", ["mask", "ax"], ["m1"]),
+             helper.make_node("Cast", ["m1"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "mf"], ["y"]),
+             helper.make_node("Cast", ["count"], ["cf"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "mask", [helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 64]),
+                                              helper.make_tensor_value_info("count", TensorProto.FLOAT, [1]),
+                                              helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 64]),
+                               helper.make_tensor_value_info("cf", TensorProto.FLOAT, [1])],
+                              initializer=[numpy_helper.from_array(np.array([1], np.int64), "ax")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    specs, _ = specs_from_proto(m)
+    feeds = random_feeds(specs, seed=0, model=m)
+    assert set(np.unique(feeds["mask"])) == {0, 1}
+    assert feeds["count"].dtype == np.float32 and not set(np.unique(feeds["count"])) <= {0.0, 1.0}  # a float input stays normal
+    assert random_feeds(specs, seed=0)["mask"].max() > 1  # without the model: plain small integers
+
+
 def test_compile_checks_on_the_users_inputs_and_says_so(tmp_path):
     m = _gather_model()
     g = load_model_bytes(m.SerializeToString(), "gather.onnx")
