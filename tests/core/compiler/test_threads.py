@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import subprocess
 import sys
@@ -77,17 +76,6 @@ def _busy_thread_of_our_own():
         t.join()
 
 
-def _fake_loadavg(runnable: int):
-    real_open = open
-
-    def fake_open(path, *args, **kwargs):
-        if str(path) == "/proc/loadavg":
-            return io.BytesIO(f"0.50 0.40 0.30 {runnable}/200 12345\n".encode())
-        return real_open(path, *args, **kwargs)
-
-    return fake_open
-
-
 def _loadavg_file(folder: Path, runnable: int) -> str:
     path = folder / f"loadavg{runnable}"
     path.write_text(f"0.50 0.40 0.30 {runnable}/200 12345\n")
@@ -111,7 +99,7 @@ def test_our_own_spinning_threads_are_not_taken_for_another_process(monkeypatch,
         import core.compiler.runner_template as module
 
         def fake(runnable):
-            monkeypatch.setattr(module, "open", _fake_loadavg(runnable), raising=False)
+            monkeypatch.setattr(module, "_PROC", module._ProcCounts(loadavg=_loadavg_file(tmp_path, runnable)))
 
         measure = module._runnable_elsewhere
     fake(2)
