@@ -55,15 +55,18 @@ PARALLEL_MIN_WORK = 1 << 16
 # launches' worth (the former conv rule, 1 M multiply-adds, is ~23 us with AVX-512).
 PARALLEL_LAUNCH_US = 3.0
 PARALLEL_MIN_US = 8 * PARALLEL_LAUNCH_US
-# Multiply-adds per microsecond and vector lane of a register-tiled conv on one core: small_cnn's
-# 3x3 convs (0.3-0.6 M multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512's 16 lanes
-# (6.9-12.4 us each, Zen 4). An AVX2 build (8 lanes) takes about twice as long, and so splits sooner.
-FMA_MACS_PER_US_PER_LANE = 2800
+# Multiply-adds per microsecond of a register-tiled conv on one core: small_cnn's 3x3 convs (0.3-0.6 M
+# multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512 (6.9-12.4 us each, Zen 4). Not
+# scaled by the vector width: Zen 4 executes AVX-512 on 256-bit units, and the same model built for
+# AVX2 took 48 us at 1 thread against 41 (not twice as long). Split as a width-scaled rate would (0.54 M
+# multiply-adds and up), its two 0.6 M convs made it slower at 2 threads: p10 56.1 against 47.2 us
+# (one process, alternating, load 4.9).
+FMA_MACS_PER_US = 45_000
 
 
-def fma_microseconds(macs: int, lanes: int) -> float:
-    """Estimated one-core time of `macs` register-tiled multiply-adds with `lanes`-wide vectors."""
-    return macs / (FMA_MACS_PER_US_PER_LANE * max(1, lanes))
+def fma_microseconds(macs: int) -> float:
+    """Estimated one-core time of `macs` register-tiled multiply-adds (see FMA_MACS_PER_US)."""
+    return macs / FMA_MACS_PER_US
 
 
 def parallel_pays(one_core_us: float) -> bool:
@@ -72,11 +75,10 @@ def parallel_pays(one_core_us: float) -> bool:
     return one_core_us >= PARALLEL_MIN_US
 
 
-def conv_runs_parallel(macs: int, lanes: int) -> bool:
-    """Whether a (non-depthwise) conv of `macs` multiply-adds, tiled for `lanes`-wide vectors, runs
-    its outer loop in parallel: from its estimated one-core time (see PARALLEL_MIN_US), so that
-    the rule means the same on an AVX2 host, where the same conv takes twice as long."""
-    return parallel_pays(fma_microseconds(macs, lanes))
+def conv_runs_parallel(macs: int) -> bool:
+    """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
+    its estimated one-core time (see PARALLEL_MIN_US): 1.08 M multiply-adds and up."""
+    return parallel_pays(fma_microseconds(macs))
 
 
 def vector_lanes(target, dtype_bits: int = 32) -> int:

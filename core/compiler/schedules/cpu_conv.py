@@ -288,7 +288,7 @@ class Conv2dNCHW:
         ic = reduction[0]
         sch.reverse_compute_at(writeback, ow_outer)
         parallel = sch.fuse(n, oc_outer, oh_outer)
-        if conv_runs_parallel(multiply_adds(extents), lanes):
+        if conv_runs_parallel(multiply_adds(extents)):
             sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
@@ -341,7 +341,7 @@ class Conv2dNCHW:
             sch.reorder(n, oc_outer, oh, outer, ic, kh, kw, oc_inner, inner)
             sch.reverse_compute_at(writeback, outer)
             parallel = sch.fuse(n, oc_outer, oh)
-        if conv_runs_parallel(macs, lanes):
+        if conv_runs_parallel(macs):
             sch.parallel(parallel)
         sch.vectorize(inner)
         sch.unroll(oc_inner)

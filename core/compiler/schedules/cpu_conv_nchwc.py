@@ -213,7 +213,7 @@ class Conv2dNCHWc:
         else:
             parallel = sch.fuse(*outer)
         sch.reverse_compute_at(writeback, ow_outer)
-        if conv_runs_parallel(multiply_adds(extents), lanes):
+        if conv_runs_parallel(multiply_adds(extents)):
             sch.parallel(parallel)
         sch.vectorize(ocb)
         sch.unroll(ow_inner)

@@ -1,8 +1,8 @@
 """Which kernels run in parallel: a conv is split over the threads from its estimated one-core
-time (cpu_common.conv_runs_parallel), so a tiny model's convs, a few microseconds each, stay on
-one thread (a parallel region costs ~3 us and moves the data between cores) and a large conv is
-split. Structure checks on scheduled TIR for named CPUs (AVX2 and AVX-512), nothing is run: the
-same verdicts on any host."""
+time (cpu_common.conv_runs_parallel), so a tiny model's convs, ~10 us each, stay on one thread (a
+parallel region costs ~3 us and moves the data between cores) and a large conv is split. Structure
+checks on scheduled TIR for named CPUs (AVX2 and AVX-512), nothing is run: the same verdicts on
+any host."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,7 +28,7 @@ def _conv_model(channels: int, size: int) -> onnx.ModelProto:
     return model
 
 
-def test_conv_parallel_rule_reads_estimated_time_not_multiply_adds():
+def test_conv_parallel_rule_reads_estimated_one_core_time():
     from core.compiler.schedules.cpu_common import (
         PARALLEL_LAUNCH_US,
         PARALLEL_MIN_US,
@@ -37,14 +37,12 @@ def test_conv_parallel_rule_reads_estimated_time_not_multiply_adds():
     )
 
     small_cnn_block = 16 * 16 * 16 * 16 * 9  # 16 -> 16 channels, 3x3, 16x16: 0.6 M multiply-adds
-    assert 10 < fma_microseconds(small_cnn_block, 16) < 16  # ~13 us with AVX-512 (measured 12.4)
-    assert not conv_runs_parallel(small_cnn_block, 16)
-    assert conv_runs_parallel(small_cnn_block, 8) == (fma_microseconds(small_cnn_block, 8) >= PARALLEL_MIN_US)
-    assert fma_microseconds(small_cnn_block, 8) == pytest.approx(2 * fma_microseconds(small_cnn_block, 16))
+    assert 10 < fma_microseconds(small_cnn_block) < 16  # ~13 us (measured 12.4 with AVX-512)
+    assert not conv_runs_parallel(small_cnn_block)
     assert PARALLEL_MIN_US / 2 >= 4 * PARALLEL_LAUNCH_US  # each of two threads: several launches' worth
-    for lanes in (4, 8, 16):
-        assert not conv_runs_parallel(8 * 8 * 8 * 8 * 9, lanes)  # 37 k multiply-adds
-        assert conv_runs_parallel(64 * 64 * 56 * 56 * 9, lanes)  # 116 M: ResNet's first stage
+    assert not conv_runs_parallel(8 * 8 * 8 * 8 * 9)  # 37 k multiply-adds
+    assert conv_runs_parallel(64 * 64 * 56 * 56 * 9)  # 116 M: ResNet's first stage
+    assert not conv_runs_parallel(1 << 20) and conv_runs_parallel(1_100_000)  # the line sits at ~1.08 M
 
 
 @pytest.mark.parametrize("cpu", ["znver3", "znver4"])
