@@ -84,31 +84,65 @@ def _cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _runnable_elsewhere() -> int:
-    """Threads runnable outside this process: /proc/loadavg's instantaneous count less this
-    process's own runnable threads (TVM's workers yield-spin ~10 ms after a run and must not
-    count as another process's work). The workbench's core.compiler.threads does the same."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            total = int(f.read().split()[3].split(b"/")[0])
-    except (OSError, IndexError, ValueError):
-        return 0
-    if total <= 1:
-        return 0
-    own = 0
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        tids = []
-    for tid in tids:
+class _ProcCounts:
+    """/proc/loadavg and this process's task states, read through descriptors kept open (os.pread):
+    opening the files afresh cost ~30 us a check, kept open ~13 us (the workbench's
+    core.compiler.threads.ProcCounts, which this mirrors: run.py needs no workbench)."""
+
+    def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task"):
+        self.loadavg, self.tasks = loadavg, tasks
+        self.pid, self.load_fd, self.task_fds = -1, None, {}
+
+    def _read(self, fds: dict, key: str, path: str) -> bytes | None:
         try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                stat = f.read()
+            if key not in fds:
+                fds[key] = os.open(path, os.O_RDONLY)
+            return os.pread(fds[key], 512, 0)
         except OSError:
-            continue
-        end = stat.rfind(b")")
-        own += stat[end + 2:end + 3] == b"R"
-    return max(0, total - max(1, own))
+            fd = fds.pop(key, None)
+            if fd is not None:
+                os.close(fd)
+            return None
+
+    def elsewhere(self) -> int:
+        """Threads runnable outside this process: the kernel's instantaneous count less this
+        process's own runnable threads (TVM's workers yield-spin ~10 ms after a run and must not
+        count as another process's work)."""
+        if self.pid != os.getpid():  # a forked child: the parent's descriptors name the parent's tasks
+            for fd in self.task_fds.values():
+                os.close(fd)
+            self.pid, self.task_fds = os.getpid(), {}
+        load = {} if self.load_fd is None else {"l": self.load_fd}
+        text = self._read(load, "l", self.loadavg)
+        self.load_fd = load.get("l")
+        try:
+            total = int(text.split()[3].split(b"/")[0])
+        except (AttributeError, IndexError, ValueError):
+            return 0
+        if total <= 1:
+            return 0
+        try:
+            tids = os.listdir(self.tasks)
+        except OSError:
+            tids = []
+        for gone in set(self.task_fds) - set(tids):
+            os.close(self.task_fds.pop(gone))
+        own = 0
+        for tid in tids:
+            stat = self._read(self.task_fds, tid, f"{self.tasks}/{tid}/stat")
+            if stat is not None:
+                end = stat.rfind(b")")
+                own += stat[end + 2:end + 3] == b"R"
+        return max(0, total - max(1, own))
+
+
+_PROC = _ProcCounts()
+
+
+def _runnable_elsewhere() -> int:
+    """Threads runnable outside this process (see _ProcCounts.elsewhere). The workbench's
+    core.compiler.threads does the same."""
+    return _PROC.elsewhere()
 
 
 def _pool_governor(tvm, limit: int):

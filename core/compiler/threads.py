@@ -10,9 +10,9 @@ processes running (load average 3), ResNet-50 took 104-115 ms at 1 thread and 18
 takes the blocks of a parallel loop the workers have not started.
 
 So before a run, `ThreadGovernor` looks at how many threads are runnable elsewhere (the kernel's
-instantaneous count in /proc/loadavg, a few microseconds to read, less this process's own runnable
-threads, e.g. TVM's workers still spinning after the last run; at most every `recheck_s`, so
-runs of tiny models do not pay for it each time) and gives TVM's pool the cores left, at least
+instantaneous count in /proc/loadavg, less this process's own runnable threads, e.g. TVM's
+workers still spinning after the last run; ~10 us through files kept open, see ProcCounts; at most
+every `recheck_s`, so runs of tiny models do not pay for it each time) and gives TVM's pool the cores left, at least
 one and at most the pool's size. On a quiet machine that is every core; beside N busy processes,
 N fewer. WORKBENCH_ADAPTIVE_THREADS=0 turns it off (the pool keeps its size).
 
@@ -28,40 +28,100 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["ThreadGovernor", "adaptive_threads_enabled", "runnable_elsewhere", "runnable_here"]
+__all__ = ["ProcCounts", "ThreadGovernor", "adaptive_threads_enabled", "runnable_elsewhere", "runnable_here"]
 
 logger = logging.getLogger(__name__)
 
 
-def _runnable_total() -> int | None:
-    """Threads runnable on this machine now, this process's included (the kernel's instantaneous
-    count in /proc/loadavg); None when the kernel does not say."""
+class ProcCounts:
+    """Runnable-thread counts from /proc, read through files kept open (os.pread at offset 0).
+
+    Why: opening and reading /proc/loadavg and each /proc/self/task/TID/stat afresh took 60-100 us
+    a check on this project's loaded 2-core KVM guest (14 us for /proc/loadavg alone), in the run
+    that pays for it; through open descriptors the same check is ~10 us (loadavg 1.5 us, a listing
+    of the tasks 6 us, 2 us a task). The task list is read at every check (threads come and go),
+    the descriptor of a task kept while it lives. After a fork the child opens its own.
+    `loadavg` and `tasks` name other files for tests."""
+
+    def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task"):
+        self.loadavg = loadavg
+        self.tasks = tasks
+        self._lock = threading.Lock()
+        self._pid = -1
+        self._loadavg_fd: int | None = None
+        self._task_fds: dict[str, int] = {}
+
+    def _reset_if_forked(self) -> None:
+        pid = os.getpid()
+        if pid != self._pid:  # a forked child: the parent's descriptors name the parent's tasks
+            for fd in self._task_fds.values():
+                _close(fd)
+            self._task_fds = {}
+            self._pid = pid
+
+    def total(self) -> int | None:
+        """Threads runnable on this machine now, this process's included (the kernel's
+        instantaneous count in /proc/loadavg: b"3/105", runnable / all); None when it does not say."""
+        with self._lock:
+            try:
+                if self._loadavg_fd is None:
+                    self._loadavg_fd = os.open(self.loadavg, os.O_RDONLY)
+                field = os.pread(self._loadavg_fd, 128, 0).split()[3]
+                return int(field.split(b"/")[0])
+            except (OSError, IndexError, ValueError):
+                return None
+
+    def here(self) -> int:
+        """This process's threads that are runnable now (state R in its task's stat), the caller
+        included; at least 1."""
+        with self._lock:
+            self._reset_if_forked()
+            try:
+                tids = os.listdir(self.tasks)
+            except OSError:
+                return 1
+            fds = self._task_fds
+            for gone in set(fds) - set(tids):
+                _close(fds.pop(gone))
+            count = 0
+            for tid in tids:
+                try:
+                    fd = fds.get(tid)
+                    if fd is None:
+                        fd = fds[tid] = os.open(f"{self.tasks}/{tid}/stat", os.O_RDONLY)
+                    stat = os.pread(fd, 512, 0)
+                except OSError:  # the thread ended meanwhile
+                    if tid in fds:
+                        _close(fds.pop(tid))
+                    continue
+                end = stat.rfind(b")")  # the name, in parentheses, may hold spaces
+                if stat[end + 2:end + 3] == b"R":
+                    count += 1
+            return max(1, count)
+
+    def elsewhere(self) -> int:
+        """Threads runnable outside this process (0 when the kernel does not say); see
+        runnable_elsewhere."""
+        total = self.total()
+        if total is None or total <= 1:
+            return 0
+        return max(0, total - self.here())  # the tasks are read only when something besides the caller runs
+
+
+def _close(fd: int) -> None:
     try:
-        with open("/proc/loadavg", "rb") as f:
-            field = f.read().split()[3]  # b"3/105": runnable / all scheduling entities
-        return int(field.split(b"/")[0])
-    except (OSError, IndexError, ValueError):
-        return None
+        os.close(fd)
+    except OSError:
+        pass
+
+
+_PROC = ProcCounts()
 
 
 def runnable_here() -> int:
     """This process's threads that are runnable now (state R in /proc/self/task/*/stat), the
     caller included; at least 1."""
-    count = 0
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return 1
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:  # the thread ended meanwhile
-            continue
-        end = stat.rfind(b")")  # the name, in parentheses, may hold spaces
-        if stat[end + 2:end + 3] == b"R":
-            count += 1
-    return max(1, count)
+    return _PROC.here()
 
 
 def runnable_elsewhere() -> int:
@@ -71,10 +131,7 @@ def runnable_elsewhere() -> int:
     yield-spin for ~10 ms (TVM_THREAD_POOL_SPIN_COUNT) and show as runnable; counting them as
     another process's work made every other run drop to one thread on a quiet machine
     (SqueezeNet's median 7.4 ms instead of 4.2 ms at 2 threads, this project's 2-core Zen 4)."""
-    total = _runnable_total()
-    if total is None or total <= 1:
-        return 0
-    return max(0, total - runnable_here())  # /proc read only when something besides the caller runs
+    return _PROC.elsewhere()
 
 
 def adaptive_threads_enabled() -> bool:

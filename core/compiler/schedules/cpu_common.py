@@ -26,6 +26,11 @@ __all__ = [
     "schedule_injective",
     "fit_lanes",
     "PARALLEL_MIN_WORK",
+    "PARALLEL_LAUNCH_US",
+    "PARALLEL_MIN_US",
+    "fma_microseconds",
+    "parallel_pays",
+    "conv_runs_parallel",
 ]
 
 logger = logging.getLogger(__name__)
@@ -35,6 +40,45 @@ logger = logging.getLogger(__name__)
 # worker the OS has not scheduled yet (TVM splits a parallel loop statically: every worker's
 # share must finish), up to a time slice, milliseconds.
 PARALLEL_MIN_WORK = 1 << 16
+
+# What one parallel region costs at 2 threads with the pool's worker spinning (between the kernels
+# of a run it is): TVMBackendParallelLaunch hands the worker its share through the pool's queue and
+# waits for it at the closing barrier, both sides polling with sched_yield. On this project's
+# 2-core Zen 4 KVM guest a kernel of two 16-float tasks took 3.2 us at 2 threads against 0.2 us at
+# 1 (min of 5 x 2000 calls, a te kernel; load 1.8). And the data moves: the worker reads what the
+# other core just wrote (the previous kernel's output) and the next kernel reads what the worker
+# wrote. Splitting small_cnn's 3x3 convs (7-13 us each) over 2 threads made the whole model slower,
+# 41 -> 49 us (the two largest split) and 53 us (three), p10 alike, in one process, alternating,
+# load 5; a 128x128x128 matmul whose B is packed in the kernel (written by one core, read by both)
+# gained 1.38x where one with a prepacked weight gained 1.80x (p10, load 4.5). So a kernel is split
+# only from PARALLEL_MIN_US of estimated one-core work: each of two threads then has 12 us, four
+# launches' worth (the former conv rule, 1 M multiply-adds, is ~23 us with AVX-512).
+PARALLEL_LAUNCH_US = 3.0
+PARALLEL_MIN_US = 8 * PARALLEL_LAUNCH_US
+# Multiply-adds per microsecond of a register-tiled conv on one core: small_cnn's 3x3 convs (0.3-0.6 M
+# multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512 (6.9-12.4 us each, Zen 4). Not
+# scaled by the vector width: Zen 4 executes AVX-512 on 256-bit units, and the same model built for
+# AVX2 took 48 us at 1 thread against 41 (not twice as long). Split as a width-scaled rate would (0.54 M
+# multiply-adds and up), its two 0.6 M convs made it slower at 2 threads: p10 56.1 against 47.2 us
+# (one process, alternating, load 4.9).
+FMA_MACS_PER_US = 45_000
+
+
+def fma_microseconds(macs: int) -> float:
+    """Estimated one-core time of `macs` register-tiled multiply-adds (see FMA_MACS_PER_US)."""
+    return macs / FMA_MACS_PER_US
+
+
+def parallel_pays(one_core_us: float) -> bool:
+    """Whether a kernel of `one_core_us` estimated one-core time is worth a parallel region
+    (see PARALLEL_LAUNCH_US / PARALLEL_MIN_US)."""
+    return one_core_us >= PARALLEL_MIN_US
+
+
+def conv_runs_parallel(macs: int) -> bool:
+    """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
+    its estimated one-core time (see PARALLEL_MIN_US): 1.08 M multiply-adds and up."""
+    return parallel_pays(fma_microseconds(macs))
 
 
 def vector_lanes(target, dtype_bits: int = 32) -> int:

@@ -28,6 +28,7 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
+    conv_runs_parallel,
     decompose_vector_init,
     find_block,
     layout_free_params,
@@ -38,7 +39,7 @@ from .cpu_common import (
     VECTOR_REGISTERS,
 )
 
-__all__ = ["CONV_PARALLEL_MIN_MACS", "Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "flat_plane", "multiply_adds", "register_tiles"]
+__all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "flat_plane", "multiply_adds", "register_tiles"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,12 +96,6 @@ def choose_conv_tile(out_channels_per_group: int, out_width: int, lanes: int, ou
     return None if best is None else (best[1], best[2], 1)
 
 
-# Multiply-adds below which a convolution runs on one thread (~40 us of work or less): waking the
-# pool's workers, and on a busy machine waiting for one of them to be scheduled (see
-# cpu_common.PARALLEL_MIN_WORK), costs more than half of it saves. (The small CNN sample, convs
-# of 0.3-0.6 M multiply-adds: 0.050 ms at 1 thread, 0.045-0.064 ms at 2, 16 ms at 2 beside a
-# busy process.)
-CONV_PARALLEL_MIN_MACS = 1 << 20
 
 
 def multiply_adds(extents) -> int:
@@ -293,7 +288,7 @@ class Conv2dNCHW:
         ic = reduction[0]
         sch.reverse_compute_at(writeback, ow_outer)
         parallel = sch.fuse(n, oc_outer, oh_outer)
-        if multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
+        if conv_runs_parallel(multiply_adds(extents)):
             sch.parallel(parallel)
         sch.vectorize(oc_inner)
         sch.unroll(ow_inner)
@@ -346,7 +341,7 @@ class Conv2dNCHW:
             sch.reorder(n, oc_outer, oh, outer, ic, kh, kw, oc_inner, inner)
             sch.reverse_compute_at(writeback, outer)
             parallel = sch.fuse(n, oc_outer, oh)
-        if macs >= CONV_PARALLEL_MIN_MACS:
+        if conv_runs_parallel(macs):
             sch.parallel(parallel)
         sch.vectorize(inner)
         sch.unroll(oc_inner)

@@ -11,13 +11,14 @@ import logging
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
+    conv_runs_parallel,
     decompose_vector_init,
     find_block,
     schedule_remaining_blocks,
     vector_lanes,
     vector_registers,
 )
-from .cpu_conv import CONV_PARALLEL_MIN_MACS, Conv2dNCHW, choose_conv_tile, multiply_adds, register_tiles
+from .cpu_conv import Conv2dNCHW, choose_conv_tile, multiply_adds, register_tiles
 from .cpu_depthwise import inline_tail
 
 __all__ = ["Conv2dNCHWc", "pixel_channel_blocks", "strided_1x1_group"]
@@ -212,7 +213,7 @@ class Conv2dNCHWc:
         else:
             parallel = sch.fuse(*outer)
         sch.reverse_compute_at(writeback, ow_outer)
-        if multiply_adds(extents) >= CONV_PARALLEL_MIN_MACS:
+        if conv_runs_parallel(multiply_adds(extents)):
             sch.parallel(parallel)
         sch.vectorize(ocb)
         sch.unroll(ow_inner)

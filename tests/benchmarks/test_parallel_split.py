@@ -1,0 +1,29 @@
+"""benchmarks/parallel_split.py: one model built under different parallel rules, each timed at 1
+and 2 threads in one alternation; the variants really change which kernels run in parallel and
+the rules are restored after each build. Structure only (no timing is asserted)."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.parallel_split import main, parallel_rules
+
+
+def test_variants_change_the_parallel_kernels_and_are_undone(capsys):
+    from core.compiler.schedules import cpu_common, cpu_matmul
+
+    before = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel)
+    assert main(["--models", "mm_relu", "--variants", "default,matmul-serial,min-us=1", "--seconds", "0.02", "--blocks", "1"]) == 0
+    rows = {line.split()[1]: line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("mm_relu")}
+    # the 128x128x128 matmul: split by default, not with matmul-serial
+    assert (rows["default"][2], rows["matmul-serial"][2], rows["min-us=1"][2]) == ("1", "0", "1")
+    assert (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel) == before
+    with parallel_rules("min-us=5"):
+        assert cpu_common.PARALLEL_MIN_US == 5.0 and cpu_common.conv_runs_parallel(300_000)
+    assert cpu_common.PARALLEL_MIN_US == before[0]
+
+
+def test_unknown_model_or_variant_is_refused(capsys):
+    assert main(["--models", "no_such_model"]) == 2
+    assert "unknown model 'no_such_model'" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="unknown variant 'fast'"), parallel_rules("fast"):
+        pass

@@ -1,0 +1,64 @@
+"""Which kernels run in parallel: a conv is split over the threads from its estimated one-core
+time (cpu_common.conv_runs_parallel), so a tiny model's convs, ~10 us each, stay on one thread (a
+parallel region costs ~3 us and moves the data between cores) and a large conv is split. Structure
+checks on scheduled TIR for named CPUs (AVX2 and AVX-512), nothing is run: the same verdicts on
+any host."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.core.compiler.test_schedules import _fused
+
+
+def _conv_model(channels: int, size: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(19)
+    w = (rng.standard_normal((channels, channels, 3, 3)) / (3 * channels)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_conv_parallel_rule_reads_estimated_one_core_time():
+    from core.compiler.schedules.cpu_common import (
+        PARALLEL_LAUNCH_US,
+        PARALLEL_MIN_US,
+        conv_runs_parallel,
+        fma_microseconds,
+    )
+
+    small_cnn_block = 16 * 16 * 16 * 16 * 9  # 16 -> 16 channels, 3x3, 16x16: 0.6 M multiply-adds
+    assert 10 < fma_microseconds(small_cnn_block) < 16  # ~13 us (measured 12.4 with AVX-512)
+    assert not conv_runs_parallel(small_cnn_block)
+    assert PARALLEL_MIN_US / 2 >= 4 * PARALLEL_LAUNCH_US  # each of two threads: several launches' worth
+    assert not conv_runs_parallel(8 * 8 * 8 * 8 * 9)  # 37 k multiply-adds
+    assert conv_runs_parallel(64 * 64 * 56 * 56 * 9)  # 116 M: ResNet's first stage
+    assert not conv_runs_parallel(1 << 20) and conv_runs_parallel(1_100_000)  # the line sits at ~1.08 M
+
+
+@pytest.mark.parametrize("cpu", ["znver3", "znver4"])
+def test_tiny_conv_stays_serial_and_large_conv_is_split(cpu):
+    import tvm
+
+    from core.compiler.schedules import schedule_cpu_func
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu=cpu)
+    verdicts = {}
+    for channels, size in ((8, 8), (64, 28)):
+        mod = _fused(_conv_model(channels, size))
+        (func,) = [f for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint]
+        with target:
+            scheduled, rule = schedule_cpu_func(func, target)
+        assert rule is not None and rule.startswith("cpu.Conv2d")
+        verdicts[channels] = "T.parallel" in scheduled.script()
+    assert verdicts == {8: False, 64: True}  # 37 k multiply-adds vs 29 M
