@@ -134,7 +134,6 @@ class DeleteNode(Edit):
         self._typed: tuple | None = None
 
     def do(self, graph: Graph) -> None:
-        g = graph.model.graph
         n = _find_node(graph, self.node_id)
         src = None
         if self.bridge:

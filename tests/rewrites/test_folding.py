@@ -9,7 +9,7 @@ from core.rewrite import explain, find_matches
 from rewrites import get_rule
 from tests.conftest import light, sample
 
-from tests.rewrites.util import graph_from_text, ops, rewrite, why
+from tests.rewrites.util import graph_from_text, ops, rewrite
 
 rng = np.random.default_rng(1)
 

@@ -2,7 +2,6 @@
 bytes and ids, verification refusing a wrong rewrite, and the light-model sweep (a few models)."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import pytest
 
@@ -11,7 +10,6 @@ from core.model.history import History
 from core.rewrite import PatternRule, RewriteEdit, apply_rewrite, explain, find_matches, preview, run_rules
 from core.verify import VerificationError, with_random_weights
 from rewrites import all_rules, get_rule, get_rules
-from rewrites.folding import FoldConvBatchNorm
 from tests.conftest import light, sample
 
 
