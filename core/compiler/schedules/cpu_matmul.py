@@ -57,6 +57,14 @@ PARALLEL_MIN_WORK_MATMUL = 1 << 20
 GEMV_MAX_ROWS = 4
 GEMV_PARALLEL_MIN_BYTES = 512 << 10
 
+# An activation B (not a weight) in row-major [K, N] with whole column tiles is already the layout
+# the register tile reads: VB contiguous columns of row k, one vector load per register. Packing it
+# costs a copy at every call (and, with two threads, a parallel region of its own before the
+# matmul's): mm_relu's 128x128 B took 41 us at 1 thread and 44.5 us at 2 packed. Up to this size
+# per matrix (Zen 4's L2 is 1 MB) B stays in cache across the row tiles and is read in place;
+# bigger ones keep the packed copy, whose contiguous stream the prefetchers follow.
+ACTIVATION_B_IN_PLACE_MAX_BYTES = 512 << 10
+
 
 def runs_parallel(rows: int | None, cols: int, depth: int, batch: int = 1, dtype_bytes: int = 4) -> bool:
     """Whether a matmul of `batch` x [rows, depth] x [depth, cols] runs its column tiles (and
@@ -215,12 +223,17 @@ class Matmul:
             # inlining A's clamped read may reorder the block's reads
             b_index = next(n for n, r in enumerate(sch.get(block).reads) if str(r.source.name) in (weight, f"{weight}_pad"))
 
+        depth = extents[-1]
+        in_place = (not transposed and not pad_cols and weight not in layout_free_params(sch)
+                    and depth * cols * _dtype_bytes(stmt) <= ACTIVATION_B_IN_PLACE_MAX_BYTES)
+
         def pack(*axes):
             lead, last2 = list(axes[:batch_dims]), axes[batch_dims:]
             j, k = (last2[0], last2[1]) if transposed else (last2[1], last2[0])
             return (*lead, j // vb, k, j % vb)
 
-        pack_read_buffer(sch, block, b_index, pack, layout_free=weight in layout_free_params(sch))
+        if not in_place:
+            pack_read_buffer(sch, block, b_index, pack, layout_free=weight in layout_free_params(sch))
         if pad_cols:
             # the zero-filling copy of B folds into the packing copy (one pass, still a weight's
             # compile-time step)
