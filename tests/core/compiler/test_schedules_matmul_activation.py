@@ -96,3 +96,14 @@ def test_big_activation_b_keeps_the_packed_copy(target):
     big_depth = cpu_matmul.ACTIVATION_B_IN_PLACE_MAX_BYTES // (4 * 256) + 16
     big = _matmul_blocks(_scheduled(_two_input_matmul((32, big_depth), (big_depth, 256)), target))
     assert len(big) == 4 and any("global" in b for b in big), big
+
+
+def test_in_place_tiles_are_taller_when_the_padding_is_small():
+    from core.compiler.schedules.cpu_matmul import in_place_tile_rows
+
+    assert in_place_tile_rows(128, 4, 16, 8, 16) == 6  # AVX2: 128 rows -> 22 tiles of 6 (132)
+    assert in_place_tile_rows(128, 8, 32, 16, 32) == 13  # AVX-512: 10 tiles of 13 (130)
+    assert in_place_tile_rows(128, 8, 64, 16, 32) == 8  # four vectors a row: 6 rows at most, 8 kept
+    assert in_place_tile_rows(20, 4, 16, 8, 16) == 5  # 5 divides 20
+    assert in_place_tile_rows(17, 1, 16, 8, 16) == 6  # 18 rows: one padded row is within 1/16
+    assert in_place_tile_rows(13, 1, 16, 8, 16) == 1  # a prime under 16: no padding allowed, no divisor
