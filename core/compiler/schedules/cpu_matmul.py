@@ -3,8 +3,10 @@
 Matches a reduction block `C[..., i, j] += A[..., i, k] * B[..., k, j]` (or B[..., j, k]) with one
 reduction iterator, as LegalizeOps writes `matmul`. The schedule:
 
-1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; an activation: a cheap copy
-   per call), so the inner loop streams B contiguously;
+1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; a big or transposed
+   activation: a copy per call), so the inner loop streams B contiguously; a row-major activation
+   B of cache size with whole column tiles is read in place, with taller tiles
+   (`in_place_tile_rows`);
 2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors, the
    columns padded to whole tiles rather than fewer accumulators; GEMM: up to 6 rows x 2
    vectors), A broadcast, B one vector load per register; rows no tile divides are padded,
