@@ -3,8 +3,10 @@
 Matches a reduction block `C[..., i, j] += A[..., i, k] * B[..., k, j]` (or B[..., j, k]) with one
 reduction iterator, as LegalizeOps writes `matmul`. The schedule:
 
-1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; an activation: a cheap copy
-   per call), so the inner loop streams B contiguously;
+1. packs B to [..., j/VB, k, VB] (a weight: once at compile time; a big or transposed
+   activation: a copy per call), so the inner loop streams B contiguously; a row-major activation
+   B of cache size with whole column tiles is read in place, with taller tiles
+   (`in_place_tile_rows`);
 2. computes TI rows x VB columns of C in registers (batch-1 dense: 1 x up to 4 vectors, the
    columns padded to whole tiles rather than fewer accumulators; GEMM: up to 6 rows x 2
    vectors), A broadcast, B one vector load per register; rows no tile divides are padded,
@@ -37,7 +39,7 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["Matmul", "choose_matmul_tile", "gemv_columns", "runs_parallel"]
+__all__ = ["Matmul", "choose_matmul_tile", "gemv_columns", "in_place_tile_rows", "runs_parallel"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,14 @@ PARALLEL_MIN_WORK_MATMUL = 1 << 20
 # 784x128 GEMV (400 KB, ~10 us) stays on one thread as the GEMM rule measured.
 GEMV_MAX_ROWS = 4
 GEMV_PARALLEL_MIN_BYTES = 512 << 10
+
+# An activation B (not a weight) in row-major [K, N] with whole column tiles is already the layout
+# the register tile reads: VB contiguous columns of row k, one vector load per register. Packing it
+# costs a copy at every call (and, with two threads, a parallel region of its own before the
+# matmul's): mm_relu's 128x128 B took 41 us at 1 thread and 44.5 us at 2 packed. Up to this size
+# per matrix (Zen 4's L2 is 1 MB) B stays in cache across the row tiles and is read in place;
+# bigger ones keep the packed copy, whose contiguous stream the prefetchers follow.
+ACTIVATION_B_IN_PLACE_MAX_BYTES = 512 << 10
 
 
 def runs_parallel(rows: int | None, cols: int, depth: int, batch: int = 1, dtype_bytes: int = 4) -> bool:
@@ -117,6 +127,21 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
         # 14 at most: 18 tiles of 11 = 198 rows, where 15 tiles of 14 computed 210)
         ti = min(range(max_rows // 2 + 1, max_rows + 1), key=lambda t: (-(-rows // t) * t, -t))
     return ti, vb
+
+
+def in_place_tile_rows(rows: int, ti: int, vb: int, lanes: int, registers: int = VECTOR_REGISTERS) -> int:
+    """Rows per register tile when B is read in place (not packed): the tallest tile the register
+    file holds whose padding stays within 1/16 of the rows, `ti` failing that. B then comes from
+    L2 in strided rows rather than a packed stream, and each step of the reduction loads VB/lanes
+    vectors of it for TI x VB/lanes FMAs: a taller tile needs fewer of those loads per FMA. With
+    AVX2 (16 registers) mm_relu's 128 rows take 6-row tiles (132 rows, A's last row read again)
+    instead of 4: ~44 us for ~48 at 1 thread; with AVX-512 13 rows instead of 8, equal."""
+    regs_per_row = -(-vb // lanes)
+    most = max(1, (registers - regs_per_row - 1) // regs_per_row)
+    for height in range(min(most, rows), ti, -1):
+        if -rows % height <= rows // 16:
+            return height
+    return ti
 
 
 class Matmul:
@@ -204,9 +229,16 @@ class Matmul:
             if ti < 1 or vb < 4 or vb % 4 or (rows is None and ti > 1):
                 raise ValueError(f"tile {config} does not fit the matmul")
         batch_dims = len(b_region.region) - 2
-        pad_rows = 0 if rows is None else -rows % ti
         pad_cols = -cols % vb
         weight = str(b_region.source.name)
+        depth = extents[-1]
+        in_place = (not transposed and not pad_cols and weight not in layout_free_params(sch)
+                    and depth * cols * _dtype_bytes(stmt) <= ACTIVATION_B_IN_PLACE_MAX_BYTES)
+        if in_place and config is None and rows is not None:
+            ti = in_place_tile_rows(rows, ti, vb, lanes, vector_registers(target))
+        if in_place:
+            logger.debug("matmul %s: B %s [%s, %s] read in place, %s x %s tiles", stmt.name_hint, weight, depth, cols, ti, vb)
+        pad_rows = 0 if rows is None else -rows % ti
         keep: tuple[str, ...] = ()
         if pad_rows or pad_cols:
             a_name = str(stmt.reads[1 - b_index].source.name)
@@ -215,12 +247,14 @@ class Matmul:
             # inlining A's clamped read may reorder the block's reads
             b_index = next(n for n, r in enumerate(sch.get(block).reads) if str(r.source.name) in (weight, f"{weight}_pad"))
 
+
         def pack(*axes):
             lead, last2 = list(axes[:batch_dims]), axes[batch_dims:]
             j, k = (last2[0], last2[1]) if transposed else (last2[1], last2[0])
             return (*lead, j // vb, k, j % vb)
 
-        pack_read_buffer(sch, block, b_index, pack, layout_free=weight in layout_free_params(sch))
+        if not in_place:
+            pack_read_buffer(sch, block, b_index, pack, layout_free=weight in layout_free_params(sch))
         if pad_cols:
             # the zero-filling copy of B folds into the packing copy (one pass, still a weight's
             # compile-time step)
