@@ -314,6 +314,11 @@ def legalize_conv2d(bb, call):
             out_dtype or str(call.args[0].ty.dtype),
             primfunc_name_hint="depthwise_conv2d_NCHWc",
         )
+    from .winograd import legalize_winograd, winograd_tile
+
+    tile = winograd_tile(call, int(BLOCKED_LAYOUT.match(out_layout).group(1)))
+    if tile is not None:  # a 3x3 stride-1 conv with channels enough: Winograd (core.compiler.winograd)
+        return legalize_winograd(bb, call, tile)
     return bb.call_te(
         topi.nn.conv2d_NCHWc,
         call.args[0],
