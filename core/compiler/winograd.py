@@ -57,8 +57,7 @@ def winograd_tile(call, block: int) -> int | None:
     2. the weight is a constant (its transform is computed now, not at run time);
     3. input and output channels are at least WINOGRAD_MIN_CHANNELS, and the input block is `block`;
     4. m divides the output height and width (4 preferred, else 2)."""
-    from .relax_rewrite import is_const
-    from .relax_rewrite import static_shape
+    from .relax_rewrite import is_const, static_shape
 
     attrs = call.attrs
     if int(attrs.groups) != 1 or any(int(s) != 1 for s in attrs.strides) or any(int(d) != 1 for d in attrs.dilation):

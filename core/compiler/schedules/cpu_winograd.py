@@ -65,7 +65,7 @@ class Conv2dWinogradNCHWc:
         if found is None:
             return None
         gemm, extents = found
-        alpha, _, out_chunks, tiles, out_block, in_channels = extents
+        _, _, out_chunks, tiles, _, _ = extents
         names = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
         needed = ("winograd_input_rows", "winograd_input", "winograd_output_rows", "winograd_output")
         if any(n not in names for n in needed):
@@ -127,7 +127,6 @@ class Conv2dWinogradNCHWc:
         sch.unroll(x_inner)
         sch.vectorize(b)
         sch.parallel(sch.fuse(n, k, y_outer))
-        del alpha, out_block, in_channels
         return sch
 
 
