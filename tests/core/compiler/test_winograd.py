@@ -137,3 +137,32 @@ def test_winograd_convs_match_onnxruntime():
     ours = art.run({"x": x})[0]
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+def _blocked_conv(channels: int, size: int, block: int, stride: int = 1, out_channels: int | None = None):
+    """A normalized relax conv2d call in NCHW{block}c with a constant OIHW{block}i{block}o weight."""
+    from tvm import relax
+
+    out_channels = out_channels or channels
+    x = relax.Var("x", relax.TensorType((1, channels // block, size, size, block), "float32"))
+    w = relax.const(np.zeros((out_channels // block, channels // block, 3, 3, block, block), np.float32))
+    call = relax.op.nn.conv2d(x, w, strides=stride, padding=1, data_layout=f"NCHW{block}c",
+                              kernel_layout=f"OIHW{block}i{block}o", out_layout=f"NCHW{block}c")
+    return relax.BlockBuilder().normalize(call)
+
+
+@pytest.mark.parametrize(
+    "channels,size,block,stride,tile",
+    [
+        (64, 56, 16, 1, 4), (512, 28, 16, 1, 4), (256, 14, 16, 1, 2), (64, 30, 16, 1, 2),
+        (64, 54, 16, 1, None),  # 4 does not divide 54; F(2,3) loses on maps that large
+        (16, 56, 16, 1, None),  # too few channels
+        (64, 56, 16, 2, None),  # strided
+        (64, 56, 8, 1, None), (64, 28, 8, 1, 4), (64, 14, 8, 1, 2),  # AVX2 blocks: small maps only
+        (64, 7, 16, 1, None),
+    ],
+)
+def test_tile_rule(channels, size, block, stride, tile):
+    from core.compiler.winograd import winograd_tile
+
+    assert winograd_tile(_blocked_conv(channels, size, block, stride), block) == tile
