@@ -16,6 +16,7 @@ depth.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 import time
@@ -37,7 +38,7 @@ def _stack(channels: list[int], size: int, seed: int = 0):
 
     rng = np.random.default_rng(seed)
     nodes, inits, x = [], [], "x"
-    for i, (c, k) in enumerate(zip(channels, channels[1:])):
+    for i, (c, k) in enumerate(itertools.pairwise(channels)):
         w = (rng.standard_normal((k, c, 3, 3)) * np.sqrt(2.0 / (c * 9))).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array((0.1 * rng.standard_normal(k)).astype(np.float32), f"b{i}")]
         nodes += [helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"c{i}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
@@ -63,7 +64,7 @@ def _variants(size: int) -> dict:
 
 
 def _compile(path: str, variant, cpu_features):
-    import core.compiler.winograd as winograd
+    from core.compiler import winograd
     from core.compiler.compile import compile_model
 
     names = ("WINOGRAD_MIN_CHANNELS", "WINOGRAD_TILES", "WINOGRAD_F2_MAX_PIXELS", "WINOGRAD_NARROW_MAX_PIXELS")
