@@ -48,7 +48,9 @@ WINOGRAD_TILES = (4, 2)
 # large maps that pass costs more than the GEMM saves. (benchmarks/winograd_vs_direct.py, Zen 4,
 # 2 threads, load 5-6, min of alternate blocks, x the direct conv: F(2,3) 0.53-0.64x at 14x14 and
 # 30x30 (32-128 channels), 0.40-0.76x at 14x14 with 256-512; 1.24-1.49x at 56x56 and 224x224
-# with 32-64 channels, 1.26x at 112x112 with 128. F(4,3) 0.29-0.82x on every shape measured.)
+# with 32-64 channels, 1.26x at 112x112 with 128 (with 14 x 2 register tiles; with at most 16
+# accumulators, cpu_winograd.GEMM_MAX_ACCUMULATORS, 0.83-0.96x there, and F(4,3) still faster).
+# F(4,3): 0.29-0.82x on every shape measured, 0.33-0.65x with at most 16 accumulators.)
 WINOGRAD_F2_MAX_PIXELS = 30 * 30
 # With blocks narrower than 16 lanes (AVX2 code), Winograd only up to this many output pixels:
 # Zen 4 running AVX2 code, same method, x the direct conv: F(4,3) 0.33-0.51x at 28x28 (128-512

@@ -29,21 +29,27 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["Conv2dWinogradNCHWc", "gemm_tile"]
+__all__ = ["GEMM_MAX_ACCUMULATORS", "Conv2dWinogradNCHWc", "gemm_tile"]
 
 logger = logging.getLogger(__name__)
 
 
+# More accumulators than this ran slower with AVX-512's 32 registers: 14 x 2 against 7 x 2 (64 ->
+# 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and 1.52x the time (Zen 4,
+# 2 threads, load 4.5, alternate blocks, min).
+GEMM_MAX_ACCUMULATORS = 16
+
+
 def gemm_tile(tiles: int, out_chunks: int, registers: int) -> tuple[int, int]:
     """(P, OC2): output tiles x channel-block vectors per register tile of the batched GEMM,
-    the most accumulators that leave OC2 weight vectors and a broadcast spare (P divides the
-    tile count, OC2 the channel blocks)."""
+    the most accumulators, at most GEMM_MAX_ACCUMULATORS, that leave OC2 weight vectors and a
+    broadcast spare (P divides the tile count, OC2 the channel blocks)."""
     best = (1, 1)
     for oc2 in (2, 1):
         if out_chunks % oc2:
             continue
         for p in range(1, 17):
-            if tiles % p or p * oc2 + oc2 + 1 > registers:
+            if tiles % p or p * oc2 + oc2 + 1 > registers or p * oc2 > GEMM_MAX_ACCUMULATORS:
                 continue
             if p * oc2 > best[0] * best[1]:
                 best = (p, oc2)
