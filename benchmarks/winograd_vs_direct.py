@@ -55,11 +55,11 @@ def _stack(channels: list[int], size: int, seed: int = 0):
 
 
 def _variants(size: int) -> dict:
-    """name -> (WINOGRAD_MIN_CHANNELS, WINOGRAD_TILES, WINOGRAD_F2_MAX_PIXELS, WINOGRAD_NARROW_MAX_PIXELS):
-    each variant forced, whatever the default rule would choose."""
-    out = {"direct": (1 << 30, (4, 2), 0, 0), "F(2,3)": (1, (2,), 1 << 30, 1 << 30)}
+    """name -> (WINOGRAD_MIN_CHANNELS, WINOGRAD_TILES): each variant forced, whatever the default
+    rule would choose."""
+    out = {"direct": (1 << 30, (4, 2)), "F(2,3)": (1, (2,))}
     if size % 4 == 0:
-        out["F(4,3)"] = (1, (4,), 0, 1 << 30)
+        out["F(4,3)"] = (1, (4,))
     return out
 
 
@@ -67,7 +67,7 @@ def _compile(path: str, variant, cpu_features):
     from core.compiler import winograd
     from core.compiler.compile import compile_model
 
-    names = ("WINOGRAD_MIN_CHANNELS", "WINOGRAD_TILES", "WINOGRAD_F2_MAX_PIXELS", "WINOGRAD_NARROW_MAX_PIXELS")
+    names = ("WINOGRAD_MIN_CHANNELS", "WINOGRAD_TILES")
     saved = [getattr(winograd, n) for n in names]
     for n, v in zip(names, variant):
         setattr(winograd, n, v)

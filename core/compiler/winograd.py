@@ -26,9 +26,7 @@ import logging
 import numpy as np
 
 __all__ = [
-    "WINOGRAD_F2_MAX_PIXELS",
     "WINOGRAD_MIN_CHANNELS",
-    "WINOGRAD_NARROW_MAX_PIXELS",
     "WINOGRAD_TILES",
     "conv2d_winograd_nchwc",
     "transform_matrices",
@@ -44,18 +42,14 @@ logger = logging.getLogger(__name__)
 WINOGRAD_MIN_CHANNELS = 32
 # output tiles m to try, in order of preference (the first that divides the output height and width)
 WINOGRAD_TILES = (4, 2)
-# F(2,3) only up to this many output pixels: its input transform writes 4x the input, and on
-# large maps that pass costs more than the GEMM saves. (benchmarks/winograd_vs_direct.py, Zen 4,
-# 2 threads, load 5-6, min of alternate blocks, x the direct conv: F(2,3) 0.53-0.64x at 14x14 and
-# 30x30 (32-128 channels), 0.40-0.76x at 14x14 with 256-512; 1.24-1.49x at 56x56 and 224x224
-# with 32-64 channels, 1.26x at 112x112 with 128 (with 14 x 2 register tiles; with at most 16
-# accumulators, cpu_winograd.GEMM_MAX_ACCUMULATORS, 0.83-0.96x there, and F(4,3) still faster).
-# F(4,3): 0.29-0.82x on every shape measured, 0.33-0.65x with at most 16 accumulators.)
-WINOGRAD_F2_MAX_PIXELS = 30 * 30
-# With blocks narrower than 16 lanes (AVX2 code), Winograd only up to this many output pixels:
-# Zen 4 running AVX2 code, same method, x the direct conv: F(4,3) 0.33-0.51x at 28x28 (128-512
-# channels), F(2,3) 0.53-0.61x at 14x14; F(4,3) 1.14-1.24x at 56x56 and 224x224 (32-256 channels).
-WINOGRAD_NARROW_MAX_PIXELS = 28 * 28
+# Measured (benchmarks/winograd_vs_direct.py: one conv + bias + ReLU, Zen 4, 2 threads, load
+# 3.8-4.8, min of alternate blocks, x the direct NCHWc conv), with the GEMM's register tiles at
+# most half the registers (cpu_winograd.max_accumulators):
+#   AVX-512: F(4,3) 0.33-0.65x (64x64 at 56 and 224, 128x128 at 112, 512x512 at 28), F(2,3)
+#            0.54-0.96x on the same shapes, 0.40-0.76x at 14x14 (64-512 channels);
+#   AVX2 code: F(4,3) 0.28-0.57x (32x32 at 56 .. 512x512 at 28), F(2,3) 0.42-0.91x.
+# So F(4,3) wherever 4 divides the output, F(2,3) where only 2 does. (Before the register cap,
+# 14 x 2 tiles spilled: F(2,3) lost on maps from 56x56 and AVX2 code from 56x56.)
 
 
 def transform_matrices(m: int):
@@ -73,9 +67,7 @@ def winograd_tile(call, block: int) -> int | None:
     1. the kernel is 3x3, stride 1, dilation 1, groups 1, float32, in NCHW{i}c -> NCHW{b}c;
     2. the weight is a constant (its transform is computed now, not at run time);
     3. input and output channels are at least WINOGRAD_MIN_CHANNELS, and the input block is `block`;
-    4. m divides the output height and width (4 preferred, else 2 on maps of at most
-       WINOGRAD_F2_MAX_PIXELS);
-    5. with blocks under 16 lanes (AVX2), the map has at most WINOGRAD_NARROW_MAX_PIXELS."""
+    4. m divides the output height and width (4 preferred, else 2)."""
     from .relax_rewrite import is_const, static_shape
 
     attrs = call.attrs
@@ -92,11 +84,7 @@ def winograd_tile(call, block: int) -> int | None:
     if in_chunks * in_block < WINOGRAD_MIN_CHANNELS or out_chunks * out_block < WINOGRAD_MIN_CHANNELS:
         return None
     out_h, out_w = out[2], out[3]
-    if block < 16 and out_h * out_w > WINOGRAD_NARROW_MAX_PIXELS:
-        return None
     for m in WINOGRAD_TILES:
-        if m == 2 and out_h * out_w > WINOGRAD_F2_MAX_PIXELS:
-            continue
         if out_h % m == 0 and out_w % m == 0:
             return m
     return None

@@ -29,27 +29,29 @@ from .cpu_common import (
     vector_registers,
 )
 
-__all__ = ["GEMM_MAX_ACCUMULATORS", "Conv2dWinogradNCHWc", "gemm_tile"]
+__all__ = ["Conv2dWinogradNCHWc", "gemm_tile", "max_accumulators"]
 
 logger = logging.getLogger(__name__)
 
 
-# More accumulators than this ran slower with AVX-512's 32 registers: 14 x 2 against 7 x 2 (64 ->
-# 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and 1.52x the time (Zen 4,
-# 2 threads, load 4.5, alternate blocks, min).
-GEMM_MAX_ACCUMULATORS = 16
+# At most half the vector registers as accumulators: more spilled. With AVX-512's 32, 14 x 2
+# against 7 x 2 (64 -> 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and
+# 1.52x the time; with AVX2's 16, 14 x 1 against 4 x 2 took 1.36x (64 -> 64 at 56x56) and 1.42x
+# (256 -> 256 at 56x56). (Zen 4, 2 threads, load 4.5, alternate blocks, min.)
+def max_accumulators(registers: int) -> int:
+    return registers // 2
 
 
 def gemm_tile(tiles: int, out_chunks: int, registers: int) -> tuple[int, int]:
     """(P, OC2): output tiles x channel-block vectors per register tile of the batched GEMM,
-    the most accumulators, at most GEMM_MAX_ACCUMULATORS, that leave OC2 weight vectors and a
+    the most accumulators, at most `max_accumulators`, that leave OC2 weight vectors and a
     broadcast spare (P divides the tile count, OC2 the channel blocks)."""
     best = (1, 1)
     for oc2 in (2, 1):
         if out_chunks % oc2:
             continue
         for p in range(1, 17):
-            if tiles % p or p * oc2 + oc2 + 1 > registers or p * oc2 > GEMM_MAX_ACCUMULATORS:
+            if tiles % p or p * oc2 + oc2 + 1 > registers or p * oc2 > max_accumulators(registers):
                 continue
             if p * oc2 > best[0] * best[1]:
                 best = (p, oc2)

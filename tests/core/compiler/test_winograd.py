@@ -155,11 +155,11 @@ def _blocked_conv(channels: int, size: int, block: int, stride: int = 1, out_cha
     "channels,size,block,stride,tile",
     [
         (64, 56, 16, 1, 4), (512, 28, 16, 1, 4), (256, 14, 16, 1, 2), (64, 30, 16, 1, 2),
-        (64, 54, 16, 1, None),  # 4 does not divide 54; F(2,3) loses on maps that large
+        (64, 54, 16, 1, 2),  # 4 does not divide 54
         (16, 56, 16, 1, None),  # too few channels
         (64, 56, 16, 2, None),  # strided
-        (64, 56, 8, 1, None), (64, 28, 8, 1, 4), (64, 14, 8, 1, 2),  # AVX2 blocks: small maps only
-        (64, 7, 16, 1, None),
+        (64, 56, 8, 1, 4), (64, 14, 8, 1, 2),  # AVX2 blocks
+        (64, 7, 16, 1, None),  # 2 does not divide 7
     ],
 )
 def test_tile_rule(channels, size, block, stride, tile):
