@@ -36,9 +36,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# below this many input or output channels the transforms cost more than the GEMM saves (Zen 4, 2
-# threads, one conv + bias + relu, min of alternate blocks, load ~5: 32 -> 32 at 56x56 0.74x the
-# direct conv's time, 128 -> 32 level (1.00x at 56x56, 0.63x at 14x14), 16 -> 32 at 112x112 1.79x)
+# Input and output channels from which Winograd is taken. (Zen 4, 2 threads, AVX-512, min of
+# alternate blocks, load 3.2-4.2, x the direct conv: 32 -> 32 F(4,3) 0.60x at 56x56, 0.63x at
+# 28x28; with 16 input channels F(4,3) still wins, 0.61-0.91x, but F(2,3) does not: 0.98x
+# 16 -> 16 at 56x56, 1.42x 16 -> 32 at 112x112, and AVX2 code was not measured there.)
 WINOGRAD_MIN_CHANNELS = 32
 # output tiles m to try, in order of preference (the first that divides the output height and width)
 WINOGRAD_TILES = (4, 2)
