@@ -293,7 +293,8 @@ def convert_layout_pass(target):
 
 
 def legalize_conv2d(bb, call):
-    """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, else relax's own."""
+    """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, or, for a
+    3x3 stride-1 conv core.compiler.winograd's rule takes, by Winograd; else relax's own."""
     from tvm import topi
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
