@@ -293,7 +293,8 @@ def convert_layout_pass(target):
 
 
 def legalize_conv2d(bb, call):
-    """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, else relax's own."""
+    """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, or, for a
+    3x3 stride-1 conv core.compiler.winograd's rule takes, by Winograd; else relax's own."""
     from tvm import topi
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
@@ -314,6 +315,11 @@ def legalize_conv2d(bb, call):
             out_dtype or str(call.args[0].ty.dtype),
             primfunc_name_hint="depthwise_conv2d_NCHWc",
         )
+    from .winograd import legalize_winograd, winograd_tile
+
+    tile = winograd_tile(call, int(BLOCKED_LAYOUT.match(out_layout).group(1)))
+    if tile is not None:  # a 3x3 stride-1 conv with channels enough: Winograd (core.compiler.winograd)
+        return legalize_winograd(bb, call, tile)
     return bb.call_te(
         topi.nn.conv2d_NCHWc,
         call.args[0],

@@ -11,6 +11,7 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_depthwise.DepthwiseConv2dNCHW` - depthwise conv2d: row vectors, or channel blocks;
 * `cpu_depthwise_nchwc.DepthwiseConv2dNCHWc` - depthwise conv2d in channel-blocked layout
                             (core.compiler.layout_nchwc): register tiles of channel vectors;
+* `cpu_winograd.Conv2dWinogradNCHWc` - 3x3 conv2d by Winograd (core.compiler.winograd): transforms, batched GEMM;
 * `cpu_conv_nchwc.Conv2dNCHWc` - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
@@ -53,8 +54,9 @@ def cpu_rules() -> list:
     from .cpu_matmul import Matmul
     from .cpu_pool_nchwc import PoolNCHWc
     from .cpu_rows import RowReduction
+    from .cpu_winograd import Conv2dWinogradNCHWc
 
-    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), PoolNCHWc(),
+    return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dWinogradNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), PoolNCHWc(),
             RowReduction(), DataMovement(), Generic()]
 
 

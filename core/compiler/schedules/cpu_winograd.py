@@ -1,0 +1,145 @@
+"""CPU schedule for the Winograd 3x3 conv (core.compiler.winograd): `Conv2dWinogradNCHWc`.
+
+The kernel, as legalized and fused (bias / batch-norm / ReLU / residual add after it):
+  winograd_pad -> winograd_input_rows -> winograd_input -> winograd_bgemm
+  -> winograd_output_rows -> winograd_output -> (epilogue)
+scheduled as three parallel passes:
+* input transform: per (tile, input-channel block), B^T d B of the alpha x alpha x i patch in
+  registers (the rows pass computed at that point, the tile positions unrolled so each
+  coefficient is a constant and the zero ones vanish, the channels a vector), written to
+  V [alpha, alpha, tiles, IC];
+* batched GEMM: for each tile position, V [tiles, IC] x U [IC, OC] with U a constant
+  [alpha, alpha, OC/b, IC, b]: register tiles of P tiles x OC2 vectors of b output channels,
+  like the matmul rule (a broadcast V value feeds OC2 FMAs), accumulated over IC;
+* output transform: per output tile, A^T M A for a vector of b output channels, the
+  epilogue folded into the write.
+The padding copy is inlined into the input transform when the input is not padded.
+"""
+from __future__ import annotations
+
+import logging
+
+from .cpu_common import (
+    const_int,
+    decompose_vector_init,
+    find_block,
+    inline_epilogue,
+    schedule_injective,
+    vector_lanes,
+    vector_registers,
+)
+
+__all__ = ["Conv2dWinogradNCHWc", "gemm_tile", "max_accumulators"]
+
+logger = logging.getLogger(__name__)
+
+
+# At most half the vector registers as accumulators: more spilled. With AVX-512's 32, 14 x 2
+# against 7 x 2 (64 -> 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and
+# 1.52x the time; with AVX2's 16, 14 x 1 against 4 x 2 took 1.36x (64 -> 64 at 56x56) and 1.42x
+# (256 -> 256 at 56x56). (Zen 4, 2 threads, load 4.5, alternate blocks, min.)
+def max_accumulators(registers: int) -> int:
+    return registers // 2
+
+
+def gemm_tile(tiles: int, out_chunks: int, registers: int) -> tuple[int, int]:
+    """(P, OC2): output tiles x channel-block vectors per register tile of the batched GEMM,
+    the most accumulators, at most `max_accumulators`, that leave OC2 weight vectors and a
+    broadcast spare (P divides the tile count, OC2 the channel blocks)."""
+    best = (1, 1)
+    for oc2 in (2, 1):
+        if out_chunks % oc2:
+            continue
+        for p in range(1, 17):
+            if tiles % p or p * oc2 + oc2 + 1 > registers or p * oc2 > max_accumulators(registers):
+                continue
+            if p * oc2 > best[0] * best[1]:
+                best = (p, oc2)
+    return best
+
+
+class Conv2dWinogradNCHWc:
+    """The Winograd conv's blocks (see the module docstring), found by the GEMM block
+    "winograd_bgemm" (iterators e, nu, oc_chunk, tile, oc_block | ic)."""
+
+    name = "cpu.Conv2dWinogradNCHWc"
+    space_version = 1
+
+    def apply(self, func, target, config: dict | None = None):
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        found = find_block(sch, ("winograd_bgemm",), "SSSSSR")
+        if found is None:
+            return None
+        gemm, extents = found
+        _, _, out_chunks, tiles, _, _ = extents
+        names = {sch.get(b).name_hint: b for b in sch.get_child_blocks(sch.get_sblock("root"))}
+        needed = ("winograd_input_rows", "winograd_input", "winograd_output_rows", "winograd_output")
+        if any(n not in names for n in needed):
+            return None
+        lanes = vector_lanes(target)
+        config = config or {}
+        p_tile, oc2 = gemm_tile(tiles, out_chunks, vector_registers(target))
+        p_tile, oc2 = int(config.get("p", p_tile)), int(config.get("oc2", oc2))
+        if tiles % p_tile or out_chunks % oc2:
+            raise ValueError(f"tile {config} does not divide the Winograd GEMM")
+
+        # input transform: per (tile, channel block) the rows pass at that point, all unrolled
+        rows, inp = names["winograd_input_rows"], names["winograd_input"]
+        if "winograd_pad" in names:
+            pad = names["winograd_pad"]
+            if _pads_nothing(sch, pad):
+                sch.compute_inline(pad)
+            else:
+                schedule_injective(sch, pad, lanes)
+        e, nu, p, c, ci = sch.get_loops(inp)
+        sch.reorder(p, c, e, nu, ci)
+        sch.compute_at(rows, c)
+        for loop in sch.get_loops(rows)[2:-1]:
+            sch.unroll(loop)
+        sch.vectorize(sch.get_loops(rows)[-1])
+        sch.unroll(e)
+        sch.unroll(nu)
+        sch.vectorize(ci)
+        sch.parallel(sch.fuse(p, c))
+
+        # batched GEMM: register tiles of p_tile tiles x oc2 channel vectors over IC
+        acc = sch.cache_write(gemm, 0, "local")
+        e, nu, k, p, b, rc = sch.get_loops(gemm)
+        k_outer, k_inner = sch.split(k, [None, oc2])
+        p_outer, p_inner = sch.split(p, [None, p_tile])
+        sch.reorder(e, nu, k_outer, p_outer, rc, k_inner, p_inner, b)
+        outer = sch.fuse(e, nu, k_outer, p_outer)
+        sch.parallel(outer)
+        sch.unroll(k_inner)
+        sch.unroll(p_inner)
+        sch.vectorize(b)
+        sch.reverse_compute_at(acc, outer)
+        sch.vectorize(sch.get_loops(acc)[-1])
+        decompose_vector_init(sch, gemm, rc, unrolled=2)
+
+        # output transform: per output tile, columns pass at that point, epilogue in the write
+        cols, out = names["winograd_output_rows"], names["winograd_output"]
+        inline_epilogue(sch, out)
+        n, k, y, x, b = sch.get_loops(out)
+        m = const_int(sch.get(cols).iter_vars[2].dom.extent)
+        y_outer, y_inner = sch.split(y, [None, m])
+        x_outer, x_inner = sch.split(x, [None, m])
+        sch.reorder(n, k, y_outer, x_outer, y_inner, x_inner, b)
+        sch.compute_at(cols, x_outer)
+        for loop in sch.get_loops(cols)[4:-1]:
+            sch.unroll(loop)
+        sch.vectorize(sch.get_loops(cols)[-1])
+        sch.unroll(y_inner)
+        sch.unroll(x_inner)
+        sch.vectorize(b)
+        sch.parallel(sch.fuse(n, k, y_outer))
+        return sch
+
+
+def _pads_nothing(sch, pad) -> bool:
+    """Whether the padding block copies its input unchanged (a conv with no padding)."""
+    stmt = sch.get(pad)
+    src, dst = stmt.reads[0].source, stmt.writes[0].source
+    return [const_int(d) for d in src.shape] == [const_int(d) for d in dst.shape]
