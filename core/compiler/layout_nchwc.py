@@ -54,8 +54,10 @@ __all__ = [
     "conv_layouts",
     "convert_layout_pass",
     "depthwise_conv2d_nchwc",
+    "is_reshape_map",
     "layout_transform_numpy",
     "legalize_conv2d",
+    "transforms_as_reshapes",
     "widest_block",
 ]
 
@@ -141,6 +143,8 @@ def _convert(mod, block: int):
     logger.debug("NCHW%dc: %d conv2d blocked, %d kept in NCHW", block, convs["blocked"], convs["kept"])
     # a value two consumers want blocked is transformed once (ConvertLayout emits one per use)
     out = relax.transform.EliminateCommonSubexpr()(out)
+    if TRANSFORMS_AS_RESHAPES:
+        out = transforms_as_reshapes(out)
     # Some ops take a blocked layout relax's layout inference accepts but TOPI cannot legalize (a
     # mean over the channel axis, PRelu's per-channel select): tried here, so that such a model
     # compiles in NCHW as it did before instead of failing later in LegalizeOps.
@@ -153,6 +157,49 @@ def _convert(mod, block: int):
                        block, str(exc).strip().splitlines()[-1][:200])
         return mod
     return out
+
+
+# (a switch for A/B measurements of the rewrite below)
+TRANSFORMS_AS_RESHAPES = True
+
+
+def is_reshape_map(shape, index_map, pad_value=None) -> bool:
+    """Whether relax.layout_transform by `index_map` of a tensor of static `shape` keeps every
+    element at its row-major offset (so it is a reshape): NCHW -> NCHW1c (an image stem's input),
+    NCHW{b}c <-> NCHW on a 1 x 1 map (a global pool's result before a flatten, a squeeze-
+    excitation's squeezed vector between two blocks). False when the map pads."""
+    import numpy as np
+
+    size = int(np.prod(shape)) if shape else 1
+    if pad_value is not None or size > (1 << 22):
+        return False
+    moved = layout_transform_numpy(np.arange(size, dtype=np.int64).reshape(shape), index_map)
+    return moved is not None and bool((moved.reshape(-1) == np.arange(size)).all())
+
+
+def transforms_as_reshapes(mod):
+    """`mod` with every layout_transform that moves no element (`is_reshape_map`) written as
+    relax.reshape, which the VM runs as a view of the same memory (RewriteDataflowReshape)
+    instead of a copy kernel: mobilenet_v3_small's 224x224 image to NCHW1c was a 45-50 us
+    kernel call at one thread, and its 1 x 1 pools and squeezes each one more kernel call."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class AsReshape(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", None) != "relax.layout_transform":
+                return call
+            shape, out_shape = _static_shape(call.args[0]), _static_shape(call)
+            if shape is None or out_shape is None or not is_reshape_map(shape, call.attrs.index_map, call.attrs.pad_value):
+                return call
+            return relax.op.reshape(call.args[0], out_shape)
+
+    mutator = AsReshape(mod)
+    for gv, func in mod.functions_items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get()
 
 
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum", "relax.power"}
