@@ -52,6 +52,33 @@ def _mobile_block(size: int = 14, channels: int = 16, expanded: int = 40, squeez
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _inverted_residual(size: int = 28, channels: int = 24, expanded: int = 144) -> onnx.ModelProto:
+    """MobileNetV2's block on its 24-channel stage: 1x1 expand + ReLU6, depthwise 3x3 + ReLU6,
+    1x1 project back to 24 channels + residual add."""
+    rng = np.random.default_rng(23)
+    c, e = channels, expanded
+    nodes = [
+        helper.make_node("Conv", ["x", "w_ex", "b_ex"], ["ex"], kernel_shape=[1, 1]),
+        helper.make_node("Clip", ["ex", "lo", "hi"], ["exa"]),
+        helper.make_node("Conv", ["exa", "w_dw", "b_dw"], ["dw"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=e),
+        helper.make_node("Clip", ["dw", "lo", "hi"], ["dwa"]),
+        helper.make_node("Conv", ["dwa", "w_pr", "b_pr"], ["pr"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["pr", "x"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "inverted_residual",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, size, size])],
+        [
+            _w(rng, "w_ex", (e, c, 1, 1)), _w(rng, "b_ex", (e,), 0.5),
+            _w(rng, "w_dw", (e, 1, 3, 3)), _w(rng, "b_dw", (e,), 0.5),
+            _w(rng, "w_pr", (c, e, 1, 1)), _w(rng, "b_pr", (c,), 0.1),
+            numpy_helper.from_array(np.array(0.0, np.float32), "lo"), numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _convs(mod) -> list[tuple[int, int, str]]:
     """(groups, output channels, output layout) of every conv2d in main."""
     from tvm import relax
@@ -86,16 +113,34 @@ def test_the_whole_block_stays_channel_blocked(mattr, block, expanded):
     assert "R.strided_slice(" not in text  # the padding is never sliced off inside the block
 
 
+@pytest.mark.parametrize("size,project_layout", [(28, "NCHW12c"), (13, "NCHW")])
+def test_a_24_channel_projection_writes_12_channel_blocks(size, project_layout):
+    """Codegen-free (any host): under 16-channel blocks the project conv to 24 channels writes
+    NCHW12c, what the expand conv reading it asks for, so the stage has no transform inside;
+    on 13-wide rows (no register tile of 4-12 columns) it stays NCHW."""
+    from core.compiler.target import make_target
+
+    mod = relax_through(_inverted_residual(size), make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
+    convs = _convs(mod)
+    assert convs[-1][1:] == (24, project_layout), convs
+    transforms = [line for line in mod["main"].script(show_meta=False).splitlines() if "R.layout_transform(" in line]
+    # the block's input in, and its output out (NCHW12c) or the 144 channels into the NCHW conv
+    assert len(transforms) == 2, transforms
+    assert any("R.Tensor((1, 144, " in line for line in transforms) == (project_layout == "NCHW"), transforms
+
+
 @pytest.mark.isa
-def test_mobile_block_matches_onnxruntime():
+@pytest.mark.parametrize("block", ["se", "inverted_residual"])
+def test_mobile_block_matches_onnxruntime(block):
     """Built for this host (and in CI's AVX2 pass for AVX2) and run against onnxruntime."""
     import tvm
     from tvm import relax
 
     from core.compiler.target import make_target
 
-    model = _mobile_block()
-    x = np.random.default_rng(8).standard_normal((1, 16, 14, 14)).astype(np.float32)
+    model = _mobile_block() if block == "se" else _inverted_residual()
+    channels, size = (16, 14) if block == "se" else (24, 28)
+    x = np.random.default_rng(8).standard_normal((1, channels, size, size)).astype(np.float32)
     (ref,) = ort_run(model, {"x": x})
     target = make_target("cpu")
     mod = relax_through(model, target, "VMFinalize")
