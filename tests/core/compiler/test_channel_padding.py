@@ -25,7 +25,7 @@ def _weight(rng, name, shape, scale=None):
 def _padded_model() -> onnx.ModelProto:
     """A 16-channel conv, then three heads on it: 1000 channels (1x1, bias, ReLU, per-channel Mul,
     max pool, global average pool, flatten, softmax), 300 channels (3x3, ReLU, per-channel Div,
-    global pool, flatten), 20 channels (too few to pad) and 300 channels again (3x3, ReLU, then a
+    global pool, flatten), 18 channels (too few to pad) and 300 channels again (3x3, ReLU, then a
     1x1 conv back to 16 channels that reads all of them, global pool, flatten)."""
     rng = np.random.default_rng(11)
     inits = [
@@ -34,7 +34,7 @@ def _padded_model() -> onnx.ModelProto:
         numpy_helper.from_array((1 + 0.2 * rng.standard_normal((1000, 1, 1))).astype(np.float32), "sa"),
         _weight(rng, "wb", (300, 16, 3, 3)), _weight(rng, "bb", (300,), 0.5),
         numpy_helper.from_array((1 + 0.1 * rng.random((300, 1, 1))).astype(np.float32), "db"),
-        _weight(rng, "we", (20, 16, 3, 3)),
+        _weight(rng, "we", (18, 16, 3, 3)),
         _weight(rng, "wc", (300, 16, 3, 3)), _weight(rng, "bc", (300,), 0.5),
         _weight(rng, "wd", (16, 300, 1, 1)),
     ]
@@ -67,7 +67,7 @@ def _padded_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 14, 14])],
         [helper.make_tensor_value_info("ya", TensorProto.FLOAT, [1, 1000]),
          helper.make_tensor_value_info("yb", TensorProto.FLOAT, [1, 300]),
-         helper.make_tensor_value_info("ye", TensorProto.FLOAT, [1, 20]),
+         helper.make_tensor_value_info("ye", TensorProto.FLOAT, [1, 18]),
          helper.make_tensor_value_info("yd", TensorProto.FLOAT, [1, 16])],
         inits,
     )
@@ -112,15 +112,16 @@ def test_padded_channels():
     assert padded_channels(1000, 8) is None  # 8 divides 1000
     assert padded_channels(300, 16) == 304 and padded_channels(300, 8) == 304
     assert padded_channels(136, 16) == 144
-    assert padded_channels(120, 16) is None  # fewer than 8 blocks
-    assert padded_channels(20, 8) is None
+    # fewer than 8 blocks: padded by at most a fifth (the mobile models' 40 / 72 / 88 / 120 channels)
+    assert padded_channels(120, 16) == 128 and padded_channels(40, 16) == 48 and padded_channels(72, 16) == 80
+    assert padded_channels(24, 16) is None and padded_channels(18, 8) is None and padded_channels(20, 16) is None
     assert padded_channels(64, 16) is None
 
 
 @pytest.mark.parametrize("mattr,block", [(None, 16), (["-avx512f"], 8)])
 def test_odd_output_channels_are_padded_and_blocked(mattr, block):
     """Codegen-free (any host): 1000 -> 1008 under 16-channel blocks (8 divides 1000), 300 -> 304
-    under both; 20 stays NCHW. The slices that drop the padding come after the channel-wise ops,
+    under both; 18 stays NCHW. The slices that drop the padding come after the channel-wise ops,
     once the tensor is back in NCHW (1 x C x 1 x 1 after the global pool); the 1x1 conv reading a
     padded head reads all 304 channels, its weight zero-padded."""
     from core.compiler.target import make_target
@@ -130,7 +131,7 @@ def test_odd_output_channels_are_padded_and_blocked(mattr, block):
     blocked = f"NCHW{block}c"
     assert (1008 if block == 16 else 1000, blocked) in convs
     assert convs.count((304, blocked)) == 2
-    assert (20, "NCHW") in convs
+    assert (18, "NCHW") in convs
     assert (16, blocked) in convs
     assert (16 // block, 304 // block, 1, 1, block, block) in _weight_shapes(mod), "the 1x1 conv reads 304 channels"
     text = mod["main"].script(show_meta=False)
