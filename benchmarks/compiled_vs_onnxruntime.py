@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.core_pair import core_pair_speedup  # noqa: E402 - after the path set-up
+
 __all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "main"]
 
 RTOL, ATOL = 1e-3, 1e-4
@@ -352,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
             if one_thread
             else ""
         )
+        + ("; 'cores a/b': two pinned processes' work together over one alone, probed before/after the model's "
+           "timed runs (~2: two cores; ~1: the virtual CPUs shared one core, and 2-thread figures are 1-core "
+           "figures: benchmarks/core_pair.py)" if args.threads > 1 else "")
     )
     from tvm.target import codegen
 
@@ -424,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = _runs_for(probe[0][0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
             single_cells = ""
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
+            pair_before = core_pair_speedup() if args.threads > 1 else None
             for n in loads:
                 # quiet: the 1-thread runs and the tuned build take turns with the others, so every
                 # ratio in the row compares runs made under the same conditions
@@ -460,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
                     tuned_ratios.append(ratio)
                     tuned_cell, tuned_ratio_cell = f"{statistics.median(ours):>10.3g}", f"{ratio:>7.2f}"
             cells += single_cells
+            pair_after = core_pair_speedup() if pair_before is not None else None
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
+        if pair_before is not None and pair_after is not None:
+            check += f"  cores {pair_before:.1f}/{pair_after:.1f}"
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
         del vm
     print("-" * len(header))
