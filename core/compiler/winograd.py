@@ -26,9 +26,11 @@ import logging
 import numpy as np
 
 __all__ = [
+    "WINOGRAD_MAX_PADDED_WORK",
     "WINOGRAD_MIN_CHANNELS",
     "WINOGRAD_TILES",
     "conv2d_winograd_nchwc",
+    "padded_work",
     "transform_matrices",
     "transform_weight",
     "winograd_tile",
@@ -41,8 +43,11 @@ logger = logging.getLogger(__name__)
 # 28x28; with 16 input channels F(4,3) still wins, 0.61-0.91x, but F(2,3) does not: 0.98x
 # 16 -> 16 at 56x56, 1.42x 16 -> 32 at 112x112, and AVX2 code was not measured there.)
 WINOGRAD_MIN_CHANNELS = 32
-# output tiles m to try, in order of preference (the first that divides the output height and width)
+# output tiles m to try, in order of preference: the first whose tiles cover the output with at
+# most WINOGRAD_MAX_PADDED_WORK of its area (56 and 28: m 4; 14: 2, as 16 x 16 is 1.31x; 27: 4,
+# 1.08x; 13: 2, 1.16x; 7: neither, 1.31x)
 WINOGRAD_TILES = (4, 2)
+WINOGRAD_MAX_PADDED_WORK = 1.2
 # Measured (benchmarks/winograd_vs_direct.py: one conv + bias + ReLU, Zen 4, 2 threads, load
 # 3.8-4.8, min of alternate blocks, x the direct NCHWc conv), with the GEMM's register tiles at
 # most half the registers (cpu_winograd.max_accumulators):
@@ -68,7 +73,8 @@ def winograd_tile(call, block: int) -> int | None:
     1. the kernel is 3x3, stride 1, dilation 1, groups 1, float32, in NCHW{i}c -> NCHW{b}c;
     2. the weight is a constant (its transform is computed now, not at run time);
     3. input and output channels are at least WINOGRAD_MIN_CHANNELS, and the input block is `block`;
-    4. m divides the output height and width (4 preferred, else 2)."""
+    4. m x m tiles cover the output with at most WINOGRAD_MAX_PADDED_WORK of its area (4 preferred,
+       else 2; an odd side gets a last tile row whose extra outputs are dropped)."""
     from .relax_rewrite import is_const, static_shape
 
     attrs = call.attrs
@@ -86,9 +92,15 @@ def winograd_tile(call, block: int) -> int | None:
         return None
     out_h, out_w = out[2], out[3]
     for m in WINOGRAD_TILES:
-        if out_h % m == 0 and out_w % m == 0:
+        if padded_work(out_h, out_w, m) <= WINOGRAD_MAX_PADDED_WORK:
             return m
     return None
+
+
+def padded_work(out_h: int, out_w: int, m: int) -> float:
+    """The output area m x m tiles cover over the output's own: 1.0 when m divides both sides;
+    an odd side is covered by one more tile row whose extra outputs are computed and dropped."""
+    return (-(-out_h // m) * m) * (-(-out_w // m) * m) / (out_h * out_w)
 
 
 def transform_weight(weight: np.ndarray, m: int) -> np.ndarray:
@@ -145,10 +157,12 @@ def conv2d_winograd_nchwc(data, packed, padding, m: int, out_dtype: str = "float
     _, _, out_chunks, in_channels, out_block = (int(d) for d in packed.shape)
     top, left, bottom, right = (int(p) for p in padding)
     out_h, out_w = height + top + bottom - 2, width + left + right - 2
-    tiles_h, tiles_w = out_h // m, out_w // m
+    tiles_h, tiles_w = -(-out_h // m), -(-out_w // m)
     tiles = batch * tiles_h * tiles_w
-    # the last tile reads m + 2 rows: as many as the padded input has (m divides the output)
-    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="winograd_pad")
+    # the last tile reads m + 2 rows: the padded input has them, with zero rows and columns
+    # below and right where m does not divide the output (those outputs are dropped)
+    extra_h, extra_w = tiles_h * m - out_h, tiles_w * m - out_w
+    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom + extra_h, right + extra_w, 0], name="winograd_pad")
 
     def rows(n, c, th, tw, e, rb, ci):  # B^T d, down the columns of each tile
         terms = [padded[n, c, th * m + ra, tw * m + rb, ci] for ra in range(alpha)]

@@ -109,9 +109,11 @@ def test_transformed_weight_reproduces_the_direct_convolution():
 
 @pytest.mark.isa
 @pytest.mark.slow
-def test_winograd_convs_match_onnxruntime():
-    """Conv+bias+ReLU by F(4,3) (8x8, padded) then a conv with no padding by F(2,3) (8x8 -> 6x6)
-    with a residual-free epilogue, compiled for this host and compared with onnxruntime."""
+@pytest.mark.parametrize("size", [8, 13])
+def test_winograd_convs_match_onnxruntime(size):
+    """Conv+bias+ReLU then a conv with no padding, compiled for this host and compared with
+    onnxruntime: at 8x8 F(4,3) (8x8, padded) then F(2,3) (8x8 -> 6x6); at 13x13, whose sides no
+    tile divides, F(2,3) over 14x14 then F(4,3) over 12x12 (13 -> 11), the extra outputs dropped."""
     import tempfile
     from pathlib import Path
 
@@ -127,13 +129,13 @@ def test_winograd_convs_match_onnxruntime():
         helper.make_node("Conv", ["r0", "w1"], ["c1"], kernel_shape=[3, 3]),
         helper.make_node("Relu", ["c1"], ["y"]),
     ]
-    model = _model(nodes, inits, [1, 32, 8, 8], [1, 48, 6, 6])
+    model = _model(nodes, inits, [1, 32, size, size], [1, 48, size - 2, size - 2])
     path = Path(tempfile.mkdtemp()) / "model.onnx"
     onnx.save(model, str(path))
     art = compile_model(str(path), "cpu", verify=True)
     names = [n for n in art.kernel_lineage if "conv2d" in n]
     assert any("winograd4" in n for n in names) and any("winograd2" in n for n in names), names
-    x = rng.standard_normal((1, 32, 8, 8)).astype(np.float32)
+    x = rng.standard_normal((1, 32, size, size)).astype(np.float32)
     ours = art.run({"x": x})[0]
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
@@ -154,12 +156,14 @@ def _blocked_conv(channels: int, size: int, block: int, stride: int = 1, out_cha
 @pytest.mark.parametrize(
     "channels,size,block,stride,tile",
     [
-        (64, 56, 16, 1, 4), (512, 28, 16, 1, 4), (256, 14, 16, 1, 2), (64, 30, 16, 1, 2),
-        (64, 54, 16, 1, 2),  # 4 does not divide 54
+        (64, 56, 16, 1, 4), (512, 28, 16, 1, 4), (256, 14, 16, 1, 2),
+        (64, 14, 16, 1, 2),  # 4x4 tiles would cover 16 x 16 (1.31x the outputs): 2x2 ones
+        (64, 54, 16, 1, 4), (64, 27, 16, 1, 4),  # a last row of tiles covers 56 / 28 (1.08x)
+        (64, 13, 16, 1, 2),  # 14 x 14 (1.16x) with 2x2 tiles; 16 x 16 is 1.51x
         (16, 56, 16, 1, None),  # too few channels
         (64, 56, 16, 2, None),  # strided
         (64, 56, 8, 1, 4), (64, 14, 8, 1, 2),  # AVX2 blocks
-        (64, 7, 16, 1, None),  # 2 does not divide 7
+        (64, 7, 16, 1, None),  # 8 x 8 is 1.31x the outputs with either tile
     ],
 )
 def test_tile_rule(channels, size, block, stride, tile):
