@@ -28,6 +28,7 @@ import numpy as np
 __all__ = [
     "WINOGRAD_MAX_PADDED_WORK",
     "WINOGRAD_MIN_CHANNELS",
+    "WINOGRAD_MIN_IN_CHANNELS",
     "WINOGRAD_TILES",
     "conv2d_winograd_nchwc",
     "padded_work",
@@ -43,6 +44,10 @@ logger = logging.getLogger(__name__)
 # 28x28; with 16 input channels F(4,3) still wins, 0.61-0.91x, but F(2,3) does not: 0.98x
 # 16 -> 16 at 56x56, 1.42x 16 -> 32 at 112x112, and AVX2 code was not measured there.)
 WINOGRAD_MIN_CHANNELS = 32
+# input channels from which a tile size is taken, where not WINOGRAD_MIN_CHANNELS: F(4,3) from 16
+# (SqueezeNet's 16 -> 64 convs at 55x55: the whole model 0.95x with them, 1 and 2 threads, AVX-512
+# and AVX2 code alike; quiet, one process, alternating)
+WINOGRAD_MIN_IN_CHANNELS = {4: 16}
 # output tiles m to try, in order of preference: the first whose tiles cover the output with at
 # most WINOGRAD_MAX_PADDED_WORK of its area (56 and 28: m 4; 14: 2, as 16 x 16 is 1.31x; 27: 4,
 # 1.08x; 13: 2, 1.16x; 7: neither, 1.31x)
@@ -72,7 +77,8 @@ def winograd_tile(call, block: int) -> int | None:
     Taken when, all of:
     1. the kernel is 3x3, stride 1, dilation 1, groups 1, float32, in NCHW{i}c -> NCHW{b}c;
     2. the weight is a constant (its transform is computed now, not at run time);
-    3. input and output channels are at least WINOGRAD_MIN_CHANNELS, and the input block is `block`;
+    3. output channels are at least WINOGRAD_MIN_CHANNELS, input channels at least that or, for
+       a tile size in WINOGRAD_MIN_IN_CHANNELS, its count; the input block is `block`;
     4. m x m tiles cover the output with at most WINOGRAD_MAX_PADDED_WORK of its area (4 preferred,
        else 2; an odd side gets a last tile row whose extra outputs are dropped)."""
     from .relax_rewrite import is_const, static_shape
@@ -88,10 +94,12 @@ def winograd_tile(call, block: int) -> int | None:
     out_chunks, in_chunks, kh, kw, in_block, out_block = weight
     if (kh, kw) != (3, 3) or in_block != block or out_block != block:
         return None
-    if in_chunks * in_block < WINOGRAD_MIN_CHANNELS or out_chunks * out_block < WINOGRAD_MIN_CHANNELS:
+    if out_chunks * out_block < WINOGRAD_MIN_CHANNELS:
         return None
     out_h, out_w = out[2], out[3]
     for m in WINOGRAD_TILES:
+        if in_chunks * in_block < WINOGRAD_MIN_IN_CHANNELS.get(m, WINOGRAD_MIN_CHANNELS):
+            continue
         if padded_work(out_h, out_w, m) <= WINOGRAD_MAX_PADDED_WORK:
             return m
     return None

@@ -170,3 +170,11 @@ def test_tile_rule(channels, size, block, stride, tile):
     from core.compiler.winograd import winograd_tile
 
     assert winograd_tile(_blocked_conv(channels, size, block, stride), block) == tile
+
+
+@pytest.mark.parametrize("size,tile", [(56, 4), (55, 4), (14, None)])
+def test_sixteen_input_channels_take_only_four_by_four_tiles(size, tile):
+    """SqueezeNet's 16 -> 64 expand convs: F(4,3) pays from 16 input channels, F(2,3) does not."""
+    from core.compiler.winograd import winograd_tile
+
+    assert winograd_tile(_blocked_conv(16, size, 16, out_channels=64), 16) == tile
