@@ -97,12 +97,15 @@ def _check_against_onnxruntime(model, target, in_channels, size, out_channels, o
 
 
 @pytest.mark.parametrize("mattr,tile", [(None, {"t": 7, "th": 1}), (["-avx512f"], {"t": 4, "th": 2})])
-def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile):
+def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile, monkeypatch):
     """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line),
-    the 4 x 2 tile with AVX2's 8 (codegen only: this host need not run AVX-512); a 3x3 conv
-    keeps 4 x 2."""
+    the 4 x 2 tile with AVX2's 8 (codegen only: this host need not run AVX-512); a direct 3x3
+    conv keeps 4 x 2."""
+    from core.compiler import winograd
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
+
+    monkeypatch.setattr(winograd, "WINOGRAD_MIN_IN_CHANNELS", {})  # the 3x3 conv below stays direct
 
     target = make_target("cpu", mcpu="znver4", mattr=mattr)
     assert Conv2dNCHWc().candidates(_conv_kernel(_projection_model(32, 64, 28, stride=1), target), target)[0] == tile
@@ -111,7 +114,7 @@ def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile):
 
 
 def _conv3x3_model():
-    # (16 input channels: a direct conv; from 32 a 3x3 stride-1 conv is Winograd's, core.compiler.winograd)
+    # (16 input channels: direct with F(2,3) only from 32 input channels, core.compiler.winograd)
     rng = np.random.default_rng(2)
     w = numpy_helper.from_array((rng.standard_normal((64, 16, 3, 3)) * 0.05).astype(np.float32), "w")
     graph = helper.make_graph(
