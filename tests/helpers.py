@@ -192,6 +192,16 @@ def relax_through(model: onnx.ModelProto, target, last: str | None = None):
     return mod
 
 
+def scheduled_through(model: onnx.ModelProto, target):
+    """The model's Relax+TIR module after FuseTIR, through the default CPU schedule (weights
+    prepacked), as compile schedules it."""
+    from core.compiler.schedules import schedule_pass
+
+    mod = relax_through(model, target, last="FuseTIR")
+    with target:
+        return schedule_pass(target)(mod)
+
+
 def relax_ops(model: onnx.ModelProto, last: str) -> list[str]:
     """The Relax ops main calls, in order (e.g. "nn.layer_norm", "matmul"), after the default CPU
     pipeline up to and including the pass `last`."""

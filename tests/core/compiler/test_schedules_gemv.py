@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run
+from tests.helpers import ort_run, scheduled_through
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -42,16 +42,6 @@ def target():
     from core.compiler.target import make_target
 
     return make_target("cpu")
-
-
-def _scheduled(model, target):
-    """The model's Relax+TIR module through the default CPU schedule (weights prepacked)."""
-    from core.compiler.schedules import schedule_pass
-    from tests.helpers import relax_through
-
-    mod = relax_through(model, target, last="FuseTIR")
-    with target:
-        return schedule_pass(target)(mod)
 
 
 def _run(scheduled, feeds, target) -> np.ndarray:
@@ -96,7 +86,7 @@ def test_big_gemv_splits_its_column_tiles_over_the_threads(target, trans_b):
 
     depth, cols = 256, 1000
     model = _gemv_model(depth, cols, trans_b)
-    scheduled = _scheduled(model, target)
+    scheduled = scheduled_through(model, target)
     func = _gemv_kernel(scheduled)
     width = 4 * vector_lanes(target)
     loops = _matmul_loops(func)
@@ -116,7 +106,7 @@ def test_big_gemv_splits_its_column_tiles_over_the_threads(target, trans_b):
 def test_small_gemv_stays_on_one_thread(target):
     """64 x 48 (12 KB of weight): waking the pool costs more than a second core saves."""
     model = _gemv_model(64, 48)
-    scheduled = _scheduled(model, target)
+    scheduled = scheduled_through(model, target)
     assert _parallel_loops(_gemv_kernel(scheduled)) == []
     feeds = {"x": np.random.default_rng(13).standard_normal((1, 64)).astype(np.float32)}
     (ref,) = ort_run(model, feeds)
@@ -178,7 +168,7 @@ def test_one_pixel_conv_keeps_several_channel_blocks_in_registers(target):
     assert pixel_channel_blocks(36, 1) == 4 and pixel_channel_blocks(9, 1) == 3 and pixel_channel_blocks(7, 1) == 1
     assert pixel_channel_blocks(36, 49) == 1  # a plane has columns to tile instead
     model = _pooled_conv_model(96, 192)
-    scheduled = _scheduled(model, target)
+    scheduled = scheduled_through(model, target)
     (func,) = [f for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d_NCHWc" in g.name_hint]
     sch = s_tir.Schedule(func)
     loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock("conv2d_NCHWc_update"))]

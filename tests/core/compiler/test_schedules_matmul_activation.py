@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from tests.helpers import ort_run
+from tests.helpers import ort_run, scheduled_through
 
 RTOL, ATOL = 1e-4, 1e-4
 
@@ -38,15 +38,6 @@ def target():
     from core.compiler.target import make_target
 
     return make_target("cpu")
-
-
-def _scheduled(model, target):
-    from core.compiler.schedules import schedule_pass
-    from tests.helpers import relax_through
-
-    mod = relax_through(model, target, last="FuseTIR")
-    with target:
-        return schedule_pass(target)(mod)
 
 
 def _matmul_blocks(scheduled) -> list[str]:
@@ -79,7 +70,7 @@ def _feeds(a_shape, b_shape, seed):
 )
 def test_activation_b_is_read_in_place_and_matches(target, a_shape, b_shape):
     model = _two_input_matmul(a_shape, b_shape)
-    scheduled = _scheduled(model, target)
+    scheduled = scheduled_through(model, target)
     blocks = _matmul_blocks(scheduled)
     # only the accumulation (init, update) and the fused relu write-back: no copy of B
     assert len(blocks) == 3 and not any("global" in b for b in blocks), blocks
@@ -94,7 +85,7 @@ def test_big_activation_b_keeps_the_packed_copy(target):
     from core.compiler.schedules import cpu_matmul
 
     big_depth = cpu_matmul.ACTIVATION_B_IN_PLACE_MAX_BYTES // (4 * 256) + 16
-    big = _matmul_blocks(_scheduled(_two_input_matmul((32, big_depth), (big_depth, 256)), target))
+    big = _matmul_blocks(scheduled_through(_two_input_matmul((32, big_depth), (big_depth, 256)), target))
     assert len(big) == 4 and any("global" in b for b in big), big
 
 
