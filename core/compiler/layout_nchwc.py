@@ -114,9 +114,6 @@ def conv_layouts(call, block: int) -> dict | None:
     return {"relax.nn.conv2d": [f"NCHW{in_block}c", f"OIHW{in_block}i{out_block}o", f"NCHW{out_block}c"]}
 
 
-NARROW_PROJECTIONS = True
-
-
 def _narrow_projection(out_channels: int, block: int, out_shape) -> bool:
     """A conv to fewer channels whose widest block is at least 3/4 of `block` (24 -> 12 of 16)
     and that channel padding leaves alone: blocked by that block, as the convs that read it ask
@@ -129,7 +126,7 @@ def _narrow_projection(out_channels: int, block: int, out_shape) -> bool:
     0.982 / 0.991; 56 -> 60, 101 -> 105 and 66 -> 70 kernels.)"""
     from .channel_padding import padded_channels
 
-    if not NARROW_PROJECTIONS or out_shape is None or len(out_shape) != 4 or not any(out_shape[3] % d == 0 for d in range(4, 13)):
+    if out_shape is None or len(out_shape) != 4 or not any(out_shape[3] % d == 0 for d in range(4, 13)):
         return False
     return 4 * widest_block(out_channels, block) >= 3 * block and padded_channels(out_channels, block) is None
 
@@ -166,8 +163,7 @@ def _convert(mod, block: int):
     logger.debug("NCHW%dc: %d conv2d blocked, %d kept in NCHW", block, convs["blocked"], convs["kept"])
     # a value two consumers want blocked is transformed once (ConvertLayout emits one per use)
     out = relax.transform.EliminateCommonSubexpr()(out)
-    if TRANSFORMS_AS_RESHAPES:
-        out = transforms_as_reshapes(out)
+    out = transforms_as_reshapes(out)
     # Some ops take a blocked layout relax's layout inference accepts but TOPI cannot legalize (a
     # mean over the channel axis, PRelu's per-channel select): tried here, so that such a model
     # compiles in NCHW as it did before instead of failing later in LegalizeOps.
@@ -182,19 +178,22 @@ def _convert(mod, block: int):
     return out
 
 
-# (a switch for A/B measurements of the rewrite below)
-TRANSFORMS_AS_RESHAPES = True
+# The check below moves an index array through the transform: ~17 ms for ResNet-50's 56x56x256
+# maps (37 checks took 0.64 s of its compile at 4 M elements). The transforms that are reshapes
+# are an image (3x224x224: 150 k) and 1x1 maps, so larger tensors are not checked.
+MAX_RESHAPE_CHECK_ELEMENTS = 1 << 18
 
 
 def is_reshape_map(shape, index_map, pad_value=None) -> bool:
     """Whether relax.layout_transform by `index_map` of a tensor of static `shape` keeps every
     element at its row-major offset (so it is a reshape): NCHW -> NCHW1c (an image stem's input),
     NCHW{b}c <-> NCHW on a 1 x 1 map (a global pool's result before a flatten, a squeeze-
-    excitation's squeezed vector between two blocks). False when the map pads."""
+    excitation's squeezed vector between two blocks). False when the map pads, or for a tensor
+    over MAX_RESHAPE_CHECK_ELEMENTS."""
     import numpy as np
 
     size = int(np.prod(shape)) if shape else 1
-    if pad_value is not None or size > (1 << 22):
+    if pad_value is not None or size > MAX_RESHAPE_CHECK_ELEMENTS:
         return False
     moved = layout_transform_numpy(np.arange(size, dtype=np.int64).reshape(shape), index_map)
     return moved is not None and bool((moved.reshape(-1) == np.arange(size)).all())
