@@ -59,6 +59,16 @@ class SceneBuilder:
             failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )
 
+    def _abandon_layout(self) -> None:
+        """Drop a layout still running for an earlier request: what is shown now replaces it.
+        (A model shown from its cached layout while a lowering stage's layout ran used to be
+        replaced by that stage when its layout ended, with the canvas still in model mode.)"""
+        job, self._job = self._job, None
+        if job is not None:
+            job.cancel()
+            job.done.disconnect()
+            self.busyChanged.emit(False, "")
+
     def cancel(self) -> None:
         """Stop a running layout (the current scene stays)."""
         if self._job is not None:
@@ -87,6 +97,7 @@ class SceneBuilder:
         and items are created only for the part of the scene the viewport shows (a grid of cells
         says which), so opening 10,000 nodes creates no items at all until the user zooms in.
         """
+        self._abandon_layout()
         t0 = time.perf_counter()
         scene = self._new_scene()
         scene.setSceneRect(QRectF(-40, -40, result.width + 80, result.height + 80))
@@ -283,6 +294,7 @@ class SceneBuilder:
             self.centerOn(self.scene().sceneRect().center())
 
     def _clear(self) -> None:
+        self._abandon_layout()
         old = self.scene()
         self.setScene(self._new_scene())
         old.deleteLater()

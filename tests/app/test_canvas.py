@@ -36,6 +36,21 @@ def test_show_view_then_back_to_model(window, qtbot):
     assert c.mode == "model" and len(c.node_items) == n_model
 
 
+def test_a_layout_still_running_does_not_replace_what_is_shown_after_it(window, qtbot):
+    """show_view starts a layout; show_model (the cached layout, at once) before it ends: the
+    stage's layout, when it ends, must not replace the model (it once did, mode still "model")."""
+    assert window.open_model(str(sample("small_cnn")), wait=True)
+    c = window.canvas
+    model_ids = {i for i in c.layout_result.boxes if isinstance(i, int)}
+    c.show_view(_stage_view())  # its layout runs on a worker; its result is queued to this thread
+    assert c.busy
+    c.show_model()
+    qtbot.waitUntil(lambda: not c.busy, timeout=10000)
+    qtbot.wait(200)  # anything the stage's job still had queued
+    assert c.mode == "model" and {i for i in c.layout_result.boxes if isinstance(i, int)} == model_ids
+    assert "a" not in c.node_items
+
+
 def test_highlight_overlay_ghosts(window):
     assert window.open_model(str(sample("small_cnn")), wait=True)
     c = window.canvas
