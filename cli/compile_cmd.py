@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
 from __future__ import annotations
 
 import json
@@ -19,6 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--tune-rpc", metavar="HOST:PORT:KEY", help="measure tuning candidates on the devices registered under KEY with the TVM RPC tracker at HOST:PORT (with --tune-minutes or --tune-trials)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
     p.add_argument("--verify-inputs", metavar="IN.npz", help="check against the reference on these inputs (an .npz keyed by input name) instead of seeded random ones")
+    p.add_argument("--rtol", metavar="R", help="relative tolerance of that check (default 1e-3)")
+    p.add_argument("--atol", metavar="A", help="absolute tolerance of that check (default 1e-4); a refusal whose error is small against the values says which value would accept it")
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
     p.add_argument("--bench-runs", type=int, default=0, metavar="N", help="also measure N runs and record latency and memory in the manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -85,6 +87,23 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
     return minutes * 60.0
 
 
+def parse_tolerance(text: str | None, flag: str, default: float) -> float:
+    """--rtol / --atol as a number (the check's default when not given); one sentence when it is wrong."""
+    import math
+
+    from core.errors import WorkbenchError
+
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise WorkbenchError(f"{flag} must be a number of at least 0, not '{text}'.")
+    return value
+
+
 def run(args) -> int:
     from core.errors import WorkbenchError
 
@@ -105,6 +124,9 @@ def run(args) -> int:
         if args.tune_trials == 0 and args.tune_minutes is None:
             raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
     verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
+    from core.compiler.reference import ATOL, RTOL
+
+    rtol, atol = parse_tolerance(args.rtol, "--rtol", RTOL), parse_tolerance(args.atol, "--atol", ATOL)
     cpu_target(args)  # an unknown CPU or feature is refused before anything is loaded
 
     from core.compiler.compile import compile_model
@@ -126,6 +148,8 @@ def run(args) -> int:
         cpu=args.cpu,
         cpu_features=args.cpu_features,
         progress=progress,
+        rtol=rtol,
+        atol=atol,
     )
     measured = None
     if args.bench_runs > 0 and args.target == "cpu":

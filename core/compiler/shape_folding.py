@@ -19,10 +19,20 @@ of the user's graph) still holds.
 
 Symbolic dims (`batch`, `sequence`) are left alone: their sizes are not constants, and the
 import keeps them symbolic itself (core.compiler.tvm_import).
+
+It runs before every import, so it costs nothing where there is nothing to fold: a first pass over
+the nodes (no evaluation) tells whether any `Shape`/`Size` or any node with only constant inputs
+exists, and without one the model is returned untouched; shape inference runs only for models
+with `Shape`/`Size` (elsewhere the shapes the fold needs are those of the constants it holds);
+ConstantOfShape and Unsqueeze are computed with numpy the way the reference does, and one
+ReferenceEvaluator serves all nodes with the same op and attributes (building one costs
+~0.1-0.3 ms, and onnx's light models have hundreds of such nodes).
 """
 from __future__ import annotations
 
+import functools
 import logging
+import math
 
 __all__ = ["fold_static_shapes"]
 
@@ -52,6 +62,18 @@ _UNKNOWN = -(1 << 40)
 
 _PLAIN_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                            "float16", "float32", "float64"})
+
+
+def _plain(dtype) -> bool:
+    """Whether a numpy dtype is one of _PLAIN_DTYPES (its name is built once per dtype: str() of a
+    dtype costs more than the rest of folding a small node)."""
+    plain = _PLAIN_SEEN.get(dtype)
+    if plain is None:
+        plain = _PLAIN_SEEN[dtype] = str(dtype) in _PLAIN_DTYPES
+    return plain
+
+
+_PLAIN_SEEN: dict = {}
 
 
 def _light_copy(proto, shape_dict: dict | None):
@@ -140,12 +162,10 @@ def _small(node, shapes: dict, known: dict) -> bool:
     a weight written as ConstantOfShape of its shape, as in onnx's light models, is never
     materialised): from the inferred shapes, else for the ops whose output can outgrow their
     inputs from the input values; the others only rearrange inputs that are small already."""
-    import numpy as np
-
     for out in node.output:
         dims = shapes.get(out)
         if dims is not None and all(d is not None for d in dims):
-            if int(np.prod(dims, dtype=np.int64)) > MAX_ELEMENTS:
+            if math.prod(dims) > MAX_ELEMENTS:
                 return False
         elif node.op_type in _GENERATING and _generated_size(node, shapes, known) > MAX_ELEMENTS:
             return False
@@ -161,7 +181,7 @@ def _generated_size(node, shapes: dict, known: dict) -> int:
     values = [known.get(i) for i in node.input]
     try:
         if node.op_type == "ConstantOfShape":
-            return int(np.prod(values[0], dtype=np.int64)) if values[0].size else 1
+            return math.prod(int(d) for d in values[0].reshape(-1))
         if node.op_type == "Range":
             start, limit, delta = (float(v.reshape(-1)[0]) for v in values[:3])
             return max(0, int(np.ceil((limit - start) / delta))) if delta else too_many
@@ -180,11 +200,83 @@ def _constant_of_shape(node, shape):
     `value` attribute (float32 0 without one). Building a ReferenceEvaluator per node costs ~0.3 ms,
     and the light models' batch-norm weights are hundreds of these (DenseNet-121: 715)."""
     import numpy as np
-    from onnx import numpy_helper
 
     value = next((a.t for a in node.attribute if a.name == "value"), None)
-    fill = numpy_helper.to_array(value).reshape(-1) if value is not None else np.zeros(1, np.float32)
+    fill = _fill_value(value.SerializeToString()) if value is not None else np.zeros(1, np.float32)
     return np.full(tuple(int(d) for d in np.asarray(shape).reshape(-1)), fill[0], dtype=fill.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _fill_value(tensor: bytes):
+    """The values of a serialized TensorProto, flattened (a model's ConstantOfShape nodes share a
+    handful of fill values: each converted once)."""
+    from onnx import TensorProto, numpy_helper
+
+    value = TensorProto()
+    value.ParseFromString(tensor)
+    fill = numpy_helper.to_array(value).reshape(-1)
+    fill.flags.writeable = False  # shared between calls
+    return fill
+
+
+def _unsqueeze(node, data, axes):
+    """Unsqueeze's output as onnx's reference evaluator computes it for a lone node: it runs the
+    latest opset's kernel whatever the model's opset (it ignores `opsets` for a NodeProto), so the
+    axes come from the input and a node with opset 11's `axes` attribute is refused (None: the
+    evaluator is asked, and refuses it, as before)."""
+    import numpy as np
+
+    if node.attribute or axes is None:
+        return None
+    return np.expand_dims(data, axis=tuple(axes) if axes.ndim else axes)
+
+
+class _Evaluators:
+    """One onnx ReferenceEvaluator per distinct node (op, attributes, which inputs are given), run
+    on every node like it: building one costs ~0.1 ms, and exporters repeat the same few shape
+    nodes (the light models' hundreds of Unsqueeze of batch-norm weights all have the same axes)."""
+
+    def __init__(self, opset: int):
+        self.opset = opset
+        self.built: dict = {}
+
+    def run(self, node, feeds: dict) -> list:
+        from onnx import NodeProto
+        from onnx.reference import ReferenceEvaluator
+
+        key = (node.op_type, tuple(a.SerializeToString() for a in node.attribute), tuple(bool(i) for i in node.input), len(node.output))
+        evaluator = self.built.get(key)
+        if evaluator is None:
+            # its own copy, with inputs and outputs named by position: the evaluator reads its node
+            # when run, a folded node is rewritten in place, and a node may read one value twice
+            own = NodeProto()
+            own.CopyFrom(node)
+            own.input[:] = [f"i{k}" if name else "" for k, name in enumerate(node.input)]
+            own.output[:] = [f"o{k}" for k in range(len(node.output))]
+            evaluator = self.built[key] = ReferenceEvaluator(own, opsets={"": self.opset})
+        return evaluator.run(None, {f"i{k}": feeds[name] for k, name in enumerate(node.input) if name})
+
+
+def _could_fold(proto) -> tuple[bool, bool]:
+    """(whether any node could fold, whether the model has Shape/Size nodes), from the graph alone:
+    a foldable node whose inputs all are, or could become, constants small enough to fold. No
+    evaluation, so a model with nothing to fold costs one pass over its nodes."""
+    possible = {t.name for t in proto.graph.initializer if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != 1}
+    foldable = shape_nodes = False
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type == "Constant":
+            value = next((a.t for a in node.attribute if a.name == "value"), None)
+            if value is not None and math.prod(value.dims) <= MAX_ELEMENTS:
+                possible.add(node.output[0])
+        elif node.op_type in ("Shape", "Size"):
+            shape_nodes = True
+            possible.update(node.output)
+        elif node.op_type in _FOLDABLE and node.input and all(not i or i in possible for i in node.input):
+            foldable = True
+            possible.update(node.output)
+    return foldable or shape_nodes, shape_nodes
 
 
 def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
@@ -194,65 +286,86 @@ def fold_static_shapes(proto, shape_dict: dict | None = None) -> list[str]:
 
     import numpy as np
     from onnx import helper, numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
-    candidates = [n for n in proto.graph.node if n.domain in ("", "ai.onnx") and (n.op_type in ("Shape", "Size") or n.op_type in _FOLDABLE)]
-    if not candidates:
+    could, shape_nodes = _could_fold(proto)
+    if not could:
         return []
-    shapes = _static_shapes(proto, shape_dict)
-    if not shapes:
-        return []
+    if shape_nodes:
+        shapes = _static_shapes(proto, shape_dict)
+        if not shapes:
+            return []
+    else:
+        # only the constants' own shapes are read (_small, _generated_size): kept as they become known
+        shapes = {}
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    evaluators = _Evaluators(opset)
     known: dict[str, np.ndarray] = {}
+    pending = {}  # small initializers, converted to arrays when a node reads them
     partial: set[str] = set()  # known values that hold symbolic dims (_UNKNOWN - k)
     for t in proto.graph.initializer:
-        if int(np.prod(t.dims)) <= MAX_ELEMENTS and t.data_location != 1:
-            known[t.name] = numpy_helper.to_array(t)
+        if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != 1:
+            pending[t.name] = t
+    if not shape_nodes:
+        shapes.update((name, list(t.dims)) for name, t in pending.items())
+
+    def value_of(name: str) -> np.ndarray:
+        if name not in known:
+            known[name] = numpy_helper.to_array(pending.pop(name))
+        return known[name]
+
     folded: list[str] = []
-    for node in proto.graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            continue
-        if node.op_type == "Constant":
-            value = next((a.t for a in node.attribute if a.name == "value"), None)
-            if value is not None and int(np.prod(value.dims)) <= MAX_ELEMENTS:
-                known[node.output[0]] = numpy_helper.to_array(value)
-            continue
-        outs: list | None = None
-        if node.op_type in ("Shape", "Size"):
-            value = _shape_value(node, shapes.get(node.input[0]))
-            outs = None if value is None else [value]
-        elif node.op_type in _FOLDABLE and node.input and all(not i or i in known for i in node.input) and (
-                not any(i in partial for i in _controls(node))) and _small(node, shapes, known):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    feeds = {i: known[i] for i in node.input if i}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for node in proto.graph.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            if node.op_type == "Constant":
+                value = next((a.t for a in node.attribute if a.name == "value"), None)
+                if value is not None and math.prod(value.dims) <= MAX_ELEMENTS:
+                    known[node.output[0]] = numpy_helper.to_array(value)
+                    if not shape_nodes:
+                        shapes[node.output[0]] = list(value.dims)
+                continue
+            outs: list | None = None
+            if node.op_type in ("Shape", "Size"):
+                value = _shape_value(node, shapes.get(node.input[0]))
+                outs = None if value is None else [value]
+            elif node.op_type in _FOLDABLE and node.input and all(not i or i in known or i in pending for i in node.input) and (
+                    not any(i in partial for i in _controls(node))):
+                feeds = {i: value_of(i) for i in node.input if i}
+                if not _small(node, shapes, feeds):
+                    continue
+                try:
                     if node.op_type == "ConstantOfShape":  # onnx's light models have hundreds: no evaluator each
                         outs = [_constant_of_shape(node, feeds[node.input[0]])]
+                    elif node.op_type == "Unsqueeze" and (out := _unsqueeze(node, feeds[node.input[0]], feeds.get(node.input[1]) if len(node.input) > 1 else None)) is not None:
+                        outs = [out]
                     else:
-                        outs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
-            except Exception as e:  # noqa: BLE001 - the reference refuses what it does not implement
-                logger.debug("not folding %s (%s): %s", node.name, node.op_type, e)
-                outs = None
-        if outs is None:
-            continue
-        outs = [np.asarray(o) for o in outs]
-        if any(o.size > MAX_ELEMENTS or str(o.dtype) not in _PLAIN_DTYPES for o in outs):
-            continue
-        for name, value in zip(node.output, outs):
-            if name:
-                known[name] = value
-        if any(o.dtype == np.int64 and (o < _UNKNOWN + (1 << 20)).any() for o in outs):
-            partial.update(name for name in node.output if name)
-            continue  # holds a symbolic dim: only picking ops read it
-        if len(node.output) != 1 or outs[0].size == 0:
-            continue  # known to the nodes after it; TVM takes no empty constants, Constant has one output
-        value = numpy_helper.from_array(outs[0], node.output[0])
-        node.op_type = "Constant"
-        del node.input[:]
-        del node.attribute[:]
-        node.attribute.append(helper.make_attribute("value", value))
-        folded.append(node.output[0])
+                        outs = evaluators.run(node, feeds)
+                except Exception as e:  # noqa: BLE001 - the reference refuses what it does not implement
+                    logger.debug("not folding %s (%s): %s", node.name, node.op_type, e)
+                    outs = None
+            if outs is None:
+                continue
+            outs = [np.asarray(o) for o in outs]
+            if any(o.size > MAX_ELEMENTS or not _plain(o.dtype) for o in outs):
+                continue
+            for name, value in zip(node.output, outs):
+                if name:
+                    known[name] = value
+                    if not shape_nodes:
+                        shapes[name] = list(value.shape)
+            if any(o.dtype == np.int64 and (o < _UNKNOWN + (1 << 20)).any() for o in outs):
+                partial.update(name for name in node.output if name)
+                continue  # holds a symbolic dim: only picking ops read it
+            if len(node.output) != 1 or outs[0].size == 0:
+                continue  # known to the nodes after it; TVM takes no empty constants, Constant has one output
+            value = numpy_helper.from_array(outs[0], node.output[0])
+            node.op_type = "Constant"
+            del node.input[:]
+            del node.attribute[:]
+            node.attribute.append(helper.make_attribute("value", value))
+            folded.append(node.output[0])
     if folded:
         logger.debug("folded %d shape computations to constants", len(folded))
     return folded

@@ -150,3 +150,54 @@ def test_constant_of_shape_folds_to_what_the_reference_computes(value, dims):
     got = _constant_of_shape(node, shape)
     assert got.dtype == expected.dtype and got.shape == expected.shape
     np.testing.assert_array_equal(got, expected)
+
+
+def test_a_model_with_nothing_to_fold_is_returned_unchanged_without_shape_inference(monkeypatch):
+    """No Shape/Size and no node whose inputs are all constants (an exporter's MLP: the constants
+    feed nodes that also read the activations): nothing is evaluated, not even shape inference."""
+    nodes = [_const("target", [2, -1]), helper.make_node("Reshape", ["x", "target"], ["r"], name="flatten"),
+             helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"), helper.make_node("Add", ["m", "b"], ["y"], name="bias")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F32, [2, 2, 4])], [helper.make_tensor_value_info("y", F32, [2, 3])],
+               [numpy_helper.from_array(np.ones((8, 3), np.float32), "w"), numpy_helper.from_array(np.ones(3, np.float32), "b")])
+    before = m.SerializeToString()
+    inferred = []
+    infer = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", lambda *a, **k: inferred.append(1) or infer(*a, **k))
+    assert fold_static_shapes(m) == []
+    assert m.SerializeToString() == before and not inferred
+
+
+def test_nodes_alike_share_an_evaluator_but_each_reads_its_own_inputs():
+    """Squeeze(zero, zero) then Squeeze(three, zero): one reference evaluator serves both (same op,
+    same attributes), fed by position, so a node reading one value twice and the next node's
+    own inputs are kept apart."""
+    nodes = [_const("zero", [0]), _const("three", [3]),
+             helper.make_node("Squeeze", ["zero", "zero"], ["a"], name="first"),
+             helper.make_node("Squeeze", ["three", "zero"], ["b"], name="second"),
+             helper.make_node("Add", ["a", "b"], ["c"], name="sum"),
+             helper.make_node("Unsqueeze", ["c", "zero"], ["d"], name="back"),
+             helper.make_node("Reshape", ["x", "d"], ["y"], name="view")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", F32, [3])], [helper.make_tensor_value_info("y", F32, [3])])
+    assert fold_static_shapes(m) == ["a", "b", "c", "d"]
+    values = {n.output[0]: numpy_helper.to_array(n.attribute[0].t).tolist() for n in m.graph.node if n.op_type == "Constant"}
+    assert values["a"] == 0 and values["b"] == 3 and values["c"] == 3 and values["d"] == [3]
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_unsqueeze_folds_as_the_reference_evaluator_computes_it(opset):
+    """Unsqueeze is computed with numpy: the same result as onnx's evaluator for a lone node, which
+    runs the latest opset's kernel, so opset 11's axes attribute is refused there and not folded."""
+    axes = [0, 2]
+    if opset >= 13:
+        nodes = [_const("v", [[1, 2], [3, 4]]), _const("axes", axes), helper.make_node("Unsqueeze", ["v", "axes"], ["u"], name="u")]
+    else:
+        nodes = [_const("v", [[1, 2], [3, 4]]), helper.make_node("Unsqueeze", ["v"], ["u"], name="u", axes=axes)]
+    nodes.append(helper.make_node("Add", ["x", "u"], ["y"], name="add"))
+    m = _model(nodes, [helper.make_tensor_value_info("x", I64, [1, 2, 1, 2])], [helper.make_tensor_value_info("y", I64, [1, 2, 1, 2])], opset=opset)
+    folded = fold_static_shapes(m)
+    if opset >= 13:
+        assert folded == ["u"]
+        u = numpy_helper.to_array(next(n for n in m.graph.node if n.output[0] == "u").attribute[0].t)
+        assert u.shape == (1, 2, 1, 2) and u.reshape(-1).tolist() == [1, 2, 3, 4]
+    else:
+        assert folded == []
