@@ -45,12 +45,21 @@ PARALLEL_MIN_WORK = 1 << 16
 # of a run it is): TVMBackendParallelLaunch hands the worker its share through the pool's queue and
 # waits for it at the closing barrier, both sides polling with sched_yield. On this project's
 # 2-core Zen 4 KVM guest a kernel of two 16-float tasks took 3.2 us at 2 threads against 0.2 us at
-# 1 (min of 5 x 2000 calls, a te kernel; load 1.8). And the data moves: the worker reads what the
-# other core just wrote (the previous kernel's output) and the next kernel reads what the worker
-# wrote. Splitting small_cnn's 3x3 convs (7-13 us each) over 2 threads made the whole model slower,
-# 41 -> 49 us (the two largest split) and 53 us (three), p10 alike, in one process, alternating,
-# load 5; a 128x128x128 matmul whose B is packed in the kernel (written by one core, read by both)
-# gained 1.38x where one with a prepacked weight gained 1.80x (p10, load 4.5). So a kernel is split
+# 1 (min of 5 x 2000 calls, a te kernel; load 1.8). Where it goes (benchmarks/parallel_launch.py):
+# each poll is one sched_yield() system call, 0.7-1.3 us in this guest (and the CPU handed to any
+# other runnable thread), so the worker sees the task up to one call late and the caller, done
+# with its even share first, pays at least one call before it sees the worker's end; the same
+# handshake polling with `pause` costs 0.07 us. TVM's pool is compiled code: no setting reachable
+# from Python (spin count, TVM_BIND_THREADS, affinity, config_threadpool modes) changes the
+# polling, so this figure stays until the runtime's launch does. And the data moves: the worker
+# reads what the other core just wrote (the previous kernel's output) and the next kernel reads
+# what the worker wrote. Splitting small_cnn's 3x3 convs (7-13 us each) over 2 threads made the
+# whole model slower, 41 -> 49 us (the two largest split) and 53 us (three), p10 alike, in one
+# process, alternating, load 5; all four split 2:1 (parallel(3): the caller takes 2 of 3 chunks,
+# so it need not poll for a late worker) 40.7 -> 44.2 us and 1:1 45.0 us (fastest of 10,710 runs
+# each, alternating, load 7.8); a 128x128x128 matmul whose B is packed in the kernel (written by
+# one core, read by both) gained 1.38x where one with a prepacked weight gained 1.80x (p10, load
+# 4.5). So a kernel is split
 # only from PARALLEL_MIN_US of estimated one-core work: each of two threads then has 12 us, four
 # launches' worth (the former conv rule, 1 M multiply-adds, is ~23 us with AVX-512).
 PARALLEL_LAUNCH_US = 3.0

@@ -169,3 +169,44 @@ def test_runnable_here_counts_this_process_threads():
     with _busy_thread_of_our_own():
         counts = [runnable_here() for _ in range(200)]
     assert max(counts) >= 2
+
+
+def test_changing_the_pool_size_keeps_its_worker_threads(tmp_path):
+    """The governor may resize the pool before any run because TVM 0.27's runtime.config_threadpool
+    only sets the count (and the affinity, off here): the workers are not restarted, so a resize
+    costs no thread start and the next parallel kernel finds its worker still spinning. In a child
+    with a 2-thread pool: its threads before and after four resizes around a parallel kernel."""
+    code = (
+        "import os, numpy as np, core, tvm\n"
+        "from tvm.script import tirx as T\n"
+        "from core.compiler.target import make_target\n"
+        "from core.compiler.threads import ThreadGovernor\n"
+        "@T.prim_func\n"
+        "def f(A: T.Buffer((2, 16), 'float32')):\n"
+        "    for i in T.parallel(2):\n"
+        "        for j in range(16):\n"
+        "            A[i, j] = A[i, j] + T.float32(1)\n"
+        "k = tvm.compile(tvm.IRModule({'main': f}), make_target('cpu'))\n"
+        "a = tvm.runtime.tensor(np.zeros((2, 16), 'float32'))\n"
+        "k(a)\n"
+        "tasks = lambda: sorted(os.listdir('/proc/self/task'))\n"
+        "before = tasks()\n"
+        "busy = [0]\n"
+        "g = ThreadGovernor(cores=2, others=lambda: busy[0], recheck_s=0)\n"
+        "n = tvm.get_global_func('runtime.NumThreads')\n"
+        "seen = []\n"
+        "for b in (1, 0, 1, 0):\n"
+        "    busy[0] = b\n"
+        "    seen.append((g.before_run(), n()))\n"
+        "    k(a)\n"
+        "print(seen, before == tasks(), len(before), float(a.numpy().min()))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "WORKBENCH_ADAPTIVE_THREADS")}
+    env["TVM_NUM_THREADS"] = "2"
+    script = tmp_path / "resize.py"  # TVMScript reads the function's source: a file, not -c
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script)], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120, check=True)
+    seen, same, count, value = out.stdout.strip().splitlines()[-1].rsplit(" ", 3)
+    assert seen == "[(1, 1), (2, 2), (1, 1), (2, 2)]"
+    assert same == "True" and int(count) >= 2  # the caller and the pool's worker, the same ones
+    assert float(value) == 5.0  # the kernel ran five times, at 2 threads and at 1
