@@ -67,6 +67,15 @@ GEMV_PARALLEL_MIN_BYTES = 512 << 10
 # bigger ones keep the packed copy, whose contiguous stream the prefetchers follow.
 ACTIVATION_B_IN_PLACE_MAX_BYTES = 512 << 10
 
+# Vector accumulators a GEMM's register tile keeps in flight, at least, where the register file
+# and a little row padding allow. Two FMA pipes x 4 cycles of latency need 8 independent FMAs;
+# at exactly 8 (AVX2's 4 rows x 2 vectors, the divisor of BERT's 128 and GPT-2's 64 tokens) every
+# broadcast and loop instruction stalls them. 6 rows x 2 vectors (12, rows padded to 66 and 132)
+# as AVX2 code, kernel alone, 1 thread, thread CPU time, load 6: GPT-2's MLP matmuls 0.94-0.96x,
+# BERT's 0.91-0.95x. AVX-512 tiles already hold 16 (8 x 2 zmm) and are left alone: taller ones
+# (12 or 14 rows) measured 1.09-1.12x there.
+MIN_GEMM_ACCUMULATORS = 12
+
 
 def runs_parallel(rows: int | None, cols: int, depth: int, batch: int = 1, dtype_bytes: int = 4) -> bool:
     """Whether a matmul of `batch` x [rows, depth] x [depth, cols] runs its column tiles (and
@@ -106,6 +115,8 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
     rows when a divisor keeps at least half the register file busy; otherwise the rows are padded to a multiple of TI too. Padding costs
     one zero-filled copy of the operand (the weight's at compile time) and a few wasted lanes,
     far less than leaving the kernel unvectorized; the tile height is chosen to pad the fewest rows.
+    A divisor leaving fewer than MIN_GEMM_ACCUMULATORS accumulators (AVX2's 4 rows of 2 vectors
+    for 64 or 128 rows) gives way to a taller tile whose padding stays within 1/16 of the rows.
     """
     if rows == 1 and pad_gemv and (width := gemv_columns(cols, lanes)) is not None:
         return 1, width
@@ -126,6 +137,13 @@ def choose_matmul_tile(rows: int, cols: int, lanes: int, registers: int = VECTOR
         # with the tile of at least half the register rows that pads the fewest rows (197 rows,
         # 14 at most: 18 tiles of 11 = 198 rows, where 15 tiles of 14 computed 210)
         ti = min(range(max_rows // 2 + 1, max_rows + 1), key=lambda t: (-(-rows // t) * t, -t))
+    if rows > ti and ti * regs_per_row < MIN_GEMM_ACCUMULATORS:
+        # too few accumulators to hide the FMA latency: a taller tile, rows padded by at most 1/16
+        # (8 rows stay 4 + 4 on AVX2: 12 would pad half of them)
+        taller = [t for t in range(ti + 1, min(max_rows, rows) + 1)
+                  if t * regs_per_row >= MIN_GEMM_ACCUMULATORS and -rows % t <= rows // 16]
+        if taller:
+            ti = min(taller, key=lambda t: (-(-rows // t) * t, -t))
     return ti, vb
 
 
@@ -149,8 +167,9 @@ class Matmul:
 
     name = "cpu.Matmul"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    # (2: a one-row GEMV's default tile is gemv_columns')
-    space_version = 2
+    # (2: a one-row GEMV's default tile is gemv_columns'; 3: GEMM defaults keep
+    # MIN_GEMM_ACCUMULATORS, so a record that beat the old 4-row AVX2 default is measured again)
+    space_version = 3
 
     @staticmethod
     def _find(sch):

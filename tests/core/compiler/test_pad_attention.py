@@ -85,3 +85,39 @@ def test_padded_attention_matches_onnxruntime(tmp_path):
         ours = artifact.run(feeds)[0]
         (ref,) = ort_run(model, feeds)
         np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_keys_are_padded_to_groups_of_16_where_that_costs_little():
+    from core.compiler.pad_attention import padded_keys
+
+    assert padded_keys(197, 16) == 208 and padded_keys(197, 8) == 208  # a ViT: AVX-512 and AVX2 alike
+    assert padded_keys(136, 8) == 144  # whole AVX2 vectors already, 8 keys more give 16-key groups
+    assert padded_keys(136, 16) == 144
+    assert padded_keys(37, 8) == 40  # 48 would add 11 keys to 37: whole vectors only
+    assert padded_keys(24, 8) == 24 and padded_keys(64, 8) == 64 and padded_keys(128, 16) == 128
+
+
+def test_avx2_scores_take_two_vector_tiles_over_16_key_groups_and_match_onnxruntime(tmp_path):
+    """136 keys (17 AVX2 vectors) as AVX2 code, which runs on any x86-64 host here: padded to
+    144, the scores matmul takes 6-row tiles of two vectors with Kᵀ read in place (not 13 rows
+    of one vector, a broadcast load per FMA), and the attention matches onnxruntime."""
+    import tvm
+
+    from core.compiler.compile import compile_model
+    from core.compiler.target import make_target
+    from tests.helpers import scheduled_through
+
+    model = _attention(136)
+    scheduled = scheduled_through(model, make_target("cpu", mattr="-avx512f"))
+    (scores,) = [f.script() for g, f in scheduled.functions_items()
+                 if isinstance(f, tvm.tirx.PrimFunc) and g.name_hint.startswith("fused_matmul")]
+    assert "T.int64(8), T.int64(144)), \"float32\")" in scores, "Kᵀ padded to 144 keys"
+    assert "T.unroll(T.int64(6))" in scores and "T.vectorized(T.int64(16))" in scores
+    assert "_global" not in scores, "Kᵀ read in place, not packed"
+    path = tmp_path / "attention.onnx"
+    onnx.save(model, str(path))
+    artifact = compile_model(str(path), "cpu", cpu_features="-avx512f", verify=False)
+    rng = np.random.default_rng(2)
+    feeds = {n: (4.0 * rng.standard_normal((1, 2, 136, 8))).astype(np.float32) for n in ("q", "k", "v")}
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_allclose(artifact.run(feeds)[0], ref, rtol=1e-4, atol=1e-5)
