@@ -152,8 +152,8 @@ class CheckDialog(QDialog):
         self.note.setWordWrap(True)
         if suggested_atol is not None:
             self.atol.setText(f"{suggested_atol:g}")
-            self.note.setText(f"atol {suggested_atol:g} is the one the last refusal suggested: it accepts that error. "
-                              "OK to use it for this model.")
+            self.note.setText(f"The last refusal named atol {suggested_atol:g}, which accepts the error it measured: "
+                              "OK uses it for this model.")
         self.note.setVisible(suggested_atol is not None)
 
         file_row = QHBoxLayout()

@@ -27,7 +27,7 @@
   clicking a bar selects the ONNX nodes that kernel came from. "Heat on graph" colours the canvas
   by kernel time per ONNX node (each kernel's time split over its nodes, through lineage).
 * Export writes the artifact folder (library, manifest with the measured figures, run.py, the
-  compiled ONNX model, CUDA source); "Save optimized ONNX" saves the (rewritten) model itself.
+  compiled ONNX model, CUDA source); "Save ONNX…" saves the (rewritten) model itself.
 * "Open Artifact…" measures an exported artifact folder. Loading one runs the native code inside
   it (model.so), so the panel first refuses a bad folder (one sentence, nothing changes) and then
   asks, Cancel by default; only "Load and Run" loads it and times it on seeded random inputs.
@@ -184,6 +184,22 @@ class KernelChart(QWidget):
             self.setToolTip("")
 
 
+class _StatusLabel(QLabel):
+    """A word-wrapped label that asks for the height its text needs at its width: a refusal of four
+    lines is read whole, the results area below giving way, rather than clipped in a low dock."""
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        if self.width() <= 0 or not self.text():
+            return hint
+        return QSize(hint.width(), max(hint.height(), self.heightForWidth(self.width())))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.updateGeometry()  # a new width wraps the text into another number of lines
+
+
 class CompilePanel(QWidget):
     def __init__(self, window, dock: QDockWidget | None = None):
         super().__init__()
@@ -218,7 +234,8 @@ class CompilePanel(QWidget):
         self.cancel_btn.setEnabled(False)
         self.export_btn = QPushButton("Export…")
         self.export_btn.setEnabled(False)
-        self.save_onnx_btn = QPushButton("Save optimized ONNX…")
+        self.save_onnx_btn = QPushButton("Save ONNX…")
+        self.save_onnx_btn.setToolTip("Save the optimized (rewritten) model as an ONNX file")
         self.open_artifact_btn = QPushButton("Open Artifact…")
         self.open_artifact_btn.setToolTip("Open Compiled Artifact: load an exported folder (manifest.json + model.so) and measure it")
         self.heat = QCheckBox("Heat on graph")
@@ -237,7 +254,7 @@ class CompilePanel(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
         self.progress.setFormat("")
-        self.status = QLabel("Compile the open model to see its latency, memory and where the time goes.")
+        self.status = _StatusLabel("Compile the open model to see its latency, memory and where the time goes.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
 
@@ -254,11 +271,11 @@ class CompilePanel(QWidget):
         # one row of controls with the progress bar at its end, and a short results area: the
         # dock stays low so the canvas keeps most of the window (the chart scrolls when long)
         self.target.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.target.setMinimumContentsLength(14)
+        self.target.setMinimumContentsLength(10)
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.cpu.setMinimumContentsLength(26)
+        self.cpu.setMinimumContentsLength(14)
         for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
@@ -335,7 +352,7 @@ class CompilePanel(QWidget):
         self.tune_trials.setSpecialValueText("template search only")
         # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
         self.tune_rpc = QLineEdit()
-        self.tune_rpc.setPlaceholderText("measure here (or RPC HOST:PORT:KEY)")
+        self.tune_rpc.setPlaceholderText("here, or RPC HOST:PORT:KEY")
         self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
         self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
         self.tune_db_label = QLabel()
@@ -394,7 +411,7 @@ class CompilePanel(QWidget):
             self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
             return
         fm = QFontMetrics(self.tune_db_label.font())
-        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 320))
+        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 120))
         self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
 
     def tuning_options(self) -> dict:
@@ -420,8 +437,9 @@ class CompilePanel(QWidget):
         self._show_check()
 
     def _show_check(self) -> None:
-        self.check_label.setText(self.check.summary())
-        self.check_label.setToolTip(self.check.tooltip())
+        fm = QFontMetrics(self.check_label.font())
+        self.check_label.setText(fm.elidedText(self.check.summary(), Qt.ElideMiddle, 240))
+        self.check_label.setToolTip(self.check.summary() + "\n" + self.check.tooltip())
 
     def check_dialog(self) -> CheckDialog | None:
         """Open the check's dialog (pre-filled with the atol the last refusal suggested); OK sets it."""
@@ -443,8 +461,9 @@ class CompilePanel(QWidget):
         self.accept_btn.setToolTip(f"Compile this model again, accepting an error of up to {self.suggested_atol:g} in the check "
                                    "(the other settings as they are; Check… to change them)")
         self.accept_btn.setVisible(True)
-        self.status.setText(self.status.text() + "\nIn this panel: Check… checks on real inputs (an .npz) or sets atol; "
-                            f"'Accept atol {self.suggested_atol:g} and compile' compiles again with it.")
+        # the refusal speaks the CLI's flags: here, say where this panel does the same
+        text = self.status.text().replace("compile --verify-inputs IN.npz", "Check…: inputs from an .npz file")
+        self.status.setText(re.sub(r"with --atol (\S+?)(\.?)( |$)", r"with atol \1 (Check… or Accept)\2\3", text))
 
     def accept_suggested(self) -> None:
         """The user takes the atol the refusal named: it becomes this model's check, and it compiles."""

@@ -89,10 +89,12 @@ def test_the_check_reaches_compile_and_the_refusals_atol_is_offered(window, qtbo
     _wait_done(panel, qtbot)
     text = panel.status.text()
     assert panel.result is None and "Relu node 'scores'" in text and "TVM's conversion" not in text
-    atol = float(text.split("--atol ")[1].split()[0].rstrip("."))
+    # the refusal's advice, in this panel's words: no CLI flag the GUI user cannot type
+    assert "--" not in text and "Check…: inputs from an .npz file" in text
+    atol = float(text.split(" with atol ")[1].split()[0])
+    assert text.endswith(f"with atol {atol:g} (Check… or Accept).")
     assert panel.suggested_atol == atol and atol > ATOL
     assert panel.accept_btn.isVisible() and panel.accept_btn.text() == f"Accept atol {atol:g} and compile"
-    assert "Check…" in text.splitlines()[-1]
     # nothing loosened by itself, and the unsaved edit is still there
     assert panel.check == CheckChoice() and panel.check_label.text() == "check: random, default tolerances"
     assert window.document.is_dirty and window.document.graph.find_node("scale_edited") is not None
@@ -114,9 +116,10 @@ def test_the_check_reaches_compile_and_the_refusals_atol_is_offered(window, qtbo
     assert panel.check_label.text() == "check: in.npz, default tolerances"
     panel.start()
     _wait_done(panel, qtbot)
-    assert panel.progress.format() == "failed" and "the given check inputs" in panel.status.text(), panel.status.text()
+    text = panel.status.text()
+    assert panel.progress.format() == "failed" and "the given check inputs" in text and "--" not in text, text
     suggested = panel.suggested_atol
-    assert suggested is not None and suggested != atol
+    assert suggested is not None and suggested != atol and f"with atol {suggested:g} (Check… or Accept) if " in text
     dialog = panel.check_dialog()
     assert dialog.atol.text() == f"{suggested:g}" and dialog.note.isVisibleTo(dialog) and dialog.from_file.isChecked()
     dialog.ok_button.click()
@@ -125,3 +128,15 @@ def test_the_check_reaches_compile_and_the_refusals_atol_is_offered(window, qtbo
     assert panel.progress.format() == "done", panel.status.text()
     v = panel.artifact.manifest["verification"]
     assert v["inputs"] == "user-supplied" and v["atol"] == suggested
+
+
+def test_the_panel_fits_a_1280_px_window(window):
+    """Its two rows of controls, the check's included, fit beside nothing else at 1280 px."""
+    assert window.open_model(str(sample("mlp")), wait=True)
+    panel = _panel(window)
+    assert window.minimumSizeHint().width() <= 1280, panel.minimumSizeHint().width()
+    long_name = "x" * 60 + ".npz"
+    panel.set_check(CheckChoice(long_name, {}, rtol=0.0025, atol=0.00125))
+    assert panel.check_label.text() != panel.check.summary() and "…" in panel.check_label.text()  # elided, whole in the tooltip
+    assert long_name in panel.check_label.toolTip()
+    assert window.minimumSizeHint().width() <= 1280, panel.minimumSizeHint().width()
