@@ -446,7 +446,8 @@ class CompilePanel(QWidget):
         if self.window.document.graph is None:
             return None
         dialog = CheckDialog(self, self.window, self.check, self.suggested_atol)
-        dialog.accepted.connect(lambda: self.set_check(dialog.choice()))
+        generation = self.generation  # its file was checked against this model: not applied to another one
+        dialog.accepted.connect(lambda: generation == self.generation and self.set_check(dialog.choice()))
         dialog.open()
         return dialog
 

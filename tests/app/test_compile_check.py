@@ -66,10 +66,13 @@ def test_the_dialog_refuses_a_bad_npz_in_one_sentence_and_the_choice_is_per_mode
     assert again.from_file.isChecked() and again.atol.text() == "0.01"
     again.reject()
     assert panel.check.atol == 0.01
-    # another model: the check starts from the defaults again
+    # another model: the check starts from the defaults again, and a dialog left open for the old one sets nothing
+    stale = panel.check_dialog()
     assert window.open_model(str(sample("small_cnn")), wait=True)
     assert panel.check == CheckChoice() and panel.check.inputs is None
     assert panel.check_label.text() == "check: random, default tolerances"
+    stale.ok_button.click()
+    assert panel.check == CheckChoice()
 
 
 def _wait_done(panel, qtbot) -> None:
