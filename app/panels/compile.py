@@ -16,13 +16,18 @@
   compile resumes). After tuning, the whole model untuned and tuned are timed against each other
   (core.compiler.tuning_ab) and only records that made the model faster are kept; the status line
   and the results table show that A/B and how many kernels run on tuned schedules.
+* "Check…" (app.dialogs.check) sets that check for the open model, as `compile --verify-inputs
+  IN.npz --rtol R --atol A` does: seeded random inputs or an .npz file's, and the tolerances; the
+  label beside it says the choice, which another model resets to the defaults. A refusal for an
+  error small against the values names the atol that accepts it: the panel then offers "Accept atol
+  X and compile", which the user may click (nothing is loosened otherwise).
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
   clicking a bar selects the ONNX nodes that kernel came from. "Heat on graph" colours the canvas
   by kernel time per ONNX node (each kernel's time split over its nodes, through lineage).
 * Export writes the artifact folder (library, manifest with the measured figures, run.py, the
-  compiled ONNX model, CUDA source); "Save optimized ONNX" saves the (rewritten) model itself.
+  compiled ONNX model, CUDA source); "Save ONNX…" saves the (rewritten) model itself.
 * "Open Artifact…" measures an exported artifact folder. Loading one runs the native code inside
   it (model.so), so the panel first refuses a bad folder (one sentence, nothing changes) and then
   asks, Cancel by default; only "Load and Run" loads it and times it on seeded random inputs.
@@ -34,6 +39,7 @@ on an AVX2 host) is compiled and offered for Export, not run.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -63,6 +69,7 @@ from PySide6.QtWidgets import (
 
 from core import WorkbenchError, save_model
 
+from app.dialogs.check import CheckChoice, CheckDialog
 from app.panels.cpu_choice import CpuChoice
 from app.workers import Job, error_text, start_job
 
@@ -177,6 +184,22 @@ class KernelChart(QWidget):
             self.setToolTip("")
 
 
+class _StatusLabel(QLabel):
+    """A word-wrapped label that asks for the height its text needs at its width: a refusal of four
+    lines is read whole, the results area below giving way, rather than clipped in a low dock."""
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        if self.width() <= 0 or not self.text():
+            return hint
+        return QSize(hint.width(), max(hint.height(), self.heightForWidth(self.width())))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self.updateGeometry()  # a new width wraps the text into another number of lines
+
+
 class CompilePanel(QWidget):
     def __init__(self, window, dock: QDockWidget | None = None):
         super().__init__()
@@ -211,17 +234,27 @@ class CompilePanel(QWidget):
         self.cancel_btn.setEnabled(False)
         self.export_btn = QPushButton("Export…")
         self.export_btn.setEnabled(False)
-        self.save_onnx_btn = QPushButton("Save optimized ONNX…")
+        self.save_onnx_btn = QPushButton("Save ONNX…")
+        self.save_onnx_btn.setToolTip("Save the optimized (rewritten) model as an ONNX file")
         self.open_artifact_btn = QPushButton("Open Artifact…")
         self.open_artifact_btn.setToolTip("Open Compiled Artifact: load an exported folder (manifest.json + model.so) and measure it")
         self.heat = QCheckBox("Heat on graph")
         self.heat.setChecked(True)
         self._make_tune_controls()
+        # the compile check's inputs and tolerances (app.dialogs.check), per model: reset when another is opened
+        self.check = CheckChoice()
+        self.check_label = QLabel()
+        self.check_btn = QPushButton("Check…")
+        self.check_btn.setToolTip("Set the compile check: its inputs (seeded random, or an .npz file) and tolerances")
+        self.accept_btn = QPushButton()  # after a refusal that says which atol accepts it: the user may take it
+        self.accept_btn.setVisible(False)
+        self.suggested_atol: float | None = None
+        self._show_check()
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
         self.progress.setFormat("")
-        self.status = QLabel("Compile the open model to see its latency, memory and where the time goes.")
+        self.status = _StatusLabel("Compile the open model to see its latency, memory and where the time goes.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
 
@@ -238,11 +271,11 @@ class CompilePanel(QWidget):
         # one row of controls with the progress bar at its end, and a short results area: the
         # dock stays low so the canvas keeps most of the window (the chart scrolls when long)
         self.target.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.target.setMinimumContentsLength(14)
+        self.target.setMinimumContentsLength(10)
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.cpu.setMinimumContentsLength(26)
+        self.cpu.setMinimumContentsLength(14)
         for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
@@ -250,6 +283,8 @@ class CompilePanel(QWidget):
         for w in (self.tune, self.use_db, self.tune_minutes, self.tune_trials, self.tune_rpc, self.tune_db_label, self.tune_db_btn):
             tune_row.addWidget(w)
         tune_row.addStretch(1)
+        tune_row.addWidget(self.check_label)
+        tune_row.addWidget(self.check_btn)
         self.table.setMinimumHeight(60)
         self.chart.setMinimumHeight(60)
         chart_scroll = QScrollArea()
@@ -266,7 +301,10 @@ class CompilePanel(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
         lay.addLayout(tune_row)
-        lay.addWidget(self.status)
+        status_row = QHBoxLayout()
+        status_row.addWidget(self.status, 1)
+        status_row.addWidget(self.accept_btn, 0, Qt.AlignTop)
+        lay.addLayout(status_row)
         lay.addWidget(split, 1)
 
         self.compile_btn.clicked.connect(self.start)
@@ -274,6 +312,8 @@ class CompilePanel(QWidget):
         self.export_btn.clicked.connect(self.export_dialog)
         self.save_onnx_btn.clicked.connect(self.save_onnx_dialog)
         self.open_artifact_btn.clicked.connect(self.open_artifact_dialog)
+        self.check_btn.clicked.connect(self.check_dialog)
+        self.accept_btn.clicked.connect(self.accept_suggested)
         self.heat.toggled.connect(self._apply_heat)
         self.tune.toggled.connect(self._update_tune_controls)
         self.use_db.toggled.connect(self._update_tune_controls)
@@ -312,7 +352,7 @@ class CompilePanel(QWidget):
         self.tune_trials.setSpecialValueText("template search only")
         # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
         self.tune_rpc = QLineEdit()
-        self.tune_rpc.setPlaceholderText("measure here (or RPC HOST:PORT:KEY)")
+        self.tune_rpc.setPlaceholderText("here, or RPC HOST:PORT:KEY")
         self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
         self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
         self.tune_db_label = QLabel()
@@ -371,7 +411,7 @@ class CompilePanel(QWidget):
             self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
             return
         fm = QFontMetrics(self.tune_db_label.font())
-        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 320))
+        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 120))
         self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
 
     def tuning_options(self) -> dict:
@@ -389,6 +429,54 @@ class CompilePanel(QWidget):
         if self.tune_rpc.text().strip():
             options["tune_rpc"] = self.tune_rpc.text().strip()
         return options
+
+    # -- the compile check ----------------------------------------------------------------
+
+    def set_check(self, choice: CheckChoice) -> None:
+        self.check = choice
+        self._show_check()
+
+    def _show_check(self) -> None:
+        fm = QFontMetrics(self.check_label.font())
+        self.check_label.setText(fm.elidedText(self.check.summary(), Qt.ElideMiddle, 240))
+        self.check_label.setToolTip(self.check.summary() + "\n" + self.check.tooltip())
+
+    def check_dialog(self) -> CheckDialog | None:
+        """Open the check's dialog (pre-filled with the atol the last refusal suggested); OK sets it."""
+        if self.window.document.graph is None:
+            return None
+        dialog = CheckDialog(self, self.window, self.check, self.suggested_atol)
+        generation = self.generation  # its file was checked against this model: not applied to another one
+        dialog.accepted.connect(lambda: generation == self.generation and self.set_check(dialog.choice()))
+        dialog.open()
+        return dialog
+
+    def _offer_atol(self, exc: BaseException, message: str) -> None:
+        """A refusal for an error small against the values says which --atol accepts it: offer it."""
+        self._clear_offer()
+        found = re.search(r"--atol ([0-9][0-9.eE+-]*)", message) if getattr(exc, "wrong_conversion", True) is False else None
+        self.suggested_atol = float(found.group(1).rstrip(".")) if found else None
+        if self.suggested_atol is None:
+            return
+        self.accept_btn.setText(f"Accept atol {self.suggested_atol:g} and compile")
+        self.accept_btn.setToolTip(f"Compile this model again, accepting an error of up to {self.suggested_atol:g} in the check "
+                                   "(the other settings as they are; Check… to change them)")
+        self.accept_btn.setVisible(True)
+        # the refusal speaks the CLI's flags: here, say where this panel does the same
+        text = self.status.text().replace("compile --verify-inputs IN.npz", "Check…: inputs from an .npz file")
+        self.status.setText(re.sub(r"with --atol (\S+?)(\.?)( |$)", r"with atol \1 (Check… or Accept)\2\3", text))
+
+    def accept_suggested(self) -> None:
+        """The user takes the atol the refusal named: it becomes this model's check, and it compiles."""
+        if self.suggested_atol is None:
+            return
+        self.set_check(self.check.with_atol(self.suggested_atol))
+        self._clear_offer()
+        self.start()
+
+    def _clear_offer(self) -> None:
+        self.suggested_atol = None
+        self.accept_btn.setVisible(False)
 
     # -- compile + bench ------------------------------------------------------------------
 
@@ -412,6 +500,8 @@ class CompilePanel(QWidget):
         rewrites = self.window.document.applied_rewrites
         pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
+        check = self.check.compile_options()
+        self._clear_offer()
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
         autosaver = getattr(self.window, "autosaver", None)
@@ -425,7 +515,7 @@ class CompilePanel(QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
-                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **tuning,
+                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **check, **tuning,
             )
             if target == "cuda" and not gpu_present():
                 return art, None
@@ -489,6 +579,7 @@ class CompilePanel(QWidget):
         has_model = self.window.document.graph is not None
         self.compile_btn.setEnabled(has_model and not self._busy_now)
         self.save_onnx_btn.setEnabled(has_model)
+        self.check_btn.setEnabled(has_model and not self._busy_now)
         if not has_model:
             self.compile_btn.setToolTip("Open a model first: there is nothing to compile.")
         elif self._busy_now:
@@ -501,6 +592,7 @@ class CompilePanel(QWidget):
         self.cancel_btn.setEnabled(on)
         self.target.setEnabled(not on)
         self.cpu.setEnabled(not on)
+        self.accept_btn.setEnabled(not on)
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self.progress.setValue(0)
@@ -552,6 +644,7 @@ class CompilePanel(QWidget):
         self.progress.setFormat("failed")
         self.status.setText(message[0].upper() + message[1:] if message else "The compile failed.")
         self.status.setStyleSheet("color: #d62728;")
+        self._offer_atol(exc, message)
         # a refusal names the node (unsupported op, or where the results first differ): show it
         node = getattr(exc, "node_name", "") or ""
         ids = self._node_ids([node]) if node else []
@@ -706,6 +799,8 @@ class CompilePanel(QWidget):
         self.artifact = self.result = None
         self.heat_kernels = []
         self.stale = False
+        self.set_check(CheckChoice())  # the check belongs to the model: another one starts from the defaults
+        self._clear_offer()
         self.table.setRowCount(0)
         self.chart.set_kernels([])
         self.export_btn.setEnabled(False)
