@@ -224,8 +224,19 @@ def compile_model(
                                  outputs=outputs, manifest={"target": {"cpu": built_for}})
                 args = built.to_device(random_feeds(inputs, dims=verify_dims, model=proto))
                 return lambda: built.run_device(args)
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build)
+        # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
+        # in its own step before LegalizeOps, on a share of the budget (core.compiler.winograd_choice)
+        from .winograd_choice import WINOGRAD_SHARE, winograd_choice_pass
+
+        choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, (tune_budget - (choice_s or 0.0)) if tune else None, report, cancel,
+                                  runner=runner, build=build)
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
+        legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
+        if legalize_at is not None:
+            db = str(tune_db) if tune_db is not None else None
+            front.insert(legalize_at, Step("Winograd choice", "graph", lambda: winograd_choice_pass(tvm_target, db, choice_s, cancel)))
+            tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
 
