@@ -52,6 +52,9 @@ LEGAL_MAX_PADDED_WORK = 1.35
 # the share of a compile's tuning budget the choices may take (the template search and
 # MetaSchedule get the rest); a conv whose choice is recorded costs nothing in later runs
 WINOGRAD_SHARE = 0.2
+# what one conv's choice is assumed to take before one was timed (three builds and runs, and the
+# builder's start; 10-20 s on 2 busy cores), so a small budget does not start one it cannot end
+FIRST_CONV_S = 10.0
 _warned: set[tuple] = set()
 
 
@@ -248,21 +251,21 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
     folder = database_dir(database, target)
     folder.mkdir(parents=True, exist_ok=True)
     records = _load_json(folder, WINOGRAD_FILE)
-    todo = [(k, c) for k, c in _convs(mod).items() if records.get(k, {}).get("choice") not in CHOICES]
-    todo.sort(key=lambda kc: -_work(kc[1]))
+    todo = _pending(mod, target, database)
     made: dict[str, dict] = {}
     spent = []
     for index, (key, call) in enumerate(todo):
-        if (cancel is not None and cancel()) or time.monotonic() + (max(spent) if spent else 0.0) > deadline:
+        if (cancel is not None and cancel()) or time.monotonic() + (max(spent) if spent else FIRST_CONV_S) > deadline:
             break
         if progress is not None:
             progress(index / len(todo), f"Winograd choice: {key}")
         started = time.monotonic()
         if builder is None:
-            from .tuning import _cores
+            from .target import host_cores
 
+            cores = target.attrs.get("num-cores") if target.attrs is not None else None
             builder, runner = local_builder(), runner or local_runner()
-            confirm_runner = confirm_runner or local_runner(threads=_cores(target))
+            confirm_runner = confirm_runner or local_runner(threads=int(cores) if cores else host_cores())
         record = _tune_one(call, target, builder, runner, confirm_runner or runner)
         spent.append(time.monotonic() - started)
         if record is not None:
@@ -270,6 +273,12 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
             _save_json(folder, WINOGRAD_FILE, records)
             logger.info("Winograd choice for %s: %s (rule: %s; one-thread ms %s)", key, record["choice"], record["rule"], record["ms"])
     return made
+
+
+def _pending(mod, target, database) -> list[tuple[str, object]]:
+    """[(conv_key, call)] of the convs of `mod` with a choice to make and no record of it, biggest first."""
+    records = load_choices(database, target)
+    return sorted(((k, c) for k, c in _convs(mod).items() if k not in records), key=lambda kc: -_work(kc[1]))
 
 
 def _work(call) -> int:
@@ -282,17 +291,21 @@ def _work(call) -> int:
     return math.prod(out) * weight[1] * weight[4] if out and weight and len(weight) == 6 else 0
 
 
-def winograd_choice_pass(target, database=None, budget_s: float | None = None, cancel=None, progress=None):
+def winograd_choice_pass(target, database=None, budget_s: float | None = None, cancel=None, progress=None, spent=None):
     """The compile step "Winograd choice" (before LegalizeOps): with `budget_s`, tune the choices
-    of the module's convs first (`tune_choices`); then apply the database's choices (`apply_choices`)."""
+    of the module's convs first (`tune_choices`; `spent(seconds)` hears how long that took);
+    then apply the database's choices (`apply_choices`)."""
     import tvm
 
     @tvm.transform.module_pass(opt_level=0, name="WinogradChoice")
     def _pass(mod, _ctx):
         if target.kind.name != "llvm":
             return mod
-        if budget_s is not None and budget_s > 0:
-            tune_choices(mod, target, database, deadline=time.monotonic() + budget_s, cancel=cancel, progress=progress)
+        if budget_s is not None and budget_s > 0 and _pending(mod, target, database):
+            started = time.monotonic()
+            tune_choices(mod, target, database, deadline=started + budget_s, cancel=cancel, progress=progress)
+            if spent is not None:
+                spent(time.monotonic() - started)
         return apply_choices(mod, load_choices(database, target), target)
 
     return _pass
