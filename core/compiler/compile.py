@@ -234,8 +234,8 @@ def compile_model(
         legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
         if legalize_at is not None:
             db = str(tune_db) if tune_db is not None else None
-            front.insert(legalize_at, Step("Winograd choice", "graph",
-                                           lambda: winograd_choice_pass(tvm_target, db, choice_s, cancel, spent=tuning_step.spend)))
+            front.insert(legalize_at, Step("Winograd choice", "graph", lambda: winograd_choice_pass(
+                tvm_target, db, choice_s, cancel, spent=tuning_step.spend, applied=tuning_step.winograd_choices)))
             tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
@@ -361,6 +361,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | 
         "summary": step.summary,
         "kernels": step.kernels,
         "kernels_from_database": step.from_database,
+        "winograd_choices_from_database": len(step.winograd_choices),  # core.compiler.winograd_choice
         "model_ab": step.model_ab,
     }
 
@@ -430,6 +431,7 @@ class _TuningStep:
             raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
         # the budget less what earlier steps spent of it (`spend`: the Winograd choice)
         self.budget_s, self.spent_s = budget_s, 0.0
+        self.winograd_choices: dict[str, str] = {}  # convs the database computes otherwise than the rule
         self._make = lambda budget: tuning_pass(tvm_target, trials=trials, database=str(db) if db is not None else None, budget_s=budget,
                                                 progress=progress, cancel=cancel, runner=runner, on_report=self._heard, build=build)
 

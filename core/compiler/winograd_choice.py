@@ -142,9 +142,10 @@ def _legalize(bb, call, choice: str):
     return legalize_winograd(bb, call, int(choice[len("winograd"):]))
 
 
-def apply_choices(mod, choices: dict[str, str], target):
+def apply_choices(mod, choices: dict[str, str], target, applied: dict | None = None):
     """`mod` with every conv2d whose conv_key `choices` names a legal choice legalized that way
-    (for `target`); the others untouched (LegalizeOps and winograd_tile's rule do them)."""
+    (for `target`); the others untouched (LegalizeOps and winograd_tile's rule do them).
+    `applied` gets {conv_key: choice} of the convs computed otherwise than the rule would."""
     from tvm import relax
 
     if not choices:
@@ -164,6 +165,8 @@ def apply_choices(mod, choices: dict[str, str], target):
                 _warn_once(("stale", key, choice), f"The Winograd tuning record for {key} chooses {choice}, which that conv "
                            "cannot take: the record is ignored (the untuned rule decides).")
                 return call
+            if applied is not None and choice != rule_choice(call):
+                applied[key] = choice
             return _legalize(self.builder_, call, choice)
 
     chooser = Choose(mod)
@@ -291,10 +294,11 @@ def _work(call) -> int:
     return math.prod(out) * weight[1] * weight[4] if out and weight and len(weight) == 6 else 0
 
 
-def winograd_choice_pass(target, database=None, budget_s: float | None = None, cancel=None, progress=None, spent=None):
+def winograd_choice_pass(target, database=None, budget_s: float | None = None, cancel=None, progress=None, spent=None,
+                         applied: dict | None = None):
     """The compile step "Winograd choice" (before LegalizeOps): with `budget_s`, tune the choices
     of the module's convs first (`tune_choices`; `spent(seconds)` hears how long that took);
-    then apply the database's choices (`apply_choices`)."""
+    then apply the database's choices (`apply_choices`, which fills `applied`)."""
     import tvm
 
     @tvm.transform.module_pass(opt_level=0, name="WinogradChoice")
@@ -306,6 +310,6 @@ def winograd_choice_pass(target, database=None, budget_s: float | None = None, c
             tune_choices(mod, target, database, deadline=started + budget_s, cancel=cancel, progress=progress)
             if spent is not None:
                 spent(time.monotonic() - started)
-        return apply_choices(mod, load_choices(database, target), target)
+        return apply_choices(mod, load_choices(database, target), target, applied)
 
     return _pass
