@@ -77,14 +77,18 @@ def _only_conv(mod):
 def test_a_record_selects_its_variant_and_no_record_leaves_the_rule(tmp_path, mcpu, mattr, choice, kernel):
     """Codegen-free: a 7x7 conv (the rule leaves it direct: either tile covers 8x8, 1.31x) gets the
     kernel its record names; without a record the step changes nothing."""
-    from core.compiler.winograd_choice import legal_choices, rule_choice, winograd_choice_pass
+    import tvm_ffi
+
+    from core.compiler.winograd_choice import (
+        legal_choices,
+        rule_choice,
+        winograd_choice_pass,
+    )
 
     target = _target(mcpu, mattr)
     mod = _before_legalize(_conv(7), target)
     key, call = _only_conv(mod)
     assert legal_choices(call) == ["direct", "winograd2", "winograd4"] and rule_choice(call) == "direct"
-    import tvm_ffi
-
     assert tvm_ffi.structural_equal(winograd_choice_pass(target, str(tmp_path))(mod), mod)
     _write(tmp_path, target, {key: {"choice": choice}})
     funcs = _prim_funcs(_fused(winograd_choice_pass(target, str(tmp_path))(mod), target))
@@ -154,9 +158,17 @@ def test_tuning_takes_a_variant_only_where_it_wins_again_at_the_models_threads(t
 @pytest.mark.parametrize("mcpu,mattr", TARGETS)
 def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     """The template search's space for a Winograd kernel: the default tile first, GEMM tiles that
-    divide it, and the padding as a separate copy once; every config schedules the kernel."""
+    divide it, and the padding folded once; every config schedules the kernel, the first as the
+    default schedule does."""
+    import tvm_ffi
+
     from core.compiler.schedules import default_schedule
-    from core.compiler.schedules.cpu_winograd import FOLD_PAD, Conv2dWinogradNCHWc, gemm_tile, max_accumulators
+    from core.compiler.schedules.cpu_winograd import (
+        FOLD_PAD,
+        Conv2dWinogradNCHWc,
+        gemm_tile,
+        max_accumulators,
+    )
     from core.compiler.tuning_db import _template_rules
 
     target = _target(mcpu, mattr)
@@ -174,8 +186,6 @@ def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     for config in configs:
         assert rule.apply(func, target, config) is not None, config
     default, _ = default_schedule(func, target)
-    import tvm_ffi
-
     assert tvm_ffi.structural_equal(rule.apply(func, target, configs[0]).mod["main"].without_attr("tirx.is_scheduled"),
                                     default.without_attr("tirx.is_scheduled"))
 
