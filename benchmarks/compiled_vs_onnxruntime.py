@@ -387,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         tvm_tuned, tuned_note = None, ""
         if args.tune_db:
             tune_s = args.tune_minutes * 60 if args.tune_minutes > 0 else None
+            chosen = 0
             if args.pipeline == "workbench":
                 # tuned (when asked) and compiled in one go, on the workbench's own kernels; with
                 # --tune-minutes 0 the records already in the database are only applied
@@ -399,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     print(f"  tuning {name}: {describe_ab(tuning['model_ab'])}", flush=True)
                 covered, kernels = int(tuning.get("kernels_from_database", 0)), int(tuning.get("kernels", 0))
-                tvm_tuned = artifact.vm() if covered else None
+                chosen = int(tuning.get("winograd_choices_from_database", 0))  # convs direct/Winograd otherwise than the rule
+                tvm_tuned = artifact.vm() if covered or chosen else None
             else:
                 if tune_s:
                     from core.compiler.tuning import tune_module
@@ -410,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
                 tvm_tuned = build(proto, target, database=args.tune_db) if covered else None
-            if covered:
-                tuned_note = f" tuned {covered}/{kernels} kernels"
+            if covered or chosen:
+                tuned_note = f" tuned {covered}/{kernels} kernels" + (f", {chosen} Winograd choices" if chosen else "")
             else:
                 # nothing tunable (symbolic shapes, no templated kernel): a tuned compile is this one,
                 # and the tuned geometric mean counts it as such so both means cover the same models

@@ -224,8 +224,19 @@ def compile_model(
                                  outputs=outputs, manifest={"target": {"cpu": built_for}})
                 args = built.to_device(random_feeds(inputs, dims=verify_dims, model=proto))
                 return lambda: built.run_device(args)
+        # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
+        # in its own step before LegalizeOps, on a share of the budget (core.compiler.winograd_choice)
+        from .winograd_choice import WINOGRAD_SHARE, winograd_choice_pass
+
+        choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
         tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build)
         front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
+        legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
+        if legalize_at is not None:
+            db = str(tune_db) if tune_db is not None else None
+            front.insert(legalize_at, Step("Winograd choice", "graph", lambda: winograd_choice_pass(
+                tvm_target, db, choice_s, cancel, spent=tuning_step.spend, applied=tuning_step.winograd_choices)))
+            tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
 
@@ -350,6 +361,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | 
         "summary": step.summary,
         "kernels": step.kernels,
         "kernels_from_database": step.from_database,
+        "winograd_choices_from_database": len(step.winograd_choices),  # core.compiler.winograd_choice
         "model_ab": step.model_ab,
     }
 
@@ -415,27 +427,23 @@ class _TuningStep:
 
         try:
             from .tuning_ab import tuning_pass
-
-            self._pass = tuning_pass(
-                tvm_target,
-                trials=trials,
-                database=str(db) if db is not None else None,
-                budget_s=budget_s,
-                progress=progress,
-                cancel=cancel,
-                runner=runner,
-                on_report=self._heard,
-                build=build,
-            )
         except ImportError as e:
             raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
+        # the budget less what earlier steps spent of it (`spend`: the Winograd choice)
+        self.budget_s, self.spent_s = budget_s, 0.0
+        self.winograd_choices: dict[str, str] = {}  # convs the database computes otherwise than the rule
+        self._make = lambda budget: tuning_pass(tvm_target, trials=trials, database=str(db) if db is not None else None, budget_s=budget,
+                                                progress=progress, cancel=cancel, runner=runner, on_report=self._heard, build=build)
+
+    def spend(self, seconds: float) -> None:
+        self.spent_s += seconds
 
     def _heard(self, tuning_report) -> None:
         self.summary, self.model_ab = tuning_report.summary(), tuning_report.model_ab
 
     def __call__(self, mod):
         before = _scheduled_kernels(mod)[0]
-        mod = self._pass(mod)
+        mod = self._make(None if self.budget_s is None else max(0.5 * self.budget_s, self.budget_s - self.spent_s))(mod)
         scheduled, self.kernels = _scheduled_kernels(mod)
         self.from_database = max(0, scheduled - before)
         return mod

@@ -59,6 +59,7 @@ __all__ = [
     "is_reshape_map",
     "layout_transform_numpy",
     "legalize_conv2d",
+    "legalize_conv2d_direct",
     "transforms_as_reshapes",
     "widest_block",
 ]
@@ -364,7 +365,6 @@ def convert_layout_pass(target):
 def legalize_conv2d(bb, call):
     """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, or, for a
     3x3 stride-1 conv core.compiler.winograd's rule takes, by Winograd; else relax's own."""
-    from tvm import topi
     from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
 
     attrs = call.attrs
@@ -389,6 +389,17 @@ def legalize_conv2d(bb, call):
     tile = winograd_tile(call, int(BLOCKED_LAYOUT.match(out_layout).group(1)))
     if tile is not None:  # a 3x3 stride-1 conv with channels enough: Winograd (core.compiler.winograd)
         return legalize_winograd(bb, call, tile)
+    return legalize_conv2d_direct(bb, call)
+
+
+def legalize_conv2d_direct(bb, call):
+    """The call_tir of TOPI's conv2d_NCHWc for a channel-blocked (groups 1) relax conv2d call."""
+    from tvm import topi
+
+    attrs = call.attrs
+    data_layout = str(attrs.data_layout)
+    out_layout = str(attrs.out_layout) or data_layout
+    out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else None
     return bb.call_te(
         topi.nn.conv2d_NCHWc,
         call.args[0],

@@ -192,8 +192,9 @@ def _template_rules() -> list:
     from .schedules.cpu_conv_nchwc import Conv2dNCHWc
     from .schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
     from .schedules.cpu_matmul import Matmul
+    from .schedules.cpu_winograd import Conv2dWinogradNCHWc
 
-    return [DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul()]
+    return [Conv2dWinogradNCHWc(), DepthwiseConv2dNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul()]
 
 
 def _template_rule(name: str):

@@ -35,6 +35,7 @@ __all__ = [
     "padded_work",
     "transform_matrices",
     "transform_weight",
+    "winograd_shape",
     "winograd_tile",
 ]
 
@@ -83,7 +84,23 @@ def winograd_tile(call, block: int) -> int | None:
     3. output channels are at least WINOGRAD_MIN_CHANNELS, input channels at least that or, for
        a tile size in WINOGRAD_MIN_IN_CHANNELS, its count; the input block is `block`;
     4. m x m tiles cover the output with at most WINOGRAD_MAX_PADDED_WORK of its area (4 preferred,
-       else 2; an odd side gets a last tile row whose extra outputs are dropped)."""
+       else 2; an odd side gets a last tile row whose extra outputs are dropped).
+    A tuning record can choose otherwise for a conv (core.compiler.winograd_choice: applied before
+    LegalizeOps, so this rule only sees the convs no record chose for)."""
+    shape = winograd_shape(call, block)
+    if shape is None or shape["out_channels"] < WINOGRAD_MIN_CHANNELS:
+        return None
+    for m in WINOGRAD_TILES:
+        if shape["in_channels"] < WINOGRAD_MIN_IN_CHANNELS.get(m, WINOGRAD_MIN_CHANNELS):
+            continue
+        if padded_work(shape["out_h"], shape["out_w"], m) <= WINOGRAD_MAX_PADDED_WORK:
+            return m
+    return None
+
+
+def winograd_shape(call, block: int) -> dict | None:
+    """{in_channels, out_channels, out_h, out_w} of a channel-blocked relax conv2d call Winograd
+    can compute (conditions 1 and 2 of `winograd_tile`), else None."""
     from .relax_rewrite import is_const, static_shape
 
     attrs = call.attrs
@@ -97,15 +114,7 @@ def winograd_tile(call, block: int) -> int | None:
     out_chunks, in_chunks, kh, kw, in_block, out_block = weight
     if (kh, kw) != (3, 3) or in_block != block or out_block != block:
         return None
-    if out_chunks * out_block < WINOGRAD_MIN_CHANNELS:
-        return None
-    out_h, out_w = out[2], out[3]
-    for m in WINOGRAD_TILES:
-        if in_chunks * in_block < WINOGRAD_MIN_IN_CHANNELS.get(m, WINOGRAD_MIN_CHANNELS):
-            continue
-        if padded_work(out_h, out_w, m) <= WINOGRAD_MAX_PADDED_WORK:
-            return m
-    return None
+    return {"in_channels": in_chunks * in_block, "out_channels": out_chunks * out_block, "out_h": out[2], "out_w": out[3]}
 
 
 def padded_work(out_h: int, out_w: int, m: int) -> float:

@@ -13,7 +13,9 @@ scheduled as three parallel passes:
   like the matmul rule (a broadcast V value feeds OC2 FMAs), accumulated over IC;
 * output transform: per output tile, A^T M A for a vector of b output channels, the
   epilogue folded into the write.
-The padding copy is inlined into the input transform when the input is not padded.
+The padding is a parallel copy before the input transform, or, with FOLD_PAD or the template
+search's config {"fold_pad": True}, read in the input transform (the pad block inlined: a bounds
+check per load of the unrolled tile, no copy); a conv with no padding has nothing to copy.
 """
 from __future__ import annotations
 
@@ -38,6 +40,18 @@ logger = logging.getLogger(__name__)
 # against 7 x 2 (64 -> 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and
 # 1.52x the time; with AVX2's 16, 14 x 1 against 4 x 2 took 1.36x (64 -> 64 at 56x56) and 1.42x
 # (256 -> 256 at 56x56). (Zen 4, 2 threads, load 4.5, alternate blocks, min.)
+# Whether the padding is read in the input transform (the pad block inlined: a bounds check on
+# every load of the unrolled tile) rather than copied first. Not the default: it measured level
+# within the noise, some kernels slower. Per kernel (tuning runner, one thread, 7 alternating
+# rounds, fastest repeat, Zen 4 AVX-512, load 7-9), folded / copied: SqueezeNet's 0.99-1.04x,
+# ResNet-50's 56x56 F(4,3) 1.18x, 28x28 F(4,3) 0.89x, 14x14 F(2,3) 1.01x. Whole models (thread
+# CPU time, one thread, 16 alternating blocks, load 6-8, median / p10): SqueezeNet 1.10 / 1.04x,
+# ResNet-50 0.97 / 0.99x, Inception-v1 0.98 / 0.97x, DenseNet-121 0.96 / 1.00x; AVX2 code
+# (-avx512f) SqueezeNet 1.09 / 1.02x, ResNet-50 1.02 / 1.06x. The template
+# search measures both per kernel ({"fold_pad": True}, Conv2dWinogradNCHWc.candidates).
+FOLD_PAD = False
+
+
 def max_accumulators(registers: int) -> int:
     return registers // 2
 
@@ -65,6 +79,35 @@ class Conv2dWinogradNCHWc:
     name = "cpu.Conv2dWinogradNCHWc"
     space_version = 1
 
+    def candidates(self, func, target) -> list[dict]:
+        """Configs for the template search (core.compiler.tuning), the default first: the GEMM's
+        register tiles (P tiles x OC2 channel vectors) with the most accumulators under
+        max_accumulators, two over it, and the default with the padding as a separate copy."""
+        from tvm import s_tir
+
+        sch = s_tir.Schedule(func)
+        found = find_block(sch, ("winograd_bgemm",), "SSSSSR")
+        if found is None:
+            return []
+        _, _, out_chunks, tiles, _, _ = found[1]
+        registers = vector_registers(target)
+        p_tile, oc2 = gemm_tile(tiles, out_chunks, registers)
+        configs = [{"p": p_tile, "oc2": oc2}]
+        for wide in (1, 2):
+            if out_chunks % wide:
+                continue
+            sizes = sorted((p for p in range(1, 17) if tiles % p == 0 and p * wide + wide + 1 <= registers),
+                           key=lambda p: -p * wide)
+            under = [p for p in sizes if p * wide <= max_accumulators(registers)]
+            over = [p for p in sizes if p * wide > max_accumulators(registers)]
+            for p in under[:3] + over[-2:]:
+                if {"p": p, "oc2": wide} not in configs:
+                    configs.append({"p": p, "oc2": wide})
+        pads = [b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint == "winograd_pad"]
+        if pads and not _pads_nothing(sch, pads[0]):
+            configs.append({**configs[0], "fold_pad": not FOLD_PAD})
+        return configs
+
     def apply(self, func, target, config: dict | None = None):
         from tvm import s_tir
 
@@ -89,7 +132,7 @@ class Conv2dWinogradNCHWc:
         rows, inp = names["winograd_input_rows"], names["winograd_input"]
         if "winograd_pad" in names:
             pad = names["winograd_pad"]
-            if _pads_nothing(sch, pad):
+            if _pads_nothing(sch, pad) or config.get("fold_pad", FOLD_PAD):
                 sch.compute_inline(pad)
             else:
                 schedule_injective(sch, pad, lanes)
