@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 
 from .cpu_common import (
+    ACCUMULATOR_SCOPE,
     const_int,
     decompose_vector_init,
     find_block,
@@ -147,8 +148,12 @@ class Conv2dWinogradNCHWc:
         sch.vectorize(ci)
         sch.parallel(sch.fuse(p, c))
 
-        # batched GEMM: register tiles of p_tile tiles x oc2 channel vectors over IC
-        acc = sch.cache_write(gemm, 0, "local")
+        # batched GEMM: register tiles of p_tile tiles x oc2 channel vectors over IC; the tile as a
+        # stack array (cpu_common.ACCUMULATOR_SCOPE), not a workspace allocation per parallel task:
+        # whole model, 1 thread, thread CPU time, "global" / "local" (Zen 4, 10 alternating blocks,
+        # load 2.3): squeezenet 0.88x median (0.91x as AVX2 code), resnet50 0.99x, inception_v1
+        # and densenet121 1.00x
+        acc = sch.cache_write(gemm, 0, ACCUMULATOR_SCOPE)
         e, nu, k, p, b, rc = sch.get_loops(gemm)
         k_outer, k_inner = sch.split(k, [None, oc2])
         p_outer, p_inner = sch.split(p, [None, p_tile])

@@ -121,3 +121,38 @@ def test_parallel_block_matches_onnxruntime_on_this_host(k, stride):
     vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
     for _ in range(3):  # the threads' shares of each parallel kernel write disjoint rows every time
         np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=RTOL, atol=ATOL)
+
+
+def _winograd_model(channels: int = 64, size: int = 14) -> onnx.ModelProto:
+    """A 3x3 "same" conv + ReLU with random weights, which takes Winograd F(2,3) at 14x14."""
+    rng = np.random.default_rng(31)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1] * 4), helper.make_node("Relu", ["c"], ["y"])],
+        "winograd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, size, size])],
+        [numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) / 24).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("mcpu,mattr", TARGETS)
+def test_winograd_gemm_keeps_its_tile_on_the_stack(mcpu, mattr, monkeypatch):
+    """The Winograd GEMM's register tile is a stack array too: one workspace allocation fewer
+    than with a "local" tile (the others are the transformed input and product, allocated once)."""
+    import core.compiler.schedules.cpu_winograd as winograd
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu=mcpu, mattr=mattr)
+    kernel = _kernel(_winograd_model(), target, "winograd")
+    counts = {}
+    for scope in ("local", winograd.ACCUMULATOR_SCOPE):
+        monkeypatch.setattr(winograd, "ACCUMULATOR_SCOPE", scope)
+        func = winograd.Conv2dWinogradNCHWc().apply(kernel, target).mod["main"]
+        assert "T.parallel" in func.script()
+        counts[scope] = _lowered(func, target).count("TVMBackendAllocWorkspace")
+    assert "_global = T.sblock_alloc_buffer" in func.script()
+    assert counts["global"] == counts["local"] - 1, counts
