@@ -80,7 +80,8 @@ def use_host_cores() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     # And TVM_THREAD_POOL_SPIN_COUNT=20000 (the default is ~300,000): an idle worker calls
-    # sched_yield about 20,000 times (~10 ms) before it sleeps, so the next parallel kernel of a
+    # sched_yield about 20,000 times before it sleeps (14-35 ms here: a sched_yield
+    # takes 0.7-1.75 us in this KVM guest, benchmarks/parallel_launch.py), so the next parallel kernel of a
     # run finds it awake, and then sleeps instead of taking the cores from everything else. With 0
     # (sleep at once) every parallel kernel paid a wake-up and 1 -> 2 threads barely scaled:
     # quiet 2-core Zen 4, 2 threads, ours / onnxruntime medians, spin 0 vs 20000 in two runs each:

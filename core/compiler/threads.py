@@ -128,7 +128,7 @@ def runnable_elsewhere() -> int:
     """Threads runnable on this machine outside this process (0 when the kernel does not say).
 
     This process's own runnable threads are not counted: after a run, TVM's idle workers
-    yield-spin for ~10 ms (TVM_THREAD_POOL_SPIN_COUNT) and show as runnable; counting them as
+    yield-spin for tens of ms (TVM_THREAD_POOL_SPIN_COUNT sched_yields) and show as runnable; counting them as
     another process's work made every other run drop to one thread on a quiet machine
     (SqueezeNet's median 7.4 ms instead of 4.2 ms at 2 threads, this project's 2-core Zen 4)."""
     return _PROC.elsewhere()
