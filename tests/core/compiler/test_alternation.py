@@ -69,7 +69,8 @@ def test_wrong_use_and_the_block_arithmetic():
     assert block_sizes(3, 5) == [1, 1, 1] and block_sizes(12, 5) == [3, 3, 2, 2, 2] and block_sizes(7, 1) == [7]
     assert block_warm_runs(100.0) == 1  # a big model: one run
     assert block_warm_runs(5.0) == 4  # ~20 ms of runs
-    assert block_warm_runs(0.01) == MAX_BLOCK_WARM_RUNS  # a tiny one: capped
+    assert block_warm_runs(0.04) == 500  # a 40 us model: still ~20 ms of runs
+    assert block_warm_runs(0.001) == MAX_BLOCK_WARM_RUNS  # a tinier one: capped
     calls = []
     ms = timed(lambda: calls.append(1))(4)
     assert len(calls) == 4 and len(ms) == 4 and all(t >= 0 for t in ms)
