@@ -60,11 +60,18 @@ PARALLEL_MIN_WORK = 1 << 16
 # so it need not poll for a late worker) 40.7 -> 44.2 us and 1:1 45.0 us (fastest of 10,710 runs
 # each, alternating, load 7.8); a 128x128x128 matmul whose B is packed in the kernel (written by
 # one core, read by both) gained 1.38x where one with a prepacked weight gained 1.80x (p10, load
-# 4.5). So a kernel is split
-# only from PARALLEL_MIN_US of estimated one-core work: each of two threads then has 12 us, four
-# launches' worth (the former conv rule, 1 M multiply-adds, is ~23 us with AVX-512).
+# 4.5). Those figures were taken on a loaded machine, where the second core is not free. On the
+# quiet machine (load 0.9-1.2, benchmarks/parallel_split.py, pause 0.2 s, 10 alternating blocks)
+# splitting small_cnn's two 13 us convs gains: 2 threads 37.7 / 39.3 / 34.7 us against 40.2 / 43.5
+# / 39.8 us serial (p10 0.87x), 1 thread alike; as AVX2 code p10 0.89x, medians mixed (0.83x,
+# 1.17x); mobilenet_v3_small and shufflenet (2-3 more convs split) and squeezenet, mobilenet_v2,
+# efficientnet_b0, resnet50, inception v1/v2, densenet121 and zfnet512 (0-1 more) within the noise.
+# Beside a busy process the governor runs one thread, where a split kernel costs ~0.2 us. So a
+# kernel is split from PARALLEL_MIN_US of estimated one-core work: each of two threads then has
+# 6 us, two launches' worth (0.54 M multiply-adds with AVX-512; it was 24 us, 1.08 M, until the
+# quiet measurement).
 PARALLEL_LAUNCH_US = 3.0
-PARALLEL_MIN_US = 8 * PARALLEL_LAUNCH_US
+PARALLEL_MIN_US = 4 * PARALLEL_LAUNCH_US
 # Multiply-adds per microsecond of a register-tiled conv on one core: small_cnn's 3x3 convs (0.3-0.6 M
 # multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512 (6.9-12.4 us each, Zen 4). Not
 # scaled by the vector width: Zen 4 executes AVX-512 on 256-bit units, and the same model built for
@@ -87,7 +94,7 @@ def parallel_pays(one_core_us: float) -> bool:
 
 def conv_runs_parallel(macs: int) -> bool:
     """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
-    its estimated one-core time (see PARALLEL_MIN_US): 1.08 M multiply-adds and up."""
+    its estimated one-core time (see PARALLEL_MIN_US): 0.54 M multiply-adds and up."""
     return parallel_pays(fma_microseconds(macs))
 
 
