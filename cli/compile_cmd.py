@@ -53,23 +53,6 @@ def parse_dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def read_npz(path: str) -> dict:
-    """The arrays of an .npz file by name; one sentence when the file cannot be read."""
-    import zipfile
-
-    import numpy as np
-
-    from core.errors import WorkbenchError
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise WorkbenchError(f"{path} does not exist.") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise WorkbenchError(f"{path} cannot be read as a NumPy .npz file of input arrays ({e}).") from None
-
-
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:
     """--tune-minutes as seconds (None: compile's default budget); one sentence when it is wrong."""
     import math
@@ -85,23 +68,6 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
     if not math.isfinite(minutes) or minutes <= 0:
         raise WorkbenchError(f"--tune-minutes must be a positive number of minutes, not '{text}'.")
     return minutes * 60.0
-
-
-def parse_tolerance(text: str | None, flag: str, default: float) -> float:
-    """--rtol / --atol as a number (the check's default when not given); one sentence when it is wrong."""
-    import math
-
-    from core.errors import WorkbenchError
-
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise WorkbenchError(f"{flag} must be a number of at least 0, not '{text}'.")
-    return value
 
 
 def run(args) -> int:
@@ -123,6 +89,8 @@ def run(args) -> int:
         parse_rpc_address(args.tune_rpc)
         if args.tune_trials == 0 and args.tune_minutes is None:
             raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
+    from core.compiler.check_inputs import parse_tolerance, read_npz
+
     verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
     from core.compiler.reference import ATOL, RTOL
 

@@ -10,8 +10,6 @@ number is one sentence in the dialog, which stays open with everything the user 
 """
 from __future__ import annotations
 
-import math
-import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,9 +30,10 @@ from PySide6.QtWidgets import (
 )
 
 from core import WorkbenchError
+from core.compiler.check_inputs import fit_check_inputs, parse_tolerance, read_npz
 from core.compiler.reference import ATOL, RTOL
 
-__all__ = ["CheckChoice", "CheckDialog", "parse_tolerance", "read_check_inputs"]
+__all__ = ["CheckChoice", "CheckDialog", "read_check_inputs"]
 
 
 @dataclass(frozen=True)
@@ -70,58 +69,11 @@ class CheckChoice:
                 f"and atol {self.atol:g}, and refuses a result that differs more (Check… to change)")
 
 
-def parse_tolerance(text: str, name: str) -> float:
-    """A tolerance field's number; one sentence when it is not a number of at least 0."""
-    try:
-        value = float(text.strip())
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value < 0:
-        raise WorkbenchError(f"{name} must be a number of at least 0, not '{text.strip()}'.")
-    return value
-
-
 def read_check_inputs(path: str, graph) -> dict[str, np.ndarray]:
-    """The arrays of the .npz at `path`, checked against `graph`'s inputs: every input given, no
-    other array, each with the input's dtype and a shape its declared shape takes (a named or
-    unknown dim takes any size, the same size wherever the name recurs). One sentence naming the
-    file and the input when not."""
-    name = Path(path).name
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise WorkbenchError(f"{name} holds one unnamed array, not an .npz file of arrays named by input.")
-        with data:
-            arrays = {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise WorkbenchError(f"{path} does not exist.") from None
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise WorkbenchError(f"{name} cannot be read as a NumPy .npz file of input arrays ({e}).") from None
-    inputs = graph.inputs
-    names = [v.name for v in inputs]
-    extra = [k for k in arrays if k not in names]
-    if extra:
-        raise WorkbenchError(f"{name} has an array '{extra[0]}', which is not an input of the model (its inputs: {', '.join(names) or 'none'}).")
-    missing = [n for n in names if n not in arrays]
-    if missing:
-        raise WorkbenchError(f"{name} lacks the model input '{missing[0]}' (give all of {', '.join(names)}).")
-    sizes: dict[str, int] = {}
-    for v in inputs:
-        a = arrays[v.name]
-        if v.dtype and str(a.dtype) != v.dtype:
-            raise WorkbenchError(f"{name}: input '{v.name}' is {a.dtype}, the model takes {v.dtype}.")
-        shape = v.shape
-        if shape is None:
-            continue
-        fits = len(shape) == a.ndim
-        for d, n in zip(shape, a.shape) if fits else ():
-            if isinstance(d, int):
-                fits = fits and d == n
-            elif isinstance(d, str):
-                fits = fits and sizes.setdefault(d, n) == n
-        if not fits:
-            raise WorkbenchError(f"{name}: input '{v.name}' has shape {list(a.shape)}, the model takes {v.shape_text}.")
-    return {n: arrays[n] for n in names}
+    """The arrays of the .npz at `path`, checked against `graph`'s inputs
+    (core.compiler.check_inputs); one sentence naming the file and the input when not."""
+    label = Path(path).name
+    return fit_check_inputs(read_npz(path, label), graph.inputs, label)
 
 
 class CheckDialog(QDialog):

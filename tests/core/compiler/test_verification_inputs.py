@@ -77,6 +77,10 @@ def test_cli_verify_inputs(tmp_path):
     bad.write_text("not an npz")
     r = run_cli("compile", model, "-o", tmp_path / "art2", "--verify-inputs", bad)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "cannot be read as a NumPy .npz file" in r.stderr
+    one = tmp_path / "one.npy"  # np.load gives a bare array: it was an AttributeError (traceback)
+    np.save(one, np.ones((2, 3), np.float32))
+    r = run_cli("compile", model, "-o", tmp_path / "art3", "--verify-inputs", one)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "holds one unnamed array" in r.stderr
 
 
 def test_opset_6_model_is_checked_against_onnx_reference_evaluator():
