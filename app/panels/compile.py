@@ -452,10 +452,10 @@ class CompilePanel(QWidget):
         return dialog
 
     def _offer_atol(self, exc: BaseException, message: str) -> None:
-        """A refusal for an error small against the values says which --atol accepts it: offer it."""
+        """A refusal for an error small against the values names the atol that accepts it
+        (CompiledMismatchError.accepting_atol): offer it."""
         self._clear_offer()
-        found = re.search(r"--atol ([0-9][0-9.eE+-]*)", message) if getattr(exc, "wrong_conversion", True) is False else None
-        self.suggested_atol = float(found.group(1).rstrip(".")) if found else None
+        self.suggested_atol = getattr(exc, "accepting_atol", None)
         if self.suggested_atol is None:
             return
         self.accept_btn.setText(f"Accept atol {self.suggested_atol:g} and compile")

@@ -49,11 +49,13 @@ class CompiledMismatchError(WorkbenchError):
 
     `relative_err` is the first differing node's max abs error over the largest |value| of that
     node's reference output (of the output, where no node was located); `wrong_conversion` says
-    whether the message blames TVM's conversion (relative_err >= RELATIVE_WRONG)."""
+    whether the message blames TVM's conversion (relative_err >= RELATIVE_WRONG); `accepting_atol`
+    is the atol the message names as accepting the error (None when it names none)."""
 
     def __init__(self, message: str, op_type: str = "", node_name: str = "", max_abs_err: float = float("nan"),
-                 relative_err: float = float("nan"), wrong_conversion: bool = False):
+                 relative_err: float = float("nan"), wrong_conversion: bool = False, accepting_atol: float | None = None):
         super().__init__(message)
+        self.accepting_atol = accepting_atol
         self.op_type = op_type
         self.node_name = node_name
         self.max_abs_err = max_abs_err
@@ -140,6 +142,7 @@ def verify_artifact(
         rel = _relative(err, out_scale)
         where = f"no single node was located (relative error {rel:.2g})"
     wrong = not rel < RELATIVE_WRONG  # NaN and inf count as wrong
+    accept = None if wrong else _accepting_atol(err)
     if wrong and culprit is not None:
         verdict = f"an error on the scale of the values: TVM's conversion of {culprit.op_type} computes a wrong result here, so the workbench refuses this compile."
     elif wrong:
@@ -147,7 +150,7 @@ def verify_artifact(
     else:
         cause = "float rounding" if inputs is not None else "float rounding on random inputs outside the model's real range"
         verdict = (f"small against the values (possibly {cause}), not necessarily a wrong conversion; "
-                   f"the workbench refuses this compile, so {_advice(err, user=inputs is not None)}.")
+                   f"the workbench refuses this compile, so {_advice(err, accept, user=inputs is not None)}.")
     raise CompiledMismatchError(
         f"{head}; {where}: {verdict}",
         op_type=culprit.op_type if culprit is not None else "",
@@ -155,6 +158,7 @@ def verify_artifact(
         max_abs_err=err,
         relative_err=rel,
         wrong_conversion=wrong,
+        accepting_atol=accept,
     )
 
 
@@ -192,12 +196,17 @@ def _inputs_text(feeds: dict[str, np.ndarray], user: bool, limit: int = 3) -> st
     return f"seeded random inputs ({', '.join(parts)})"
 
 
-def _advice(err: float, user: bool) -> str:
-    """What to do about a small relative error: any atol of at least the output's max abs error
-    accepts every element of it (compare_outputs)."""
+def _accepting_atol(err: float) -> float:
+    """The atol, rounded up to 2 digits, that accepts every element of an output whose max abs
+    error is `err` (compare_outputs: any atol of at least it)."""
     accept = float(f"{err:.2g}")
     if accept < err:  # rounded down: the next 2-digit value up
         accept = float(f"{accept + 10 ** (math.floor(math.log10(err)) - 1):.2g}")
+    return accept
+
+
+def _advice(err: float, accept: float, user: bool) -> str:
+    """What to do about a small relative error: real inputs, or the atol that accepts it."""
     if user:
         return f"accept an error of {err:.3g} with --atol {accept:g} if this model can take it"
     return f"check it on real inputs (compile --verify-inputs IN.npz) or accept an error of {err:.3g} with --atol {accept:g}"

@@ -56,7 +56,7 @@ def test_a_difference_tiny_against_the_values_is_reported_without_blaming_tvm(tm
     assert "seeded random inputs (x float32 in " in text and "--verify-inputs" in text and "--atol " in text
     # the message's own --atol accepts it
     atol = float(text.split("--atol ")[1].rstrip("."))
-    assert atol >= e.value.max_abs_err
+    assert atol >= e.value.max_abs_err and e.value.accepting_atol == atol  # what the GUI's Accept offers
     art = compile_model(str(path), "cpu", atol=atol)
     assert art.manifest["verification"]["max_abs_err"] == pytest.approx(e.value.max_abs_err)
 
