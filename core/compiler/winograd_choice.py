@@ -114,10 +114,11 @@ def rule_choice(call) -> str:
 def load_choices(database, target) -> dict[str, str]:
     """{conv_key: choice} of the database folder for `target` ({} when none); records that are
     not an object with a known "choice" are left out with one warning naming the file."""
-    from .tuning_db import _load_json, database_dir
+    from .tuning_db import database_dir
+    from .tuning_files import load_records
 
     folder = database_dir(database, target)
-    records = _load_json(folder, WINOGRAD_FILE)
+    records = load_records(folder, WINOGRAD_FILE)
     good = {k: r["choice"] for k, r in records.items() if r.get("choice") in CHOICES}
     bad = [k for k in records if k not in good]
     if bad:
@@ -248,12 +249,13 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
     """Tune the choice of every conv of `mod` (before LegalizeOps) that has none in the database
     yet, biggest first, until `deadline` (time.monotonic) or `cancel()`; the records are saved
     as they come. Returns the records made now."""
-    from .tuning_db import _load_json, _save_json, database_dir
+    from .tuning_db import database_dir
+    from .tuning_files import load_records, save_records
     from .tuning_runners import local_builder, local_runner
 
     folder = database_dir(database, target)
     folder.mkdir(parents=True, exist_ok=True)
-    records = _load_json(folder, WINOGRAD_FILE)
+    records = load_records(folder, WINOGRAD_FILE)
     todo = _pending(mod, target, database)
     made: dict[str, dict] = {}
     spent = []
@@ -273,7 +275,7 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
         spent.append(time.monotonic() - started)
         if record is not None:
             records[key] = made[key] = record
-            _save_json(folder, WINOGRAD_FILE, records)
+            save_records(folder, WINOGRAD_FILE, records)
             logger.info("Winograd choice for %s: %s (rule: %s; one-thread ms %s)", key, record["choice"], record["rule"], record["ms"])
     return made
 
