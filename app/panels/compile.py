@@ -11,8 +11,9 @@
   searches the given trials per kernel (0: template search only), and the tuning database folder
   (shared by all models; another one can be chosen for this session); candidates are measured
   here, or on the devices behind a TVM RPC tracker given as HOST:PORT:KEY. Tuning runs inside the
-  compile job: its progress shows in the bar and the status line, and Cancel stops it after the
-  measuring round in progress (records measured so far stay in the database, so the next tuned
+  compile job: its progress shows in the bar and the status line (in the Winograd choice step, which
+  conv of how many), and Cancel stops it after the measuring round, or the conv, in progress (records
+  measured so far stay in the database, so the next tuned
   compile resumes). After tuning, the whole model untuned and tuned are timed against each other
   (core.compiler.tuning_ab) and only records that made the model faster are kept; the status line
   and the results table show that A/B and how many kernels run on tuned schedules.
@@ -210,7 +211,7 @@ class CompilePanel(QWidget):
         self.result = None
         self.stale = False
         self._tuning_job = False  # the running (or last) compile tunes
-        self._tuning_now = False  # its latest progress came from the tuning step
+        self._tuning_now = ""  # its latest progress came from tuning ("tuning") or the Winograd choice ("choice")
         self._step_now, self._step_started = "", 0.0  # the progress text now, and since when
         self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
@@ -562,6 +563,8 @@ class CompilePanel(QWidget):
     def cancel_text(self) -> str:
         """What Cancel will wait for: at once in the steps that poll it; otherwise the TVM pass
         running now, which cannot be interrupted, with the time it has left by the last compile."""
+        if self._tuning_now == "choice":
+            return "Cancelling: the Winograd choice stops after the conv being measured…"
         if self._tuning_now:
             return "Cancelling: tuning stops after the measuring round in progress…"
         step = self._step_now.removeprefix("compile: ") if self._step_now.startswith("compile: ") else ""
@@ -597,16 +600,16 @@ class CompilePanel(QWidget):
         if on:
             self.progress.setValue(0)
         else:
-            self._tuning_now = False
+            self._tuning_now = ""
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
         self._update_compile_button()
         self._update_tune_controls()
 
-    def _progress(self, frac: float, text: str) -> None:
+    def _progress(self, frac: float, text: str, short: str | None = None) -> None:
         self.progress.setValue(int(frac * 1000))
-        # elided to the bar (a long kernel name would wrap the text out of sight); all of it in the tooltip
-        shown = QFontMetrics(self.progress.font()).elidedText(text, Qt.ElideMiddle, max(40, self.progress.width() - 28))
+        # elided to the bar (a long kernel name would wrap the text out of sight), or `short`; all of it in the tooltip
+        shown = QFontMetrics(self.progress.font()).elidedText(short or text, Qt.ElideMiddle, max(40, self.progress.width() - 28))
         self.progress.setFormat(shown.replace("%", "%%"))
         self.progress.setToolTip(text)
 
@@ -615,15 +618,22 @@ class CompilePanel(QWidget):
         message (kernel, trials so far) is longer than the bar shows."""
         if text != self._step_now:
             self._step_now, self._step_started = text, time.perf_counter()
-        tuning = text.startswith("compile: tuning")
-        if tuning:
+        tuning = "tuning" if text.startswith("compile: tuning") else "choice" if text.startswith("compile: Winograd choice: ") else ""
+        if tuning == "tuning":
             # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
             message = text.removeprefix("compile: tuning").lstrip(": ") or "starting"
             detail = message.removeprefix("tuning ")
             text = f"tuning {detail}" if detail != message else f"tuning: {message}"
-            if not self.job.is_cancelled():
-                self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it after the current measuring round.")
-        self._progress(frac, text)
+            stops = "after the current measuring round"
+        elif tuning == "choice":
+            # "compile: Winograd choice: conv 2 of 5: conv2d 1x4x56x56x16 ..." (core.compiler.winograd_choice):
+            # the bar says which of how many, the status line and the tooltip which conv
+            text = detail = text.removeprefix("compile: ")
+            short = "Winograd" + text.split(":")[1]  # "Winograd conv 2 of 5"
+            stops = "after the conv being measured"
+        if tuning and not self.job.is_cancelled():
+            self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it {stops}.")
+        self._progress(frac, text, short if tuning == "choice" else None)
         self._tuning_now = tuning
 
     def _done(self, result) -> None:
