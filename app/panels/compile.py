@@ -22,6 +22,10 @@
   label beside it says the choice, which another model resets to the defaults. A refusal for an
   error small against the values names the atol that accepts it: the panel then offers "Accept atol
   X and compile", which the user may click (nothing is loosened otherwise).
+* "symbolic dims" (shown for a model with symbolic input dims, e.g. a batch N): their values for
+  the check and the measurement, "N=4, seq=128" as `compile / bench --dim` take them
+  (core.model.dims); a bad value is refused in one sentence naming the dim, and the result line
+  says the values used ("Compiled for CPU (znver4) with N=4 in ...").
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
@@ -248,6 +252,13 @@ class CompilePanel(QWidget):
         self.check_btn = QPushButton("Check…")
         self.check_btn.setToolTip("Set the compile check: its inputs (seeded random, or an .npz file) and tolerances")
         self.accept_btn = QPushButton()  # after a refusal that says which atol accepts it: the user may take it
+        # values of the open model's symbolic input dims for the check and the measurement, as
+        # compile / bench --dim: shown only for a model that has some (core.model.dims)
+        self.dims_label = QLabel("symbolic dims")
+        self.dims = QLineEdit()
+        self.dims.setFixedWidth(QFontMetrics(self.dims.font()).horizontalAdvance("batch=16, seq=128") + 16)
+        self.dims_label.setMinimumHeight(self.dims.sizeHint().height())  # its text level with the field's
+        self.dims_used: dict[str, int] = {}  # the values the last compile was checked and measured with
         self.accept_btn.setVisible(False)
         self.suggested_atol: float | None = None
         self._show_check()
@@ -304,6 +315,9 @@ class CompilePanel(QWidget):
         lay.addLayout(tune_row)
         status_row = QHBoxLayout()
         status_row.addWidget(self.status, 1)
+        # beside the result line that says the values used (the two rows above are full at 1280 px)
+        status_row.addWidget(self.dims_label, 0, Qt.AlignTop)
+        status_row.addWidget(self.dims, 0, Qt.AlignTop)
         status_row.addWidget(self.accept_btn, 0, Qt.AlignTop)
         lay.addLayout(status_row)
         lay.addWidget(split, 1)
@@ -327,7 +341,9 @@ class CompilePanel(QWidget):
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
+        doc.graphChanged.connect(self._show_dims)
         doc.graphReplaced.connect(self._reset)
+        self._show_dims()
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
         self._update_compile_button()
@@ -479,6 +495,41 @@ class CompilePanel(QWidget):
         self.suggested_atol = None
         self.accept_btn.setVisible(False)
 
+    # -- symbolic dims ----------------------------------------------------------------------
+
+    def _show_dims(self) -> None:
+        """The dims field for the open model's symbolic dims (hidden when it has none): values
+        already set are kept, a new dim starts at 1 (what compile and bench take by default)."""
+        from core.model.dims import format_dims, parse_dims, symbolic_dims
+
+        graph = self.window.document.graph
+        names = symbolic_dims(graph) if graph is not None else []
+        if names != self._dim_names():
+            try:
+                kept = parse_dims(self.dims.text())
+            except WorkbenchError:
+                kept = {}
+            self.dims.setText(format_dims({name: kept.get(name, 1) for name in names}))
+        self.dims.setProperty("dim_names", names)
+        self.dims.setToolTip(f"Values of the model's symbolic dims ({', '.join(names)}) for the check against "
+                             "onnxruntime and the measurement, as NAME=N separated by commas (compile / bench --dim)")
+        for w in (self.dims_label, self.dims):
+            w.setVisible(bool(names))
+
+    def _dim_names(self) -> list[str]:
+        return list(self.dims.property("dim_names") or [])
+
+    def dim_values(self) -> dict[str, int]:
+        """{dim: value} of the dims field, checked against the open model's symbolic dims (a
+        WorkbenchError names the dim of a bad value); every dim of the model has one."""
+        from core.model.dims import parse_dims
+
+        names = self._dim_names()
+        if not names:
+            return {}
+        given = parse_dims(self.dims.text(), known=names)
+        return {name: given.get(name, 1) for name in names}
+
     # -- compile + bench ------------------------------------------------------------------
 
 
@@ -502,7 +553,15 @@ class CompilePanel(QWidget):
         pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         check = self.check.compile_options()
+        try:
+            dims = self.dim_values()
+        except WorkbenchError as exc:
+            self.status.setStyleSheet("color: #d62728;")
+            self.status.setText(str(exc))
+            self.dims.setFocus()
+            return
         self._clear_offer()
+        self.dims_used = dims
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
         autosaver = getattr(self.window, "autosaver", None)
@@ -516,14 +575,14 @@ class CompilePanel(QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
-                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **check, **tuning,
+                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), verify_dims=dims or None, **check, **tuning,
             )
             if target == "cuda" and not gpu_present():
                 return art, None
             if foreign_code(art.manifest["target"]["cpu"]):  # compiled for a CPU this one cannot stand in for
                 return art, None
             res = benchmark(
-                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled, dims=dims or None,
                 progress=lambda step, frac: job.report(0.7 + 0.3 * frac, f"measure: {step}"),
             )
             art.manifest["measured"] = measured_for_manifest(res)
@@ -697,10 +756,11 @@ class CompilePanel(QWidget):
             foreign = art.target == "cpu" and foreign_code(m.get("target", {}).get("cpu"))
             where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
                      else "No GPU here to run it: Export the artifact and run it where a GPU is.")
-            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
+            self.status.setText(f"Compiled for {_built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
-            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
+            self.status.setText(f"Compiled for {_built_for(art)}{self._with_dims(res.dims)} in {m.get('compile_seconds')} s; "
+                                f"{check}{ratio}{extra}.")
         rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
         rows += _tuning_rows(m.get("tuning"))
@@ -709,6 +769,13 @@ class CompilePanel(QWidget):
         self.chart.set_kernels(res.kernels if res is not None else [])
         self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
+
+    def _with_dims(self, measured: dict | None = None) -> str:
+        """' with N=4': the symbolic dims the result was checked and measured at ('' for none)."""
+        from core.model.dims import format_dims
+
+        dims = measured or self.dims_used
+        return f" with {format_dims(dims)}" if dims else ""
 
     def _warn_spread(self, res) -> None:
         """A median whose runs disagree widely is flagged: its cell turns orange with the reason,
@@ -810,6 +877,10 @@ class CompilePanel(QWidget):
         self.heat_kernels = []
         self.stale = False
         self.set_check(CheckChoice())  # the check belongs to the model: another one starts from the defaults
+        self.dims.setProperty("dim_names", None)  # so do its dims' values
+        self.dims.clear()
+        self.dims_used = {}
+        self._show_dims()
         self._clear_offer()
         self.table.setRowCount(0)
         self.chart.set_kernels([])
