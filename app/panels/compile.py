@@ -40,30 +40,30 @@
 A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
 says so and offers Export. Likewise code for a CPU with features this machine lacks (AVX-512 code
 on an AVX2 host) is compiled and offered for Export, not run.
+
+Parts in their own modules: the Tune box (app.panels.compile_tuning), Export / Save ONNX / Open
+Artifact (app.panels.compile_artifact), the kernel bar chart (app.panels.kernel_chart) and the
+results table's text (app.panels.compile_results).
 """
 from __future__ import annotations
 
 import logging
 import re
 import time
-from pathlib import Path
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QPainter, QShortcut
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
-    QDoubleSpinBox,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QProgressBar,
-    QScrollArea,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -72,121 +72,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import WorkbenchError, save_model
-
 from app.dialogs.check import CheckChoice, CheckDialog
+from app.panels.compile_artifact import ArtifactActions
+from app.panels.compile_results import built_for, result_rows, tuning_rows
+from app.panels.compile_tuning import TuneControls
 from app.panels.cpu_choice import CpuChoice
+from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
+from core import WorkbenchError
 
-__all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
+__all__ = ["create_panel", "CompilePanel", "AREA"]
 
 logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
-_TUNE_CPU_ONLY = ("Tuning for CUDA measures every candidate on a GPU, and this machine has none; CUDA compiles here use "
-                  "dlight's default GPU schedules.")
-
-
-def _mb(n) -> str:
-    if n is None:
-        return "–"
-    if n < 2**20:
-        return f"{n / 1024:.1f} KB"
-    return f"{n / 2**20:.2f} MB"
-
-
-def _ms(x) -> str:
-    return "–" if x is None else f"{x:.3f} ms"
-
-
-class KernelChart(QWidget):
-    """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
-
-    kernelClicked = Signal(dict)
-    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
-
-    BAR_H = 18
-    GAP = 4
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.kernels: list[dict] = []
-        self.selected = -1
-        self.setMinimumHeight(120)
-        self.setMouseTracking(True)
-
-    def set_kernels(self, kernels: list[dict], top: int = 16) -> None:
-        self.kernels = list(kernels[:top])
-        self.selected = -1
-        self.setMinimumHeight(max(60, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
-        self.updateGeometry()
-        self.update()
-
-    def sizeHint(self) -> QSize:
-        return QSize(480, 24 + max(4, len(self.kernels)) * (self.BAR_H + self.GAP))
-
-    def _label_width(self) -> int:
-        fm = QFontMetrics(self.font())
-        return min(max((fm.horizontalAdvance(self._label(k)) for k in self.kernels), default=80) + 12, int(self.width() * 0.5))
-
-    @staticmethod
-    def _label(k: dict) -> str:
-        nodes = k.get("onnx_nodes") or []
-        where = f"  ({nodes[0]}{' …' if len(nodes) > 1 else ''})" if nodes else ""
-        return f"{k['name']}{where}"
-
-    def paintEvent(self, event) -> None:
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        pal = self.palette()
-        p.fillRect(self.rect(), pal.base())
-        if not self.kernels:
-            p.setPen(pal.placeholderText().color())
-            p.drawText(self.rect(), Qt.AlignCenter, "Per-kernel time appears here after Compile & Run.")
-            return
-        fm = QFontMetrics(self.font())
-        lw = self._label_width()
-        vw = fm.horizontalAdvance("0000.000 ms  100.0%") + 8
-        bar_w = max(40, self.width() - lw - vw - 16)
-        top_ms = max(k["ms"] for k in self.kernels) or 1.0
-        p.setPen(pal.text().color())
-        p.drawText(QRectF(4, 2, self.width() - 8, 18), Qt.AlignLeft | Qt.AlignVCenter, "Where the time goes (ms per run, by kernel)")
-        for i, k in enumerate(self.kernels):
-            y = 22 + i * (self.BAR_H + self.GAP)
-            label = fm.elidedText(self._label(k), Qt.ElideMiddle, lw - 8)
-            p.setPen(pal.text().color())
-            p.drawText(QRectF(4, y, lw - 8, self.BAR_H), Qt.AlignRight | Qt.AlignVCenter, label)
-            w = max(1.0, bar_w * k["ms"] / top_ms)
-            color = QColor("#d62728") if i == self.selected else QColor.fromHsvF(0.08 * (1 - k["ms"] / top_ms), 0.75, 0.95)
-            p.fillRect(QRectF(lw, y + 2, w, self.BAR_H - 4), color)
-            p.setPen(pal.text().color())
-            p.drawText(QRectF(lw + w + 6, y, vw, self.BAR_H), Qt.AlignLeft | Qt.AlignVCenter, f"{k['ms']:.3f} ms  {k['share'] * 100:.1f}%")
-
-    def index_at(self, y: float) -> int:
-        i = int((y - 22) // (self.BAR_H + self.GAP))
-        return i if 0 <= i < len(self.kernels) and y >= 22 else -1
-
-    def mousePressEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            self.selected = i
-            self.update()
-            self.kernelClicked.emit(self.kernels[i])
-
-    def mouseDoubleClickEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            self.kernelActivated.emit(self.kernels[i])
-
-    def mouseMoveEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            k = self.kernels[i]
-            nodes = ", ".join(k.get("onnx_nodes") or []) or "(no ONNX lineage)"
-            self.setToolTip(f"{k['name']}\n{k['ms']:.3f} ms per run, {k['share'] * 100:.1f}%, {k.get('calls', 1)} call(s)\nONNX nodes: {nodes}")
-        else:
-            self.setToolTip("")
 
 
 class _StatusLabel(QLabel):
@@ -205,7 +105,7 @@ class _StatusLabel(QLabel):
             self.updateGeometry()  # a new width wraps the text into another number of lines
 
 
-class CompilePanel(QWidget):
+class CompilePanel(TuneControls, ArtifactActions, QWidget):
     def __init__(self, window, dock: QDockWidget | None = None):
         super().__init__()
         self.window = window
@@ -347,105 +247,6 @@ class CompilePanel(QWidget):
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
         self._update_compile_button()
-
-    # -- tuning controls -------------------------------------------------------------------
-
-    def _make_tune_controls(self) -> None:
-        from core.compiler.tuning import default_database_root
-
-        self.tune = QCheckBox("Tune")
-        self.use_db = QCheckBox("Use database")
-        self.tune_minutes = QDoubleSpinBox()
-        self.tune_minutes.setRange(0.1, 24 * 60)
-        self.tune_minutes.setDecimals(1)
-        self.tune_minutes.setValue(10.0)
-        self.tune_minutes.setPrefix("budget ")
-        self.tune_minutes.setSuffix(" min")
-        self.tune_trials = QSpinBox()
-        self.tune_trials.setRange(0, 100_000)
-        self.tune_trials.setValue(64)
-        self.tune_trials.setSingleStep(16)
-        self.tune_trials.setSuffix(" search trials per kernel")
-        self.tune_trials.setSpecialValueText("template search only")
-        # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
-        self.tune_rpc = QLineEdit()
-        self.tune_rpc.setPlaceholderText("here, or RPC HOST:PORT:KEY")
-        self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
-        self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
-        self.tune_db_label = QLabel()
-        self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.tune_db_btn = QPushButton("…")
-        self.tune_db_btn.setFixedWidth(QFontMetrics(self.tune_db_btn.font()).horizontalAdvance("…") + 24)
-        # what each control says on CPU; on CUDA they all say why they are off
-        self._tune_tips = {
-            self.tune: "Tune every kernel before compiling: measure each candidate config of the schedule templates, "
-            "then search with MetaSchedule (records go to the database and are reused)",
-            self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
-            self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
-            "0: template search only); kernels already tuned this far are reused",
-            self.tune_rpc: "Empty: candidates are measured on this machine. HOST:PORT:KEY: on the devices registered "
-            "under KEY with the TVM RPC tracker at HOST:PORT (python -m tvm.exec.rpc_tracker / rpc_server); "
-            "the target must describe those devices",
-            self.tune_db_btn: "Choose the tuning database folder (for this session)",
-            self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
-            "(tuned, or filed from the Schedule panel with 'Use in compile')",
-        }
-
-    def set_tune_db(self, folder: str) -> None:
-        self.tune_db_path = str(folder)
-        self._show_tune_db()
-
-    def choose_tune_db(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Tuning database folder", self.tune_db_path)
-        if folder:
-            self.set_tune_db(folder)
-
-    def tuning_available(self) -> bool:
-        """CPU always; CUDA where a GPU is here to measure on."""
-        if self.target.currentData() == "cpu":
-            return True
-        from core.compiler.target import gpu_present
-
-        return gpu_present()
-
-    def _update_tune_controls(self, *_args) -> None:
-        busy = self._busy_now
-        cpu = self.tuning_available()
-        self.tune.setEnabled(cpu and not busy)
-        self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
-        on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc):
-            w.setEnabled(on)
-        for w in (self.tune_db_label, self.tune_db_btn):
-            w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
-        for w, tip in self._tune_tips.items():
-            w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
-        self._show_tune_db()
-
-    def _show_tune_db(self) -> None:
-        if not self.tuning_available():
-            self.tune_db_label.setText("tuning: needs a GPU here")
-            self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
-            return
-        fm = QFontMetrics(self.tune_db_label.font())
-        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 120))
-        self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
-
-    def tuning_options(self) -> dict:
-        """compile_model's tuning keywords for the controls' state (empty: no tuning; the
-        database alone with "Use database")."""
-        if self.tuning_available() and not self.tune.isChecked() and self.use_db.isChecked():
-            return {"tune_db": self.tune_db_path}
-        if not (self.tune.isChecked() and self.tuning_available()):
-            return {}
-        options = {
-            "tune_trials": self.tune_trials.value(),
-            "tune_budget_s": round(self.tune_minutes.value() * 60.0, 3),
-            "tune_db": self.tune_db_path,
-        }
-        if self.tune_rpc.text().strip():
-            options["tune_rpc"] = self.tune_rpc.text().strip()
-        return options
 
     # -- the compile check ----------------------------------------------------------------
 
@@ -756,14 +557,14 @@ class CompilePanel(QWidget):
             foreign = art.target == "cpu" and foreign_code(m.get("target", {}).get("cpu"))
             where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
                      else "No GPU here to run it: Export the artifact and run it where a GPU is.")
-            self.status.setText(f"Compiled for {_built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
-            self.status.setText(f"Compiled for {_built_for(art)}{self._with_dims(res.dims)} in {m.get('compile_seconds')} s; "
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims(res.dims)} in {m.get('compile_seconds')} s; "
                                 f"{check}{ratio}{extra}.")
-        rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
+        rows = result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
-        rows += _tuning_rows(m.get("tuning"))
+        rows += tuning_rows(m.get("tuning"))
         self._fill_table(rows)
         self._warn_spread(res)
         self.chart.set_kernels(res.kernels if res is not None else [])
@@ -889,203 +690,6 @@ class CompilePanel(QWidget):
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         self.window.canvas.set_overlay(None)
         self._update_compile_button()
-
-    # -- export ----------------------------------------------------------------------------
-
-    def export_to(self, folder: str) -> None:
-        """Export the last compile to `folder` on a worker thread (CUDA export runs nvcc)."""
-        art = self.artifact
-        if art is None:
-            return
-
-        def work(job: Job):
-            job.report(0.1, "exporting")
-            return str(art.export(folder, measured=art.manifest.get("measured")))
-
-        def exported(path):
-            self._busy(False)
-            self.progress.setValue(1000)
-            self.progress.setFormat("exported")
-            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
-
-        self._start_job(work, "Export", exported, None)
-
-    def export_dialog(self) -> None:
-        """Ask for the artifact folder: a new name is created, an existing folder written into."""
-        from app.dialogs.files import ask_new_folder
-
-        if self.artifact is None:
-            return
-        doc = self.window.document.path
-        suggested = f"{Path(doc).stem if doc else 'model'}_{self.artifact.target}"
-        folder = ask_new_folder(self.window, self, "export", "Export the compiled artifact to folder (type a new name to create it)", suggested)
-        if folder:
-            self.export_to(folder)
-
-    def save_onnx_dialog(self) -> None:
-        graph = self.window.document.graph
-        if graph is None:
-            return
-        from app.dialogs.files import save_file
-
-        doc = self.window.document.path
-        path = save_file(self.window, self, "onnx-out", "Save optimized ONNX", "ONNX models (*.onnx)",
-                         suggested=f"{Path(doc).stem if doc else 'model'}_optimized.onnx")
-        if not path:
-            return
-        try:
-            save_model(graph, path)
-        except (WorkbenchError, OSError) as e:
-            self._failed(str(e))
-            return
-        self.status.setText(f"Saved the optimized model to {path}.")
-
-
-    # -- open a compiled artifact ------------------------------------------------------------
-
-    def open_artifact_dialog(self) -> None:
-        from app.dialogs.files import open_folder
-
-        folder = open_folder(self.window, self, "artifact", "Open Compiled Artifact (a folder with manifest.json)")
-        if folder:
-            self.open_artifact(folder)
-
-    def confirmation_box(self, folder: str) -> QMessageBox:
-        """The question asked before loading: loading maps model.so, which runs its code at once."""
-        from core.compiler.artifact import LIBRARY
-
-        box = QMessageBox(QMessageBox.Warning, "Load compiled artifact?", f"Load and run the compiled artifact in\n{folder}?", parent=self)
-        box.setInformativeText(
-            f"Loading it executes the compiled native code inside it ({LIBRARY}) with the workbench's "
-            "permissions. Only load artifacts you built yourself or trust."
-        )
-        box.load_button = box.addButton("Load and Run", QMessageBox.AcceptRole)
-        cancel = box.addButton(QMessageBox.Cancel)
-        box.setDefaultButton(cancel)
-        box.setEscapeButton(cancel)
-        return box
-
-    def confirm_load(self, folder: str) -> bool:
-        box = self.confirmation_box(folder)
-        box.exec()
-        return box.clickedButton() is box.load_button
-
-    def open_artifact(self, folder: str) -> None:
-        """Check `folder`, ask, then load the artifact and time it on a worker thread."""
-        from core.compiler import artifact as core_artifact
-
-        if self.job is not None and self.job.isRunning():
-            return
-        try:
-            core_artifact.check_artifact_folder(folder)
-        except WorkbenchError as e:
-            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
-            return
-        if not self.confirm_load(folder):
-            self.status.setText(f"Did not load {folder}.")
-            return
-        try:
-            art = core_artifact.load_artifact(folder)
-        except WorkbenchError as e:
-            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
-            return
-        runs = self.runs.value()
-        vs_ort = self.vs_ort.isChecked() and art.model_bytes is not None
-
-        def work(job: Job):
-            from core.compiler.bench import benchmark
-
-            return art, benchmark(
-                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-            )
-
-        self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
-
-    def _artifact_done(self, result) -> None:
-        art, res = result
-        self.artifact = self.result = None
-        self.stale = False
-        self._busy(False)
-        self.progress.setValue(1000)
-        self.progress.setFormat("done")
-        self._fill_table(_result_rows(res))
-        self.chart.set_kernels(res.kernels)
-        self._warn_spread(res)
-        # the heat map colours the open model only when the artifact was compiled from it (its
-        # kernels' lineage names the open model's nodes); otherwise the old heat would lie
-        graph = self.window.document.graph
-        labels = {n.label for n in graph.nodes} if graph is not None else set()
-        traced = [l for k in res.kernels for l in (k.get("onnx_nodes") or [])]
-        same_model = bool(traced) and all(l in labels for l in traced)
-        self.heat_kernels = list(res.kernels) if same_model else []
-        self._apply_heat()
-        heat_note = "" if same_model else " The heat map is off: the open model is not the one this artifact was compiled from."
-        dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
-        match = ""
-        if res.outputs_match_ort is not None:
-            match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
-        self.status.setText(
-            f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
-            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
-        )
-
-
-def _built_for(art) -> str:
-    """'CPU (znver4 -avx512f)': the target and the CPU its code is for (from the manifest)."""
-    cpu = (art.manifest.get("target") or {}).get("cpu") or {}
-    name = " ".join([str(cpu.get("name", "")), *cpu.get("features", [])]).strip()
-    return f"{art.target.upper()} ({name})" if name else art.target.upper()
-
-
-def _range(stats: dict, lo: str, hi: str) -> str:
-    """"a – b ms" of two figures of a latency record (older records lack p10 / max: one figure)."""
-    a, b = stats.get(lo), stats.get(hi)
-    if a is None or b is None:
-        return _ms(a if a is not None else b)
-    return f"{_ms(a).removesuffix(' ms')} – {_ms(b)}"
-
-
-def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str, str]]:
-    """Table rows (label, ours, onnxruntime) for a benchmark result; without one (nothing could
-    run here), only the compile-time memory estimate."""
-    rows: list[tuple[str, str, str]] = []
-    if res is not None:
-        ort = res.ort_latency_ms or {}
-        lat = res.latency_ms
-        rows.append(("Latency median", _ms(lat.get("median")), _ms(ort.get("median")) if ort else "–"))
-        rows.append(("Latency p10 – p90", _range(lat, "p10", "p90"), _range(ort, "p10", "p90") if ort else "–"))
-        rows.append(("Latency min – max", _range(lat, "min", "max"), _range(ort, "min", "max") if ort else "–"))
-        rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
-        if res.ratio is not None:
-            rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
-    mem = res.memory if res is not None else (memory_estimate or {})
-    rows += [
-        ("Parameters", _mb(mem.get("params_bytes")), ""),
-        ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
-        ("Activations, unplanned", _mb(mem.get("unplanned_bytes")), ""),
-    ]
-    if res is not None:
-        rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
-    return rows
-
-
-def _tuning_rows(tuning: dict | None) -> list[tuple[str, str, str]]:
-    """Table rows about tuning, from the manifest's record: what the tuning run did (its own
-    summary) and how many kernels of this compile run on schedules from the database."""
-    if not tuning:
-        return []
-    rows = []
-    if tuning.get("trials"):
-        rows.append(("Tuning", tuning.get("summary") or f"{tuning['trials']} trials per kernel", ""))
-    if tuning.get("kernels"):
-        rows.append(("Kernels on tuned schedules", f"{tuning.get('kernels_from_database', 0)} of {tuning['kernels']} (from the database)", ""))
-    if tuning.get("model_ab"):
-        from core.compiler.tuning_ab import describe_ab
-
-        rows.append(("Model-level A/B", describe_ab(tuning["model_ab"]).removeprefix("model-level A/B: "), ""))
-    return rows
-
 
 def create_panel(window) -> QDockWidget:
     dock = QDockWidget("Compile && Run", window)
