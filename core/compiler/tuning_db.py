@@ -474,12 +474,13 @@ def record_schedule(func, target, trace, ms: float, database=None, default_ms: f
             trace, workload, run_secs=[float(ms) / 1e3], target=target, args_info=ms_.arg_info.ArgInfo.from_prim_func(task_mod["main"])
         )
     )
-    if default_ms is not None:
-        saved = _load_progress(folder)
-        entry = saved.setdefault(kernel_workload(func), {})
-        if entry.get("default_ms") is None:
-            entry["default_ms"] = float(default_ms)
-            _save_progress(folder, saved)
+    # an entry even without a default's figure: where progress.json was corrupt (RecordFile.knows),
+    # a kernel with none gets no MetaSchedule record, and this one was filed to be applied
+    saved = _load_progress(folder)
+    entry = saved.setdefault(kernel_workload(func), {})
+    if default_ms is not None and entry.get("default_ms") is None:
+        entry["default_ms"] = float(default_ms)
+    _save_progress(folder, saved)
     return str(folder)
 
 
