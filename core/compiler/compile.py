@@ -38,6 +38,7 @@ from .reference import ATOL, RTOL, compare_outputs, random_feeds
 from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
+from .winograd_choice import WINOGRAD_SHARE
 
 __all__ = [
     "compile_model",
@@ -226,7 +227,7 @@ def compile_model(
                 return lambda: built.run_device(args)
         # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
         # in its own step before LegalizeOps, on a share of the budget (core.compiler.winograd_choice)
-        from .winograd_choice import WINOGRAD_SHARE, winograd_choice_pass
+        from .winograd_choice import winograd_choice_pass
 
         legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
         choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
@@ -384,7 +385,7 @@ DEFAULT_TUNE_BUDGET_S = 600.0  # the issue's 10 minutes per model
 # a tuned Winograd choice (before LegalizeOps) takes the first part of the tuning's share, as
 # it takes that share of the budget (winograd_choice.WINOGRAD_SHARE)
 _TUNE_START, _TUNE_END, _AFTER_TUNE_END = 0.05, 0.55, 0.60
-_CHOICE_END = _TUNE_START + 0.2 * (_TUNE_END - _TUNE_START)
+_CHOICE_END = _TUNE_START + WINOGRAD_SHARE * (_TUNE_END - _TUNE_START)
 
 
 def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
