@@ -456,6 +456,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.target.setEnabled(not on)
         self.cpu.setEnabled(not on)
         self.accept_btn.setEnabled(not on)
+        self.dims.setEnabled(not on)  # the values a running compile uses were read when it started
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self.progress.setValue(0)

@@ -45,7 +45,9 @@ def test_the_dims_field_sets_the_symbolic_dim_and_refuses_a_bad_value(window, qt
     monkeypatch.setattr(core_compile, "compile_model", lambda *args, **kwargs: seen.update(kwargs) or real(*args, **kwargs))
     panel.runs.setValue(2)
     panel.start()
+    assert not panel.dims.isEnabled()  # read when the compile started
     qtbot.waitUntil(lambda: panel.result is not None, timeout=120_000)
+    assert panel.dims.isEnabled()
     assert seen["verify_dims"] == {"N": 3} and panel.result.dims == {"N": 3}
     assert panel.status.text().startswith("Compiled for CPU (") and ") with N=3 in " in panel.status.text()
     assert "outputs match onnxruntime" in panel.status.text()
