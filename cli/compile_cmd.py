@@ -42,15 +42,10 @@ def cpu_target(args, kind: str = "cpu"):
 
 
 def parse_dims(items: list[str]) -> dict[str, int]:
-    from core.errors import WorkbenchError
+    """--dim NAME=N values (core.model.dims, the parser the GUI's dims field uses too)."""
+    from core.model.dims import parse_dims as parse
 
-    dims = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        if not name or not value.isdigit() or int(value) < 1:
-            raise WorkbenchError(f"--dim expects NAME=N with N a positive integer, got '{item}'.")
-        dims[name] = int(value)
-    return dims
+    return parse(items)
 
 
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:

@@ -23,20 +23,9 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _dims(specs: list[str]) -> dict[str, int]:
-    from core.errors import WorkbenchError
-
-    out = {}
-    for s in specs:
-        name, _, size = s.partition("=")
-        if not name or not size.isdigit():
-            raise WorkbenchError(f"--dim '{s}' is not NAME=SIZE (e.g. batch=2).")
-        out[name] = int(size)
-    return out
-
-
 def run(args) -> int:
     from core import load_model, save_model
+    from core.model.dims import parse_dims
     from core.model.history import History
     from core.rewrite import run_rules
     from core.verify import VerificationError
@@ -46,7 +35,7 @@ def run(args) -> int:
     graph = load_model(args.model)
     history = History(graph)
     try:
-        reports = run_rules(graph, rules, history=history, verify=args.verify, seed=args.seed, dims=_dims(args.dim))
+        reports = run_rules(graph, rules, history=history, verify=args.verify, seed=args.seed, dims=parse_dims(args.dim))
     except VerificationError as e:
         if args.json:
             print(json.dumps({"model": args.model, "output": None, "ok": False, "error": str(e)}))

@@ -11,8 +11,9 @@
   searches the given trials per kernel (0: template search only), and the tuning database folder
   (shared by all models; another one can be chosen for this session); candidates are measured
   here, or on the devices behind a TVM RPC tracker given as HOST:PORT:KEY. Tuning runs inside the
-  compile job: its progress shows in the bar and the status line, and Cancel stops it after the
-  measuring round in progress (records measured so far stay in the database, so the next tuned
+  compile job: its progress shows in the bar and the status line (in the Winograd choice step, which
+  conv of how many), and Cancel stops it after the measuring round, or the conv, in progress (records
+  measured so far stay in the database, so the next tuned
   compile resumes). After tuning, the whole model untuned and tuned are timed against each other
   (core.compiler.tuning_ab) and only records that made the model faster are kept; the status line
   and the results table show that A/B and how many kernels run on tuned schedules.
@@ -21,6 +22,10 @@
   label beside it says the choice, which another model resets to the defaults. A refusal for an
   error small against the values names the atol that accepts it: the panel then offers "Accept atol
   X and compile", which the user may click (nothing is loosened otherwise).
+* "symbolic dims" (shown for a model with symbolic input dims, e.g. a batch N): their values for
+  the check and the measurement, "N=4, seq=128" as `compile / bench --dim` take them
+  (core.model.dims); a bad value is refused in one sentence naming the dim, and the result line
+  says the values used ("Compiled for CPU (znver4) with N=4 in ...").
 * The results table puts ours beside onnxruntime: latency median / p90 / min, the ratio, and
   memory (parameters, activations planned vs unplanned, peak RSS), plus compile time.
 * The bar chart shows where the time goes, kernel by kernel (the Relax VM's per-kernel timing);
@@ -35,30 +40,30 @@
 A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
 says so and offers Export. Likewise code for a CPU with features this machine lacks (AVX-512 code
 on an AVX2 host) is compiled and offered for Export, not run.
+
+Parts in their own modules: the Tune box (app.panels.compile_tuning), Export / Save ONNX / Open
+Artifact (app.panels.compile_artifact), the kernel bar chart (app.panels.kernel_chart) and the
+results table's text (app.panels.compile_results).
 """
 from __future__ import annotations
 
 import logging
 import re
 import time
-from pathlib import Path
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QPainter, QShortcut
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDockWidget,
-    QDoubleSpinBox,
-    QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
-    QMessageBox,
     QProgressBar,
-    QScrollArea,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -67,121 +72,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core import WorkbenchError, save_model
-
 from app.dialogs.check import CheckChoice, CheckDialog
+from app.panels.compile_artifact import ArtifactActions
+from app.panels.compile_results import built_for, result_rows, tuning_rows
+from app.panels.compile_tuning import TuneControls
 from app.panels.cpu_choice import CpuChoice
+from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
+from core import WorkbenchError
 
-__all__ = ["create_panel", "CompilePanel", "KernelChart", "AREA"]
+__all__ = ["create_panel", "CompilePanel", "AREA"]
 
 logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
-_TUNE_CPU_ONLY = ("Tuning for CUDA measures every candidate on a GPU, and this machine has none; CUDA compiles here use "
-                  "dlight's default GPU schedules.")
-
-
-def _mb(n) -> str:
-    if n is None:
-        return "–"
-    if n < 2**20:
-        return f"{n / 1024:.1f} KB"
-    return f"{n / 2**20:.2f} MB"
-
-
-def _ms(x) -> str:
-    return "–" if x is None else f"{x:.3f} ms"
-
-
-class KernelChart(QWidget):
-    """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
-
-    kernelClicked = Signal(dict)
-    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
-
-    BAR_H = 18
-    GAP = 4
-
-    def __init__(self, parent=None):
-        super().__init__(parent)
-        self.kernels: list[dict] = []
-        self.selected = -1
-        self.setMinimumHeight(120)
-        self.setMouseTracking(True)
-
-    def set_kernels(self, kernels: list[dict], top: int = 16) -> None:
-        self.kernels = list(kernels[:top])
-        self.selected = -1
-        self.setMinimumHeight(max(60, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
-        self.updateGeometry()
-        self.update()
-
-    def sizeHint(self) -> QSize:
-        return QSize(480, 24 + max(4, len(self.kernels)) * (self.BAR_H + self.GAP))
-
-    def _label_width(self) -> int:
-        fm = QFontMetrics(self.font())
-        return min(max((fm.horizontalAdvance(self._label(k)) for k in self.kernels), default=80) + 12, int(self.width() * 0.5))
-
-    @staticmethod
-    def _label(k: dict) -> str:
-        nodes = k.get("onnx_nodes") or []
-        where = f"  ({nodes[0]}{' …' if len(nodes) > 1 else ''})" if nodes else ""
-        return f"{k['name']}{where}"
-
-    def paintEvent(self, event) -> None:
-        p = QPainter(self)
-        p.setRenderHint(QPainter.Antialiasing)
-        pal = self.palette()
-        p.fillRect(self.rect(), pal.base())
-        if not self.kernels:
-            p.setPen(pal.placeholderText().color())
-            p.drawText(self.rect(), Qt.AlignCenter, "Per-kernel time appears here after Compile & Run.")
-            return
-        fm = QFontMetrics(self.font())
-        lw = self._label_width()
-        vw = fm.horizontalAdvance("0000.000 ms  100.0%") + 8
-        bar_w = max(40, self.width() - lw - vw - 16)
-        top_ms = max(k["ms"] for k in self.kernels) or 1.0
-        p.setPen(pal.text().color())
-        p.drawText(QRectF(4, 2, self.width() - 8, 18), Qt.AlignLeft | Qt.AlignVCenter, "Where the time goes (ms per run, by kernel)")
-        for i, k in enumerate(self.kernels):
-            y = 22 + i * (self.BAR_H + self.GAP)
-            label = fm.elidedText(self._label(k), Qt.ElideMiddle, lw - 8)
-            p.setPen(pal.text().color())
-            p.drawText(QRectF(4, y, lw - 8, self.BAR_H), Qt.AlignRight | Qt.AlignVCenter, label)
-            w = max(1.0, bar_w * k["ms"] / top_ms)
-            color = QColor("#d62728") if i == self.selected else QColor.fromHsvF(0.08 * (1 - k["ms"] / top_ms), 0.75, 0.95)
-            p.fillRect(QRectF(lw, y + 2, w, self.BAR_H - 4), color)
-            p.setPen(pal.text().color())
-            p.drawText(QRectF(lw + w + 6, y, vw, self.BAR_H), Qt.AlignLeft | Qt.AlignVCenter, f"{k['ms']:.3f} ms  {k['share'] * 100:.1f}%")
-
-    def index_at(self, y: float) -> int:
-        i = int((y - 22) // (self.BAR_H + self.GAP))
-        return i if 0 <= i < len(self.kernels) and y >= 22 else -1
-
-    def mousePressEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            self.selected = i
-            self.update()
-            self.kernelClicked.emit(self.kernels[i])
-
-    def mouseDoubleClickEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            self.kernelActivated.emit(self.kernels[i])
-
-    def mouseMoveEvent(self, event) -> None:
-        i = self.index_at(event.position().y())
-        if i >= 0:
-            k = self.kernels[i]
-            nodes = ", ".join(k.get("onnx_nodes") or []) or "(no ONNX lineage)"
-            self.setToolTip(f"{k['name']}\n{k['ms']:.3f} ms per run, {k['share'] * 100:.1f}%, {k.get('calls', 1)} call(s)\nONNX nodes: {nodes}")
-        else:
-            self.setToolTip("")
 
 
 class _StatusLabel(QLabel):
@@ -200,7 +105,7 @@ class _StatusLabel(QLabel):
             self.updateGeometry()  # a new width wraps the text into another number of lines
 
 
-class CompilePanel(QWidget):
+class CompilePanel(TuneControls, ArtifactActions, QWidget):
     def __init__(self, window, dock: QDockWidget | None = None):
         super().__init__()
         self.window = window
@@ -210,7 +115,7 @@ class CompilePanel(QWidget):
         self.result = None
         self.stale = False
         self._tuning_job = False  # the running (or last) compile tunes
-        self._tuning_now = False  # its latest progress came from the tuning step
+        self._tuning_now = ""  # its latest progress came from tuning ("tuning") or the Winograd choice ("choice")
         self._step_now, self._step_started = "", 0.0  # the progress text now, and since when
         self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
@@ -247,6 +152,13 @@ class CompilePanel(QWidget):
         self.check_btn = QPushButton("Check…")
         self.check_btn.setToolTip("Set the compile check: its inputs (seeded random, or an .npz file) and tolerances")
         self.accept_btn = QPushButton()  # after a refusal that says which atol accepts it: the user may take it
+        # values of the open model's symbolic input dims for the check and the measurement, as
+        # compile / bench --dim: shown only for a model that has some (core.model.dims)
+        self.dims_label = QLabel("symbolic dims")
+        self.dims = QLineEdit()
+        self.dims.setFixedWidth(QFontMetrics(self.dims.font()).horizontalAdvance("batch=16, seq=128") + 16)
+        self.dims_label.setMinimumHeight(self.dims.sizeHint().height())  # its text level with the field's
+        self.dims_used: dict[str, int] = {}  # the values the last compile was checked and measured with
         self.accept_btn.setVisible(False)
         self.suggested_atol: float | None = None
         self._show_check()
@@ -303,6 +215,9 @@ class CompilePanel(QWidget):
         lay.addLayout(tune_row)
         status_row = QHBoxLayout()
         status_row.addWidget(self.status, 1)
+        # beside the result line that says the values used (the two rows above are full at 1280 px)
+        status_row.addWidget(self.dims_label, 0, Qt.AlignTop)
+        status_row.addWidget(self.dims, 0, Qt.AlignTop)
         status_row.addWidget(self.accept_btn, 0, Qt.AlignTop)
         lay.addLayout(status_row)
         lay.addWidget(split, 1)
@@ -326,109 +241,12 @@ class CompilePanel(QWidget):
         QShortcut(QKeySequence("F5"), window, activated=self._shortcut, context=Qt.WindowShortcut)
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
+        doc.graphChanged.connect(self._show_dims)
         doc.graphReplaced.connect(self._reset)
+        self._show_dims()
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
         self._update_compile_button()
-
-    # -- tuning controls -------------------------------------------------------------------
-
-    def _make_tune_controls(self) -> None:
-        from core.compiler.tuning import default_database_root
-
-        self.tune = QCheckBox("Tune")
-        self.use_db = QCheckBox("Use database")
-        self.tune_minutes = QDoubleSpinBox()
-        self.tune_minutes.setRange(0.1, 24 * 60)
-        self.tune_minutes.setDecimals(1)
-        self.tune_minutes.setValue(10.0)
-        self.tune_minutes.setPrefix("budget ")
-        self.tune_minutes.setSuffix(" min")
-        self.tune_trials = QSpinBox()
-        self.tune_trials.setRange(0, 100_000)
-        self.tune_trials.setValue(64)
-        self.tune_trials.setSingleStep(16)
-        self.tune_trials.setSuffix(" search trials per kernel")
-        self.tune_trials.setSpecialValueText("template search only")
-        # where candidates are measured: here (empty) or the devices behind a TVM RPC tracker
-        self.tune_rpc = QLineEdit()
-        self.tune_rpc.setPlaceholderText("here, or RPC HOST:PORT:KEY")
-        self.tune_rpc.setMinimumWidth(QFontMetrics(self.tune_rpc.font()).horizontalAdvance(self.tune_rpc.placeholderText()) + 16)
-        self.tune_db_path = str(default_database_root())  # another one chosen with "…" lasts this session
-        self.tune_db_label = QLabel()
-        self.tune_db_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.tune_db_btn = QPushButton("…")
-        self.tune_db_btn.setFixedWidth(QFontMetrics(self.tune_db_btn.font()).horizontalAdvance("…") + 24)
-        # what each control says on CPU; on CUDA they all say why they are off
-        self._tune_tips = {
-            self.tune: "Tune every kernel before compiling: measure each candidate config of the schedule templates, "
-            "then search with MetaSchedule (records go to the database and are reused)",
-            self.tune_minutes: "Time for tuning the whole model; the kernels that cost the most are tuned first",
-            self.tune_trials: "MetaSchedule schedules measured per kernel after the template search (in rounds of 16; "
-            "0: template search only); kernels already tuned this far are reused",
-            self.tune_rpc: "Empty: candidates are measured on this machine. HOST:PORT:KEY: on the devices registered "
-            "under KEY with the TVM RPC tracker at HOST:PORT (python -m tvm.exec.rpc_tracker / rpc_server); "
-            "the target must describe those devices",
-            self.tune_db_btn: "Choose the tuning database folder (for this session)",
-            self.use_db: "Without tuning, give each kernel the fastest measured schedule the database holds "
-            "(tuned, or filed from the Schedule panel with 'Use in compile')",
-        }
-
-    def set_tune_db(self, folder: str) -> None:
-        self.tune_db_path = str(folder)
-        self._show_tune_db()
-
-    def choose_tune_db(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Tuning database folder", self.tune_db_path)
-        if folder:
-            self.set_tune_db(folder)
-
-    def tuning_available(self) -> bool:
-        """CPU always; CUDA where a GPU is here to measure on."""
-        if self.target.currentData() == "cpu":
-            return True
-        from core.compiler.target import gpu_present
-
-        return gpu_present()
-
-    def _update_tune_controls(self, *_args) -> None:
-        busy = self._busy_now
-        cpu = self.tuning_available()
-        self.tune.setEnabled(cpu and not busy)
-        self.use_db.setEnabled(cpu and not busy and not self.tune.isChecked())
-        on = cpu and self.tune.isChecked() and not busy
-        for w in (self.tune_minutes, self.tune_trials, self.tune_rpc):
-            w.setEnabled(on)
-        for w in (self.tune_db_label, self.tune_db_btn):
-            w.setEnabled(on or (cpu and not busy and self.use_db.isChecked()))
-        for w, tip in self._tune_tips.items():
-            w.setToolTip(tip if cpu else _TUNE_CPU_ONLY)
-        self._show_tune_db()
-
-    def _show_tune_db(self) -> None:
-        if not self.tuning_available():
-            self.tune_db_label.setText("tuning: needs a GPU here")
-            self.tune_db_label.setToolTip(_TUNE_CPU_ONLY)
-            return
-        fm = QFontMetrics(self.tune_db_label.font())
-        self.tune_db_label.setText("database: " + fm.elidedText(self.tune_db_path, Qt.ElideMiddle, 120))
-        self.tune_db_label.setToolTip(f"Tuning database folder (records are reused by every later compile):\n{self.tune_db_path}")
-
-    def tuning_options(self) -> dict:
-        """compile_model's tuning keywords for the controls' state (empty: no tuning; the
-        database alone with "Use database")."""
-        if self.tuning_available() and not self.tune.isChecked() and self.use_db.isChecked():
-            return {"tune_db": self.tune_db_path}
-        if not (self.tune.isChecked() and self.tuning_available()):
-            return {}
-        options = {
-            "tune_trials": self.tune_trials.value(),
-            "tune_budget_s": round(self.tune_minutes.value() * 60.0, 3),
-            "tune_db": self.tune_db_path,
-        }
-        if self.tune_rpc.text().strip():
-            options["tune_rpc"] = self.tune_rpc.text().strip()
-        return options
 
     # -- the compile check ----------------------------------------------------------------
 
@@ -478,6 +296,41 @@ class CompilePanel(QWidget):
         self.suggested_atol = None
         self.accept_btn.setVisible(False)
 
+    # -- symbolic dims ----------------------------------------------------------------------
+
+    def _show_dims(self) -> None:
+        """The dims field for the open model's symbolic dims (hidden when it has none): values
+        already set are kept, a new dim starts at 1 (what compile and bench take by default)."""
+        from core.model.dims import format_dims, parse_dims, symbolic_dims
+
+        graph = self.window.document.graph
+        names = symbolic_dims(graph) if graph is not None else []
+        if names != self._dim_names():
+            try:
+                kept = parse_dims(self.dims.text())
+            except WorkbenchError:
+                kept = {}
+            self.dims.setText(format_dims({name: kept.get(name, 1) for name in names}))
+        self.dims.setProperty("dim_names", names)
+        self.dims.setToolTip(f"Values of the model's symbolic dims ({', '.join(names)}) for the check against "
+                             "onnxruntime and the measurement, as NAME=N separated by commas (compile / bench --dim)")
+        for w in (self.dims_label, self.dims):
+            w.setVisible(bool(names))
+
+    def _dim_names(self) -> list[str]:
+        return list(self.dims.property("dim_names") or [])
+
+    def dim_values(self) -> dict[str, int]:
+        """{dim: value} of the dims field, checked against the open model's symbolic dims (a
+        WorkbenchError names the dim of a bad value); every dim of the model has one."""
+        from core.model.dims import parse_dims
+
+        names = self._dim_names()
+        if not names:
+            return {}
+        given = parse_dims(self.dims.text(), known=names)
+        return {name: given.get(name, 1) for name in names}
+
     # -- compile + bench ------------------------------------------------------------------
 
 
@@ -501,7 +354,15 @@ class CompilePanel(QWidget):
         pipeline = self.window.document.pipeline_for(target)
         tuning = self.tuning_options()
         check = self.check.compile_options()
+        try:
+            dims = self.dim_values()
+        except WorkbenchError as exc:
+            self.status.setStyleSheet("color: #d62728;")
+            self.status.setText(str(exc))
+            self.dims.setFocus()
+            return
         self._clear_offer()
+        self.dims_used = dims
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
         autosaver = getattr(self.window, "autosaver", None)
@@ -515,14 +376,14 @@ class CompilePanel(QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
-                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), **check, **tuning,
+                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), verify_dims=dims or None, **check, **tuning,
             )
             if target == "cuda" and not gpu_present():
                 return art, None
             if foreign_code(art.manifest["target"]["cpu"]):  # compiled for a CPU this one cannot stand in for
                 return art, None
             res = benchmark(
-                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
+                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled, dims=dims or None,
                 progress=lambda step, frac: job.report(0.7 + 0.3 * frac, f"measure: {step}"),
             )
             art.manifest["measured"] = measured_for_manifest(res)
@@ -562,6 +423,8 @@ class CompilePanel(QWidget):
     def cancel_text(self) -> str:
         """What Cancel will wait for: at once in the steps that poll it; otherwise the TVM pass
         running now, which cannot be interrupted, with the time it has left by the last compile."""
+        if self._tuning_now == "choice":
+            return "Cancelling: the Winograd choice stops after the conv being measured…"
         if self._tuning_now:
             return "Cancelling: tuning stops after the measuring round in progress…"
         step = self._step_now.removeprefix("compile: ") if self._step_now.startswith("compile: ") else ""
@@ -593,20 +456,21 @@ class CompilePanel(QWidget):
         self.target.setEnabled(not on)
         self.cpu.setEnabled(not on)
         self.accept_btn.setEnabled(not on)
+        self.dims.setEnabled(not on)  # the values a running compile uses were read when it started
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self.progress.setValue(0)
         else:
-            self._tuning_now = False
+            self._tuning_now = ""
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
         self._update_compile_button()
         self._update_tune_controls()
 
-    def _progress(self, frac: float, text: str) -> None:
+    def _progress(self, frac: float, text: str, short: str | None = None) -> None:
         self.progress.setValue(int(frac * 1000))
-        # elided to the bar (a long kernel name would wrap the text out of sight); all of it in the tooltip
-        shown = QFontMetrics(self.progress.font()).elidedText(text, Qt.ElideMiddle, max(40, self.progress.width() - 28))
+        # elided to the bar (a long kernel name would wrap the text out of sight), or `short`; all of it in the tooltip
+        shown = QFontMetrics(self.progress.font()).elidedText(short or text, Qt.ElideMiddle, max(40, self.progress.width() - 28))
         self.progress.setFormat(shown.replace("%", "%%"))
         self.progress.setToolTip(text)
 
@@ -615,15 +479,22 @@ class CompilePanel(QWidget):
         message (kernel, trials so far) is longer than the bar shows."""
         if text != self._step_now:
             self._step_now, self._step_started = text, time.perf_counter()
-        tuning = text.startswith("compile: tuning")
-        if tuning:
+        tuning = "tuning" if text.startswith("compile: tuning") else "choice" if text.startswith("compile: Winograd choice: ") else ""
+        if tuning == "tuning":
             # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
             message = text.removeprefix("compile: tuning").lstrip(": ") or "starting"
             detail = message.removeprefix("tuning ")
             text = f"tuning {detail}" if detail != message else f"tuning: {message}"
-            if not self.job.is_cancelled():
-                self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it after the current measuring round.")
-        self._progress(frac, text)
+            stops = "after the current measuring round"
+        elif tuning == "choice":
+            # "compile: Winograd choice: conv 2 of 5: conv2d 1x4x56x56x16 ..." (core.compiler.winograd_choice):
+            # the bar says which of how many, the status line and the tooltip which conv
+            text = detail = text.removeprefix("compile: ")
+            short = "Winograd" + text.split(":")[1]  # "Winograd conv 2 of 5"
+            stops = "after the conv being measured"
+        if tuning and not self.job.is_cancelled():
+            self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it {stops}.")
+        self._progress(frac, text, short if tuning == "choice" else None)
         self._tuning_now = tuning
 
     def _done(self, result) -> None:
@@ -687,18 +558,26 @@ class CompilePanel(QWidget):
             foreign = art.target == "cpu" and foreign_code(m.get("target", {}).get("cpu"))
             where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
                      else "No GPU here to run it: Export the artifact and run it where a GPU is.")
-            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
-            self.status.setText(f"Compiled for {_built_for(art)} in {m.get('compile_seconds')} s; {check}{ratio}{extra}.")
-        rows = _result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims(res.dims)} in {m.get('compile_seconds')} s; "
+                                f"{check}{ratio}{extra}.")
+        rows = result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
         rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
-        rows += _tuning_rows(m.get("tuning"))
+        rows += tuning_rows(m.get("tuning"))
         self._fill_table(rows)
         self._warn_spread(res)
         self.chart.set_kernels(res.kernels if res is not None else [])
         self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
+
+    def _with_dims(self, measured: dict | None = None) -> str:
+        """' with N=4': the symbolic dims the result was checked and measured at ('' for none)."""
+        from core.model.dims import format_dims
+
+        dims = measured or self.dims_used
+        return f" with {format_dims(dims)}" if dims else ""
 
     def _warn_spread(self, res) -> None:
         """A median whose runs disagree widely is flagged: its cell turns orange with the reason,
@@ -800,6 +679,10 @@ class CompilePanel(QWidget):
         self.heat_kernels = []
         self.stale = False
         self.set_check(CheckChoice())  # the check belongs to the model: another one starts from the defaults
+        self.dims.setProperty("dim_names", None)  # so do its dims' values
+        self.dims.clear()
+        self.dims_used = {}
+        self._show_dims()
         self._clear_offer()
         self.table.setRowCount(0)
         self.chart.set_kernels([])
@@ -808,203 +691,6 @@ class CompilePanel(QWidget):
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         self.window.canvas.set_overlay(None)
         self._update_compile_button()
-
-    # -- export ----------------------------------------------------------------------------
-
-    def export_to(self, folder: str) -> None:
-        """Export the last compile to `folder` on a worker thread (CUDA export runs nvcc)."""
-        art = self.artifact
-        if art is None:
-            return
-
-        def work(job: Job):
-            job.report(0.1, "exporting")
-            return str(art.export(folder, measured=art.manifest.get("measured")))
-
-        def exported(path):
-            self._busy(False)
-            self.progress.setValue(1000)
-            self.progress.setFormat("exported")
-            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
-
-        self._start_job(work, "Export", exported, None)
-
-    def export_dialog(self) -> None:
-        """Ask for the artifact folder: a new name is created, an existing folder written into."""
-        from app.dialogs.files import ask_new_folder
-
-        if self.artifact is None:
-            return
-        doc = self.window.document.path
-        suggested = f"{Path(doc).stem if doc else 'model'}_{self.artifact.target}"
-        folder = ask_new_folder(self.window, self, "export", "Export the compiled artifact to folder (type a new name to create it)", suggested)
-        if folder:
-            self.export_to(folder)
-
-    def save_onnx_dialog(self) -> None:
-        graph = self.window.document.graph
-        if graph is None:
-            return
-        from app.dialogs.files import save_file
-
-        doc = self.window.document.path
-        path = save_file(self.window, self, "onnx-out", "Save optimized ONNX", "ONNX models (*.onnx)",
-                         suggested=f"{Path(doc).stem if doc else 'model'}_optimized.onnx")
-        if not path:
-            return
-        try:
-            save_model(graph, path)
-        except (WorkbenchError, OSError) as e:
-            self._failed(str(e))
-            return
-        self.status.setText(f"Saved the optimized model to {path}.")
-
-
-    # -- open a compiled artifact ------------------------------------------------------------
-
-    def open_artifact_dialog(self) -> None:
-        from app.dialogs.files import open_folder
-
-        folder = open_folder(self.window, self, "artifact", "Open Compiled Artifact (a folder with manifest.json)")
-        if folder:
-            self.open_artifact(folder)
-
-    def confirmation_box(self, folder: str) -> QMessageBox:
-        """The question asked before loading: loading maps model.so, which runs its code at once."""
-        from core.compiler.artifact import LIBRARY
-
-        box = QMessageBox(QMessageBox.Warning, "Load compiled artifact?", f"Load and run the compiled artifact in\n{folder}?", parent=self)
-        box.setInformativeText(
-            f"Loading it executes the compiled native code inside it ({LIBRARY}) with the workbench's "
-            "permissions. Only load artifacts you built yourself or trust."
-        )
-        box.load_button = box.addButton("Load and Run", QMessageBox.AcceptRole)
-        cancel = box.addButton(QMessageBox.Cancel)
-        box.setDefaultButton(cancel)
-        box.setEscapeButton(cancel)
-        return box
-
-    def confirm_load(self, folder: str) -> bool:
-        box = self.confirmation_box(folder)
-        box.exec()
-        return box.clickedButton() is box.load_button
-
-    def open_artifact(self, folder: str) -> None:
-        """Check `folder`, ask, then load the artifact and time it on a worker thread."""
-        from core.compiler import artifact as core_artifact
-
-        if self.job is not None and self.job.isRunning():
-            return
-        try:
-            core_artifact.check_artifact_folder(folder)
-        except WorkbenchError as e:
-            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
-            return
-        if not self.confirm_load(folder):
-            self.status.setText(f"Did not load {folder}.")
-            return
-        try:
-            art = core_artifact.load_artifact(folder)
-        except WorkbenchError as e:
-            QMessageBox.warning(self, "Open Compiled Artifact", str(e))
-            return
-        runs = self.runs.value()
-        vs_ort = self.vs_ort.isChecked() and art.model_bytes is not None
-
-        def work(job: Job):
-            from core.compiler.bench import benchmark
-
-            return art, benchmark(
-                art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,
-                progress=lambda step, frac: job.report(frac, f"measure: {step}"),
-            )
-
-        self._start_job(work, "Run artifact", self._artifact_done, f"Running the artifact in {folder}…")
-
-    def _artifact_done(self, result) -> None:
-        art, res = result
-        self.artifact = self.result = None
-        self.stale = False
-        self._busy(False)
-        self.progress.setValue(1000)
-        self.progress.setFormat("done")
-        self._fill_table(_result_rows(res))
-        self.chart.set_kernels(res.kernels)
-        self._warn_spread(res)
-        # the heat map colours the open model only when the artifact was compiled from it (its
-        # kernels' lineage names the open model's nodes); otherwise the old heat would lie
-        graph = self.window.document.graph
-        labels = {n.label for n in graph.nodes} if graph is not None else set()
-        traced = [l for k in res.kernels for l in (k.get("onnx_nodes") or [])]
-        same_model = bool(traced) and all(l in labels for l in traced)
-        self.heat_kernels = list(res.kernels) if same_model else []
-        self._apply_heat()
-        heat_note = "" if same_model else " The heat map is off: the open model is not the one this artifact was compiled from."
-        dims = ", ".join(f"{k}={v}" for k, v in res.dims.items())
-        match = ""
-        if res.outputs_match_ort is not None:
-            match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
-        self.status.setText(
-            f"Artifact {art.folder} ({art.target.upper()}): median {_ms(res.latency_ms.get('median'))} over "
-            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
-        )
-
-
-def _built_for(art) -> str:
-    """'CPU (znver4 -avx512f)': the target and the CPU its code is for (from the manifest)."""
-    cpu = (art.manifest.get("target") or {}).get("cpu") or {}
-    name = " ".join([str(cpu.get("name", "")), *cpu.get("features", [])]).strip()
-    return f"{art.target.upper()} ({name})" if name else art.target.upper()
-
-
-def _range(stats: dict, lo: str, hi: str) -> str:
-    """"a – b ms" of two figures of a latency record (older records lack p10 / max: one figure)."""
-    a, b = stats.get(lo), stats.get(hi)
-    if a is None or b is None:
-        return _ms(a if a is not None else b)
-    return f"{_ms(a).removesuffix(' ms')} – {_ms(b)}"
-
-
-def _result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str, str]]:
-    """Table rows (label, ours, onnxruntime) for a benchmark result; without one (nothing could
-    run here), only the compile-time memory estimate."""
-    rows: list[tuple[str, str, str]] = []
-    if res is not None:
-        ort = res.ort_latency_ms or {}
-        lat = res.latency_ms
-        rows.append(("Latency median", _ms(lat.get("median")), _ms(ort.get("median")) if ort else "–"))
-        rows.append(("Latency p10 – p90", _range(lat, "p10", "p90"), _range(ort, "p10", "p90") if ort else "–"))
-        rows.append(("Latency min – max", _range(lat, "min", "max"), _range(ort, "min", "max") if ort else "–"))
-        rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
-        if res.ratio is not None:
-            rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
-    mem = res.memory if res is not None else (memory_estimate or {})
-    rows += [
-        ("Parameters", _mb(mem.get("params_bytes")), ""),
-        ("Activations, planned", _mb(mem.get("planned_bytes")), ""),
-        ("Activations, unplanned", _mb(mem.get("unplanned_bytes")), ""),
-    ]
-    if res is not None:
-        rows.append(("Peak RSS (this process)", _mb(mem.get("peak_rss_bytes")), ""))
-    return rows
-
-
-def _tuning_rows(tuning: dict | None) -> list[tuple[str, str, str]]:
-    """Table rows about tuning, from the manifest's record: what the tuning run did (its own
-    summary) and how many kernels of this compile run on schedules from the database."""
-    if not tuning:
-        return []
-    rows = []
-    if tuning.get("trials"):
-        rows.append(("Tuning", tuning.get("summary") or f"{tuning['trials']} trials per kernel", ""))
-    if tuning.get("kernels"):
-        rows.append(("Kernels on tuned schedules", f"{tuning.get('kernels_from_database', 0)} of {tuning['kernels']} (from the database)", ""))
-    if tuning.get("model_ab"):
-        from core.compiler.tuning_ab import describe_ab
-
-        rows.append(("Model-level A/B", describe_ab(tuning["model_ab"]).removeprefix("model-level A/B: "), ""))
-    return rows
-
 
 def create_panel(window) -> QDockWidget:
     dock = QDockWidget("Compile && Run", window)

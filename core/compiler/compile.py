@@ -38,6 +38,7 @@ from .reference import ATOL, RTOL, compare_outputs, random_feeds
 from .size_limit import check_size
 from .target import gpu_present
 from .verification import CompiledMismatchError, verify_artifact
+from .winograd_choice import WINOGRAD_SHARE
 
 __all__ = [
     "compile_model",
@@ -206,7 +207,7 @@ def compile_model(
     steps = pipe.steps()
     cut = next((i for i, s in enumerate(steps) if s.name == VM_LOWERING_START), len(steps))
     front, back = steps[:cut], steps[cut:]
-    tuning_step = tune_at = None
+    tuning_step = tune_at = choice_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
     if tune or tune_db is not None:
         runner = None
@@ -226,16 +227,20 @@ def compile_model(
                 return lambda: built.run_device(args)
         # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
         # in its own step before LegalizeOps, on a share of the budget (core.compiler.winograd_choice)
-        from .winograd_choice import WINOGRAD_SHARE, winograd_choice_pass
+        from .winograd_choice import winograd_choice_pass
 
-        choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
-        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build)
-        front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
         legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
+        choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
+        if choice_s is not None and legalize_at is not None:
+            choice_at = legalize_at  # the choice is tuned: its step gets its share of the bar
+        tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build,
+                                  start=_tuning_start(choice_at))
+        front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
         if legalize_at is not None:
             db = str(tune_db) if tune_db is not None else None
+            choice_progress = _choice_progress(report)
             front.insert(legalize_at, Step("Winograd choice", "graph", lambda: winograd_choice_pass(
-                tvm_target, db, choice_s, cancel, spent=tuning_step.spend, applied=tuning_step.winograd_choices)))
+                tvm_target, db, choice_s, cancel, progress=choice_progress, spent=tuning_step.spend, applied=tuning_step.winograd_choices)))
             tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
@@ -243,7 +248,7 @@ def compile_model(
     def before(i: int, step: Step) -> None:
         _check_cancel(cancel)
         if i < len(front):
-            report(step.name, _step_fraction(i, len(front), tune_at))
+            report(step.name, _step_fraction(i, len(front), tune_at, choice_at))
         elif i == len(front):
             report("code generation", 0.62)
 
@@ -376,8 +381,11 @@ def _target_json(t) -> dict:
 DEFAULT_TUNE_BUDGET_S = 600.0  # the issue's 10 minutes per model
 
 
-# compile's progress while tuning: the steps before it, the tuning itself, the steps after it
+# compile's progress while tuning: the steps before it, the tuning itself, the steps after it;
+# a tuned Winograd choice (before LegalizeOps) takes the first part of the tuning's share, as
+# it takes that share of the budget (winograd_choice.WINOGRAD_SHARE)
 _TUNE_START, _TUNE_END, _AFTER_TUNE_END = 0.05, 0.55, 0.60
+_CHOICE_END = _TUNE_START + WINOGRAD_SHARE * (_TUNE_END - _TUNE_START)
 
 
 def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
@@ -414,7 +422,7 @@ class _TuningStep:
     tuning database (counted, not taken from the report)."""
 
     def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None,
-                 runner=None, build=None):
+                 runner=None, build=None, start: float = _TUNE_START):
         self.summary: str | None = None
         self.model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning_ab)
         self.kernels = self.from_database = 0
@@ -423,7 +431,7 @@ class _TuningStep:
             frac = min(max(float(frac), 0.0), 1.0)
             if frac >= 1.0 and msg:
                 self.summary = msg
-            report(f"tuning: {msg}" if msg else "tuning", _TUNE_START + (_TUNE_END - _TUNE_START) * frac)
+            report(f"tuning: {msg}" if msg else "tuning", start + (_TUNE_END - start) * frac)
 
         try:
             from .tuning_ab import tuning_pass
@@ -461,14 +469,30 @@ def _scheduled_kernels(mod) -> tuple[int, int]:
     return scheduled, total
 
 
-def _step_fraction(i: int, n: int, tune_at: int | None) -> float:
+def _step_fraction(i: int, n: int, tune_at: int | None, choice_at: int | None = None) -> float:
     """Progress fraction at the start of compile step i of n. Without tuning the steps share
     5-60 %; with it the tuning step (at tune_at) owns 5-55 %, the steps before it 2-5 % and those
-    after it 55-60 %, so the bar never runs backwards."""
+    after it 55-60 %, so the bar never runs backwards. A tuned Winograd choice (at choice_at)
+    owns 5-15 % of that (_choice_progress), the steps between it and the tuning stay at 15 %."""
     if tune_at is None:
         return 0.05 + 0.55 * i / max(n, 1)
-    if i < tune_at:
-        return 0.02 + (_TUNE_START - 0.02) * i / max(tune_at, 1)
-    if i == tune_at:
+    first = tune_at if choice_at is None else choice_at
+    if i < first:
+        return 0.02 + (_TUNE_START - 0.02) * i / max(first, 1)
+    if i == first:
         return _TUNE_START
+    if i < tune_at:
+        return _CHOICE_END
+    if i == tune_at:
+        return _tuning_start(choice_at)
     return _TUNE_END + (_AFTER_TUNE_END - _TUNE_END) * (i - tune_at - 1) / max(n - tune_at - 1, 1)
+
+
+def _tuning_start(choice_at: int | None) -> float:
+    return _TUNE_START if choice_at is None else _CHOICE_END
+
+
+def _choice_progress(report: Progress):
+    """The Winograd choice's progress(fraction, message) as compile's: "Winograd choice: conv 2
+    of 5: <conv>" over 5-15 %."""
+    return lambda frac, msg: report(f"Winograd choice: {msg}", _TUNE_START + (_CHOICE_END - _TUNE_START) * min(max(frac, 0.0), 1.0))

@@ -4,12 +4,13 @@ that gives each kernel its fastest measured schedule.
 A folder per target (`<root>/<target key>/`) holds MetaSchedule's JSONDatabase (searched
 schedules keyed by the kernel's structure), `templates.json` (the best template config per
 workload, with the default schedule's time) and `progress.json` (trials spent and the default's
-time per workload). core.compiler.tuning fills it; compile applies it (`apply_database_pass`),
-so a kernel tuned once is fast in every later compile of any model that has it.
+time per workload), `model_ab.json` (per model, which records its model-level A/B kept) and
+`winograd.json` (core.compiler.winograd_choice). core.compiler.tuning fills it; compile applies
+it (`apply_database_pass`), so a kernel tuned once is fast in every later compile of any model
+that has it. How the record files are read and written, corrupt or not: core.compiler.tuning_files.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -17,6 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import WorkbenchError
+from .tuning_files import (
+    MODEL_AB_FILE,
+    PROGRESS_FILE,
+    SEARCH_CONFIRMED,
+    SEARCH_FILES,
+    TEMPLATES_FILE,
+    RecordFile,
+    check_json_lines,
+    load_records,
+    save_records,
+)
 
 __all__ = [
     "PROGRESS_FILE",
@@ -47,16 +59,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-PROGRESS_FILE = "progress.json"
-TEMPLATES_FILE = "templates.json"
-# progress.json, per workload: which MetaSchedule record won (or none did) when the fastest
-# records were measured again beside the default at the model's thread count (core.compiler.tuning)
-SEARCH_CONFIRMED = "search_confirmed"
-# per model (model_key): the outcome of core.compiler.tuning_ab's model-level A/B, i.e. which of
-# the records the database has for the model's kernels a compile of that model applies
-MODEL_AB_FILE = "model_ab.json"
-
-
 def default_database_root() -> Path:
     """Where tuning records live unless a folder is given: shared by all models and runs."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -83,7 +85,9 @@ def database_dir(root, target) -> Path:
 
 
 def open_database(root, target):
-    """The JSON tuning database for `target` under `root` (created when missing)."""
+    """The JSON tuning database for `target` under `root` (created when missing). A MetaSchedule
+    file that is not one JSON array a line is refused in one sentence naming it (TVM's own reader
+    fails with "Cannot tokenize" or a type error that names neither file nor line)."""
     from tvm.s_tir import meta_schedule as ms
 
     folder = database_dir(root, target)
@@ -91,99 +95,30 @@ def open_database(root, target):
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise WorkbenchError(f"cannot use tuning database folder '{folder}': {exc.strerror}.") from exc
-    return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
-
-
-_NUMBER = (int, float)
-_MAYBE_NUMBER = (int, float, type(None))
-# The fields of a record that the workbench reads, and their types: a record file edited by hand
-# or written by another program must not crash a compile (a string where a time belongs).
-# (required fields, {field: allowed types} for those present)
-_RECORD_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, tuple]]] = {
-    PROGRESS_FILE: ((), {"trials": (int,), "default_ms": _MAYBE_NUMBER, SEARCH_CONFIRMED: (dict, type(None)), "name": (str,)}),
-    TEMPLATES_FILE: (("ms", "config"), {"ms": _MAYBE_NUMBER, "default_ms": _MAYBE_NUMBER, "rule": (str,), "complete": (bool,),
-                                        "measured": (list,), "space": (int,), "confirmed": (dict, type(None))}),
-    MODEL_AB_FILE: (("records", "candidates", "untuned_ms", "tuned_ms", "untuned_p10_ms", "tuned_p10_ms"),
-                    {"records": (list,), "candidates": (dict,), "untuned_ms": _NUMBER, "tuned_ms": _NUMBER,
-                     "untuned_p10_ms": _NUMBER, "tuned_p10_ms": _NUMBER, "trials": (list,)}),
-}
-_warned: set[tuple] = set()
-
-
-def _warn_once(path: Path, message: str) -> None:
-    """Log `message` once per version of the file (a compile reads a record file several times)."""
+    for name in SEARCH_FILES:
+        check_json_lines(folder / name)
     try:
-        stat = path.stat()
-        version = (str(path), stat.st_mtime_ns, stat.st_size, message)
-    except OSError:
-        version = (str(path), message)
-    if version not in _warned:
-        _warned.add(version)
-        logger.warning("%s", message)
+        return ms.database.JSONDatabase(work_dir=str(folder), module_equality="structural")
+    except Exception as exc:  # noqa: BLE001 - TVM's reader: any failure is a file it cannot use
+        raise WorkbenchError(f"The tuning database files {', '.join(SEARCH_FILES)} in {folder} cannot be read by "
+                             f"MetaSchedule ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): "
+                             "move them away to tune that target afresh.") from exc
 
 
-def _bad_record(name: str, record: object) -> str | None:
-    """Why `record` (one entry of the record file `name`) cannot be used, or None when it can."""
-    if not isinstance(record, dict):
-        return f"an entry is {type(record).__name__}, not an object"
-    required, types = _RECORD_FIELDS.get(name, ((), {}))
-    for key in required:
-        if key not in record:
-            return f"an entry has no '{key}'"
-    for key, allowed in types.items():
-        if key in record and not isinstance(record[key], allowed):
-            return f"'{key}' of an entry is {type(record[key]).__name__}"
-    return None
-
-
-def _load_json(folder: Path, name: str) -> dict[str, dict]:
-    """A record file of the database folder: {key: record}. {} when missing; a file that is not
-    JSON, or not an object of records, counts as corrupt and a record of the wrong shape (a
-    string where a time belongs) as missing: one warning naming the file, and what it held is
-    not applied."""
-    path = folder / name
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    try:
-        records = json.loads(text)
-    except ValueError:
-        _warn_once(path, f"The tuning database file {path} is not valid JSON: its records are ignored (tuning rewrites it).")
-        return {}
-    if not isinstance(records, dict):
-        _warn_once(path, f"The tuning database file {path} holds a JSON {type(records).__name__}, not an object of records: "
-                         "its records are ignored (tuning rewrites it).")
-        return {}
-    bad = {key: why for key, record in records.items() if (why := _bad_record(name, record)) is not None}
-    if bad:
-        key, why = next(iter(bad.items()))
-        _warn_once(path, f"The tuning database file {path} has {len(bad)} malformed record(s) (first: '{key}': {why}): "
-                         "they are ignored.")
-    return {key: record for key, record in records.items() if key not in bad}
-
-
-def _save_json(folder: Path, name: str, records: dict[str, dict]) -> None:
-    """Write a record file whole, through a temporary file (a crash never leaves half of one)."""
-    tmp = folder / (name + ".tmp")
-    tmp.write_text(json.dumps(records, indent=1, sort_keys=True))
-    tmp.replace(folder / name)
-
-
-def _load_progress(folder: Path) -> dict[str, dict]:
-    return _load_json(folder, PROGRESS_FILE)
+def _load_progress(folder: Path) -> RecordFile:
+    return load_records(folder, PROGRESS_FILE)
 
 
 def _save_progress(folder: Path, progress: dict[str, dict]) -> None:
-    _save_json(folder, PROGRESS_FILE, progress)
+    save_records(folder, PROGRESS_FILE, progress)
 
 
-def _load_templates(folder: Path) -> dict[str, dict]:
-    return _load_json(folder, TEMPLATES_FILE)
+def _load_templates(folder: Path) -> RecordFile:
+    return load_records(folder, TEMPLATES_FILE)
 
 
 def _save_templates(folder: Path, templates: dict[str, dict]) -> None:
-    _save_json(folder, TEMPLATES_FILE, templates)
+    save_records(folder, TEMPLATES_FILE, templates)
 
 
 def _template_rules() -> list:
@@ -320,26 +255,31 @@ def model_key(mod) -> str:
     return hashlib.sha1("\n".join(keys).encode()).hexdigest()[:16]
 
 
-def load_model_ab(root, target) -> dict[str, dict]:
+def load_model_ab(root, target) -> RecordFile:
     """model_ab.json of the database folder for `target`: model key -> A/B outcome ({} when none)."""
-    return _load_json(database_dir(root, target), MODEL_AB_FILE)
+    return load_records(database_dir(root, target), MODEL_AB_FILE)
 
 
 def save_model_ab(root, target, key: str, outcome: dict) -> None:
     """File the A/B outcome of the model `key` (replacing an earlier one)."""
     folder = database_dir(root, target)
     folder.mkdir(parents=True, exist_ok=True)
-    outcomes = _load_json(folder, MODEL_AB_FILE)
+    outcomes = load_records(folder, MODEL_AB_FILE)
     outcomes[key] = outcome
-    _save_json(folder, MODEL_AB_FILE, outcomes)
+    save_records(folder, MODEL_AB_FILE, outcomes)
 
 
-def _dropped_by_ab(folder: Path, mod) -> set[str]:
+def _dropped_by_ab(folder: Path, mod) -> set[str] | None:
     """Workload keys the model's A/B tried and did not keep: `candidates` less `records`. A record
     the A/B never saw (a kernel tuned or filed by hand since, or a model it never measured) is
-    not in it, so it applies as it did before A/Bs existed."""
-    outcomes = _load_json(folder, MODEL_AB_FILE)
-    outcome = outcomes.get(model_key(mod)) if outcomes else None
+    not in it, so it applies as it did before A/Bs existed. None (drop every record) where
+    model_ab.json cannot tell: it is corrupt, or the model's outcome is malformed (load_records
+    warns): applying all would undo the A/B's point, none is the untuned build it measured against."""
+    outcomes = load_records(folder, MODEL_AB_FILE)
+    key = model_key(mod)
+    if not outcomes.knows(key):
+        return None
+    outcome = outcomes.get(key)
     if not outcome:
         return set()
     return set(outcome.get("candidates", {})) - set(outcome.get("records", []))
@@ -415,7 +355,8 @@ def apply_database_pass(target, database=None, only=None):
             return _database_schedules(mod, target, database, set(only), set())[0]
         if not (folder / "database_workload.json").exists() and not (folder / TEMPLATES_FILE).exists():
             return mod
-        return _database_schedules(mod, target, database, None, _dropped_by_ab(folder, mod))[0]
+        dropped = _dropped_by_ab(folder, mod)
+        return mod if dropped is None else _database_schedules(mod, target, database, None, dropped)[0]
 
     return _pass
 
@@ -441,7 +382,7 @@ def _choose(options: list[tuple[str, float | None]]) -> str | None:
     return min(known, key=lambda x: x[1])[0]
 
 
-def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict) -> list[tuple[str, float | None]]:
+def _schedule_options(key: str, task_mod, template: dict | None, db, saved: RecordFile) -> list[tuple[str, float | None]]:
     """[(kind, ms)] of one kernel's measured schedules: default first, then the best template
     config and the MetaSchedule database's record (searched and confirmed, or made by hand:
     `search_option`)."""
@@ -451,7 +392,8 @@ def _schedule_options(key: str, task_mod, template: dict | None, db, saved: dict
     options: list[tuple[str, float | None]] = [("default", default_ms)]
     if template is not None:
         options.append(("template", template["ms"]))
-    found = search_option(db, task_mod, saved.get(key, {}))
+    # where progress.json cannot tell whether a record was confirmed, or what the default takes, none applies
+    found = search_option(db, task_mod, saved.get(key, {})) if saved.knows(key) else None
     if found is not None:
         options.append(("search", found[1]))
     return options
@@ -532,12 +474,13 @@ def record_schedule(func, target, trace, ms: float, database=None, default_ms: f
             trace, workload, run_secs=[float(ms) / 1e3], target=target, args_info=ms_.arg_info.ArgInfo.from_prim_func(task_mod["main"])
         )
     )
-    if default_ms is not None:
-        saved = _load_progress(folder)
-        entry = saved.setdefault(kernel_workload(func), {})
-        if entry.get("default_ms") is None:
-            entry["default_ms"] = float(default_ms)
-            _save_progress(folder, saved)
+    # an entry even without a default's figure: where progress.json was corrupt (RecordFile.knows),
+    # a kernel with none gets no MetaSchedule record, and this one was filed to be applied
+    saved = _load_progress(folder)
+    entry = saved.setdefault(kernel_workload(func), {})
+    if default_ms is not None and entry.get("default_ms") is None:
+        entry["default_ms"] = float(default_ms)
+    _save_progress(folder, saved)
     return str(folder)
 
 

@@ -114,10 +114,11 @@ def rule_choice(call) -> str:
 def load_choices(database, target) -> dict[str, str]:
     """{conv_key: choice} of the database folder for `target` ({} when none); records that are
     not an object with a known "choice" are left out with one warning naming the file."""
-    from .tuning_db import _load_json, database_dir
+    from .tuning_db import database_dir
+    from .tuning_files import load_records
 
     folder = database_dir(database, target)
-    records = _load_json(folder, WINOGRAD_FILE)
+    records = load_records(folder, WINOGRAD_FILE)
     good = {k: r["choice"] for k, r in records.items() if r.get("choice") in CHOICES}
     bad = [k for k in records if k not in good]
     if bad:
@@ -195,9 +196,10 @@ def _variant(call, choice: str, target):
     return func.with_attr("global_symbol", "main")
 
 
-def _tune_one(call, target, builder, runner, confirm_runner) -> dict | None:
+def _tune_one(call, target, builder, runner, confirm_runner, cancel=None) -> dict | None:
     """Measure the legal ways of one conv (module docstring); the record, or None when the
-    rule's own pick did not build or run."""
+    rule's own pick did not build or run, or `cancel()` turned True before the confirmation (as
+    tuning stops after the measuring round in progress; a conv half measured files nothing)."""
     from tvm import s_tir
 
     from .schedules import default_schedule
@@ -219,6 +221,8 @@ def _tune_one(call, target, builder, runner, confirm_runner) -> dict | None:
     faster = sorted((n for n in names if n != default and secs[n] is not None and secs[n] < secs[default] * (1 - CONFIRM_MARGIN)),
                     key=lambda n: secs[n])
     record = {"choice": default, "rule": default, "ms": ms, "confirmed": None}
+    if faster and cancel is not None and cancel():
+        return None
     if faster:
         winner, at_threads = confirm_at_threads(schedules[default], [schedules[n] for n in faster], target, builder, confirm_runner)
         record["confirmed"] = {n: None if s is None else round(s * 1e3, 6) for n, s in zip([default, *faster], at_threads)}
@@ -246,14 +250,16 @@ def _convs(mod) -> dict:
 def tune_choices(mod, target, database, *, deadline: float, builder=None, runner=None, confirm_runner=None,
                  cancel=None, progress=None) -> dict[str, dict]:
     """Tune the choice of every conv of `mod` (before LegalizeOps) that has none in the database
-    yet, biggest first, until `deadline` (time.monotonic) or `cancel()`; the records are saved
-    as they come. Returns the records made now."""
-    from .tuning_db import _load_json, _save_json, database_dir
+    yet, biggest first, until `deadline` (time.monotonic) or `cancel()` (checked before each conv
+    and before its confirmation); the records are saved as they come. `progress(fraction,
+    "conv 2 of 5: <conv_key>")` hears each conv as it starts. Returns the records made now."""
+    from .tuning_db import database_dir
+    from .tuning_files import load_records, save_records
     from .tuning_runners import local_builder, local_runner
 
     folder = database_dir(database, target)
     folder.mkdir(parents=True, exist_ok=True)
-    records = _load_json(folder, WINOGRAD_FILE)
+    records = load_records(folder, WINOGRAD_FILE)
     todo = _pending(mod, target, database)
     made: dict[str, dict] = {}
     spent = []
@@ -261,7 +267,7 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
         if (cancel is not None and cancel()) or time.monotonic() + (max(spent) if spent else FIRST_CONV_S) > deadline:
             break
         if progress is not None:
-            progress(index / len(todo), f"Winograd choice: {key}")
+            progress(index / len(todo), f"conv {index + 1} of {len(todo)}: {key}")
         started = time.monotonic()
         if builder is None:
             from .target import host_cores
@@ -269,11 +275,11 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
             cores = target.attrs.get("num-cores") if target.attrs is not None else None
             builder, runner = local_builder(), runner or local_runner()
             confirm_runner = confirm_runner or local_runner(threads=int(cores) if cores else host_cores())
-        record = _tune_one(call, target, builder, runner, confirm_runner or runner)
+        record = _tune_one(call, target, builder, runner, confirm_runner or runner, cancel)
         spent.append(time.monotonic() - started)
         if record is not None:
             records[key] = made[key] = record
-            _save_json(folder, WINOGRAD_FILE, records)
+            save_records(folder, WINOGRAD_FILE, records)
             logger.info("Winograd choice for %s: %s (rule: %s; one-thread ms %s)", key, record["choice"], record["rule"], record["ms"])
     return made
 

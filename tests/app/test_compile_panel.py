@@ -275,7 +275,7 @@ def test_heat_comes_back_with_the_model_after_a_stage_was_shown(window, qtbot):
 def test_a_wide_spread_is_shown_with_the_median(window):
     from types import SimpleNamespace
 
-    from app.panels.compile import _result_rows
+    from app.panels.compile_results import result_rows
     from core.compiler.bench import latency_stats
 
     panel = _panel(window)
@@ -283,7 +283,7 @@ def test_a_wide_spread_is_shown_with_the_median(window):
         latency_ms=latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0]),
         ort_latency_ms=latency_stats([1.0, 1.01, 0.99, 1.0]), ratio=11.6, memory={}, kernels=[],
     )
-    panel._fill_table(_result_rows(res))
+    panel._fill_table(result_rows(res))
     panel._warn_spread(res)
     rows = {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}
     assert panel.table.item(rows["Latency p10 – p90"], 1).text() == "0.597 – 14.600 ms"

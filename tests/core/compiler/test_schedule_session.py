@@ -199,6 +199,23 @@ def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     assert 'T.sblock("matmul_init")' in text and "i1_0" in text and "T.parallel(T.int64(128))" in text
 
 
+def test_a_trace_filed_after_progress_json_was_corrupt_still_applies(tmp_path):
+    """A corrupt progress.json set aside (tuning_files) means "a kernel without an entry gets no
+    MetaSchedule record"; a schedule filed by hand gets an entry, so it applies."""
+    from core.compiler.target import make_target
+    from core.compiler.tuning import database_choice, database_dir, record_schedule
+    from core.compiler.tuning_db import PROGRESS_FILE
+
+    s = open_session(MM_RELU, KERNEL)
+    s.apply_all(COURSE)
+    target = make_target("cpu")
+    folder = database_dir(tmp_path, target)
+    folder.mkdir(parents=True)
+    (folder / (PROGRESS_FILE + ".corrupt")).write_text("{not json")
+    record_schedule(s.base, target, s.trace(), 0.01, tmp_path)
+    assert database_choice(s.base, target, tmp_path)[0] == "search"
+
+
 @pytest.mark.isa
 @pytest.mark.slow
 def test_use_in_compile_reports_the_schedule_compile_will_pick(tmp_path):

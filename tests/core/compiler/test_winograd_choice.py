@@ -155,6 +155,30 @@ def test_tuning_takes_a_variant_only_where_it_wins_again_at_the_models_threads(t
     assert again == {}
 
 
+def test_tuning_says_which_conv_of_how_many_and_a_cancel_before_the_confirmation_files_nothing(tmp_path):
+    """Like the other tuning steps, the choice reports each conv as it starts (the Tune box shows
+    it) and stops after the measuring round in progress: a conv whose one-thread round ran but
+    whose confirmation did not files no record (it is redone next time), and no conv starts after."""
+    from core.compiler.tuning_db import database_dir
+    from core.compiler.winograd_choice import WINOGRAD_FILE, tune_choices
+
+    target = _target("znver4", None)
+    mod = _before_legalize(_conv(7), target)
+    key, _call = _only_conv(mod)
+    heard, asked = [], []
+
+    def cancel():
+        asked.append(len(heard))
+        return bool(heard)  # cancelled once the first conv has started
+
+    made = tune_choices(mod, target, str(tmp_path), deadline=float("inf"), builder=_Builder(),
+                        runner=_Runner(lambda position: [1e-3, 0.5e-3, 2e-3][position]),
+                        confirm_runner=_Runner(lambda position: pytest.fail("confirmed after cancel")), cancel=cancel,
+                        progress=lambda fraction, message: heard.append((fraction, message)))
+    assert heard == [(0.0, f"conv 1 of 1: {key}")] and asked == [0, 1]
+    assert made == {} and not (database_dir(str(tmp_path), target) / WINOGRAD_FILE).exists()
+
+
 @pytest.mark.parametrize("mcpu,mattr", TARGETS)
 def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     """The template search's space for a Winograd kernel: the default tile first, GEMM tiles that
