@@ -4,8 +4,8 @@ A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction lev
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
-FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention) and
-ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention),
+ConvertLayoutNCHWc (core.compiler.layout_nchwc) and FuseLRN (core.compiler.lrn), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
 the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
@@ -286,6 +286,12 @@ def _convert_layout(target):
     return tvm.transform.Sequential([convert_layout_pass(target), fold_weights_pass(target)], name="ConvertLayoutNCHWc")
 
 
+def _fuse_lrn(target):
+    from .lrn import fuse_lrn_pass
+
+    return fuse_lrn_pass(target)
+
+
 def _schedule(target):
     from .schedules import schedule_pass
 
@@ -345,6 +351,9 @@ for _info in [
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
              "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
              "converted once at the entry and exit of each blocked region (core.compiler.layout_nchwc)."),
+    PassInfo("FuseLRN", "graph", _fuse_lrn,
+             "a local response normalization (LRN: seven ops, two layout copies, a libm pow per element) becomes one "
+             "kernel in the model's own layout, reading its input once (CPU; core.compiler.lrn)."),
     PassInfo("FoldConstant", "graph", _relax("FoldConstant"),
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
     PassInfo("LibraryDispatch", "graph", _dispatch,
@@ -386,6 +395,7 @@ _DEFAULT = [
     "FoldLinearReshape",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
+    "FuseLRN",
     "FoldConstant",
     "LibraryDispatch",
     "LegalizeOps",
@@ -414,6 +424,7 @@ def default_pipeline(target) -> list[PassSpec]:
     if _is_gpu(target):
         names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
         names.remove("PadAttentionKeys")  # padded to the CPU's vector width
+        names.remove("FuseLRN")  # its kernel is scheduled by a CPU rule (schedules.cpu_lrn)
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 
