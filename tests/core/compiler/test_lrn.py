@@ -97,6 +97,43 @@ def test_lrn_kernel_is_vectorized_and_reads_whole_blocks():
     assert f"sblock_alloc_buffer((1, 13, 11, {96 + 2 * block}))" in text
 
 
+
+def _lrn_numpy(x, size, alpha, bias, beta):
+    """ONNX's LRN of an NCHW array, as its reference implementation writes it."""
+    squares = np.zeros_like(x)
+    channels = x.shape[1]
+    for c in range(channels):
+        lo, hi = max(0, c - (size - 1) // 2), min(channels - 1, c + size // 2)
+        squares[:, c] = (x[:, lo:hi + 1] ** 2).sum(axis=1)
+    return x / (bias + alpha / size * squares) ** beta
+
+
+@pytest.mark.isa
+def test_parallel_rows_match_numpy():
+    """A map large enough to split its rows over two threads (each with its own squares row)."""
+    import tvm
+    from tvm import te
+
+    from core.compiler.lrn import lrn_nchwc
+    from core.compiler.schedules import schedule_cpu_func
+    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import make_target, runtime_threads
+
+    target = make_target("cpu")
+    block = vector_lanes(target)
+    shape = (1, 96 // block, 27, 27, block)
+    x = te.placeholder(shape, "float32", name="x")
+    scheduled, _ = schedule_cpu_func(te.create_prim_func([x, lrn_nchwc(x, 5, 1e-4 / 5, 1.0, 0.75)]), target)
+    assert "T.parallel" in scheduled.script()
+    kernel = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+    data = (4 * np.random.default_rng(2).standard_normal(shape)).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros(shape, np.float32))
+    with runtime_threads(2):
+        kernel(tvm.runtime.tensor(data), out)
+    plain = data.transpose(0, 1, 4, 2, 3).reshape(1, 96, 27, 27)
+    ref = _lrn_numpy(plain.astype(np.float64), 5, 1e-4, 1.0, 0.75)
+    np.testing.assert_allclose(out.numpy().transpose(0, 1, 4, 2, 3).reshape(1, 96, 27, 27), ref, rtol=2e-6, atol=1e-6)
+
 def test_lrn_in_the_lowering_steps():
     """FuseLRN is a step of its own in the CPU pipeline (after the layout pass), not on GPUs."""
     from core.compiler.pipeline import PASSES, default_pipeline
