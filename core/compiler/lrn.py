@@ -51,6 +51,8 @@ __all__ = ["fuse_lrn", "fuse_lrn_pass", "lrn_nchw", "lrn_nchwc"]
 
 logger = logging.getLogger(__name__)
 
+OPAQUE_PATTERN = 8  # relax's OpPatternKind kOpaque
+
 
 def _patterns():
     from tvm.relax.dpl import is_op, wildcard
@@ -126,8 +128,11 @@ def _lrn_call(bb, x, matches, parts):
         return None
     else:
         compute, name = lrn_nchw, "lrn_nchw"
-    # the importer's pool divides by the window size (count_include_pad): alpha / size a square
-    return bb.call_te(compute, x, size, alpha / size, bias, beta, primfunc_name_hint=name)
+    # the importer's pool divides by the window size (count_include_pad): alpha / size a square.
+    # Opaque to FuseOps (AnnotateTIROpPattern would call it a broadcast, and a conv's fused
+    # epilogue could take it in): it stays the one kernel schedules.cpu_lrn knows.
+    return bb.call_te(compute, x, size, alpha / size, bias, beta, primfunc_name_hint=name,
+                      primfunc_attrs={"op_pattern": OPAQUE_PATTERN})
 
 
 def _inverse_power(d, beta: float):
