@@ -11,8 +11,9 @@ time, this project's AMD EPYC host (LLVM znver5, AVX-512), load 2.5: 6.05 ms at 
 
 The extra column is cut off after the conv's elementwise tail (bias, batch-norm scale, ReLU:
 what FuseOps folds into the conv's write-back) by a copy kernel of its own, `cut_columns`, opaque
-to FuseOps: a strided_slice fused into the conv's write-back came out wrong (the conv rule's
-epilogue inlining writes the tile's full width). The copy is 0.20 ms for zfnet512's 109 x 109 x 96
+to FuseOps: a strided_slice fused into the conv's kernel is inlined into its write-back
+(cpu_common.inline_epilogue), which then stores all 18 columns of a 17-wide result, the last
+into the next row (and past the buffer at the last row). The copy is 0.20 ms for zfnet512's 109 x 109 x 96
 (0.25 ms as AVX2 code), so only convs that gain far more are widened:
 
 1. relax.nn.conv2d in NCHW{b}c / OIHW{i}i{b}o (after ConvertLayoutNCHWc), groups 1, static shapes;
