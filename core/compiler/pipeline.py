@@ -4,8 +4,9 @@ A pipeline is a list of `PassSpec`s: a registered pass name, the abstraction lev
 an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipeline for CPU/CUDA
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
-FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention) and
-ConvertLayoutNCHWc (core.compiler.layout_nchwc), TVM's FoldConstant)
+FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention),
+ConvertLayoutNCHWc (core.compiler.layout_nchwc), FuseLRN (core.compiler.lrn) and WidenConvRows
+(core.compiler.conv_width), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
 the channel-blocked conv2d relax's own legalization refuses (`layout_nchwc.legalize_conv2d`).
 
@@ -253,28 +254,15 @@ def _relax(name: str, **kwargs):
     return factory
 
 
-def _fold_conv_scale(target):
-    from .fold_conv_scale import fold_conv_scale_pass
+def _own(module: str, factory: str):
+    """The factory of one of the workbench's own passes: `factory(target)` of core.compiler.`module`,
+    imported when the pass is made (so that listing the pipeline imports no pass module)."""
+    def make(target):
+        import importlib
 
-    return fold_conv_scale_pass(target)
+        return getattr(importlib.import_module(f"{__package__}.{module}"), factory)(target)
 
-
-def _fuse_layer_norm(target):
-    from .fuse_layer_norm import fuse_layer_norm_pass
-
-    return fuse_layer_norm_pass(target)
-
-
-def _pad_attention_keys(target):
-    from .pad_attention import pad_attention_keys_pass
-
-    return pad_attention_keys_pass(target)
-
-
-def _fold_linear_reshape(target):
-    from .fold_linear_reshape import fold_linear_reshape_pass
-
-    return fold_linear_reshape_pass(target)
+    return make
 
 
 def _convert_layout(target):
@@ -331,20 +319,26 @@ for _info in [
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("FoldWeights", "graph", fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
-    PassInfo("FuseLayerNorm", "graph", _fuse_layer_norm,
+    PassInfo("FuseLayerNorm", "graph", _own("fuse_layer_norm", "fuse_layer_norm_pass"),
              "a layer norm written out op by op (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) "
              "becomes one layer_norm: one row kernel instead of three (core.compiler.fuse_layer_norm)."),
-    PassInfo("PadAttentionKeys", "graph", _pad_attention_keys,
+    PassInfo("PadAttentionKeys", "graph", _own("pad_attention", "pad_attention_keys_pass"),
              "attention over a key count no vector width divides (a ViT's 197) runs over keys padded to whole "
              "vectors, the padding masked out of the softmax with -inf (CPU; core.compiler.pad_attention)."),
-    PassInfo("FoldLinearReshape", "graph", _fold_linear_reshape,
+    PassInfo("FoldLinearReshape", "graph", _own("fold_linear_reshape", "fold_linear_reshape_pass"),
              "Reshape -> Gemm -> Reshape around a linear layer (GPT-2's Conv1D) becomes one matmul on the 3-D "
              "activation, so what follows (GELU, residual add) fuses into it (core.compiler.fold_linear_reshape)."),
-    PassInfo("FoldScaleIntoConv", "graph", _fold_conv_scale,
+    PassInfo("FoldScaleIntoConv", "graph", _own("fold_conv_scale", "fold_conv_scale_pass"),
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
              "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
              "converted once at the entry and exit of each blocked region (core.compiler.layout_nchwc)."),
+    PassInfo("FuseLRN", "graph", _own("lrn", "fuse_lrn_pass"),
+             "a local response normalization (LRN: seven ops, two layout copies, a libm pow per element) becomes one "
+             "kernel in the model's own layout, reading its input once (CPU; core.compiler.lrn)."),
+    PassInfo("WidenConvRows", "graph", _own("conv_width", "widen_conv_rows_pass"),
+             "a channel-blocked conv whose output rows have no register tile (a prime width: zfnet512's 109) "
+             "computes one more column, cut off after its bias and ReLU (CPU; core.compiler.conv_width)."),
     PassInfo("FoldConstant", "graph", _relax("FoldConstant"),
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
     PassInfo("LibraryDispatch", "graph", _dispatch,
@@ -386,6 +380,8 @@ _DEFAULT = [
     "FoldLinearReshape",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
+    "FuseLRN",
+    "WidenConvRows",
     "FoldConstant",
     "LibraryDispatch",
     "LegalizeOps",
@@ -414,6 +410,8 @@ def default_pipeline(target) -> list[PassSpec]:
     if _is_gpu(target):
         names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
         names.remove("PadAttentionKeys")  # padded to the CPU's vector width
+        names.remove("FuseLRN")  # its kernel is scheduled by a CPU rule (schedules.cpu_lrn)
+        names.remove("WidenConvRows")  # for the CPU's channel-blocked conv tiles
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 

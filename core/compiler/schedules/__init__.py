@@ -20,6 +20,8 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_pool_nchwc.PoolNCHWc` - max / average pooling windows in NCHW{b}c: register tiles of columns;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
+* `cpu_lrn.LRN`           - local response normalization (core.compiler.lrn): a row's squares,
+                            then vectors of channels summing their window;
 * `cpu_copy.DataMovement` - reshape / transpose copies (channel shuffle, attention heads and
                             keys): indices simplified, planes copied by vectors, transposes tiled;
 * `cpu_generic.Generic`   - everything else: pooling, reductions, softmax, elementwise, layout
@@ -51,13 +53,14 @@ def cpu_rules() -> list:
     from .cpu_depthwise import DepthwiseConv2dNCHW, Pool2dNCHW
     from .cpu_depthwise_nchwc import DepthwiseConv2dNCHWc, GlobalPoolNCHWc
     from .cpu_generic import Generic
+    from .cpu_lrn import LRN
     from .cpu_matmul import Matmul
     from .cpu_pool_nchwc import PoolNCHWc
     from .cpu_rows import RowReduction
     from .cpu_winograd import Conv2dWinogradNCHWc
 
     return [DepthwiseConv2dNCHW(), DepthwiseConv2dNCHWc(), Conv2dWinogradNCHWc(), Conv2dNCHWc(), Conv2dNCHW(), Matmul(), Pool2dNCHW(), GlobalPoolNCHWc(), PoolNCHWc(),
-            RowReduction(), DataMovement(), Generic()]
+            RowReduction(), LRN(), DataMovement(), Generic()]
 
 
 def schedule_cpu_func(func, target, rules=None):
