@@ -165,6 +165,25 @@ def test_layer_norm_op_and_decomposed_match_onnxruntime(width, target):
     assert sum(rule == "cpu.RowReduction" for rule in used.values()) >= 2, used  # mean and variance kernels
 
 
+@pytest.mark.isa
+@pytest.mark.slow
+def test_layer_norm_over_parallel_rows_matches_onnxruntime(target):
+    """A ViT's 197 x 192 layer norm (148 KB: its rows run in parallel, cpu_rows.ROWS_PARALLEL_MIN_BYTES)."""
+    import tvm
+
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(192)).astype(np.float32), "g"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(192)).astype(np.float32), "b")]
+    model = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+                   [_vi("x", [1, 197, 192])], [_vi("y", [1, 197, 192])], inits)
+    x = (rng.standard_normal((1, 197, 192)) * 3 + 1).astype(np.float32)
+    scheduled, ours = _compile_and_run(_fused(model), {"x": x}, target)
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    (text,) = [f.script() for _, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert "T.parallel(T.int64(197))" in text
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("width", [37, 24, 64])
 def test_softmax_with_8_lane_vectors_matches_onnxruntime(width):

@@ -50,3 +50,41 @@ def test_transformer_matmuls_split_evenly_over_two_threads(name, mcpu):
         for n in found:
             # the thread with ceil(n / 2) iterations against a perfect half: within 1 %
             assert -(-n // 2) <= n / 2 * 1.01, f"{kernel}: a parallel loop of {n} iterations ({mcpu})"
+
+
+def _residual_layer_norm(tokens: int, hidden: int):
+    """x @ W + x -> LayerNormalization: a transformer's output projection and the norm after it."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((hidden, hidden)) / 16).astype(np.float32), "w"),
+             numpy_helper.from_array(np.ones(hidden, np.float32), "g"), numpy_helper.from_array(np.zeros(hidden, np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "x"], ["r"]),
+             helper.make_node("LayerNormalization", ["r", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
+    shape = [1, tokens, hidden]
+    graph = helper.make_graph(nodes, "residual_norm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(("mcpu", "lanes", "registers"), [("znver4", 16, 32), ("znver3", 8, 16)])
+def test_layer_norm_rows_split_as_the_matmul_before_it_wrote_them(mcpu, lanes, registers):
+    """From 128 KiB (cpu_rows.ROWS_PARALLEL_MIN_BYTES) a layer norm's rows run in parallel, and the
+    rows thread 0 normalizes are, within one register tile, the rows thread 0 of the matmul before
+    it wrote (ViT's 197 tokens: 99 of them); a GPT-2-sized one (64 x 256, 64 KiB) stays on one thread."""
+    from core.compiler.schedules.cpu_matmul import choose_matmul_tile
+
+    extents = _parallel_extents(_residual_layer_norm(197, 192), mcpu)
+    (norm,) = [found for kernel, found in extents.items() if "layer_norm" in kernel]
+    (matmul,) = [found for kernel, found in extents.items() if "matmul" in kernel]
+    assert norm == [197], extents
+    ti, vb = choose_matmul_tile(197, 192, lanes, registers)
+    row_tiles, col_tiles = -(-197 // ti), 192 // vb
+    assert matmul == [row_tiles * col_tiles], (extents, ti, vb)  # batch x row tiles x column tiles, rows outer
+    matmul_rows = -(-matmul[0] // 2) / col_tiles * ti  # thread 0's share, in rows (a part tile when odd)
+    assert abs(matmul_rows - -(-197 // 2)) <= ti, (matmul_rows, ti)
+    small = _parallel_extents(_residual_layer_norm(64, 256), mcpu)
+    assert not [found for kernel, found in small.items() if "layer_norm" in kernel and found], small
