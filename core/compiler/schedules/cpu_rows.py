@@ -9,10 +9,12 @@ element. Here:
 
 1. elementwise blocks are inlined (a softmax's scaled input, a layer norm's mean) so each row is
    read from the input and nothing is written but the output;
-2. one loop over rows (parallel when the tensor is large) holds everything: each row's
+2. one loop over rows (parallel from ROWS_PARALLEL_MIN_BYTES of input; softmax from
+   PARALLEL_MIN_WORK elements) holds everything: each row's
    reductions, then its output, while the row is in L1;
-3. each reduction accumulates vector-wide (rfactor: one vector of partial maxima or sums, folded
-   at the end of the row), the output loop is vectorized, a partial last vector is a scalar tail
+3. each reduction accumulates vector-wide (rfactor: ROW_ACCUMULATORS vectors of partial sums,
+   folded at the end of the row to one vector, then 4 lanes, then one: independent chains
+   of adds, not one), the output loop is vectorized, a partial last vector is a scalar tail
    loop (never a gather). A row length no vector width divides keeps scalar reductions: TVM
    0.27's compute_at drops the predicate of a split reduction, and rfactor / vectorize refuse a
    predicated block;
@@ -48,6 +50,44 @@ logger = logging.getLogger(__name__)
 # 1 thread (min of time_evaluator, alternating; load average 6-8): a ViT's 3x197x197 softmax
 # 79 -> 72 us, BERT's 4x128x128 32.5 -> 28 us.
 FOLD_LANES = 4
+
+# A layer norm's (or mean's) row is reduced into this many vectors of partial sums, then folded to
+# one vector, then FOLD_LANES lanes wide, then lane by lane. With one vector of partials each of
+# the two reductions was one chain of dependent adds (12 with AVX-512 over a ViT's 192 values, 24
+# with AVX2) and a 15-step scalar fold, and the row waited on them: layer norm ran at ~40 GB/s
+# from L2. 4 chains against one (and a 16 -> 4 -> 1 fold), kernel alone, 1 thread, thread CPU time,
+# median of 10 alternating blocks of 300 calls (Zen 4, load 2): vit_encoder's 197x192 8.5 -> 5.9 us
+# (AVX2 code 11.6 -> 8.1), bert_encoder's 128x256 5.9 -> 3.3 (AVX2 9.7 -> 5.9), gpt2_blocks'
+# 64x256 3.4 -> 2.4 (AVX2 5.3 -> 3.3); with 2 chains vit_encoder's took 0.72x (AVX2 0.76x), with
+# one chain and the 4-lane fold 0.78x (AVX2 0.96x).
+ROW_ACCUMULATORS = 4
+
+# A layer norm's (or mean's) rows run in parallel from this many bytes of input. TVM gives thread
+# t of T the rows [t * ceil(rows / T), ...): the halves the matmul before it wrote, each on its
+# own core (its fused row-tile x column-tile loop splits at the middle row tile, or within that
+# tile when the tile count is odd), so each core reads what it wrote. Kernel in the model, 2
+# threads, serial against parallel (the VM's instrument hook around each call, one process, 8
+# alternating blocks of 10 runs, load 1.1-1.3, two-cores probe 1.98 / 2.1): vit_encoder's 197 x 192 (148 KB) 6.6 -> 5.1 us a call (0.77x),
+# bert_encoder's 128 x 256 (128 KB) 5.3 -> 4.6 (0.87x), gpt2_blocks' 64 x 256 (64 KB) 1.22x
+# slower. (Before the 4-chain reduction above, at load 0.9, probe 1.98: 0.71x and 0.77x; at 1
+# thread then the parallel loop cost nothing measurable: vit_encoder's 9 calls 73.1 / 74.1 us.)
+ROWS_PARALLEL_MIN_BYTES = 128 << 10
+
+
+def _fold_widths(width: int, vec: int | None) -> list[int]:
+    """The widths a row's reduction is folded through, widest first: ROW_ACCUMULATORS vectors of
+    partial results (fewer when they do not divide the row), one vector, FOLD_LANES lanes; []
+    for a row of fewer than two vectors (or none dividing it), which reduces lane by lane."""
+    if not vec or width < 2 * vec:
+        return []
+    count = next(n for n in (ROW_ACCUMULATORS, 2, 1) if n == 1 or (width % (n * vec) == 0 and width >= 2 * n * vec))
+    widths = [count * vec, vec] if count > 1 else [vec]
+    return widths + [FOLD_LANES] if vec > FOLD_LANES else widths
+
+
+def _element_bytes(sch, block) -> int:
+    """Bytes per element of what `block` writes (float32: 4)."""
+    return max(1, sch.get(block).writes[0].source.dtype.bits // 8)
 
 
 def _product(values) -> int:
@@ -97,13 +137,16 @@ class RowReduction:
         # split's predicate would not survive compute_at in TVM 0.27, and rfactor and vectorize
         # refuse a predicated block)
         vec = fit_lanes(width, lanes)
-        partials = [self._rfactor(sch, block, vec) for block in reductions] if vec and width >= 2 * vec else []
+        names = [sch.get(block).name_hint for block in reductions]
+        partials = []
+        for fold in _fold_widths(width, vec):
+            partials += [self._rfactor(sch, sch.get_sblock(name), fold) for name in names]
         # 3. one loop over rows holds each row's reductions and its output (the row stays in L1)
         loops = sch.get_loops(out)
         row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, row, preserve_unit_loops=True)
-        if rows > 1 and rows * width >= PARALLEL_MIN_WORK:
+        if rows > 1 and rows * width * _element_bytes(sch, out) >= ROWS_PARALLEL_MIN_BYTES:
             sch.parallel(row)  # before decompose_reduction: it checks every block under the loop
         for rf in partials:
             # rfactor made the lane its first iterator and compute_at kept that order (under the

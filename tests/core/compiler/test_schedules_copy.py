@@ -92,6 +92,31 @@ def test_keys_transposed_for_attention_match_onnxruntime(target, tokens, heads, 
 
 
 @pytest.mark.isa
+@pytest.mark.parametrize("tokens,heads,size,padded", [(197, 3, 64, 208), (37, 2, 16, 48)])
+def test_keys_transposed_and_padded_for_attention_match_onnxruntime(target, tokens, heads, size, padded):
+    """The keys as core.compiler.pad_attention pads them ([tokens, heads x size] -> [heads, size,
+    padded tokens], zeros after the last token): a tiled transpose whose tiles below the padding
+    are a loop of their own (no condition in their vectors), bit for bit onnxruntime's."""
+    steps = [("reshape", (1, tokens, heads, size)), ("transpose", (0, 2, 3, 1))]
+    model = _copy_model((1, tokens, heads * size), steps, (1, heads, size, tokens))
+    graph = model.graph
+    pads = numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, padded - tokens], np.int64), "pads")
+    graph.initializer.append(pads)
+    identity = graph.node[-1]
+    graph.node.insert(len(graph.node) - 1, helper.make_node("Pad", [identity.input[0], "pads"], ["padded"]))
+    identity.input[0] = "padded"
+    graph.output[0].type.tensor_type.shape.dim[-1].dim_value = padded
+    mod = _fused(model)
+    used = _rules_used(mod, target)
+    assert list(used.values()) == ["cpu.DataMovement"], used
+    feeds = {"x": np.random.default_rng(3).standard_normal((1, tokens, heads * size)).astype(np.float32)}
+    scheduled, ours = _compile_and_run(mod, feeds, target)
+    (ref,) = ort_run(model, feeds)
+    np.testing.assert_array_equal(ours, ref)
+    assert scheduled.script().count("_partition") == 2, "whole tiles and the padded rest: two loops"
+
+
+@pytest.mark.isa
 def test_a_transpose_no_vector_fits_is_left_to_the_generic_rule(target):
     model = _copy_model((1, 3, 7, 5), [("transpose", (0, 1, 3, 2))], (1, 3, 5, 7))
     _check(model, target, "cpu.Generic")

@@ -139,7 +139,7 @@ def test_softmax_over_another_axis_is_not_taken_for_a_row_softmax(target):
 
 @pytest.mark.isa
 @pytest.mark.slow
-@pytest.mark.parametrize("width", [48, 40, 19])
+@pytest.mark.parametrize("width", [48, 40, 19, 96, 256])
 def test_layer_norm_op_and_decomposed_match_onnxruntime(width, target):
     rng = np.random.default_rng(7)
     inits = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(width)).astype(np.float32), "g"),
@@ -163,6 +163,25 @@ def test_layer_norm_op_and_decomposed_match_onnxruntime(width, target):
     ]
     used = _check(_model(nodes, [_vi("x", [1, 33, width])], [_vi("y", [1, 33, width])], inits), {"x": x}, target)
     assert sum(rule == "cpu.RowReduction" for rule in used.values()) >= 2, used  # mean and variance kernels
+
+
+@pytest.mark.isa
+@pytest.mark.slow
+def test_layer_norm_over_parallel_rows_matches_onnxruntime(target):
+    """A ViT's 197 x 192 layer norm (148 KB: its rows run in parallel, cpu_rows.ROWS_PARALLEL_MIN_BYTES)."""
+    import tvm
+
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(192)).astype(np.float32), "g"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(192)).astype(np.float32), "b")]
+    model = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+                   [_vi("x", [1, 197, 192])], [_vi("y", [1, 197, 192])], inits)
+    x = (rng.standard_normal((1, 197, 192)) * 3 + 1).astype(np.float32)
+    scheduled, ours = _compile_and_run(_fused(model), {"x": x}, target)
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+    (text,) = [f.script() for _, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert "T.parallel(T.int64(197))" in text
 
 
 @pytest.mark.slow
@@ -250,6 +269,29 @@ def test_softmax_folds_each_rows_partials_four_lanes_wide(mcpu):
     assert rule == "cpu.RowReduction"
     script = scheduled.script()
     assert script.count(f"T.vectorized(T.int64({FOLD_LANES}))") >= 2, "max and sum folds"
+
+
+@pytest.mark.parametrize(("mcpu", "lanes"), [("znver4", 16), ("znver3", 8)])
+def test_layer_norm_rows_reduce_into_several_vector_chains(mcpu, lanes):
+    """Schedule only (any host): a layer norm's two reductions over a ViT's 192-wide rows each
+    accumulate ROW_ACCUMULATORS independent vectors of partial sums (not one chain of dependent
+    adds), folded to one vector and then FOLD_LANES wide."""
+    import tvm
+
+    from core.compiler.schedules import schedule_cpu_func
+    from core.compiler.schedules.cpu_rows import FOLD_LANES, ROW_ACCUMULATORS
+    from core.compiler.target import make_target
+
+    inits = [numpy_helper.from_array(np.ones(192, np.float32), "g"), numpy_helper.from_array(np.zeros(192, np.float32), "b")]
+    model = _model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=-1, epsilon=1e-5)],
+                   [_vi("x", [1, 197, 192])], [_vi("y", [1, 197, 192])], inits)
+    (func,) = [f for _, f in _fused(model).functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
+    scheduled, rule = schedule_cpu_func(func, make_target("cpu", mcpu=mcpu))
+    assert rule == "cpu.RowReduction"
+    script = scheduled.script()
+    for width in (ROW_ACCUMULATORS * lanes, lanes, FOLD_LANES):
+        # each width's partials: initialized and accumulated as vectors, for the sum and the variance
+        assert script.count(f"T.vectorized(T.int64({width}))") >= 4, f"no {width}-wide partials ({mcpu})"
 
 
 @pytest.mark.isa
