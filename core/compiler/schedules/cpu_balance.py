@@ -2,10 +2,11 @@
 
 TVM splits a parallel loop of n iterations statically over the pool's T threads: T tasks of
 ceil(n/T) iterations (tirx codegen_cpu.cc, CreateParallelLaunch), and the region lasts as long as
-its longest task. A depthwise conv or pool parallel over its channel blocks alone has few of them
-(light ShuffleNet's 24-channel max pool: 3 blocks of 8, split 2:1 at 2 threads, so at most 1.5x
-from the second core; efficientnet_b0's 240-channel depthwise conv: 15 blocks of 16, 8:7). Joined
-with a few chunks of output rows the same loop has 12 or 30 iterations, even at 2 and at 4 threads.
+its longest task. A depthwise conv or pool in NCHW parallel over its channel blocks alone may have
+few of them: light ShuffleNet's 24-channel max pool has 3 blocks of 8, split 2:1 at 2 threads (at
+most 1.5x from the second core). Joined with 2 chunks of output rows the loop has 6 iterations,
+3:3. Each chunk copies the padded input rows it reads, so the chunks are kept long enough that the
+rows copied twice cost nothing measurable (halo_min_rows).
 The code is the same whatever the host's core count (a model built here runs on a 16-core host as
 well), so the choice looks at 2 and 4 threads, not at the target's num-cores.
 
@@ -37,22 +38,26 @@ def _balanced(n: int) -> bool:
     return all(split_imbalance(n, t) <= MAX_IMBALANCE[t] for t in BALANCE_THREADS)
 
 
-def halo_min_rows(kernel_rows: int, stride: int, taps: int) -> int:
+def halo_min_rows(kernel_rows: int, stride: int) -> int:
     """Output rows a chunk needs at least when each chunk copies its own padded input rows: a
     chunk of r rows copies (r - 1) * stride + kernel_rows input rows, kernel_rows - stride more
-    than its share, about (kernel_rows - stride) * stride * out_w values against the chunk's
-    r * out_w * taps multiply-adds. From r >= 32 (kernel_rows - stride) stride / taps (and at
-    least 4) they are 1/32 of them or less (3x3 stride 1: 8 rows; 5x5 stride 1: 6; 3x3 stride 2: 8)."""
+    than its share of r * stride. From r >= 32 (kernel_rows - stride) / stride (and at least 4)
+    that is 1/32 more copying or less: a 3x3 stride-2 window 16 rows, 3x3 stride 1 64, 5x5
+    stride 1 128, a 2x2 stride-2 pool 4 (no overlap). Zen 4, AVX-512, 1 thread, thread CPU time,
+    alternating blocks (load 1.6-2.8): light ShuffleNet's max pool (3x3 stride 2, 56 rows) in 2
+    chunks of 28 rows 0.98-0.99x the time of one, in 4 of 14 rows 1.00-1.03x (three runs);
+    efficientnet_b0's 5x5 depthwise conv (NCHW16c, a padded copy per channel block) on 28 rows in
+    2 chunks 1.02x, mobilenet_v3_small's on 14 rows 1.04-1.05x."""
     extra = max(0, kernel_rows - stride)
-    return max(4, math.ceil(32 * extra * stride / max(1, taps)))
+    return max(4, math.ceil(32 * extra / stride))
 
 
 def balanced_row_chunks(outer: int, rows: int, min_rows: int = 1) -> int:
     """Chunks k (a divisor of `rows`, each of `min_rows` or more) to join the `outer` iterations
     of a parallel loop with (loop extent outer * k): 1 when outer already splits within
     MAX_IMBALANCE at BALANCE_THREADS; else the fewest chunks that do, else the most even split
-    the divisors allow at 2 threads first, then at 4 (7 channel blocks and 28 rows of at least
-    8: 14 iterations, even at 2 threads, 4:4:3:3 at 4)."""
+    the divisors allow at 2 threads first, then at 4 (3 channel blocks and 56 rows of at least
+    16: 6 iterations, even at 2 threads, 2:2:1:1 at 4 as before)."""
     if _balanced(outer):
         return 1
     choices = [k for k in range(1, rows + 1) if rows % k == 0 and rows // k >= min_rows]

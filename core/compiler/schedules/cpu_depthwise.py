@@ -165,7 +165,7 @@ class Pool2dNCHW:
         parallel = depthwise_runs_parallel(work, buffer_bytes(data) + buffer_bytes(stmt.writes[0].source))
         return DepthwiseConv2dNCHW._schedule_blocked(
             sch, pool, pad, extents[4] * extents[5], extents[3], parallel, block, vector_registers(target), weighted=False,
-            min_rows=halo_min_rows(extents[4], row[0], extents[4] * extents[5]),
+            min_rows=halo_min_rows(extents[4], row[0]),
         )
 
 
@@ -250,7 +250,7 @@ class DepthwiseConv2dNCHW:
         if pad is not None and use_blocked_form(channels, out_w, lanes, stride):
             block = fit_lanes(channels, lanes)  # a full vector of channels, else a half one (72, 88, 120)
             return self._schedule_blocked(
-                sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target), min_rows=halo_min_rows(kh, stride, kh * kw)
+                sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target), min_rows=halo_min_rows(kh, stride)
             )
 
         writeback = cache_write_and_inline_epilogue(sch, conv)

@@ -16,8 +16,7 @@ which reads x twice, too). The padding is read in place ("inline": the conv read
 itself, zero outside it; at stride 2, and for 3x3 kernels on 14- or 7-wide rows or with
 AVX-512: see INLINE_PADDING_MAX_TAPS), or a
 padded copy is made per channel block inside the parallel loop ("plane": still in cache when
-read kh x kw times; with chunks of rows too where the channel blocks alone split unevenly over
-the threads, cpu_balance) or as a pass of its own before the conv ("root": the conv then parallel
+read kh x kw times) or as a pass of its own before the conv ("root": the conv then parallel
 over rows too, for layers with one or two channel blocks). Without a copy the conv is parallel
 over channel blocks and rows together.
 
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import logging
 
-from .cpu_balance import balanced_row_chunks, halo_min_rows
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     cache_write_and_inline_epilogue,
@@ -217,12 +215,7 @@ class DepthwiseConv2dNCHWc:
         sch.reverse_compute_at(writeback, owo)
         parallel_work = depthwise_runs_parallel(info["macs"], info["bytes"])
         if pad_at == "plane":
-            outer = [n, chunk]
-            if parallel_work:  # and chunks of rows where the channel blocks alone split unevenly
-                rows = balanced_row_chunks(info["extents"][0] * info["extents"][1], out_h // th, halo_min_rows(kh, info["stride"], kh * kw))
-                if rows > 1:
-                    outer.append(sch.split(oho, [rows, None])[0])
-            plane = sch.fuse(*outer)
+            plane = sch.fuse(n, chunk)
             if parallel_work:
                 sch.parallel(plane)
             sch.compute_at(pad, plane)

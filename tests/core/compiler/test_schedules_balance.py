@@ -1,6 +1,6 @@
-"""Even parallel splits (core.compiler.schedules.cpu_balance): a depthwise conv or pool whose few
-channel blocks would split unevenly over the threads (TVM gives each of T threads ceil(n/T) of a
-parallel loop's n iterations) is parallel over chunks of output rows as well. Structure checks on
+"""Even parallel splits (core.compiler.schedules.cpu_balance): a depthwise conv or pool in NCHW
+whose few channel blocks would split unevenly over the threads (TVM gives each of T threads
+ceil(n/T) of a parallel loop's n iterations) is parallel over chunks of output rows as well. Structure checks on
 scheduled TIR for named CPUs (AVX-512 and AVX2, nothing runs), and the re-scheduled kernels built
 for this host against onnxruntime."""
 from __future__ import annotations
@@ -38,30 +38,14 @@ def _max_pool() -> onnx.ModelProto:
 
 
 def _depthwise_nchw() -> onnx.ModelProto:
-    """Light ShuffleNet's first depthwise conv, left in NCHW: 112 channels (7 blocks of 16 with
-    AVX-512, 14 of 8 with AVX2), 3x3 stride 2, 56 -> 28."""
+    """A depthwise conv left in NCHW: 48 channels (3 blocks of 16 with AVX-512, 6 of 8 with
+    AVX2), 3x3 stride 2, 112 -> 56."""
     rng = np.random.default_rng(5)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, group=112)
-    return _model([node], [1, 112, 56, 56], [1, 112, 28, 28], [_w(rng, "w", (112, 1, 3, 3))])
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4, group=48)
+    return _model([node], [1, 48, 112, 112], [1, 48, 56, 56], [_w(rng, "w", (48, 1, 3, 3)), _w(rng, "b", (48,))])
 
 
-def _depthwise_block() -> onnx.ModelProto:
-    """efficientnet_b0's 240-channel 5x5 depthwise conv between 1x1 convs, so it runs in NCHW{b}c
-    with a padded copy per channel block (15 blocks of 16 with AVX-512, 30 of 8 with AVX2)."""
-    rng = np.random.default_rng(6)
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["a"], kernel_shape=[1, 1]),
-        helper.make_node("Relu", ["a"], ["b"]),
-        helper.make_node("Conv", ["b", "w2", "b2"], ["c"], kernel_shape=[5, 5], pads=[2] * 4, group=240),
-        helper.make_node("Relu", ["c"], ["d"]),
-        helper.make_node("Conv", ["d", "w3"], ["y"], kernel_shape=[1, 1]),
-    ]
-    inits = [_w(rng, "w1", (240, 16, 1, 1)), _w(rng, "w2", (240, 1, 5, 5)), _w(rng, "b2", (240,)), _w(rng, "w3", (16, 240, 1, 1))]
-    return _model(nodes, [1, 16, 28, 28], [1, 16, 28, 28], inits)
-
-
-MODELS = {"max_pool": (_max_pool, "max_pool2d"), "depthwise_nchw": (_depthwise_nchw, "conv2d"),
-          "depthwise_nchwc": (_depthwise_block, "depthwise_conv2d_NCHWc")}
+MODELS = {"max_pool": (_max_pool, "max_pool2d", 24), "depthwise": (_depthwise_nchw, "conv2d", 48)}
 
 
 def test_split_imbalance_is_the_longest_task_against_an_even_share():
@@ -81,15 +65,16 @@ def test_row_chunks_make_the_split_even_at_2_and_4_threads():
         split_imbalance,
     )
 
-    assert balanced_row_chunks(3, 56, 8) == 4  # 12 iterations
-    assert balanced_row_chunks(15, 28, 6) == 2  # 30: 15:15, 8:8:7:7
+    assert (halo_min_rows(3, 2), halo_min_rows(3, 1), halo_min_rows(5, 1), halo_min_rows(2, 2)) == (16, 64, 128, 4)
+    assert balanced_row_chunks(3, 56, 16) == 2  # 6 iterations: 3:3 (no chunks of 14 rows)
+    assert balanced_row_chunks(3, 56, 4) == 4  # 12: even at 2 and 4 threads
+    assert balanced_row_chunks(15, 28, 4) == 2  # 30: 15:15, 8:8:7:7
     assert balanced_row_chunks(16, 28, 1) == 1  # even already
     assert balanced_row_chunks(27, 28, 1) == 1  # 14:13, 7:7:7:6: close enough
-    assert balanced_row_chunks(3, 8, 8) == 1  # no chunk of 8 rows or more to add
+    assert balanced_row_chunks(7, 28, 16) == 1  # no chunk of 16 rows or more to add
     assert balanced_row_chunks(13, 13, 1) == 13  # a prime row count: the rows one by one
     chunks = balanced_row_chunks(7, 28, 8)  # 14 rows a chunk at most: 14 iterations, even at 2 threads
     assert chunks == 2 and split_imbalance(7 * chunks, 2) == 1.0
-    assert (halo_min_rows(3, 1, 9), halo_min_rows(5, 1, 25), halo_min_rows(3, 2, 9), halo_min_rows(1, 1, 1)) == (8, 6, 8, 4)
 
 
 @pytest.mark.parametrize("cpu", ["znver4", "znver3"])
@@ -104,7 +89,7 @@ def test_few_channel_blocks_share_the_parallel_loop_with_row_chunks(cpu, name):
     from core.compiler.schedules.cpu_common import vector_lanes
     from core.compiler.target import make_target
 
-    build, kernel_name = MODELS[name]
+    build, kernel_name, channels = MODELS[name]
     target = make_target("cpu", mcpu=cpu)
     mod = scheduled_through(build(), target)
     funcs = [(g.name_hint, f) for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and kernel_name in g.name_hint]
@@ -112,7 +97,6 @@ def test_few_channel_blocks_share_the_parallel_loop_with_row_chunks(cpu, name):
     regions = kernel_splits(funcs[0][1], funcs[0][0]).regions
     assert len(regions) == 1, funcs[0][1].script()
     extent = regions[0].extent
-    channels = {"max_pool": 24, "depthwise_nchw": 112, "depthwise_nchwc": 240}[name]
     block = 8 if name == "max_pool" else vector_lanes(target)
     assert extent % (channels // block) == 0, extent
     assert split_imbalance(extent, 2) == 1.0, extent
