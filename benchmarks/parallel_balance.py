@@ -175,17 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-us", type=float, default=5.0)
     args = parser.parse_args(argv)
 
-    from benchmarks.compiled_vs_onnxruntime import (
-        _load,
-        architecture_models,
-        host_description,
-        light_models,
-        sample_models,
-    )
+    from benchmarks import compiled_vs_onnxruntime as bench
     from core.compiler.schedules.cpu_balance import split_imbalance
     from core.compiler.schedules.cpu_common import PARALLEL_MIN_US
 
-    models = {**light_models(), **sample_models(), **architecture_models()}
+    models = {**bench.light_models(), **bench.sample_models(), **bench.architecture_models()}
     names = [m.strip() for m in args.models.split(",") if m.strip()] or list(models)
     unknown = [n for n in names if n not in models]
     if unknown:
@@ -194,11 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     t = args.threads
     for cpu in [c.strip() for c in args.cpus.split(",") if c.strip()]:
         target = _target(cpu)
-        print(f"== {cpu}: {host_description(target)}  threads {t}")
+        print(f"== {cpu}: {bench.host_description(target)}  threads {t}")
         print(f"{'model':<20}{'kernels':>8}{'parallel':>9}{'work us':>10}{'parallel us':>12}{'loss us':>9}{'loss %':>8}"
               f"{'uneven':>8}{'serial>=' + format(PARALLEL_MIN_US, 'g') + 'us':>14}")
         for name in names:
-            kernels = model_kernels(_load(models[name]), target)
+            kernels = model_kernels(bench._load(models[name]), target)
             work = sum(k.work_us for k in kernels)
             parallel = [k for k in kernels if k.regions]
             par_work = sum(r.work_us for k in parallel for r in k.regions)
