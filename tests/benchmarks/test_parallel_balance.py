@@ -49,10 +49,12 @@ def test_regions_and_their_work_are_read_from_the_loops():
 @pytest.mark.parametrize("cpu", ["znver4", "znver3"])
 @pytest.mark.parametrize("model", ["shufflenet", "squeezenet", "mobilenet_v3_small", "efficientnet_b0"])
 def test_cnn_kernels_split_evenly_at_2_threads(cpu, model):
-    """No kernel of 50 us or more splits worse than 4:3 at 2 threads, and a model loses at most
-    2% of its even 2-thread split. Before the row chunks light ShuffleNet, as AVX-512 code, lost
-    3.7% (its 24-channel max pool split 2:1); now 1.5% (a 112-channel depthwise conv, 7 blocks of
-    16 on 28 rows, stays 4:3: chunks of 14 rows would copy 1/28 of its padded input twice)."""
+    """No kernel of 50 us or more splits worse than 8:7 at 2 threads, and a model loses at most
+    1% of its even 2-thread split. Before the row chunks light ShuffleNet, as AVX-512 code, lost
+    3.7% (its 24-channel max pool split 2:1, its 112-channel depthwise conv 4:3); now 0.4% (a
+    136-channel 3x3 depthwise conv, 17 blocks of 8 on 28 rows, stays 9:8: chunks of 14 rows would
+    copy 2 of every 16 padded rows twice). efficientnet_b0's and mobilenet_v3_small's 240-channel 5x5 depthwise
+    convs, 15 blocks of 16, stay 8:7 for the same reason."""
     from benchmarks.compiled_vs_onnxruntime import (
         _load,
         architecture_models,
@@ -66,8 +68,8 @@ def test_cnn_kernels_split_evenly_at_2_threads(cpu, model):
     parallel_us = sum(r.work_us for k in kernels for r in k.regions)
     loss_us = sum(k.loss_us(2) for k in kernels)
     assert parallel_us > 0
-    assert loss_us <= 0.02 * parallel_us / 2, [(k.name, [r.extent for r in k.regions]) for k in kernels if k.loss_us(2)]
-    worst = split_imbalance(7, 2) + 1e-9
+    assert loss_us <= 0.01 * parallel_us / 2, [(k.name, [r.extent for r in k.regions]) for k in kernels if k.loss_us(2)]
+    worst = split_imbalance(15, 2) + 1e-9
     uneven = [(k.name, r.extent) for k in kernels for r in k.regions if r.work_us >= 50 and split_imbalance(r.extent, 2) > worst]
     assert not uneven
 

@@ -58,23 +58,24 @@ def test_split_imbalance_is_the_longest_task_against_an_even_share():
     assert split_imbalance(14, 4) == pytest.approx(4 / 3.5)
 
 
-def test_row_chunks_make_the_split_even_at_2_and_4_threads():
+def test_the_fewest_row_chunks_that_split_evenly_at_2_threads():
     from core.compiler.schedules.cpu_balance import (
         balanced_row_chunks,
         halo_min_rows,
         split_imbalance,
     )
 
-    assert (halo_min_rows(3, 2), halo_min_rows(3, 1), halo_min_rows(5, 1), halo_min_rows(2, 2)) == (16, 64, 128, 4)
-    assert balanced_row_chunks(3, 56, 16) == 2  # 6 iterations: 3:3 (no chunks of 14 rows)
-    assert balanced_row_chunks(3, 56, 4) == 4  # 12: even at 2 and 4 threads
-    assert balanced_row_chunks(15, 28, 4) == 2  # 30: 15:15, 8:8:7:7
+    assert (halo_min_rows(3, 2), halo_min_rows(3, 1), halo_min_rows(5, 1), halo_min_rows(2, 2)) == (12, 48, 96, 4)
+    assert balanced_row_chunks(3, 56, 12) == 2  # 6 iterations: 3:3
+    assert balanced_row_chunks(3, 56, 4) == 2  # the fewest chunks that split evenly at 2 threads
+    assert balanced_row_chunks(7, 28, 12) == 2  # 14: 7:7
+    assert balanced_row_chunks(15, 28, 4) == 2  # 30: 15:15
     assert balanced_row_chunks(16, 28, 1) == 1  # even already
-    assert balanced_row_chunks(27, 28, 1) == 1  # 14:13, 7:7:7:6: close enough
+    assert balanced_row_chunks(27, 28, 1) == 1  # 14:13: close enough
     assert balanced_row_chunks(7, 28, 16) == 1  # no chunk of 16 rows or more to add
     assert balanced_row_chunks(13, 13, 1) == 13  # a prime row count: the rows one by one
-    chunks = balanced_row_chunks(7, 28, 8)  # 14 rows a chunk at most: 14 iterations, even at 2 threads
-    assert chunks == 2 and split_imbalance(7 * chunks, 2) == 1.0
+    assert balanced_row_chunks(5, 12, 1) == 2  # 10: even at 2 threads, 3:3:2:2 at 4 (5 alone: 2:1:1:1)
+    assert split_imbalance(10, 4) < split_imbalance(5, 4)
 
 
 @pytest.mark.parametrize("cpu", ["znver4", "znver3"])
