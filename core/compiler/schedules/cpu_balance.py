@@ -5,12 +5,14 @@ ceil(n/T) iterations (tirx codegen_cpu.cc, CreateParallelLaunch), and the region
 its longest task. A depthwise conv or pool in NCHW parallel over its channel blocks alone may have
 few of them: light ShuffleNet's 24-channel max pool has 3 blocks of 8, split 2:1 at 2 threads (at
 most 1.5x from the second core), its 112-channel depthwise conv 7 blocks of 16, 4:3 (1.75x).
-Joined with 2 chunks of output rows the loops have 6 and 14 iterations, even at 2 threads: the pool
-alone, one process, alternating blocks (20), wall time, AVX-512 (Zen 4, load 2.0,
-benchmarks/core_pair 1.89-1.97, two cores), 2 threads 48.5 -> 38.4 us (median; 70 us at 1 thread,
-so 1.45x -> 1.83x from the second core). Each chunk copies the padded input rows it reads, so the
-chunks are kept long enough that the rows copied twice cost nothing measurable (halo_min_rows),
-and as few as make the split even at 2 threads, the cores of this project's hosts. At 4 threads
+Joined with 2 chunks of output rows the loops have 6 and 14 iterations, even at 2 threads. Each
+kernel alone, one process, old and new alternating in 20 blocks, wall time, AVX-512 (Zen 4, load
+1.5, benchmarks/core_pair 1.90-2.00: two cores), median at 2 threads: the pool 47.7 -> 36.6 us
+(at 1 thread ~70 us: 1.47x -> 1.91x from the second core), the depthwise conv 47.1 -> 41.8 us
+(~82 us at 1 thread: 1.74x -> 1.96x); a 48-channel depthwise conv, 3 blocks, 111 -> 76 us.
+Each chunk copies the padded input rows it reads, so the chunks are kept long enough that the
+rows copied twice cost nothing measurable (halo_min_rows), and as few as make the split even at
+2 threads, the cores of this project's hosts. At 4 threads
 (the code is the same whatever the host's core count: a model built here runs on a 16-core host
 as well) such a loop splits no worse than the channel blocks alone.
 
