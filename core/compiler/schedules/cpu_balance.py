@@ -1,8 +1,9 @@
 """Even parallel splits: how many chunks a CNN kernel's output rows join its parallel loop in.
 
 TVM splits a parallel loop of n iterations statically over the pool's T threads: T tasks of
-ceil(n/T) iterations (tirx codegen_cpu.cc, CreateParallelLaunch), and the region lasts as long as
-its longest task. A depthwise conv or pool in NCHW parallel over its channel blocks alone may have
+ceil(n/T) iterations (src/target/llvm/codegen_cpu.cc: the parallel For inside the task
+CreateParallelLaunch makes, step = ceil(n / num_task)), and the region lasts as long as its
+longest task. A depthwise conv or pool in NCHW parallel over its channel blocks alone may have
 few of them: light ShuffleNet's 24-channel max pool has 3 blocks of 8, split 2:1 at 2 threads (at
 most 1.5x from the second core), its 112-channel depthwise conv 7 blocks of 16, 4:3 (1.75x).
 Joined with 2 chunks of output rows the loops have 6 and 14 iterations, even at 2 threads. Each
