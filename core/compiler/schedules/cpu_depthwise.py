@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 
+from .cpu_balance import balanced_row_chunks, halo_min_rows
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
@@ -163,7 +164,8 @@ class Pool2dNCHW:
             work *= extent
         parallel = depthwise_runs_parallel(work, buffer_bytes(data) + buffer_bytes(stmt.writes[0].source))
         return DepthwiseConv2dNCHW._schedule_blocked(
-            sch, pool, pad, extents[4] * extents[5], extents[3], parallel, block, vector_registers(target), weighted=False
+            sch, pool, pad, extents[4] * extents[5], extents[3], parallel, block, vector_registers(target), weighted=False,
+            min_rows=halo_min_rows(extents[4], row[0]),
         )
 
 
@@ -247,7 +249,9 @@ class DepthwiseConv2dNCHW:
         channels = info["extents"][1]
         if pad is not None and use_blocked_form(channels, out_w, lanes, stride):
             block = fit_lanes(channels, lanes)  # a full vector of channels, else a half one (72, 88, 120)
-            return self._schedule_blocked(sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target))
+            return self._schedule_blocked(
+                sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target), min_rows=halo_min_rows(kh, stride)
+            )
 
         writeback = cache_write_and_inline_epilogue(sch, conv)
         n, c, oh, ow, rc, rh, rw = sch.get_loops(conv)
@@ -293,12 +297,16 @@ class DepthwiseConv2dNCHW:
         return sch
 
     @staticmethod
-    def _schedule_blocked(sch, conv, pad, taps, out_w, parallel, lanes, registers, weighted=True):
+    def _schedule_blocked(sch, conv, pad, taps, out_w, parallel, lanes, registers, weighted=True, min_rows=1):
         """Channels in vectors: the padded input copied per block of `lanes` channels into
         [h][w][lanes] (a transpose, once per input element), the weight packed to
         [c / lanes][kh][kw][lanes] at compile time, accumulators [T columns][lanes] in registers,
         every tap one contiguous input vector times one weight vector, any stride. Pools
-        (`weighted` False) are the same without the weight."""
+        (`weighted` False) are the same without the weight.
+
+        Parallel over channel blocks, and over chunks of output rows (of `min_rows` or more,
+        cpu_balance.balanced_row_chunks) where the blocks alone split unevenly: each chunk then
+        copies the padded rows it reads."""
         L = lanes
         sch.transform_layout(pad, ("write", 0), lambda n, c, h, w: (n, c // L, h, w, c % L))
         sch.transform_block_layout(pad, lambda n, c, h, w: (n, c // L, h, w, c % L))
@@ -314,7 +322,13 @@ class DepthwiseConv2dNCHW:
         cb, ci = sch.split(c, [None, L])
         owo, owi = sch.split(ow, [None, t])
         sch.reorder(n, cb, oh, owo, *reduction, owi, ci)
-        plane = sch.fuse(n, cb)
+        outer = [n, cb]
+        if parallel:
+            blocks = const_int(sch.get(n).extent) * const_int(sch.get(cb).extent)
+            chunks = balanced_row_chunks(blocks, const_int(sch.get(oh).extent), min_rows)
+            if chunks > 1:
+                outer.append(sch.split(oh, [chunks, None])[0])
+        plane = sch.fuse(*outer)
         if parallel:  # depthwise_runs_parallel's verdict
             sch.parallel(plane)
         sch.vectorize(ci)
