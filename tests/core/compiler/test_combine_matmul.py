@@ -4,14 +4,19 @@ the combined weight outgrows L2 or a projection is read by something other than 
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run, relax_ops, relax_through, run_cli
+from tests.helpers import (
+    checked_model,
+    compiled_matches_onnxruntime,
+    kernel_names,
+    relax_ops,
+    run_cli,
+)
 
 
 def _attention_block(hidden: int = 32, heads: int = 2, tokens: int = 17, reshape: bool = True,
@@ -61,16 +66,8 @@ def _attention_block(hidden: int = 32, heads: int = 2, tokens: int = 17, reshape
     nodes.append(helper.make_node("MatMul", [last, param("out.w", (hidden, hidden), hidden ** -0.5)], ["y"], name="out/MatMul"))
     graph = helper.make_graph(nodes, "attention_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, hidden])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, tokens, hidden])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph)
 
-
-def _kernels(model) -> list[str]:
-    from core.compiler.target import make_target
-
-    script = relax_through(model, make_target("cpu"), "FuseTIR")["main"].script(show_meta=False)
-    return re.findall(r"R\.call_tir\((?:cls\.)?(\w+),", script)
 
 
 def test_three_projections_become_one_matmul_and_three_slices():
@@ -82,7 +79,7 @@ def test_three_projections_become_one_matmul_and_three_slices():
 
 
 def test_slices_fuse_into_the_heads_transposes():
-    kernels = _kernels(_attention_block())
+    kernels = kernel_names(_attention_block())
     before_scores = kernels[: next(i for i, k in enumerate(kernels) if "divide" in k)]
     assert [k for k in before_scores if "matmul" in k] == ["fused_matmul_add"], kernels
     sliced = [k for k in before_scores if "strided_slice" in k]
@@ -94,15 +91,8 @@ def test_slices_fuse_into_the_heads_transposes():
 @pytest.mark.slow
 @pytest.mark.parametrize("bias", [True, False])
 def test_combined_block_matches_onnxruntime(tmp_path, bias):
-    from core.compiler.compile import compile_model
-
-    model = _attention_block(bias=bias)
-    path = tmp_path / "attention.onnx"
-    onnx.save(model, str(path))
-    artifact = compile_model(str(path), "cpu", verify=False)
     x = np.random.default_rng(3).standard_normal((1, 17, 32)).astype(np.float32)
-    (ref,) = ort_run(model, {"x": x})
-    np.testing.assert_allclose(artifact.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+    compiled_matches_onnxruntime(_attention_block(bias=bias), {"x": x}, tmp_path)
 
 
 def test_left_alone_when_not_read_by_reshapes():

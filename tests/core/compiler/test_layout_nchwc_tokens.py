@@ -3,14 +3,12 @@ embedding: NCHW{b}c -> NCHW -> Reshape -> Transpose) is one copy, not a layout_t
 a transpose kernel; a CNN's flatten before its classifier keeps its layout_transform."""
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run, relax_through
+from tests.helpers import checked_model, compiled_matches_onnxruntime, kernel_names
 
 
 def _patch_embedding(tokens: bool = True, channels: int = 32, image: int = 16, patch: int = 4) -> onnx.ModelProto:
@@ -36,28 +34,20 @@ def _patch_embedding(tokens: bool = True, channels: int = 32, image: int = 16, p
         out = [1, 10]
     graph = helper.make_graph(nodes, "patches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, image, image])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.checker.check_model(model)
-    return model
+    return checked_model(graph)
 
-
-def _kernels(model) -> list[str]:
-    from core.compiler.target import make_target
-
-    script = relax_through(model, make_target("cpu"), "FuseTIR")["main"].script(show_meta=False)
-    return re.findall(r"R\.call_tir\((?:cls\.)?(\w+),", script)
 
 
 @pytest.mark.isa
 def test_tokens_take_one_copy_after_the_conv():
-    kernels = _kernels(_patch_embedding())
+    kernels = kernel_names(_patch_embedding())
     after = kernels[next(i for i, k in enumerate(kernels) if "conv2d" in k) + 1:]
     assert len(after) == 1 and "layout_transform" not in after[0] and "transpose" in after[0], kernels
 
 
 @pytest.mark.isa
 def test_a_flatten_into_a_classifier_keeps_its_layout_transform():
-    kernels = _kernels(_patch_embedding(tokens=False))
+    kernels = kernel_names(_patch_embedding(tokens=False))
     assert any("layout_transform" in k for k in kernels[next(i for i, k in enumerate(kernels) if "conv2d" in k) + 1:]), kernels
 
 
@@ -65,12 +55,5 @@ def test_a_flatten_into_a_classifier_keeps_its_layout_transform():
 @pytest.mark.slow
 @pytest.mark.parametrize("tokens", [True, False])
 def test_matches_onnxruntime(tmp_path, tokens):
-    from core.compiler.compile import compile_model
-
-    model = _patch_embedding(tokens=tokens)
-    path = tmp_path / "patches.onnx"
-    onnx.save(model, str(path))
-    artifact = compile_model(str(path), "cpu", verify=False)
     x = np.random.default_rng(4).standard_normal((1, 3, 16, 16)).astype(np.float32)
-    (ref,) = ort_run(model, {"x": x})
-    np.testing.assert_allclose(artifact.run({"x": x})[0], ref, rtol=1e-4, atol=1e-5)
+    compiled_matches_onnxruntime(_patch_embedding(tokens=tokens), {"x": x}, tmp_path)
