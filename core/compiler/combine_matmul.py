@@ -8,9 +8,15 @@ concatenated weight [K, N1 + N2 + N3] (and bias) reads the input once; the colum
 injective, so FuseOps puts each into the head reshape/transpose that follows (a copy that was
 there already): per attention layer two kernels fewer, nothing added.
 
-TVM's own relax.transform.CombineParallelMatmul matches weights bound to variables (parameters
-of the function), not the constants an imported ONNX model has, and leaves a split whose
-tuple output FuseOps keeps apart; this pass does the same rewrite for constant weights.
+A model that already has one matmul for the three (GPT-2's c_attn) cuts its output with a split:
+a kernel of its own that copies the whole activation with a tuple of outputs. Where every part is
+read only by reshapes, each part becomes a strided_slice as above, which fuses into the heads'
+transpose: one kernel fewer per layer.
+
+TVM's own relax.transform.CombineParallelMatmul (TVM 0.27) changed nothing in vit_encoder, whose
+weights are constants (nor with each weight bound to a variable first), and would emit a split,
+the kernel GPT-2 shows FuseOps keeps apart; this pass does its rewrite for constant weights, with
+slices.
 
 Conditions, per group of `matmul(x, W_i)` (optionally `+ b_i`) on the same variable x:
 1. W_i a constant [K, N_i] of x's dtype (float32), x a static shape of rank >= 2 ending in K;
@@ -25,7 +31,9 @@ alone in 10-20 alternating blocks of 200 calls, load 2.9-3.5): vit_encoder (hidd
 1.000x (AVX-512) and 0.990x (AVX2) in 30 alternating blocks of 20 runs; parallel launches a run
 48 -> 40. bert_encoder (hidden 256, weight [256, 768], 768 KiB) lost: 1.029x (AVX-512), 1.014x
 (AVX2), hence the size limit. What it saves is the launches at 2 threads (~2 us each, measured by
-the helper memsplit on vit_encoder), not time at 1 thread.
+the helper memsplit on vit_encoder), not time at 1 thread. gpt2_blocks' split as slices (same
+conditions, 20 blocks, load 1.6): split + the three head transposes 8.2 -> 5.0 us per layer as AVX-512
+code, 8.5 -> 4.9 us as AVX2 code; 57 -> 53 kernels a run.
 """
 from __future__ import annotations
 
@@ -135,10 +143,71 @@ def combine_parallel_matmul(mod):
     for gv, func in mod.functions.items():
         if isinstance(func, relax.Function):
             combiner.builder_.update_func(gv, combiner.visit_expr(func))
-    if not combiner.count:
+    out = _splits_as_slices(combiner.builder_.get() if combiner.count else mod)
+    if out is mod:
         return mod
-    logger.debug("CombineParallelMatmul: %d groups", combiner.count)
-    return relax.transform.DeadCodeElimination()(combiner.builder_.get())
+    logger.debug("CombineParallelMatmul: %d groups combined", combiner.count)
+    return relax.transform.DeadCodeElimination()(out)
+
+
+def _splits_as_slices(mod):
+    """`mod` with each `split` whose parts are read only by reshapes (GPT-2's c_attn output cut
+    into Q, K and V before the heads' reshape/transpose) written as one strided_slice per part: a
+    split is a kernel of its own with a tuple of outputs (a copy of the whole activation), a slice
+    fuses into the heads' transpose that copies it anyway."""
+    from tvm import relax
+
+    parts: dict = {}  # split's tuple var -> {item var: index}
+    readers: dict = {}
+    for func in mod.functions.values():
+        if not (isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr)):
+            continue
+        for block in func.body.blocks:
+            for b in block.bindings:
+                v = b.value
+                if isinstance(v, relax.TupleGetItem) and isinstance(v.tuple_value, relax.Var):
+                    parts.setdefault(v.tuple_value, {})[b.var] = int(v.index)
+                    continue
+                for a in (v.args if isinstance(v, relax.Call) else [v]):
+                    if isinstance(a, relax.Var):
+                        readers.setdefault(a, []).append(getattr(v.op, "name", None) if isinstance(v, relax.Call) else None)
+
+    @relax.expr_functor.mutator
+    class AsSlices(relax.PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.slices: dict = {}  # item var -> its strided_slice
+
+        def visit_var_binding_(self, binding):
+            v = binding.value
+            hit = self.slices.get(binding.var) if isinstance(v, relax.TupleGetItem) else None
+            if hit is not None:
+                self.builder_.emit_normalized(relax.VarBinding(binding.var, self.builder_.normalize(hit)))
+                return
+            if isinstance(v, relax.Call) and getattr(v.op, "name", None) == "relax.split":
+                self._slices(binding.var, v)
+            super().visit_var_binding_(binding)
+
+        def _slices(self, var, split):
+            items, shape = parts.get(var, {}), static_shape(split.args[0])
+            if var in readers or not items or shape is None:
+                return
+            if any(set(readers.get(i, [None])) != {"relax.reshape"} for i in items):
+                return
+            sections = split.attrs.indices_or_sections
+            if not isinstance(sections, (list, tuple)) and type(sections).__name__ != "Array":
+                return  # a count of equal parts: not emitted by the importer for GPT-2's split
+            axis = int(split.attrs.axis) % len(shape)
+            bounds = [0, *(int(i) for i in sections), shape[axis]]
+            x = self.visit_expr(split.args[0])
+            for item, index in items.items():
+                self.slices[item] = relax.op.strided_slice(x, [axis], [bounds[index]], [bounds[index + 1]])
+
+    mutator = AsSlices(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    return mutator.builder_.get() if mutator.slices else mod
 
 
 def combine_parallel_matmul_pass(target=None):

@@ -332,7 +332,8 @@ for _info in [
     PassInfo("CombineParallelMatmul", "graph", _own("combine_matmul", "combine_parallel_matmul_pass"),
              "linear layers reading one activation (an attention layer's Q, K and V projections) become one matmul "
              "over their weights side by side, each output a column slice that fuses into the heads' reshape/transpose: "
-             "two kernels fewer per layer (CPU; core.compiler.combine_matmul)."),
+             "two kernels fewer per layer; a split of one such matmul (GPT-2's c_attn) becomes the same slices (CPU; "
+             "core.compiler.combine_matmul)."),
     PassInfo("FoldScaleIntoConv", "graph", _own("fold_conv_scale", "fold_conv_scale_pass"),
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,

@@ -95,6 +95,43 @@ def test_combined_block_matches_onnxruntime(tmp_path, bias):
     compiled_matches_onnxruntime(_attention_block(bias=bias), {"x": x}, tmp_path)
 
 
+def _split_block(hidden: int = 32, heads: int = 2, tokens: int = 12) -> onnx.ModelProto:
+    """GPT-2's c_attn: one linear layer to 3 x hidden (seeded random weights), Split into Q, K, V,
+    each reshaped and transposed into heads; the output is Q Kᵀ V (no softmax: the split is what
+    is tested)."""
+    rng = np.random.default_rng(5)
+    d = hidden // heads
+    inits = [numpy_helper.from_array((hidden ** -0.5 * rng.standard_normal((hidden, 3 * hidden))).astype(np.float32), "w"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(3 * hidden)).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array([hidden] * 3, np.int64), "sizes"),
+             numpy_helper.from_array(np.array([1, tokens, heads, d], np.int64), "heads")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"], name="c_attn/MatMul"),
+             helper.make_node("Add", ["mm", "b"], ["qkv"], name="c_attn/Add"),
+             helper.make_node("Split", ["qkv", "sizes"], ["q", "k", "v"], axis=2, name="split")]
+    for n in "qkv":
+        nodes += [helper.make_node("Reshape", [n, "heads"], [f"{n}_r"], name=f"{n}/Reshape"),
+                  helper.make_node("Transpose", [f"{n}_r"], [f"{n}_h"], perm=[0, 2, 1, 3], name=f"{n}/Transpose")]
+    nodes += [helper.make_node("Transpose", ["k_h"], ["kt"], perm=[0, 1, 3, 2], name="kt"),
+              helper.make_node("MatMul", ["q_h", "kt"], ["s"], name="scores"),
+              helper.make_node("MatMul", ["s", "v_h"], ["y"], name="ctx")]
+    graph = helper.make_graph(nodes, "split_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, heads, tokens, d])], inits)
+    return checked_model(graph)
+
+
+def test_split_into_heads_becomes_slices_fused_into_the_transposes():
+    kernels = kernel_names(_split_block())
+    assert not any(k.startswith("split") for k in kernels), kernels
+    assert sum("strided_slice" in k and "transpose" in k for k in kernels) == 3, kernels
+
+
+@pytest.mark.isa
+@pytest.mark.slow
+def test_split_block_matches_onnxruntime(tmp_path):
+    x = np.random.default_rng(6).standard_normal((1, 12, 32)).astype(np.float32)
+    compiled_matches_onnxruntime(_split_block(), {"x": x}, tmp_path)
+
+
 def test_left_alone_when_not_read_by_reshapes():
     """Projections summed elementwise (an MLP's parallel branches): a strided slice there would be a
     copy of its own, so the three matmuls stay."""
