@@ -211,3 +211,34 @@ def relax_ops(model: onnx.ModelProto, last: str) -> list[str]:
 
     mod = relax_through(model, make_target("cpu"), last)
     return re.findall(r"= R\.([a-z_.0-9]+)\(", mod["main"].script(show_meta=False))
+
+
+def kernel_names(model: onnx.ModelProto) -> list[str]:
+    """The TIR kernels main calls, in order (e.g. "fused_matmul_add"), after the default CPU
+    pipeline through FuseTIR."""
+    import re
+
+    from core.compiler.target import make_target
+
+    script = relax_through(model, make_target("cpu"), "FuseTIR")["main"].script(show_meta=False)
+    return re.findall(r"R\.call_tir\((?:cls\.)?(\w+),", script)
+
+
+def checked_model(graph: onnx.GraphProto, opset: int = 17) -> onnx.ModelProto:
+    """`graph` as a model of the default domain at `opset`, checked by onnx.checker."""
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def compiled_matches_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], folder: Path, rtol=1e-4, atol=1e-5) -> None:
+    """Compile `model` for this host's CPU (core.compiler.compile, its own verification off) and
+    assert its first output on `feeds` is onnxruntime's."""
+    from core.compiler.compile import compile_model
+
+    path = Path(folder) / "model.onnx"
+    onnx.save(model, str(path))
+    (ref,) = ort_run(model, feeds)[:1]
+    np.testing.assert_allclose(compile_model(str(path), "cpu", verify=False).run(feeds)[0], ref, rtol=rtol, atol=atol)

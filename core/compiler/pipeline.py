@@ -5,6 +5,7 @@ an `enabled` flag. `default_pipeline(target)` is TVM's own default Relax pipelin
 (`relax.backend.{cpu_generic,cuda}.pipeline`) taken apart into one spec per pass, with a few graph
 passes in front (DecomposeOpsForInference, CanonicalizeBindings, the workbench's FoldWeights,
 FuseLayerNorm, FoldLinearReshape, FoldScaleIntoConv and, for CPUs, PadAttentionKeys (core.compiler.pad_attention),
+CombineParallelMatmul (core.compiler.combine_matmul),
 ConvertLayoutNCHWc (core.compiler.layout_nchwc), FuseLRN (core.compiler.lrn) and WidenConvRows
 (core.compiler.conv_width), TVM's FoldConstant)
 and the scheduling step owned by `core.compiler.schedules.schedule_pass(target)`. LegalizeOps knows
@@ -328,6 +329,11 @@ for _info in [
     PassInfo("FoldLinearReshape", "graph", _own("fold_linear_reshape", "fold_linear_reshape_pass"),
              "Reshape -> Gemm -> Reshape around a linear layer (GPT-2's Conv1D) becomes one matmul on the 3-D "
              "activation, so what follows (GELU, residual add) fuses into it (core.compiler.fold_linear_reshape)."),
+    PassInfo("CombineParallelMatmul", "graph", _own("combine_matmul", "combine_parallel_matmul_pass"),
+             "linear layers reading one activation (an attention layer's Q, K and V projections) become one matmul "
+             "over their weights side by side, each output a column slice that fuses into the heads' reshape/transpose: "
+             "two kernels fewer per layer; a split of one such matmul (GPT-2's c_attn) becomes the same slices (CPU; "
+             "core.compiler.combine_matmul)."),
     PassInfo("FoldScaleIntoConv", "graph", _own("fold_conv_scale", "fold_conv_scale_pass"),
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
     PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
@@ -378,6 +384,7 @@ _DEFAULT = [
     "FuseLayerNorm",
     "PadAttentionKeys",
     "FoldLinearReshape",
+    "CombineParallelMatmul",
     "FoldScaleIntoConv",
     "ConvertLayoutNCHWc",
     "FuseLRN",
@@ -410,6 +417,7 @@ def default_pipeline(target) -> list[PassSpec]:
     if _is_gpu(target):
         names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
         names.remove("PadAttentionKeys")  # padded to the CPU's vector width
+        names.remove("CombineParallelMatmul")  # measured, and sized to L2, for the CPU's matmul schedule
         names.remove("FuseLRN")  # its kernel is scheduled by a CPU rule (schedules.cpu_lrn)
         names.remove("WidenConvRows")  # for the CPU's channel-blocked conv tiles
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
