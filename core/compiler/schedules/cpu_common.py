@@ -255,16 +255,20 @@ def is_pointwise_tail(sch, block, produced) -> bool:
     that shape: bias, residual, batch-norm scale). Read from the block's body, not its annotations.
     Refused: slice, pad, transpose, reshape, concatenate, split, resize, any reduction."""
     from tvm import s_tir, tirx
+    from tvm.sym.analyzer import Analyzer
 
     stmt = sch.get(block)
     store = stmt.body
     if stmt.init is not None or not isinstance(store, tirx.BufferStore):
         return False
-    shape = [const_int(e) for e in produced.shape]
-    if None in shape or list(store.buffer.shape) != list(produced.shape) or len(stmt.iter_vars) != len(shape):
+    shape = list(produced.shape)  # symbolic dims (a batch) compared as expressions
+    if len(store.buffer.shape) != len(shape) or len(stmt.iter_vars) != len(shape):
         return False
-    for iv, extent in zip(stmt.iter_vars, shape):
-        if iv.iter_type != tirx.IterVar.DataPar or const_int(iv.dom.min) != 0 or const_int(iv.dom.extent) != extent:
+    analyzer = Analyzer()
+    for iv, extent, written in zip(stmt.iter_vars, shape, store.buffer.shape):
+        if iv.iter_type != tirx.IterVar.DataPar or const_int(iv.dom.min) != 0:
+            return False
+        if not analyzer.can_prove_equal(iv.dom.extent, extent) or not analyzer.can_prove_equal(written, extent):
             return False
     axes = [iv.var for iv in stmt.iter_vars]
 

@@ -110,3 +110,24 @@ def test_slice_after_blocked_conv_matches_numpy_at_two_threads(tail):
             out = tvm.runtime.tensor(np.full(expected.shape, np.nan, np.float32), dev)
             lib["main"](*args, out)
             np.testing.assert_allclose(out.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", CPUS)
+def test_tail_with_a_symbolic_batch_still_folds_into_the_write_back(cpu):
+    """The mlp sample's batch is symbolic: its bias and ReLU fold into the matmul's write-back
+    (compared as expressions, not as constants)."""
+    import re
+
+    import onnx
+    import tvm
+
+    from core.compiler.target import make_target
+    from tests.conftest import sample
+    from tests.helpers import scheduled_through
+
+    mod = scheduled_through(onnx.load(sample("mlp")), make_target("cpu", mcpu=cpu))
+    kernels = {gv.name_hint: re.findall(r'T\.sblock\("([^"]+)"', f.script())
+               for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "matmul" in gv.name_hint}
+    assert len(kernels) == 3
+    for name, blocks in kernels.items():
+        assert not {"compute", "T_add"} & set(blocks), (name, blocks)
