@@ -23,7 +23,11 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.helpers import ort_run
 
 SEED = 19
-CASES = 22
+# With inline_epilogue's pointwise guard off (as it was before) and fusion forced, two of these
+# cases fail: 33 (Conv 3x3 -> Slice: the slice folded into the blocked conv's write-back, 5.56
+# off where the values reach 5.4) and 6 (MaxPool -> Add -> Slice: the process aborts, "corrupted
+# size vs. prev_size", a store past the output); as imported, none (this host, Zen 5, AVX-512).
+CASES = 34
 PRODUCERS = ("conv1x1", "conv3x3", "conv_stride2", "depthwise", "matmul", "gemm", "maxpool", "avgpool")
 STEPS = ("slice", "pad", "transpose", "reshape", "concat", "split", "add", "relu", "clip", "mul", "resize")
 
