@@ -22,6 +22,7 @@ __all__ = [
     "ACCUMULATOR_SCOPE",
     "cache_write_and_inline_epilogue",
     "inline_epilogue",
+    "is_pointwise_tail",
     "decompose_vector_init",
     "schedule_remaining_blocks",
     "schedule_injective",
@@ -217,7 +218,14 @@ def cache_write_and_inline_epilogue(sch, block, scope: str | None = None):
 
 
 def inline_epilogue(sch, writeback):
-    """Fold the elementwise tail that follows `writeback` into it; returns `writeback`."""
+    """Fold the elementwise tail that follows `writeback` into it; returns `writeback`.
+
+    Only a consumer `is_pointwise_tail` accepts is folded in. reverse_compute_inline moves the
+    consumer's store into the write-back's loops as it is, without narrowing them: a strided_slice
+    folded into a conv computing 18 columns stored all 18 into its 17-wide output, the last one
+    into the next row and past the buffer's end at the last row (wrong values at 2 threads, two
+    workers overwriting each other's row ends). A refused consumer stays at the root, a pass of its
+    own, and `schedule_remaining_blocks` schedules it."""
     params = {str(p.name) for p in sch.mod["main"].params}
     while True:
         consumers = sch.get_consumers(writeback)
@@ -231,11 +239,53 @@ def inline_epilogue(sch, writeback):
         reads = [r.source for r in sch.get(consumers[0]).reads]
         if any(not buf.same_as(produced) and str(buf.name) not in params for buf in reads):
             break
+        if not is_pointwise_tail(sch, consumers[0], produced):
+            break
         try:
             sch.reverse_compute_inline(consumers[0])
         except Exception:  # noqa: BLE001 - a consumer that is not a pure elementwise tail
             break
     return writeback
+
+
+def is_pointwise_tail(sch, block, produced) -> bool:
+    """Whether `block` may be folded into the block that writes `produced`: it iterates exactly
+    over `produced`'s shape (spatial iterators from 0), writes a buffer of that shape at its own
+    iterators, and reads `produced` only there (elementwise, or broadcast of other inputs into
+    that shape: bias, residual, batch-norm scale). Read from the block's body, not its annotations.
+    Refused: slice, pad, transpose, reshape, concatenate, split, resize, any reduction."""
+    from tvm import s_tir, tirx
+    from tvm.sym.analyzer import Analyzer
+
+    stmt = sch.get(block)
+    store = stmt.body
+    if stmt.init is not None or not isinstance(store, tirx.BufferStore):
+        return False
+    shape = list(produced.shape)  # symbolic dims (a batch) compared as expressions
+    if len(store.buffer.shape) != len(shape) or len(stmt.iter_vars) != len(shape):
+        return False
+    analyzer = Analyzer()
+    for iv, extent, written in zip(stmt.iter_vars, shape, store.buffer.shape):
+        if iv.iter_type != tirx.IterVar.DataPar or const_int(iv.dom.min) != 0:
+            return False
+        if not analyzer.can_prove_equal(iv.dom.extent, extent) or not analyzer.can_prove_equal(written, extent):
+            return False
+    axes = [iv.var for iv in stmt.iter_vars]
+
+    def at_own_iterators(indices) -> bool:
+        return len(indices) == len(axes) and all(index.same_as(axis) for index, axis in zip(indices, axes))
+
+    if not at_own_iterators(store.indices):
+        return False
+    buffers = {buf: buf for buf in [store.buffer, produced, *(r.source for r in stmt.reads)]}
+    reads, _writes = s_tir.analysis.get_sblock_read_write_region(stmt, buffers)
+    for region in reads:
+        if region.source.same_as(produced):
+            if any(const_int(r.extent) != 1 for r in region.region):
+                return False  # two different elements read (or a data-dependent index)
+            if not at_own_iterators([r.min for r in region.region]):
+                return False
+    return True
 
 
 def _is_at_root(sch, block) -> bool:
