@@ -155,9 +155,20 @@ def _convert(mod, block: int):
     # unused values first (Dropout's mask): the layout inference has no rule for some of them
     mod = relax.transform.DeadCodeElimination()(mod)
     mod = _constants_to_full_rank(mod)
-    try:
+
+    def convert(mod):
         # convs with output channels the block does not divide (1000): padded to a multiple of it
-        out = relax.transform.ConvertLayout({}, layout_cb)(pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None))
+        return relax.transform.ConvertLayout({}, layout_cb)(pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None))
+
+    try:
+        try:
+            out = convert(mod)
+        except Exception:  # noqa: BLE001 - once more with image-shaped constants repeated over the channels
+            per_channel = _constants_to_full_rank(mod, per_image=True)
+            if per_channel is mod:
+                raise
+            convs.update(blocked=0, kept=0)
+            out = convert(per_channel)
     except Exception as exc:  # noqa: BLE001 - an op relax cannot infer a layout for: stay NCHW
         logger.warning("NCHW%dc layout not applied (%s); the model stays NCHW", block, str(exc).splitlines()[-1][:200])
         return mod
@@ -288,11 +299,14 @@ def _unblocking_as_permutes(mod):
 _BINARY = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum", "relax.power"}
 
 
-def _constants_to_full_rank(mod):
+def _constants_to_full_rank(mod, per_image: bool = False):
     """Expand_dims and squeeze as reshapes (see below), and a constant operand of an elementwise op with fewer dimensions than the other operand
     (a batch-norm scale of shape C x 1 x 1 beside N x C x H x W) reshaped to the same rank
     (1 x C x 1 x 1): relax's layout inference blocks only operands of equal rank and would
-    convert the activation back to NCHW around the op."""
+    convert the activation back to NCHW around the op. With `per_image`, also a constant of one
+    channel that varies over H or W repeated over the channels (see MAX_CHANNEL_BROADCAST_ELEMENTS):
+    only where ConvertLayout failed without it, as a 1 x 1 x S x S attention mask beside 12 heads
+    would be read 12 times over for nothing."""
     import numpy as np
     from tvm import relax
 
@@ -316,23 +330,48 @@ def _constants_to_full_rank(mod):
                 return call
             a, b = call.args
             ra, rb = _static_shape(a), _static_shape(b)
-            if ra is None or rb is None or len(ra) == len(rb):
+            if ra is None or rb is None:
                 return call
-            args = []
+            args, changed = [], False
             for e, shape, other in ((a, ra, rb), (b, rb, ra)):
                 # (a scalar broadcasts in any layout as it is; made 1 x 1 x 1 x 1, relax's layout
                 # inference would pair it with the blocked 5-D operand and fail: HardSwish's / 6)
-                if is_const(e) and 0 < len(shape) < len(other):
+                if is_const(e) and 0 < len(shape) <= len(other):
                     value = e.value.numpy()
-                    e = relax.const(np.ascontiguousarray(value.reshape((1,) * (len(other) - len(shape)) + tuple(shape))), str(value.dtype))
+                    full = value.reshape((1,) * (len(other) - len(shape)) + tuple(shape))
+                    if per_image and _spatial_per_image(full.shape, other):
+                        full = np.broadcast_to(full, (full.shape[0], other[1], *full.shape[2:]))
+                        repeated.append(call)
+                    if full.shape != value.shape:
+                        e, changed = relax.const(np.ascontiguousarray(full), str(value.dtype)), True
                 args.append(e)
-            return relax.Call(call.op, args, call.attrs, call.ty_args, call.span)
+            return relax.Call(call.op, args, call.attrs, call.ty_args, call.span) if changed else call
 
+    repeated: list = []
     mutator = FullRank(mod)
     for gv, func in mod.functions_items():
         if isinstance(func, relax.Function):
             mutator.builder_.update_func(gv, mutator.visit_expr(func))
+    if per_image and not repeated:
+        return mod  # nothing to repeat: the caller's retry would fail the same way
     return mutator.builder_.get()
+
+
+# A constant that varies over the image but not over the channels (a positional bias of 1 x 1 x H x W,
+# a row scale of W values) broadcasts from one channel, which relax's layout inference cannot block:
+# ConvertLayout fails ("Cannot broadcast from 5 to 4") and the whole model stays NCHW. Repeated over
+# the channels it blocks like an activation; up to this many elements (4 MiB of float32).
+MAX_CHANNEL_BROADCAST_ELEMENTS = 1 << 20
+
+
+def _spatial_per_image(shape, other) -> bool:
+    """Whether a constant of `shape` (already at `other`'s rank 4) beside an NCHW operand of shape
+    `other` has one channel but varies over H or W, and is small enough to repeat over the channels."""
+    if len(shape) != 4 or len(other) != 4 or shape[1] != 1 or not isinstance(other[1], int) or other[1] <= 1:
+        return False
+    if shape[2] == 1 and shape[3] == 1:
+        return False
+    return shape[0] * other[1] * shape[2] * shape[3] <= MAX_CHANNEL_BROADCAST_ELEMENTS
 
 
 def _clip_as_min_max(call):

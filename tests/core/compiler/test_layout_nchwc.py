@@ -243,3 +243,28 @@ def test_a_model_with_an_op_topi_cannot_build_blocked_stays_nchw_and_compiles(ca
     else:
         assert _conv_layouts(mod) == [("NCHW", "OIHW", "NCHW")] and _transforms(mod) == 0
     compile_model(_save(model), "cpu", verify=True)  # raises on a mismatch
+
+
+@pytest.mark.isa
+@pytest.mark.parametrize("bias_shape", [(1, 1, 8, 8), (1, 8, 1), (8,), (8, 1)])
+def test_a_constant_varying_over_the_image_is_blocked_with_its_conv(bias_shape):
+    """An Add of a constant with one channel that varies over H or W (a positional bias, a row
+    scale) between two convs: repeated over the channels, it is blocked like an activation. Before,
+    relax's layout inference failed on it ("Cannot broadcast from 5 to 4") and the whole model
+    stayed NCHW."""
+    from core.compiler.compile import compile_model
+    from core.compiler.target import make_target
+
+    rng = np.random.default_rng(7)
+    bias = numpy_helper.from_array(rng.standard_normal(bias_shape).astype(np.float32), "pos")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "pos"], ["a"]),
+        helper.make_node("Conv", ["a", "w2"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    ]
+    model = _model(nodes, [_weight(rng, "w", (32, 16, 3, 3)), bias, _weight(rng, "w2", (32, 32, 3, 3))],
+                   [1, 16, 8, 8], [1, 32, 8, 8], "positional_bias")
+    mod = relax_through(model, make_target("cpu", mcpu="znver4"), "ConvertLayoutNCHWc")
+    assert [out for _, _, out in _conv_layouts(mod)] == ["NCHW16c", "NCHW16c"]
+    assert _transforms(mod) == 2  # in once, out once: none around the Add
+    compile_model(_save(model), "cpu", verify=True)  # raises on a mismatch
