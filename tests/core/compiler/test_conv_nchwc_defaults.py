@@ -134,3 +134,58 @@ def test_1x1_conv_with_residual_matches_onnxruntime():
     from core.compiler.target import make_target
 
     _check_against_onnxruntime(_projection_model(32, 64, 28, stride=1), make_target("cpu"), 32, 28, 64, 28)
+
+
+@pytest.mark.parametrize("mcpu,mattr,tile", [
+    ("znver5", None, {"t": 4, "th": 2, "oc2": 2}),  # full-width AVX-512: two channel blocks, 16 accumulators
+    ("znver4", None, {"t": 4, "th": 2}),  # AVX-512 on 256-bit halves: one block, as before
+    ("znver5", ["-avx512f"], {"t": 4, "th": 2}),  # AVX2 code on the same CPU: one block
+])
+def test_full_width_avx512_cpus_take_two_channel_blocks_per_tile(mcpu, mattr, tile, monkeypatch):
+    """A 3x3 conv of 4 channel blocks at 28x28 (codegen only): on a CPU of FULL_WIDTH_AVX512_CPUS the
+    default tile holds two blocks (each broadcast input feeds two vectors); elsewhere one."""
+    from core.compiler import winograd
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
+    from core.compiler.target import make_target
+
+    monkeypatch.setattr(winograd, "WINOGRAD_MIN_IN_CHANNELS", {})  # the 3x3 conv stays direct
+    target = make_target("cpu", mcpu=mcpu, mattr=mattr)
+    configs = Conv2dNCHWc().candidates(_conv_kernel(_conv3x3_model(), target), target)
+    assert configs[0] == tile
+    if "oc2" in tile:
+        assert {"t": 4, "th": 2} in configs  # the one-block tile stays in the template space
+
+
+def test_pair_tile_keeps_12_to_16_accumulators():
+    from core.compiler.schedules.cpu_conv_nchwc import pair_tile
+
+    assert pair_tile(56, 56, 16, 32) == (8, 1)  # 2 x 8 = 16 on one row
+    assert pair_tile(14, 14, 16, 32) == (7, 1)  # 14: one row preferred over 7 rows of one column
+    assert pair_tile(7, 7, 16, 32) == (7, 1)
+    assert pair_tile(5, 5, 16, 32) is None  # 10 or 20 accumulators: no such tile
+
+
+@pytest.mark.isa
+def test_two_block_tiles_match_onnxruntime(monkeypatch):
+    """The two-block default run on this host (treated as a full-width AVX-512 CPU when it has
+    AVX-512; skipped otherwise): a 3x3 conv and a 1x1 conv with bias, residual add and ReLU."""
+    from core.compiler import winograd
+    from core.compiler.schedules import cpu_conv_nchwc
+    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import make_target, target_cpu
+
+    target = make_target("cpu")
+    if vector_lanes(target) != 16:
+        pytest.skip("this run's code is not AVX-512")
+    monkeypatch.setattr(cpu_conv_nchwc, "FULL_WIDTH_AVX512_CPUS", frozenset({target_cpu(target)["name"]}))
+    monkeypatch.setattr(winograd, "WINOGRAD_MIN_IN_CHANNELS", {})
+    assert cpu_conv_nchwc.Conv2dNCHWc().candidates(_conv_kernel(_conv3x3_model(), target), target)[0].get("oc2") == 2
+    _check_against_onnxruntime(_projection_model(32, 64, 28, stride=1), target, 32, 28, 64, 28)
+    import tvm
+    from tvm import relax
+
+    model = _conv3x3_model()
+    x = np.random.default_rng(3).standard_normal((1, 16, 28, 28)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=RTOL, atol=ATOL)
