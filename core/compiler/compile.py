@@ -294,6 +294,8 @@ def compile_model(
         "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
         "kernel_lineage": lineage,
     }
+    if target == "cpu":
+        manifest["parallel_kernels"] = parallel_kernel_count(scheduled)
     art = Artifact(
         library=ex,
         target=target,
@@ -325,6 +327,12 @@ def compile_model(
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
     report("done", 1.0)
     return art
+
+
+def parallel_kernel_count(mod) -> int:
+    """How many of `mod`'s kernels have a parallel loop (0: the thread count never matters, and
+    Artifact.run_device skips choosing it; ResNet-50's 32 kernels take ~30 ms to print)."""
+    return sum(1 for _, func in mod.functions_items() if type(func).__name__ == "PrimFunc" and "T.parallel" in func.script())
 
 
 def _tvm_failure(name: str, e: Exception) -> Exception | None:

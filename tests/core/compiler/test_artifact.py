@@ -161,3 +161,22 @@ def test_cuda_compile_and_export_carry_compiled_kernels(tmp_path):
     lib = (folder / "model.so").read_bytes()
     assert bytes.fromhex("50ed55ba") in lib  # the fatbin's magic: compiled code, not source, ships
     assert b"__global__" not in lib
+
+
+@pytest.mark.isa
+def test_a_model_without_parallel_kernels_runs_without_choosing_threads():
+    """The manifest counts the kernels with a parallel loop; where there are none (the tiny
+    transformer's 1-5 us kernels), runs skip core.compiler.threads' choice, which only costs
+    time; a model with split convs keeps it, and so does an artifact whose manifest does not say."""
+    tiny = compile_model(sample("tiny_transformer"), "cpu", verify=False)
+    cnn = compile_model(sample("small_cnn"), "cpu", verify=False)
+    assert tiny.manifest["parallel_kernels"] == 0 and cnn.manifest["parallel_kernels"] >= 1
+    def zeros(art):
+        return {s.name: np.zeros([d if isinstance(d, int) else 1 for d in s.shape], s.dtype) for s in art.inputs}
+
+    for art in (tiny, cnn):
+        art.run(zeros(art))
+    assert tiny._governor is None and cnn._governor is not None
+    del tiny.manifest["parallel_kernels"]  # an artifact exported before the count existed
+    tiny.run(zeros(tiny))
+    assert tiny._governor is not None
