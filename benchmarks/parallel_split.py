@@ -10,6 +10,8 @@ core is not free). This script makes it one command. A variant is one of:
     default          the rules as they are
     min-us=N         cpu_common.PARALLEL_MIN_US = N (the estimated one-core microseconds from which
                      a conv is split; see conv_runs_parallel)
+    dw-min-us=N      cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = N (the same for depthwise convs and
+                     pools; see depthwise_runs_parallel)
     matmul-serial    no matmul/GEMV split (cpu_matmul.runs_parallel always False)
 
 `--pause S` is the pause between blocks: 0 keeps the pool's worker spinning between blocks (steady
@@ -41,19 +43,21 @@ __all__ = ["main", "parallel_rules"]
 @contextlib.contextmanager
 def parallel_rules(variant: str):
     """The schedule rules as `variant` (module docstring) sets them, inside the block."""
-    from core.compiler.schedules import cpu_common, cpu_matmul
+    from core.compiler.schedules import cpu_common, cpu_depthwise, cpu_matmul
 
-    saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel)
+    saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US)
     try:
         if variant.startswith("min-us="):
             cpu_common.PARALLEL_MIN_US = float(variant.split("=", 1)[1])
+        elif variant.startswith("dw-min-us="):
+            cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = float(variant.split("=", 1)[1])
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant != "default":
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, matmul-serial)")
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial)")
         yield
     finally:
-        cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel = saved
+        cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = saved
 
 
 def _build(proto, variant: str):
