@@ -250,7 +250,11 @@ class Conv2dNCHWc:
         if configs[0].get("inline_pad"):  # every tile reading in place, and the default copying
             configs = [configs[0]] + [{**c, "inline_pad": True} for c in configs[1:] if {**c, "inline_pad": True} != configs[0]]
             configs.append({k: v for k, v in configs[0].items() if k != "inline_pad"})
-        return configs
+        unique = []  # (a two-block default is among the two-block tiles too)
+        for config in configs:
+            if config not in unique:
+                unique.append(config)
+        return unique
 
     def apply(self, func, target, config: dict | None = None):
         from tvm import s_tir
