@@ -29,9 +29,12 @@ logger = logging.getLogger(__name__)
 # CPUs (LLVM names) that execute AVX-512 FMAs on full-width units, two a cycle: there a tile of one
 # channel block (8-10 accumulators, each FMA fed by one broadcast load) leaves the FMA units half
 # idle, and two channel blocks per tile (12-16 accumulators, each broadcast feeding two vectors)
-# are the default. Measured by template tuning on Zen 5 (AMD EPYC, family 26, 2 vCPUs): in ResNet-50
-# 17 of its 19 direct convs chose two blocks, 0.70-0.85x the one-block default's time (0.58 ->
-# 0.45 ms, 0.32 -> 0.23, 0.67 -> 0.52). Zen 4 runs AVX-512 on 256-bit halves (one 512-bit FMA a
+# are the default. Measured by template tuning on Zen 5 (AMD EPYC, family 26, 2 vCPUs): 17 of
+# ResNet-50's 20 direct conv kernels chose two blocks, the tuned kernels 0.71-0.95x the one-block
+# default's time (0.58 -> 0.45 ms, 0.32 -> 0.23, 0.67 -> 0.52); as the default, whole models at one
+# thread (thread CPU time, 10 alternating blocks, quiet): resnet50 0.91x, densenet121 0.92x,
+# inception_v2 0.91x, mobilenet_v2 0.94x, squeezenet 0.95x, small_cnn 1.02x, vgg19 and zfnet512
+# 1.00x (Winograd/wide convs). Zen 4 runs AVX-512 on 256-bit halves (one 512-bit FMA a
 # cycle): its default stays one block, as measured there. Intel's server cores with two 512-bit
 # FMA units likely belong here too, but were not measured: template search tries both tiles.
 FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
