@@ -169,7 +169,7 @@ def _schedule_transpose(sch, read_axis: int, write_axis: int, lanes: int, writte
     whole = written // w_width if written is not None and w_width else 0
     if whole and whole * w_width < extents[write_axis]:
         # the vector tiles below the padding, then the rest (vit_encoder's keys, 3 x 64 x 208,
-        # kernel alone, 1 thread, thread CPU time, Zen 4, load 3: 7.6 us as the generic schedule
+        # kernel alone, 1 thread, thread CPU time, Zen 5, load 3: 7.6 us as the generic schedule
         # wrote it, 6.5 tiled with the condition everywhere, 5.9 split so; AVX2 code 7.3 -> 5.9)
         outer = others if read_axis > write_axis else [*others, r_outer]
         if total >= PARALLEL_MIN_WORK and outer:

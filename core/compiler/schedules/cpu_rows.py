@@ -56,7 +56,7 @@ FOLD_LANES = 4
 # the two reductions was one chain of dependent adds (12 with AVX-512 over a ViT's 192 values, 24
 # with AVX2) and a 15-step scalar fold, and the row waited on them: layer norm ran at ~40 GB/s
 # from L2. 4 chains against one (and a 16 -> 4 -> 1 fold), kernel alone, 1 thread, thread CPU time,
-# median of 10 alternating blocks of 300 calls (Zen 4, load 2): vit_encoder's 197x192 8.5 -> 5.9 us
+# median of 10 alternating blocks of 300 calls (Zen 5, load 2): vit_encoder's 197x192 8.5 -> 5.9 us
 # (AVX2 code 11.6 -> 8.1), bert_encoder's 128x256 5.9 -> 3.3 (AVX2 9.7 -> 5.9), gpt2_blocks'
 # 64x256 3.4 -> 2.4 (AVX2 5.3 -> 3.3); with 2 chains vit_encoder's took 0.72x (AVX2 0.76x), with
 # one chain and the 4-lane fold 0.78x (AVX2 0.96x).
