@@ -6,9 +6,11 @@ Heavy submodules (TVM lowering, compile) are imported on use, so `import core` s
 from __future__ import annotations
 
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
+from .compiler import native_pool as _native_pool
 from .compiler.target import use_host_cores
 
 use_host_cores()  # before TVM's thread pool exists (see core.compiler.target.use_host_cores)
+_native_pool.install()  # before TVM is imported (see core.compiler.native_pool)
 
 __all__ = [
     "Graph",

@@ -261,6 +261,8 @@ class Artifact:
             os.replace(tmp, folder / SOURCE_MODEL)
         runner = Path(__file__).with_name("runner_template.py")
         shutil.copy2(runner, folder / RUNNER)
+        if self.target != "cuda":
+            self._export_thread_pool(folder)
         if measured:
             self.manifest["measured"] = measured
         self.manifest["files"] = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
@@ -268,6 +270,22 @@ class Artifact:
         (folder / MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
         self.folder = folder
         return folder
+
+
+    def _export_thread_pool(self, folder: Path) -> None:
+        """The workbench's parallel launch (core.compiler.native_pool) as a library of the folder,
+        which run.py loads before TVM; without it (no C compiler here) run.py uses TVM's pool."""
+        from . import native_pool
+
+        dest = folder / native_pool.ARTIFACT_FILE
+        try:
+            shutil.copy2(native_pool.build(), dest)
+        except OSError as e:
+            logger.warning("the artifact runs on TVM's thread pool: the workbench's could not be built (%s)", e)
+            dest.unlink(missing_ok=True)
+            self.manifest.pop("thread_pool", None)
+            return
+        self.manifest["thread_pool"] = native_pool.ARTIFACT_FILE
 
 
 def flatten_outputs(out) -> list[np.ndarray]:
@@ -349,6 +367,8 @@ def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
     lib_path = _inside(folder, man_path, manifest, "library", LIBRARY, "library")
     _inside(folder, man_path, manifest, "source_model", SOURCE_MODEL, "source model")
     _inside(folder, man_path, manifest, "runner", RUNNER, "runner")
+    if "thread_pool" in manifest:
+        _inside(folder, man_path, manifest, "thread_pool", "", "thread pool library")
     files = manifest.get("files", [])
     if not isinstance(files, list):
         raise WorkbenchError(f"{man_path} lists its files as {type(files).__name__}, not a list of file names.")

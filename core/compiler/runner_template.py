@@ -145,15 +145,42 @@ def _runnable_elsewhere() -> int:
     return _PROC.elsewhere()
 
 
-def _pool_governor(tvm, limit: int):
+def _load_thread_pool(manifest: dict):
+    """The workbench's parallel launch shipped in the folder (manifest thread_pool), loaded before
+    TVM so that TVM's runtime takes its TVMBackendParallelLaunch: workers that poll with the pause
+    instruction (TVM's poll with a system call per look, ~2-3 us a parallel region on a loaded
+    2-core VM) and tasks any thread may take. None (TVM's own pool) when the folder has none, it
+    will not load, or WORKBENCH_NATIVE_POOL=0."""
+    import ctypes
+
+    name = manifest.get("thread_pool")
+    if not isinstance(name, str) or not name or "tvm" in sys.modules:
+        return None
+    if os.environ.get("WORKBENCH_NATIVE_POOL", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    path = os.path.realpath(os.path.join(HERE, name))
+    if os.path.isabs(name) or os.path.commonpath([path, os.path.realpath(HERE)]) != os.path.realpath(HERE) or not os.path.isfile(path):
+        return None
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        print(f"run.py: {name} does not load here ({e}); TVM's thread pool runs the parallel kernels.", file=sys.stderr)
+        return None
+
+
+def _pool_governor(tvm, limit: int, pool=None):
     """A function to call before each CPU run: it gives TVM's pool the cores other processes
     leave free (their runnable threads: /proc/loadavg's count less this process's), at least 1 and at most `limit`.
     TVM splits parallel loops statically, so a worker whose core another process holds makes
     every kernel wait for it (the workbench's core.compiler.threads does the same).
-    WORKBENCH_ADAPTIVE_THREADS=0 turns it off."""
+    WORKBENCH_ADAPTIVE_THREADS=0 turns it off. `pool`: the workbench's pool (_load_thread_pool),
+    whose count is set instead of TVM's."""
     if os.environ.get("WORKBENCH_ADAPTIVE_THREADS", "1").strip() in ("0", "off", "false", "no") or limit <= 1:
         return lambda: None
-    config = tvm.get_global_func("runtime.config_threadpool")
+    if pool is not None:
+        config = lambda _mode, n: pool.mlcwb_pool_set_threads(n)  # noqa: E731
+    else:
+        config = tvm.get_global_func("runtime.config_threadpool")
     cores = _cpu_count()
     state = {"threads": limit, "checked": float("-inf")}
 
@@ -227,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     # parallel kernel, out of the way after it (the workbench's own default, core.compiler.target).
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
+    pool = _load_thread_pool(manifest) if (args.device or manifest.get("device", "cpu")) == "cpu" else None
     import tvm
     from tvm import relax
 
@@ -264,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         pool_size = int(os.environ["TVM_NUM_THREADS"])
     except ValueError:
         pool_size = _cpu_count()
-    before_run = _pool_governor(tvm, pool_size) if kind == "cpu" else (lambda: None)
+    before_run = _pool_governor(tvm, pool_size, pool) if kind == "cpu" else (lambda: None)
     before_run()
     outputs = flatten_outputs(vm["main"](*args_dev))
     names = [o["name"] for o in manifest["outputs"]]
@@ -289,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         times.sort()
         p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
         print(f"latency over {len(times)} runs: median {times[len(times) // 2]:.3f} ms, p90 {p90:.3f} ms, min {times[0]:.3f} ms")
+        if kind == "cpu":
+            print("parallel kernels: " + ("the workbench's thread pool" if pool is not None else "TVM's thread pool"))
     return 0
 
 

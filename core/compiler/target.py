@@ -96,27 +96,24 @@ class runtime_threads:
     """Run TVM's compiled code on `n` threads inside this `with` block (and restore the count
     it had before): the same executable measured at 1 and at 2 threads shows how its kernels
     scale. A count above the pool's size (TVM_NUM_THREADS, see use_host_cores) gets the pool's
-    size. Works on this thread's pool, the one `vm["main"]` called from here uses."""
+    size. Works for the calling thread, the one `vm["main"]` called from here runs on
+    (core.compiler.native_pool.set_run_threads)."""
 
     def __init__(self, n: int):
         self.n = max(1, int(n))
         self._before = None
 
-    @staticmethod
-    def _funcs():
-        import tvm
-
-        return tvm.get_global_func("runtime.config_threadpool"), tvm.get_global_func("runtime.NumThreads")
-
     def __enter__(self) -> "runtime_threads":
-        config, count = self._funcs()
-        self._before = int(count())
-        config(1, self.n)  # 1: TVM's "big cores" mode, all of them alike on x86
+        from .native_pool import run_threads, set_run_threads
+
+        self._before = run_threads()
+        set_run_threads(self.n)
         return self
 
     def __exit__(self, *exc) -> None:
-        config, _ = self._funcs()
-        config(1, self._before)
+        from .native_pool import set_run_threads
+
+        set_run_threads(self._before)
 
 
 def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr=None, cores: int | None = None):

@@ -9,16 +9,20 @@ processes running (load average 3), ResNet-50 took 104-115 ms at 1 thread and 18
 2 threads (best of 5 runs, same executable). onnxruntime does not suffer this: its main thread
 takes the blocks of a parallel loop the workers have not started.
 
+The workbench's own launch (core.compiler.native_pool) lets the calling thread take the tasks a
+late worker has not started, so such a worker delays only the task it began; but a worker sharing a
+core with another process still halves that task's speed and takes time from the other process.
+
 So before a run, `ThreadGovernor` looks at how many threads are runnable elsewhere (the kernel's
 instantaneous count in /proc/loadavg, less this process's own runnable threads, e.g. TVM's
 workers still spinning after the last run; ~10 us through files kept open, see ProcCounts; at most
-every `recheck_s`, so runs of tiny models do not pay for it each time) and gives TVM's pool the cores left, at least
-one and at most the pool's size. On a quiet machine that is every core; beside N busy processes,
+every `recheck_s`, so runs of tiny models do not pay for it each time) and gives the pool (the workbench's, or TVM's
+when that one is not loaded) the cores left, at least one and at most the pool's size. On a quiet machine that is every core; beside N busy processes,
 N fewer. WORKBENCH_ADAPTIVE_THREADS=0 turns it off (the pool keeps its size).
 
-TVM's pool belongs to the thread that calls the compiled code (a worker thread of the GUI has its
-own), so the governor sets the pool of the thread it is called from, remembering per thread what
-it set.
+The thread count belongs to the thread that calls the compiled code (a worker thread of the GUI
+has its own, as with TVM's thread-local pools), so the governor sets the count of the thread it is
+called from, remembering per thread what it set.
 """
 from __future__ import annotations
 
@@ -184,11 +188,11 @@ class ThreadGovernor:
         """Size the calling thread's pool for the next run; returns the threads it will use."""
         state = self._state
         if not hasattr(state, "limit"):
-            import tvm
+            from .native_pool import run_threads, set_run_threads
 
-            state.config = tvm.get_global_func("runtime.config_threadpool")
+            state.config = set_run_threads
             state.limit = max(1, self.max_threads or _pool_size())
-            state.current = int(tvm.get_global_func("runtime.NumThreads")())
+            state.current = run_threads()
             state.checked = float("-inf")
         if not self.enabled:
             wanted = state.limit
@@ -199,7 +203,7 @@ class ThreadGovernor:
             state.checked = now
             wanted = self.threads_now(state.limit)
         if wanted != state.current:
-            state.config(1, wanted)  # 1: TVM's "big cores" mode, every core alike on x86
+            state.config(wanted)
             logger.debug("TVM pool: %d -> %d threads", state.current, wanted)
             state.current = wanted
         return wanted

@@ -99,7 +99,7 @@ def test_runner_source_imports_nothing_else():
             roots |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0])
-    assert roots <= {"__future__", "argparse", "json", "os", "sys", "tempfile", "time", "numpy", "tvm"}
+    assert roots <= {"__future__", "argparse", "ctypes", "json", "os", "sys", "tempfile", "time", "numpy", "tvm"}
 
 
 def test_compile_and_run_cli(tmp_path):
@@ -180,3 +180,24 @@ def test_a_model_without_parallel_kernels_runs_without_choosing_threads():
     del tiny.manifest["parallel_kernels"]  # an artifact exported before the count existed
     tiny.run(zeros(tiny))
     assert tiny._governor is not None
+
+
+def test_run_py_launches_on_the_thread_pool_the_folder_carries(exported, tmp_path):
+    """The folder carries the workbench's parallel launch (core.compiler.native_pool) and run.py
+    loads it before TVM; without it, or with WORKBENCH_NATIVE_POOL=0, TVM's own pool runs."""
+    _art, folder = exported
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["thread_pool"] == "threadpool.so" and "threadpool.so" in m["files"] and (folder / "threadpool.so").is_file()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "WORKBENCH_NATIVE_POOL")}
+
+    def bench(folder, **extra):
+        r = subprocess.run([sys.executable, "-c", ISOLATED, "--bench", "3"], cwd=folder, capture_output=True, text=True, timeout=120, env={**env, **extra})
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().splitlines()[-1]
+
+    assert bench(folder) == "parallel kernels: the workbench's thread pool"
+    assert bench(folder, WORKBENCH_NATIVE_POOL="0") == "parallel kernels: TVM's thread pool"
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare)
+    (bare / "threadpool.so").unlink()
+    assert bench(bare) == "parallel kernels: TVM's thread pool"
