@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 GOAL_S = 0.5
 
 

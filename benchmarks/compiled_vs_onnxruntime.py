@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 from benchmarks.core_pair import core_pair_speedup  # noqa: E402 - after the path set-up
 
 __all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "main"]

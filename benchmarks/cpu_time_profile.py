@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 __all__ = ["kernel_classes", "main"]
 
 DEFAULT_MODELS = "bert_encoder,vit_encoder,gpt2_blocks"

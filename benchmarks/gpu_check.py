@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 
 def model_list(wanted: str = "") -> list[tuple[str, Path, bool]]:
     """(name, path, light?) of the onnx wheel's light models and the bundled samples."""

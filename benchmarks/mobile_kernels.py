@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 __all__ = ["CASES", "build_case", "main"]
 
 # (kind, channels, size, kernel, stride): EfficientNet-B0's depthwise convs (SiLU) and MobileNetV2's (ReLU6)

@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 __all__ = ["Region", "Kernel", "kernel_splits", "main", "model_kernels", "scheduled_module", "split_loss_us"]
 
 # Reduction blocks that are depthwise windows or pools (one multiply-add per tap and output, no

@@ -49,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 __all__ = ["ROW", "launch_kernel", "main", "syscall_us"]
 
 ROW = 480  # floats per pass; divisible by 2 and 3, so both splits get whole chunks
@@ -93,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="1,64,256,512", help="passes over 480 floats per region, comma-separated")
     parser.add_argument("--launches", type=int, default=21, help="regions per call of the long kernel (>= 2)")
     parser.add_argument("--seconds", type=float, default=6.0, help="timed seconds in all, about")
+    parser.add_argument("--pools", default="native,tvm",
+                        help="whose launch to time, alternating blocks: native (the workbench's, core.compiler.native_pool), tvm (TVM's own)")
     args = parser.parse_args(argv)
+    pools = [p.strip() for p in args.pools.split(",") if p.strip()]
+    if not pools or set(pools) - {"native", "tvm"}:
+        print(f"--pools takes native and/or tvm, got '{args.pools}'", file=sys.stderr)
+        return 2
     try:
         works = [int(w) for w in args.work.split(",") if w.strip()]
     except ValueError:
@@ -103,19 +111,28 @@ def main(argv: list[str] | None = None) -> int:
         print("--launches must be at least 2 and --work numbers of at least 1", file=sys.stderr)
         return 2
 
+    from core.compiler import native_pool  # before tvm: see core.compiler.native_pool
+
     import tvm
 
     from benchmarks.compiled_vs_onnxruntime import host_description
     from core.compiler.target import make_target, runtime_threads
 
+    native = native_pool.pool()
+    if "native" in pools and native is None:
+        print(f"the workbench's pool is {native_pool.status()}; timing TVM's only")
+        pools = ["tvm"]
+
     target = make_target("cpu")
-    cases = []  # (work, chunks, threads, short kernel, long kernel, args, [(long, short) wall s], [(long, short) CPU s])
+    # (pool, work, chunks, threads, short kernel, long kernel, args, [(long, short) wall s], [(long, short) CPU s])
+    cases = []
     for work in works:
         for chunks in (2, 3):
             short, long = launch_kernel(1, chunks, work, target), launch_kernel(args.launches, chunks, work, target)
             data = [tvm.runtime.tensor(np.full((chunks, ROW // chunks), v, "float32")) for v in (1.0, 0.0)]
-            for threads in (1, 2):
-                cases.append((work, chunks, threads, short, long, data, [], []))
+            for pool in pools:
+                for threads in (1, 2):
+                    cases.append((pool, work, chunks, threads, short, long, data, [], []))
 
     def per_call(fn, data, n: int) -> tuple[float, float]:
         w0, c0 = time.perf_counter(), time.thread_time()
@@ -126,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"host {host_description(make_target('cpu', mcpu='host'))}  load average {os.getloadavg()[0]:.1f}")
     print(f"sched_yield() from Python: {syscall_us():.2f} us a call")
     deadline = time.perf_counter() + args.seconds
-    while time.perf_counter() < deadline or not cases[-1][6]:
-        for work, chunks, threads, short, long, data, wall, cpu in cases:
+    while time.perf_counter() < deadline or not cases[-1][7]:
+        for pool, work, chunks, threads, short, long, data, wall, cpu in cases:
+            if native is not None:
+                native.set_enabled(pool == "native")
             with runtime_threads(threads):
                 per_call(long, data, 2)  # the worker awake, the data in cache
                 lw, lc = per_call(long, data, 5)
@@ -140,20 +159,23 @@ def main(argv: list[str] | None = None) -> int:
         # machine a difference taken block by block is mostly noise
         return max(0.0, pick([p[0] for p in pairs]) - pick([p[1] for p in pairs])) / (args.launches - 1) * 1e6
 
-    print(f"per parallel region, us (fastest / median of {len(cases[0][6])} blocks); 'caller CPU': the calling thread's CPU time")
-    print(f"{'work':>6}{'split':>7}{'1 thread':>16}{'2 threads':>16}{'1->2 (min)':>12}{'caller CPU 2t':>16}")
-    by_key = {(c[0], c[1], c[2]): c for c in cases}
+    if native is not None:
+        native.set_enabled(True)
+    print(f"per parallel region, us (fastest / median of {len(cases[0][7])} blocks); 'caller CPU': the calling thread's CPU time")
+    print(f"{'pool':>7}{'work':>6}{'split':>7}{'1 thread':>16}{'2 threads':>16}{'1->2 (min)':>12}{'caller CPU 2t':>16}")
+    by_key = {(c[0], c[1], c[2], c[3]): c for c in cases}
     for work in works:
         for chunks, split in ((2, "1:1"), (3, "2:1")):
-            one, two = by_key[(work, chunks, 1)], by_key[(work, chunks, 2)]
-            m1, m2 = region_us(one[6], min), region_us(two[6], min)
-            d1, d2 = region_us(one[6], np.median), region_us(two[6], np.median)
-            c2, e2 = region_us(two[7], min), region_us(two[7], np.median)
-            print(
-                f"{work:>6}{split:>7}{f'{m1:.2f} / {d1:.2f}':>16}{f'{m2:.2f} / {d2:.2f}':>16}"
-                f"{(m1 / m2 if m2 else float('nan')):>12.2f}{f'{c2:.2f} / {e2:.2f}':>16}",
-                flush=True,
-            )
+            for pool in pools:
+                one, two = by_key[(pool, work, chunks, 1)], by_key[(pool, work, chunks, 2)]
+                m1, m2 = region_us(one[7], min), region_us(two[7], min)
+                d1, d2 = region_us(one[7], np.median), region_us(two[7], np.median)
+                c2, e2 = region_us(two[8], min), region_us(two[8], np.median)
+                print(
+                    f"{pool:>7}{work:>6}{split:>7}{f'{m1:.2f} / {d1:.2f}':>16}{f'{m2:.2f} / {d2:.2f}':>16}"
+                    f"{(m1 / m2 if m2 else float('nan')):>12.2f}{f'{c2:.2f} / {e2:.2f}':>16}",
+                    flush=True,
+                )
     print(f"load average now {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -13,6 +13,8 @@ core is not free). This script makes it one command. A variant is one of:
     dw-min-us=N      cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = N (the same for depthwise convs and
                      pools; see depthwise_runs_parallel)
     matmul-serial    no matmul/GEMV split (cpu_matmul.runs_parallel always False)
+    tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
+                     instead of the workbench's (core.compiler.native_pool)
 
 `--pause S` is the pause between blocks: 0 keeps the pool's worker spinning between blocks (steady
 state), 0.2 is what `bench --vs-ort` and benchmarks/compiled_vs_onnxruntime.py pause (the worker
@@ -37,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 __all__ = ["main", "parallel_rules"]
 
 
@@ -53,8 +57,8 @@ def parallel_rules(variant: str):
             cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = float(variant.split("=", 1)[1])
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
-        elif variant != "default":
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial)")
+        elif variant not in ("default", "tvm-pool"):
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial, tvm-pool)")
         yield
     finally:
         cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = saved
@@ -96,11 +100,16 @@ def main(argv: list[str] | None = None) -> int:
         light_models,
         sample_models,
     )
+    from core.compiler import native_pool
     from core.compiler.alternation import alternate, flatten, timed
     from core.compiler.target import make_target, runtime_threads
 
     models = {**light_models(), **sample_models(), **architecture_models()}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    pool = native_pool.pool()
+    if "tvm-pool" in variants and pool is None:
+        print(f"the workbench's pool is {native_pool.status()}: variant tvm-pool would be the default", file=sys.stderr)
+        return 2
     print(f"host {host_description(make_target('cpu', mcpu='host'))}  pause {args.pause} s  load average {os.getloadavg()[0]:.1f}")
     print(f"{'model':<20}{'variant':<15}{'parallel':>9}{'1t ms (p10)':>22}{'2t ms (p10)':>22}{'1->2':>6}{'p10 1->2':>9}")
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
@@ -116,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             fn, dev_args = art.vm()["main"], [tvm.runtime.tensor(v) for v in feeds.values()]
             for threads in (1, 2):
 
-                def run(n, fn=fn, dev_args=dev_args, threads=threads):
+                def run(n, fn=fn, dev_args=dev_args, threads=threads, native=variant != "tvm-pool"):
+                    if pool is not None:
+                        pool.set_enabled(native)
                     with runtime_threads(threads):
                         return timed(lambda: fn(*dev_args))(n)
 

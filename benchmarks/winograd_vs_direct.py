@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+
 DEFAULT_SHAPES = "32x32x56,64x64x56,64x64x224,128x128x112,256x256x56,512x512x28,256x256x14,512x512x14,128x32x28"
 
 
