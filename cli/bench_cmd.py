@@ -28,27 +28,31 @@ def _mb(n) -> str:
 
 def run(args) -> int:
     from cli.compile_cmd import cpu_target, parse_dims
-    from core.compiler.bench import benchmark, spread_warning
+    from core import load_model
     from core.compiler.artifact import load_artifact
+    from core.compiler.bench import benchmark, spread_warning
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
 
-    dims = parse_dims(args.dim)
+    parse_dims(args.dim)  # a malformed value is refused before anything is loaded; the names once it is
     if args.runs < 1:
         raise WorkbenchError(f"--runs must be at least 1, not {args.runs}.")
     if os.path.isdir(args.model):
         if args.cpu or args.cpu_features:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu and --cpu-features apply when compiling a model.")
         art = load_artifact(args.model)
+        dims = parse_dims(args.dim, art)
     else:
         from core.compiler.target import cannot_run_here, target_cpu
 
         why = cannot_run_here(target_cpu(cpu_target(args, args.target)))
         if why:  # refused before the compile, which would only be thrown away
             raise WorkbenchError(why)
+        graph = load_model(args.model)
+        dims = parse_dims(args.dim, graph)  # before the compile, which a misspelt dim would waste
         if not args.json:
             print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
-        art = compile_model(args.model, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
+        art = compile_model(graph, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     d = res.to_json()
     if args.json:

@@ -41,11 +41,14 @@ def cpu_target(args, kind: str = "cpu"):
     return make_target(kind, mcpu=args.cpu, mattr=args.cpu_features)
 
 
-def parse_dims(items: list[str]) -> dict[str, int]:
-    """--dim NAME=N values (core.model.dims, the parser the GUI's dims field uses too)."""
+def parse_dims(items: list[str], model=None) -> dict[str, int]:
+    """--dim NAME=N values (core.model.dims, the parser the GUI's dims field uses too). With
+    `model` (a Graph or an Artifact) a name that is not one of its symbolic dims is refused: its
+    value would be ignored, and the dim checked and measured at 1."""
     from core.model.dims import parse_dims as parse
+    from core.model.dims import symbolic_dims
 
-    return parse(items)
+    return parse(items, known=symbolic_dims(model) if model is not None else None)
 
 
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:
@@ -68,7 +71,7 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
 def run(args) -> int:
     from core.errors import WorkbenchError
 
-    dims = parse_dims(args.dim)
+    parse_dims(args.dim)  # a malformed value is refused before anything is loaded; the names once it is
     if args.tune_trials < 0:
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
     if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target == "cuda":
@@ -92,14 +95,18 @@ def run(args) -> int:
     rtol, atol = parse_tolerance(args.rtol, "--rtol", RTOL), parse_tolerance(args.atol, "--atol", ATOL)
     cpu_target(args)  # an unknown CPU or feature is refused before anything is loaded
 
+    from core import load_model
     from core.compiler.compile import compile_model
+
+    graph = load_model(args.model)
+    dims = parse_dims(args.dim, graph)
 
     def progress(step: str, frac: float) -> None:
         if not args.json:
             print(f"[{frac * 100:5.1f}%] {step}", file=sys.stderr)
 
     art = compile_model(
-        args.model,
+        graph,
         args.target,
         verify=not args.no_verify,
         verify_dims=dims or None,

@@ -24,8 +24,8 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from cli.compile_cmd import parse_dims
     from core import load_model, save_model
-    from core.model.dims import parse_dims
     from core.model.history import History
     from core.rewrite import run_rules
     from core.verify import VerificationError
@@ -33,9 +33,10 @@ def run(args) -> int:
 
     rules = get_rules(args.rules)  # unknown ids fail before the model is read
     graph = load_model(args.model)
+    dims = parse_dims(args.dim, graph)
     history = History(graph)
     try:
-        reports = run_rules(graph, rules, history=history, verify=args.verify, seed=args.seed, dims=parse_dims(args.dim))
+        reports = run_rules(graph, rules, history=history, verify=args.verify, seed=args.seed, dims=dims)
     except VerificationError as e:
         if args.json:
             print(json.dumps({"model": args.model, "output": None, "ok": False, "error": str(e)}))

@@ -50,6 +50,7 @@ class ArtifactActions:
             self.export_to(folder)
 
     def save_onnx_dialog(self) -> None:
+        """Ask for a file and write the open (rewritten) model to it; a failure is one sentence."""
         graph = self.window.document.graph
         if graph is None:
             return
@@ -60,11 +61,17 @@ class ArtifactActions:
                          suggested=f"{Path(doc).stem if doc else 'model'}_optimized.onnx")
         if not path:
             return
+        # a refusal is a message box (as the main window's Save), not the compile's failure
+        # path: a compile may be running, and its status line, progress and controls stay its own
         try:
             save_model(graph, path)
-        except (WorkbenchError, OSError) as e:
-            self._failed(str(e))
+        except WorkbenchError as e:
+            QMessageBox.warning(self, "Save ONNX", str(e))
             return
+        except OSError as e:
+            QMessageBox.warning(self, "Save ONNX", f"The optimized model was not saved: {path} cannot be written ({e.strerror or e}).")
+            return
+        self.status.setStyleSheet("")
         self.status.setText(f"Saved the optimized model to {path}.")
 
     # -- open a compiled artifact ------------------------------------------------------------

@@ -16,7 +16,8 @@ __all__ = ["format_dims", "parse_dims", "symbolic_dims"]
 
 
 def symbolic_dims(graph) -> list[str]:
-    """The symbolic dim names of the graph's inputs (a Graph), in order of first use."""
+    """The symbolic dim names of the model's inputs, in order of first use: a Graph's, or a
+    compiled Artifact's (its input TensorSpecs name symbolic dims the same way, as strings)."""
     names: list[str] = []
     for value in graph.inputs:
         for dim in value.shape or ():
