@@ -49,12 +49,15 @@ def test_regions_and_their_work_are_read_from_the_loops():
 @pytest.mark.parametrize("cpu", ["znver4", "znver3"])
 @pytest.mark.parametrize("model", ["shufflenet", "squeezenet", "mobilenet_v3_small", "efficientnet_b0"])
 def test_cnn_kernels_split_evenly_at_2_threads(cpu, model):
-    """No kernel of 50 us or more splits worse than 8:7 at 2 threads, and a model loses at most
+    """No kernel of 50 us or more splits worse than 5:4 at 2 threads, and a model loses at most
     1% of its even 2-thread split. Before the row chunks light ShuffleNet, as AVX-512 code, lost
     3.7% (its 24-channel max pool split 2:1, its 112-channel depthwise conv 4:3); now 0.4% (a
     136-channel 3x3 depthwise conv, 17 blocks of 8 on 28 rows, stays 9:8: chunks of 14 rows would
     copy 2 of every 16 padded rows twice). efficientnet_b0's and mobilenet_v3_small's 240-channel 5x5 depthwise
-    convs, 15 blocks of 16, stay 8:7 for the same reason."""
+    convs, 15 blocks of 16, stay 8:7 for the same reason, and since depthwise convs are split from
+    15 us of estimated work (cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US), two of mobilenet_v3_small's
+    5x5 ones on 7 and 14 rows (11 blocks, 6:5, and 9 blocks, 5:4 as AVX-512 code; too few rows to
+    chunk): the model measured 0.92-0.94x at 2 threads with them split."""
     from benchmarks.compiled_vs_onnxruntime import (
         _load,
         architecture_models,
@@ -69,7 +72,7 @@ def test_cnn_kernels_split_evenly_at_2_threads(cpu, model):
     loss_us = sum(k.loss_us(2) for k in kernels)
     assert parallel_us > 0
     assert loss_us <= 0.01 * parallel_us / 2, [(k.name, [r.extent for r in k.regions]) for k in kernels if k.loss_us(2)]
-    worst = split_imbalance(15, 2) + 1e-9
+    worst = split_imbalance(9, 2) + 1e-9
     uneven = [(k.name, r.extent) for k in kernels for r in k.regions if r.work_us >= 50 and split_imbalance(r.extent, 2) > worst]
     assert not uneven
 

@@ -71,7 +71,14 @@ PARALLEL_MIN_WORK = 1 << 16
 # kernel is split from PARALLEL_MIN_US of estimated one-core work: each of two threads then has
 # 6 us, two launches' worth (0.54 M multiply-adds with AVX-512; it was 24 us, 1.08 M, until the
 # quiet measurement).
-PARALLEL_LAUNCH_US = 3.0
+# Since the workbench launches parallel loops itself (core.compiler.native_pool: workers polling with
+# `pause`), a region costs ~0.1-0.4 us of handshake on this project's 2-vCPU Zen 5 KVM guest (quiet,
+# benchmarks/parallel_launch.py; TVM's pool 0.7-1.8 us there), and what is left is the data moving
+# between the cores. At 6 us small_cnn's two 0.15 M multiply-add convs are split too: 2 threads 17.3
+# against 21.9 us (median; p10 16.5 against 19.1), 1 thread alike, and no other model's kernels changed
+# (benchmarks/parallel_split.py min-us=6, 16 alternating blocks, pause 0.2 s, load 0.6). So a region is
+# reckoned at 1.5 us and a conv is split from 6 us of one-core work: 0.27 M multiply-adds.
+PARALLEL_LAUNCH_US = 1.5
 PARALLEL_MIN_US = 4 * PARALLEL_LAUNCH_US
 # Multiply-adds per microsecond of a register-tiled conv on one core: small_cnn's 3x3 convs (0.3-0.6 M
 # multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512 (6.9-12.4 us each, Zen 4). Not
@@ -95,7 +102,7 @@ def parallel_pays(one_core_us: float) -> bool:
 
 def conv_runs_parallel(macs: int) -> bool:
     """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
-    its estimated one-core time (see PARALLEL_MIN_US): 0.54 M multiply-adds and up."""
+    its estimated one-core time (see PARALLEL_MIN_US): 0.27 M multiply-adds and up."""
     return parallel_pays(fma_microseconds(macs))
 
 

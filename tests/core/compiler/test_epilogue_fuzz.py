@@ -61,7 +61,7 @@ class _Builder:
 def _producer(b: _Builder, kind: str, large: bool):
     """(input shape, output name, output shape) of the producer; `large`: big enough that the
     producer's kernel runs its outer loop on both threads (Conv 1x1 16 -> 32 channels on 53 x 53:
-    1.4 M multiply-adds, MatMul 128 x 64 x 128: 1.0 M, against PARALLEL_MIN_US' 0.54 M), else a
+    1.4 M multiply-adds, MatMul 128 x 64 x 128: 1.0 M, against PARALLEL_MIN_US' 0.27 M), else a
     prime width of 13 (one-pixel register tiles). Both widths are prime: WidenConvRows widens
     and cuts some of the convs."""
     if kind in ("matmul", "gemm"):

@@ -49,8 +49,10 @@ def test_depthwise_parallel_rule_weighs_bytes_and_multiply_adds():
 
     # mobilenet_v3_small's 72-channel 56x56 -> 28x28 stride-2 3x3: 0.5 M multiply-adds, 1.1 MB moved
     assert depthwise_runs_parallel(72 * 28 * 28 * 9, 4 * 72 * (56 * 56 + 28 * 28))
-    # its 576-channel 7x7 5x5: 0.7 M multiply-adds, 0.2 MB: ~29 us on one core, stays serial
-    assert not depthwise_runs_parallel(576 * 49 * 25, 2 * 4 * 576 * 49)
+    # its 576-channel 7x7 5x5: 0.7 M multiply-adds, 0.2 MB: ~29 us on one core, split (from 15 us)
+    assert depthwise_runs_parallel(576 * 49 * 25, 2 * 4 * 576 * 49)
+    # a 3x3 one on the same 576 x 7 x 7: 0.25 M multiply-adds, ~11 us, stays serial
+    assert not depthwise_runs_parallel(576 * 49 * 9, 2 * 4 * 576 * 49)
     assert depthwise_runs_parallel(32 * 112 * 112 * 9, 2 * 4 * 32 * 112 * 112)  # 3.6 M multiply-adds
 
 
