@@ -1,11 +1,12 @@
-"""What one parallel region costs in TVM's thread pool on this machine, and where the time goes.
+"""What one parallel region costs on this machine, in the workbench's launch and in TVM's pool, and where the time goes.
 
 A kernel made for the purpose runs K regions in a row (a serial loop around a parallel loop, so one
 TVMBackendParallelLaunch per iteration); the cost of one region is (t(K) - t(1)) / (K - 1), free of
 the Python call. Each row is one amount of work per region (`--work`: passes over 480 floats; 1
 is next to nothing), split over the threads 1:1 (`parallel(2)`) or 2:1 (`parallel(3)`: TVM gives
 task 0, the calling thread's, ceil(3/2) = 2 of the 3 chunks), timed at 1 and at 2 threads, all variants in
-alternating short blocks in one process. Printed per row: the region's time at 1 thread and at 2
+alternating short blocks in one process, each through the workbench's launch (core.compiler.native_pool)
+and through TVM's own pool (`--pools native,tvm`). Printed per row: the region's time at 1 thread and at 2
 (from the fastest block of each kernel, and from the median blocks), the speed-up, and the calling
 thread's CPU time per region at 2 threads (thread_time: it holds up on a loaded machine; it is
 the caller's share of the work plus its time in the pool, since it polls rather than sleeps).
@@ -24,8 +25,10 @@ against 0.05-0.2 us at 1 thread, 1.4-1.5 us in the fastest of many short blocks.
 handshake polling with the pause instruction instead took 0.07 us (a C model of the pool), and
 such a launch patched into a loaded library's __TVMBackendParallelLaunch pointer ran this file's
 kernel at 0.80 us a region against 2.75 us with TVM's pool (fastest blocks, alternating, load 9):
-the cost is the runtime's polling, not the generated code.
-None of it is reachable from Python: the spin count only sets how long the worker polls
+the cost is the runtime's polling, not the generated code. core.compiler.native_pool is that launch,
+built into the workbench: on this project's quiet 2-vCPU Zen 5 KVM guest (sched_yield 0.5 us) a
+region with next to no work cost 0.07 / 0.35 us (fastest / median blocks) against TVM's 0.66 / 1.76 us.
+None of TVM's pool is changeable from Python: the spin count only sets how long the worker polls
 before sleeping; TVM_BIND_THREADS, or pinning the caller and the worker to different CPUs with
 os.sched_setaffinity, made it no cheaper; runtime.config_threadpool re-applies the affinity and the
 count without restarting the workers (0.7 us a call). The 2:1 split lets the caller, with the

@@ -1,5 +1,5 @@
 """benchmarks/parallel_launch.py: the kernel it times is K parallel regions of the stated work (checked
-by its result and by the launch call in its code), the table has a row per work and split, and bad
+by its result and by the launch call in its code), the table has a row per pool, work and split, and bad
 arguments are refused. Structure only (no timing is asserted)."""
 from __future__ import annotations
 
@@ -29,8 +29,13 @@ def test_table_has_a_row_per_work_and_split(capsys):
     assert main(["--work", "1", "--launches", "3", "--seconds", "0"]) == 0
     out = capsys.readouterr().out
     assert "sched_yield() from Python" in out
-    rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] == "1"]
-    assert [r[1] for r in rows] == ["1:1", "2:1"]
+    rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0] in ("native", "tvm")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("native", "1", "1:1"), ("tvm", "1", "1:1"), ("native", "1", "2:1"), ("tvm", "1", "2:1")]
+
+
+def test_bad_pools_are_refused(capsys):
+    assert main(["--pools", "omp"]) == 2
+    assert "--pools" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--work", "a"], ["--work", "0"], ["--launches", "1"]])
