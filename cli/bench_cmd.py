@@ -30,7 +30,7 @@ def run(args) -> int:
     from cli.compile_cmd import cpu_target, parse_dims
     from core import load_model
     from core.compiler.artifact import load_artifact
-    from core.compiler.bench import benchmark, spread_warning
+    from core.compiler.bench import benchmark, spread_warning, threads_text
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
 
@@ -60,6 +60,8 @@ def run(args) -> int:
         return 0
     lat = d["latency_ms"]
     print(f"latency ({art.target}, {lat['runs']} runs): median {lat['median']:.3f} ms, p10-p90 {lat['p10']:.3f}-{lat['p90']:.3f} ms, min {lat['min']:.3f} ms")
+    if res.threads:
+        print(f"threads: {threads_text(res.threads)}" + (f"; onnxruntime {res.threads['ort']}" if "ort" in res.threads else ""))
     if spread_warning(lat):
         print(f"  warning: {spread_warning(lat)}")
     if res.ort_latency_ms is not None:

@@ -43,6 +43,11 @@ def result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str
         rows.append(("Latency p10 – p90", _range(lat, "p10", "p90"), _range(ort, "p10", "p90") if ort else "–"))
         rows.append(("Latency min – max", _range(lat, "min", "max"), _range(ort, "min", "max") if ort else "–"))
         rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
+        threads = getattr(res, "threads", None)
+        if threads:
+            from core.compiler.bench import threads_text
+
+            rows.append(("Threads", threads_text(threads), str(threads.get("ort", "–"))))
         if res.ratio is not None:
             rows.append(("Ratio ours / onnxruntime", f"{res.ratio:g}×", "1×"))
     mem = res.memory if res is not None else (memory_estimate or {})

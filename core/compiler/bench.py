@@ -31,7 +31,8 @@ from .artifact import Artifact
 from .reference import compare_outputs, random_feeds
 from ..errors import Cancelled, WorkbenchError
 
-__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning"]
+__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning",
+           "threads_text"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class BenchResult:
     ratio: float | None = None
     max_abs_err_vs_ort: float | None = None
     outputs_match_ort: bool | None = None
+    threads: dict | None = None  # CPU: {"ours": threads of the last timed run, "pool": "workbench" or "tvm", "ort": its threads}
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -382,6 +384,7 @@ def benchmark(
             dims={d: int((dims or {}).get(d, 1)) for s in art.inputs for d in s.shape if isinstance(d, str)},
             latency_ms=latency_stats(ours_ms),
             memory={},
+            threads=_threads_used(art, host_cores() if ort_proc is not None else None),
         )
         if ort_proc is not None:
             result.ort_latency_ms = latency_stats(ort_ms)
@@ -410,6 +413,28 @@ def benchmark(
         result.kernels = profile_kernels(art, args, repeats=min(3, runs))
     report("done", 1.0)
     return result
+
+
+def _threads_used(art: Artifact, ort_threads: int | None) -> dict | None:
+    """What ran the CPU runs: the threads of the last one (the governor's choice) and whose thread
+    pool launched its parallel kernels (core.compiler.native_pool); None on a GPU."""
+    if art.target == "cuda":
+        return None
+    from . import native_pool
+
+    pool = native_pool.pool()
+    d: dict[str, Any] = {"ours": native_pool.run_threads(), "pool": "workbench" if pool is not None and pool.enabled() else "tvm"}
+    if ort_threads is not None:
+        d["ort"] = ort_threads
+    return d
+
+
+def threads_text(threads: dict | None) -> str:
+    """One cell for `bench` and the Compile & Run table: "2 (workbench pool)": the threads and whose
+    pool launched the parallel kernels (core.compiler.native_pool; "TVM pool" when it is not loaded)."""
+    if not threads:
+        return ""
+    return f"{threads['ours']} ({'workbench' if threads.get('pool') == 'workbench' else 'TVM'} pool)"
 
 
 def measured_for_manifest(res: BenchResult) -> dict[str, Any]:

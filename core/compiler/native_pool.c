@@ -67,6 +67,11 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static int workers;                     /* started; guarded by pool_lock */
 static int default_threads;             /* threads for a calling thread that set none */
 static int spin_us = 2000;              /* how long an idle worker polls before it sleeps */
+/* For the first PAUSE_NS of it the worker polls with pause alone (the gap between a run's kernels is
+ * a few us, between runs of a timing loop ~10-20 us); after that with a sched_yield between looks,
+ * so the other threads of this process (a compile's build threads) and other processes get the core
+ * as they would from TVM's pool, which yields from the first look. */
+#define PAUSE_NS 100000ull
 static int enabled = 1;
 static uint64_t pooled_launches;        /* atomic: launches that used the workers */
 static uint64_t launches;               /* atomic: every launch through this library */
@@ -115,19 +120,25 @@ static void* worker_main(void* arg) {
   for (;;) {
     uint64_t start = now_ns();
     uint64_t limit = (uint64_t)__atomic_load_n(&spin_us, __ATOMIC_RELAXED) * 1000ull;
-    int spins = 0;
+    int spins = 0, yielding = 0;
     uint32_t g;
     while ((g = __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) == seen) {
-      cpu_relax();
-      if (++spins == 256) {
+      if (yielding) {
+        sched_yield(); /* past a run's kernel gaps: every look lets other threads have the core */
+      } else {
+        cpu_relax();
+        if (++spins < 256) continue;
         spins = 0;
-        if (now_ns() - start > limit) {
-          __atomic_fetch_add(&sleepers, 1, __ATOMIC_SEQ_CST);
-          if (__atomic_load_n(&generation, __ATOMIC_SEQ_CST) == seen)
-            syscall(SYS_futex, &generation, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
-          __atomic_fetch_sub(&sleepers, 1, __ATOMIC_SEQ_CST);
-          start = now_ns();
-        }
+      }
+      uint64_t idle = now_ns() - start;
+      yielding = idle > PAUSE_NS;
+      if (idle > limit) {
+        __atomic_fetch_add(&sleepers, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&generation, __ATOMIC_SEQ_CST) == seen)
+          syscall(SYS_futex, &generation, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        __atomic_fetch_sub(&sleepers, 1, __ATOMIC_SEQ_CST);
+        start = now_ns();
+        yielding = 0;
       }
     }
     seen = g;

@@ -68,6 +68,7 @@ def test_load_and_run_shows_latency(window, qtbot, monkeypatch, artifact_folder)
         cell = panel.table.item(labels.index(label), 1).text().removeprefix("⚠ ")
         assert cell.endswith(" ms") and float(cell.split()[0]) > 0
     assert panel.table.item(labels.index("Runs"), 1).text() == "3"
+    assert panel.table.item(labels.index("Threads"), 1).text() in ("1 (workbench pool)", "2 (workbench pool)")
     assert str(artifact_folder) in panel.status.text() and "match onnxruntime" in panel.status.text()
 
 

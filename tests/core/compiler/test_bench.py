@@ -29,6 +29,11 @@ def test_benchmark_reports_ours_and_onnxruntime(cnn_art):
     assert d["latency_ms"]["runs"] == 3 and d["latency_ms"]["min"] > 0
     assert r.ratio == pytest.approx(d["latency_ms"]["median"] / d["ort_latency_ms"]["median"], rel=1e-2)
     assert r.outputs_match_ort is True
+    from core.compiler.target import host_cores
+
+    # the governor's count of the last run, the pool that launched it (the workbench's: this process
+    # imported core first), onnxruntime's threads
+    assert d["threads"]["pool"] == "workbench" and 1 <= d["threads"]["ours"] <= host_cores() and d["threads"]["ort"] == host_cores()
 
 
 def test_onnxruntime_is_timed_in_its_own_process_in_alternating_blocks(cnn_art, monkeypatch):
@@ -89,6 +94,7 @@ def test_bench_cli_json_keys():
     assert set(d["memory"]) == {"params_bytes", "planned_bytes", "unplanned_bytes", "peak_rss_bytes"}
     assert d["kernels"] and set(d["kernels"][0]) >= {"name", "ms", "share", "onnx_nodes"}
     assert d["dims"] == {"batch": 2}
+    assert d["threads"]["pool"] == "workbench"
 
 
 def test_bench_cli_bad_runs_is_exit_2():
