@@ -68,7 +68,7 @@ DEPTHWISE_BYTES_PER_US = 20_000
 # from 30 to 15 us: on this project's quiet 2-vCPU Zen 5 KVM guest, 2 threads, medians (p10) new / old,
 # two runs of benchmarks/parallel_split.py dw-min-us=15 (16 and 20 alternating blocks, pause 0.2 s):
 # mobilenet_v3_small 0.94 (0.96), 0.92 (0.93); shufflenet 0.99 (0.95), 0.94 (0.88); mobilenet_v2
-# 1.00 (1.00), 0.95 (0.98); efficientnet_b0 0.96 (1.00); 1 thread alike. With TVM's pool a line of 12 us
+# 1.02 (1.00), 0.95 (0.98); efficientnet_b0 0.96 (1.00); 1 thread alike. With TVM's pool a line of 12 us
 # had measured mixed (shufflenet p10 0.94, mobilenet_v3_small's median 1.06).
 DEPTHWISE_PARALLEL_MIN_US = 15
 
