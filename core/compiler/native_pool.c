@@ -37,7 +37,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MLCWB_POOL_VERSION 1
 #define MAX_THREADS 256
 #define SYNC_STRIDE 16 /* ints per task in sync_handle: TVM's kSyncStride */
 
@@ -267,17 +266,13 @@ int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_ta
 
 /* -- control, for native_pool.py ---------------------------------------------------------- */
 
-int mlcwb_pool_version(void) { return MLCWB_POOL_VERSION; }
 /* At most default_threads (TVM_NUM_THREADS, else the CPUs this process may use), as TVM caps its pool. */
 void mlcwb_pool_set_threads(int n) { my_threads = n < 1 ? 1 : (n > default_threads ? default_threads : n); }
 int mlcwb_pool_threads(void) { return my_threads > 0 ? my_threads : default_threads; }
-void mlcwb_pool_set_default_threads(int n) { default_threads = n < 1 ? 1 : (n > MAX_THREADS ? MAX_THREADS : n); }
-void mlcwb_pool_set_spin_us(int us) { __atomic_store_n(&spin_us, us < 0 ? 0 : us, __ATOMIC_RELAXED); }
 void mlcwb_pool_set_enabled(int on) { __atomic_store_n(&enabled, on ? 1 : 0, __ATOMIC_RELAXED); }
 int mlcwb_pool_enabled(void) { return __atomic_load_n(&enabled, __ATOMIC_RELAXED); }
 uint64_t mlcwb_pool_launches(void) { return __atomic_load_n(&launches, __ATOMIC_RELAXED); }
 uint64_t mlcwb_pool_pooled_launches(void) { return __atomic_load_n(&pooled_launches, __ATOMIC_RELAXED); }
-int mlcwb_pool_workers(void) { return workers; }
 
 static void after_fork_child(void) {
   /* The child has no workers: start afresh (a launch in progress in the parent is not ours). */

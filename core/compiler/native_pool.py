@@ -63,10 +63,6 @@ class NativePool:
     def enabled(self) -> bool:
         return bool(self.lib.mlcwb_pool_enabled())
 
-    def set_spin_us(self, us: int) -> None:
-        """How long an idle worker polls for the next region before it sleeps."""
-        self.lib.mlcwb_pool_set_spin_us(int(us))
-
     def launches(self) -> int:
         """Parallel launches through this library so far (every one, serial or pooled)."""
         return int(self.lib.mlcwb_pool_launches())
@@ -129,7 +125,13 @@ def install(path: str | os.PathLike | None = None) -> NativePool | None:
         return None
     try:
         built = Path(path) if path is not None else build()
-        _pool = _load(str(built))
+        try:
+            _pool = _load(str(built))
+        except OSError:
+            if path is not None:
+                raise
+            built.unlink(missing_ok=True)  # a cached build that no longer loads (cut short, another libc): once more
+            _pool = _load(str(build()))
     except (OSError, AttributeError, subprocess.SubprocessError) as e:
         _status = f"not installed ({e}): TVM's thread pool runs the parallel kernels"
         logger.warning("the workbench's thread pool is %s", _status)
