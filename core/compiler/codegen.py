@@ -199,7 +199,7 @@ def fold_constant_calls(mod, target, cancel: Callable[[], bool] | None = None, w
         kernels.setdefault(kernel.name_hint, (kernel, func))
     items = sorted(kernels.values(), key=lambda kv: kv[0].name_hint)
     groups = [dict(items[i:i + GROUP_KERNELS]) for i in range(0, len(items), GROUP_KERNELS)]
-    libs = _build_groups(groups, mod.attrs, target, cancel, workers or host_cores())
+    libs = _build_groups(groups, mod.attrs, _runnable_here(target), cancel, workers or host_cores())
     lib_of = {gv.name_hint: (lib, _symbol(gv, f)) for group, lib in zip(groups, libs) for gv, f in group.items()}
     values: dict[object, list] = {}
     dev = tvm.cpu(0)
@@ -234,6 +234,17 @@ def fold_constant_calls(mod, target, cancel: Callable[[], bool] | None = None, w
     for fgv, pairs in values.items():
         mod[fgv] = _Substitute(mod, pairs).visit_expr(mod[fgv])
     return mod
+
+
+def _runnable_here(target):
+    """The target to build the folded kernels for: `target` itself, or, when this machine cannot run
+    code built for it (compiling for a deployment CPU with AVX-512 on an AVX2 host), this machine's
+    CPU. The kernels keep their schedule (LLVM splits the wider vectors); only their values are kept."""
+    from .target import cannot_run_here, make_target, target_cpu
+
+    if target.kind.name == "llvm" and cannot_run_here(target_cpu(target)):
+        return make_target("cpu", mcpu="host", mattr="")
+    return target
 
 
 def fold_constant_calls_pass(target):

@@ -2,6 +2,7 @@
 and the kernels built in groups give the same executable behaviour as one tvm.compile."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -13,6 +14,7 @@ from core.compiler.codegen import BuildCancelled, build_executable, cancel_scope
 from core.compiler.runner import Pipeline
 from core.errors import Cancelled
 from tests.conftest import sample
+from tests.helpers import run_cli
 
 GOAL_S = 0.5
 
@@ -113,3 +115,71 @@ def test_lowering_cancelled_in_target_code_keeps_its_stages():
         lower(load_model(sample("tiny_transformer")), "cpu", cancel=lambda: flag["at"] is not None, progress=progress)
     assert time.perf_counter() - flag["at"] < GOAL_S
     assert len(e.value.stages) > 3 and e.value.stages[-1].language == "tvmscript"
+
+
+FOREIGN_CANDIDATES = ("sapphirerapids", "graniterapids", "znver5", "znver4", "skylake-avx512")
+
+
+def _foreign_cpu() -> str | None:
+    from core.compiler.target import cannot_run_here, make_target, target_cpu
+
+    return next((c for c in FOREIGN_CANDIDATES if cannot_run_here(target_cpu(make_target("cpu", mcpu=c)))), None)
+
+
+@pytest.mark.parametrize("name", ["mlp", "tiny_transformer"])
+def test_compiling_for_a_cpu_this_machine_cannot_run_folds_weights_on_this_one(name, tmp_path):
+    """The weight prepacking is run at compile time; for a deployment CPU this host lacks features
+    of (AVX-512 code compiled on an AVX2 host) its kernels are built for this host instead. They
+    were built for the target and died with SIGILL on Zen 3 (the compile is a fresh process here,
+    so a crash fails this test rather than the suite)."""
+    foreign = _foreign_cpu()
+    if foreign is None:
+        pytest.skip("this host runs the code of every candidate CPU")
+    out = tmp_path / "artifact"
+    proc = run_cli("compile", str(sample(name)), "--cpu", foreign, "-o", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["cpu"]["name"] == foreign
+
+
+def test_folded_weights_built_for_this_host_equal_those_built_for_the_target(monkeypatch):
+    """The substitute build computes the same constants: the same scheduled module (haswell's
+    schedules, which every host of this project runs) folded with its kernels built for haswell
+    and, with haswell taken for foreign, for this host."""
+    import tvm
+    from tvm import relax
+
+    from core.compiler import codegen
+    from core.compiler import target as target_mod
+    from core.compiler.schedules import _cpu_schedule_pass
+    from core.compiler.target import make_target
+
+    pipe = Pipeline("cpu")
+    steps = pipe.steps()
+    cut = next(i for i, s in enumerate(steps) if s.name == "ScheduleTIR")
+    mod = pipe.run(pipe.import_graph(load_model(sample("small_cnn"))).mod, steps[:cut])
+    haswell = make_target("cpu", mcpu="haswell", mattr="")
+    with haswell:
+        for p in (relax.transform.AttachAttrLayoutFreeBuffers(), _cpu_schedule_pass(haswell), relax.transform.SplitLayoutRewritePreproc()):
+            mod = p(mod)
+    built_for = []
+    real_build = codegen._build_groups
+    monkeypatch.setattr(codegen, "_build_groups", lambda g, a, t, c, w: built_for.append(str(t.attrs["mcpu"])) or real_build(g, a, t, c, w))
+    copy = lambda: tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)  # the fold sets functions in place
+    as_target = fold_constants_of(codegen.fold_constant_calls(copy(), haswell))
+    monkeypatch.setattr(target_mod, "cannot_run_here", lambda cpu: "pretend" if cpu and cpu.get("name") == "haswell" else None)
+    on_host = fold_constants_of(codegen.fold_constant_calls(copy(), haswell))
+    assert built_for[0] == "haswell" and built_for[1] != "haswell"
+    assert len(as_target) == len(on_host) > 0
+    for a, b in zip(as_target, on_host):
+        np.testing.assert_array_equal(a, b)
+
+
+def fold_constants_of(mod) -> list[np.ndarray]:
+    """The constant arguments of main's kernel calls, in order."""
+    import tvm
+    from tvm import relax
+
+    return [a.value.numpy() for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and len(b.value.args) == 2 and isinstance(b.value.args[1], relax.Tuple)
+            for a in b.value.args[1].fields if isinstance(a, tvm.ir.expr.Constant)]
