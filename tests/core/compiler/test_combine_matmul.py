@@ -70,12 +70,15 @@ def _attention_block(hidden: int = 32, heads: int = 2, tokens: int = 17, reshape
 
 
 
+@pytest.mark.isa
 def test_three_projections_become_one_matmul_and_three_slices():
     ops = relax_ops(_attention_block(), "CombineParallelMatmul")
     # the projections, the scores, P V and the output layer: one matmul where there were three
     assert ops.count("matmul") == 4, ops
     assert ops.count("strided_slice") == 3, ops
-    assert ops.count("add") == 1, "one bias add, over the concatenated bias"
+    # one bias add, over the concatenated bias (AVX2 code pads the 17 keys to 24 and masks the
+    # padded scores with one more add, after the slices)
+    assert ops[: ops.index("strided_slice")] == ["matmul", "add"], ops
 
 
 def test_slices_fuse_into_the_heads_transposes():

@@ -154,6 +154,7 @@ def _reference(x, w, b: int, kernel: int) -> np.ndarray:
     return out.reshape(1, -1, b, size, size).transpose(0, 1, 3, 4, 2)
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("kernel,size", [(1, 7), (3, 14)])
 def test_widened_nchwc_space_starts_from_the_default_and_every_config_computes_the_same(target, kernel, size):
     """The space of the channel-blocked conv (1x1 on 7x7, 3x3 on 14x14): the default schedule
@@ -161,6 +162,7 @@ def test_widened_nchwc_space_starts_from_the_default_and_every_config_computes_t
     compiled for this host's target and checked against numpy."""
     import tvm
 
+    from core.compiler.schedules.cpu_common import vector_registers
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
 
     rule = Conv2dNCHWc()
@@ -168,7 +170,10 @@ def test_widened_nchwc_space_starts_from_the_default_and_every_config_computes_t
     configs = rule.candidates(func, target)
     default = rule.apply(func, target)
     tvm.ir.assert_structural_equal(rule.apply(func, target, configs[0]).mod, default.mod)  # the search starts from the default
-    assert any(c.get("oc2") == 2 for c in configs) and any(c.get("rows_outer") for c in configs)
+    assert any(c.get("rows_outer") for c in configs)
+    # two-channel-block tiles, except where the register file holds none: with AVX2's 16 registers,
+    # a 7-wide output's tiles (7 columns or 1) of two vectors each leave no room for the weights
+    assert any(c.get("oc2") == 2 for c in configs) or (vector_registers(target) < 32 and size == 7)
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs)
     rng = np.random.default_rng(3)
     x = rng.standard_normal([int(d) for d in func.params[0].shape]).astype(np.float32)
