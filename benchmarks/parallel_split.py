@@ -13,6 +13,8 @@ core is not free). This script makes it one command. A variant is one of:
     dw-min-us=N      cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = N (the same for depthwise convs and
                      pools; see depthwise_runs_parallel)
     matmul-serial    no matmul/GEMV split (cpu_matmul.runs_parallel always False)
+    one-block        AVX2 code's channel-blocked convs with one channel block per register tile
+                     (cpu_conv_nchwc.AVX2_TWO_BLOCKS = False), as before two became the default
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
                      instead of the workbench's (core.compiler.native_pool)
 
@@ -47,21 +49,23 @@ __all__ = ["main", "parallel_rules"]
 @contextlib.contextmanager
 def parallel_rules(variant: str):
     """The schedule rules as `variant` (module docstring) sets them, inside the block."""
-    from core.compiler.schedules import cpu_common, cpu_depthwise, cpu_matmul
+    from core.compiler.schedules import cpu_common, cpu_conv_nchwc, cpu_depthwise, cpu_matmul
 
-    saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US)
+    saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS)
     try:
         if variant.startswith("min-us="):
             cpu_common.PARALLEL_MIN_US = float(variant.split("=", 1)[1])
         elif variant.startswith("dw-min-us="):
             cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = float(variant.split("=", 1)[1])
+        elif variant == "one-block":
+            cpu_conv_nchwc.AVX2_TWO_BLOCKS = False
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant not in ("default", "tvm-pool"):
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial, tvm-pool)")
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial, one-block, tvm-pool)")
         yield
     finally:
-        cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = saved
+        cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS = saved
 
 
 def _build(proto, variant: str):

@@ -37,7 +37,18 @@ logger = logging.getLogger(__name__)
 # 1.00x (Winograd/wide convs). Zen 4 runs AVX-512 on 256-bit halves (one 512-bit FMA a
 # cycle): its default stays one block, as measured there. Intel's server cores with two 512-bit
 # FMA units likely belong here too, but were not measured: template search tries both tiles.
+#
+# AVX2 code (8 lanes, 16 registers) takes two blocks on every CPU: each of them runs two 256-bit
+# FMAs a cycle (Haswell on, Zen 2 on), the same case, with 6-12 accumulators (pair_tile). Measured
+# by template tuning on Zen 3 (AMD EPYC, family 25, 2 vCPUs at 2.45 GHz; resnet50, squeezenet,
+# shufflenet): 19 of 30 direct conv kernels chose two blocks, confirmed at 0.58-0.86x the one-block
+# default's time; 9 of the other 11 have outputs 7 or 13 wide, with no such tile. As the default,
+# whole models against one block (benchmarks/parallel_split.py --variants default,one-block, 16
+# alternating blocks, medians, 2 threads / 1 thread): resnet50 0.88 / 0.84, densenet121 0.90 /
+# 0.85, squeezenet 0.92 / 0.93, inception_v2 0.93 / 0.92, inception_v1 0.97 / 0.95; mobilenet_v2
+# mixed (1.16 / 0.93, its p10 0.94 / 1.09).
 FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
+AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets it False)
 
 
 def full_width_avx512(target) -> bool:
@@ -52,9 +63,11 @@ def full_width_avx512(target) -> bool:
 
 def pair_tile(out_height: int, out_width: int, oc_block: int, registers: int) -> tuple[int, int] | None:
     """(T, TH) of a register tile of two channel blocks (two vectors per pixel) with 12-16
-    accumulators, the most of them, one row preferred; None when the output has no such tile."""
+    accumulators of AVX-512's 32 registers or 6-12 of AVX2's 16, the most of them, one row
+    preferred; None when the output has no such tile."""
+    low, high = (12, 16) if registers >= 32 else (6, 12)
     pairs = [x for x in register_tiles(2 * oc_block, out_height, out_width, oc_block, registers)
-             if x[0] == 2 * oc_block and 12 <= x[3] <= 16]
+             if x[0] == 2 * oc_block and low <= x[3] <= high]
     if not pairs:
         return None
     _, th, t, _ = max(pairs, key=lambda x: (x[3], -x[1]))
@@ -201,7 +214,8 @@ class Conv2dNCHWc:
         t, th = self._default_tile(info)
         _, chunks, out_height, out_width, oc_block = info["extents"][:5]
         oc2 = pixel_channel_blocks(chunks, out_height * out_width)
-        if oc2 == 1 and info["full_width"] and chunks % 2 == 0 and oc_block == info["lanes"]:
+        two_fma_units = info["full_width"] or (AVX2_TWO_BLOCKS and info["lanes"] == 8)  # (see FULL_WIDTH_AVX512_CPUS)
+        if oc2 == 1 and two_fma_units and chunks % 2 == 0 and oc_block == info["lanes"]:
             pair = pair_tile(out_height, out_width, oc_block, info["registers"])
             if pair is not None:
                 (t, th), oc2 = pair, 2

@@ -96,11 +96,14 @@ def _check_against_onnxruntime(model, target, in_channels, size, out_channels, o
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("mattr,tile", [(None, {"t": 7, "th": 1}), (["-avx512f"], {"t": 4, "th": 2})])
-def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile, monkeypatch):
-    """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line),
-    the 4 x 2 tile with AVX2's 8 (codegen only: this host need not run AVX-512); a direct 3x3
-    conv keeps 4 x 2."""
+@pytest.mark.parametrize("mattr,tile,tile3x3", [
+    (None, {"t": 7, "th": 1}, {"t": 4, "th": 2}),
+    (["-avx512f"], {"t": 4, "th": 1, "oc2": 2}, {"t": 4, "th": 1, "oc2": 2}),
+])
+def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile, tile3x3, monkeypatch):
+    """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line), a
+    direct 3x3 conv 4 x 2; with AVX2's 8 lanes both take 4 columns of two channel blocks (codegen
+    only: this host need not run AVX-512)."""
     from core.compiler import winograd
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
@@ -110,7 +113,7 @@ def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile, monkeypatc
     target = make_target("cpu", mcpu="znver4", mattr=mattr)
     assert Conv2dNCHWc().candidates(_conv_kernel(_projection_model(32, 64, 28, stride=1), target), target)[0] == tile
     conv3x3 = _conv_kernel(_conv3x3_model(), target)
-    assert Conv2dNCHWc().candidates(conv3x3, target)[0] == {"t": 4, "th": 2}
+    assert Conv2dNCHWc().candidates(conv3x3, target)[0] == tile3x3
 
 
 def _conv3x3_model():
@@ -139,11 +142,14 @@ def test_1x1_conv_with_residual_matches_onnxruntime():
 @pytest.mark.parametrize("mcpu,mattr,tile", [
     ("znver5", None, {"t": 4, "th": 2, "oc2": 2}),  # full-width AVX-512: two channel blocks, 16 accumulators
     ("znver4", None, {"t": 4, "th": 2}),  # AVX-512 on 256-bit halves: one block, as before
-    ("znver5", ["-avx512f"], {"t": 4, "th": 2}),  # AVX2 code on the same CPU: one block
+    ("znver5", ["-avx512f"], {"t": 4, "th": 1, "oc2": 2}),  # AVX2 code: two blocks of 8 lanes, 8 accumulators
+    ("znver3", None, {"t": 4, "th": 1, "oc2": 2}),
+    ("haswell", None, {"t": 4, "th": 1, "oc2": 2}),
 ])
 def test_full_width_avx512_cpus_take_two_channel_blocks_per_tile(mcpu, mattr, tile, monkeypatch):
-    """A 3x3 conv of 4 channel blocks at 28x28 (codegen only): on a CPU of FULL_WIDTH_AVX512_CPUS the
-    default tile holds two blocks (each broadcast input feeds two vectors); elsewhere one."""
+    """A 3x3 conv of 4 channel blocks at 28x28 (codegen only): on a CPU of FULL_WIDTH_AVX512_CPUS, and
+    with AVX2 code anywhere (two 256-bit FMA units), the default tile holds two blocks (each broadcast
+    input feeds two vectors); AVX-512 on 256-bit halves keeps one."""
     from core.compiler import winograd
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
@@ -153,30 +159,36 @@ def test_full_width_avx512_cpus_take_two_channel_blocks_per_tile(mcpu, mattr, ti
     configs = Conv2dNCHWc().candidates(_conv_kernel(_conv3x3_model(), target), target)
     assert configs[0] == tile
     if "oc2" in tile:
-        assert {"t": 4, "th": 2} in configs  # the one-block tile stays in the template space
+        assert {"t": tile["t"], "th": tile["th"]} in configs  # the one-block tile stays in the template space
 
 
-def test_pair_tile_keeps_12_to_16_accumulators():
+def test_pair_tile_keeps_12_to_16_accumulators_of_32_registers_and_6_to_12_of_16():
     from core.compiler.schedules.cpu_conv_nchwc import pair_tile
 
     assert pair_tile(56, 56, 16, 32) == (8, 1)  # 2 x 8 = 16 on one row
     assert pair_tile(14, 14, 16, 32) == (7, 1)  # 14: one row preferred over 7 rows of one column
     assert pair_tile(7, 7, 16, 32) == (7, 1)
     assert pair_tile(5, 5, 16, 32) is None  # 10 or 20 accumulators: no such tile
+    # AVX2's 16 registers: 6-12 accumulators beside two weight vectors and a broadcast
+    assert pair_tile(56, 56, 8, 16) == (4, 1)  # 2 x 4 = 8 on one row
+    assert pair_tile(14, 14, 8, 16) == (2, 2)  # 7 columns would be 14 accumulators
+    assert pair_tile(55, 55, 8, 16) == (5, 1)
+    assert pair_tile(27, 27, 8, 16) == (3, 1)
+    assert pair_tile(7, 7, 8, 16) is None and pair_tile(13, 13, 8, 16) is None  # these keep one block
 
 
 @pytest.mark.isa
 def test_two_block_tiles_match_onnxruntime(monkeypatch):
-    """The two-block default run on this host (treated as a full-width AVX-512 CPU when it has
-    AVX-512; skipped otherwise): a 3x3 conv and a 1x1 conv with bias, residual add and ReLU."""
+    """The two-block default run on this host (AVX2 code's default; with AVX-512, the host treated
+    as a full-width AVX-512 CPU): a 3x3 conv and a 1x1 conv with bias, residual add and ReLU."""
     from core.compiler import winograd
     from core.compiler.schedules import cpu_conv_nchwc
     from core.compiler.schedules.cpu_common import vector_lanes
     from core.compiler.target import make_target, target_cpu
 
     target = make_target("cpu")
-    if vector_lanes(target) != 16:
-        pytest.skip("this run's code is not AVX-512")
+    if vector_lanes(target) not in (8, 16):
+        pytest.skip("this run's code is neither AVX2 nor AVX-512")
     monkeypatch.setattr(cpu_conv_nchwc, "FULL_WIDTH_AVX512_CPUS", frozenset({target_cpu(target)["name"]}))
     monkeypatch.setattr(winograd, "WINOGRAD_MIN_IN_CHANNELS", {})
     assert cpu_conv_nchwc.Conv2dNCHWc().candidates(_conv_kernel(_conv3x3_model(), target), target)[0].get("oc2") == 2
