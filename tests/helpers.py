@@ -243,3 +243,11 @@ def compiled_matches_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.nda
     onnx.save(model, str(path))
     (ref,) = ort_run(model, feeds)[:1]
     np.testing.assert_allclose(compile_model(str(path), "cpu", verify=False).run(feeds)[0], ref, rtol=rtol, atol=atol)
+
+
+def foreign_cpu() -> str | None:
+    """An LLVM CPU whose code this host cannot run (AVX-512 or AMX ones), or None where it runs them all."""
+    from core.compiler.target import cannot_run_here, make_target, target_cpu
+
+    candidates = ("sapphirerapids", "graniterapids", "znver5", "znver4", "skylake-avx512")
+    return next((c for c in candidates if cannot_run_here(target_cpu(make_target("cpu", mcpu=c)))), None)
