@@ -12,7 +12,9 @@ from benchmarks import core_pair
 def test_two_pinned_processes_do_between_one_and_two_units_of_work():
     speedup = core_pair.core_pair_speedup(seconds=0.05)
     assert speedup is not None
-    assert 0.5 < speedup < 2.5  # two cores ~2, one shared core ~1; never 0 or many
+    # two cores ~2, one shared core ~1. Another process on a CPU during the probe (the suite's other
+    # worker) skews it either way, so the bounds only say it measured work: never 0 or many
+    assert 0.3 < speedup < 4
 
 
 def test_one_cpu_is_not_probed(monkeypatch):
