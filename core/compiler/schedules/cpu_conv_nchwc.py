@@ -21,7 +21,7 @@ from .cpu_common import (
 from .cpu_conv import Conv2dNCHW, choose_conv_tile, multiply_adds, register_tiles
 from .cpu_depthwise import inline_tail
 
-__all__ = ["FULL_WIDTH_AVX512_CPUS", "Conv2dNCHWc", "full_width_avx512", "pair_tile", "pixel_channel_blocks", "reads_padding_in_place", "strided_1x1_group"]
+__all__ = ["FULL_WIDTH_AVX512_CPUS", "MIN_ACCUMULATORS", "Conv2dNCHWc", "full_width_avx512", "pair_tile", "pixel_channel_blocks", "reads_padding_in_place", "strided_1x1_group"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,14 @@ logger = logging.getLogger(__name__)
 # 0.85, squeezenet 0.92 / 0.93, inception_v2 0.93 / 0.92, inception_v1 0.97 / 0.95; mobilenet_v2
 # mixed (1.16 / 0.93, its p10 0.94 / 1.09).
 FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
+# Accumulators below which a one-block tile leaves the FMAs waiting on each other, whatever the ISA:
+# an output whose width has no divisor tile of 6 or more (25: 5 columns, rows not divisible) takes
+# a tile of two channel blocks of 6 or more accumulators where one exists (pair_tile from 6).
+# ZFNet-512's 5x5 stride-2 conv 96 -> 256 at 25x25 on Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
+# template search at one thread: one block of 5 columns 10.8 ms, two blocks of 5 (10 accumulators)
+# 6.6 ms, one block of 25 columns 6.6 ms; the AVX2 code on the same host already took two blocks
+# and ran the whole model 0.86x the AVX-512 default's time (benchmarks/isa_compare.py).
+MIN_ACCUMULATORS = 6
 AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets it False)
 
 
@@ -61,11 +69,11 @@ def full_width_avx512(target) -> bool:
         return False
 
 
-def pair_tile(out_height: int, out_width: int, oc_block: int, registers: int) -> tuple[int, int] | None:
+def pair_tile(out_height: int, out_width: int, oc_block: int, registers: int, low: int | None = None) -> tuple[int, int] | None:
     """(T, TH) of a register tile of two channel blocks (two vectors per pixel) with 12-16
-    accumulators of AVX-512's 32 registers or 6-12 of AVX2's 16, the most of them, one row
-    preferred; None when the output has no such tile."""
-    low, high = (12, 16) if registers >= 32 else (6, 12)
+    accumulators of AVX-512's 32 registers or 6-12 of AVX2's 16 (from `low` when given), the most
+    of them, one row preferred; None when the output has no such tile."""
+    low, high = (low or 12, 16) if registers >= 32 else (low or 6, 12)
     pairs = [x for x in register_tiles(2 * oc_block, out_height, out_width, oc_block, registers)
              if x[0] == 2 * oc_block and low <= x[3] <= high]
     if not pairs:
@@ -215,8 +223,11 @@ class Conv2dNCHWc:
         _, chunks, out_height, out_width, oc_block = info["extents"][:5]
         oc2 = pixel_channel_blocks(chunks, out_height * out_width)
         two_fma_units = info["full_width"] or (AVX2_TWO_BLOCKS and info["lanes"] == 8)  # (see FULL_WIDTH_AVX512_CPUS)
-        if oc2 == 1 and two_fma_units and chunks % 2 == 0 and oc_block == info["lanes"]:
-            pair = pair_tile(out_height, out_width, oc_block, info["registers"])
+        if oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
+            # Two blocks where the FMA units are two, or where one block's tile has fewer than
+            # MIN_ACCUMULATORS (too few independent FMAs to hide their latency, see MIN_ACCUMULATORS)
+            few = t * th < MIN_ACCUMULATORS
+            pair = pair_tile(out_height, out_width, oc_block, info["registers"], low=MIN_ACCUMULATORS if few else None) if two_fma_units or few else None
             if pair is not None:
                 (t, th), oc2 = pair, 2
         config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {})}

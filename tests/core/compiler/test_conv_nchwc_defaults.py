@@ -201,3 +201,48 @@ def test_two_block_tiles_match_onnxruntime(monkeypatch):
     vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
     (ref,) = ort_run(model, {"x": x})
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=RTOL, atol=ATOL)
+
+
+def _conv5x5_stride2_model():
+    """ZFNet-512's second conv, narrowed: 5x5 stride 2, 53x53 -> 25x25 (a width with no 6-12 column tile)."""
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array((rng.standard_normal((64, 32, 5, 5)) * 0.03).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[5, 5], strides=[2, 2])],
+        "conv5x5s2",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 53, 53])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 25, 25])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("mcpu,mattr", [("znver4", None), ("znver5", None), ("znver4", ["-avx512f"]), ("znver3", None)])
+def test_a_tile_of_fewer_than_six_accumulators_takes_two_channel_blocks(mcpu, mattr):
+    """A 25-wide output has one-block tiles of 5 columns (5 accumulators: FMAs waiting on each
+    other) or 25; with either ISA the default is two blocks of 5 columns, 10 accumulators
+    (codegen only). The one-block tile stays in the template space."""
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc, pair_tile
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu=mcpu, mattr=mattr)
+    configs = Conv2dNCHWc().candidates(_conv_kernel(_conv5x5_stride2_model(), target), target)
+    assert configs[0] == {"t": 5, "th": 1, "oc2": 2}
+    assert {"t": 5, "th": 1} in configs
+    assert pair_tile(25, 25, 16, 32) is None and pair_tile(25, 25, 16, 32, low=6) == (5, 1)
+
+
+@pytest.mark.isa
+def test_two_block_tile_of_a_narrow_output_matches_onnxruntime():
+    import tvm
+    from tvm import relax
+
+    from core.compiler.target import make_target
+
+    target = make_target("cpu")
+    model = _conv5x5_stride2_model()
+    x = np.random.default_rng(5).standard_normal((1, 32, 53, 53)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    (ref,) = ort_run(model, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
