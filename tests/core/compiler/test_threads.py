@@ -27,18 +27,23 @@ def test_governor_gives_the_pool_the_cores_left_free():
         "g = ThreadGovernor(cores=2, others=lambda: busy[0], recheck_s=0)\n"
         "from core.compiler.native_pool import run_threads as n\n"
         "seen = []\n"
-        "for b in (0, 1, 3, 0):\n"
+        "for b in (0, 1, 1, 3, 0, 1, 0, 1, 0):\n"
         "    busy[0] = b\n"
         "    seen.append((g.before_run(), n()))\n"
         "off = ThreadGovernor(cores=2, others=lambda: 1, recheck_s=0, enabled=False)\n"
         "seen.append((off.before_run(), n()))\n"
+        "at_once = ThreadGovernor(cores=2, others=lambda: 1, recheck_s=0, confirm=1)\n"
+        "seen.append((at_once.before_run(), n()))\n"
         "print(seen)"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "WORKBENCH_ADAPTIVE_THREADS")}
     env["TVM_NUM_THREADS"] = "2"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True)
-    # quiet: 2; one busy: 1; three busy: still 1; quiet again: 2; turned off: the pool's 2 whatever the load
-    assert out.stdout.strip().splitlines()[-1] == "[(2, 2), (1, 1), (1, 1), (2, 2), (2, 2)]"
+    # quiet: 2; one busy, first look: still 2 (maybe a blip); second look: 1; three busy: still 1;
+    # quiet again: 2 at once; busy for one look at a time (a blip between quiet looks): never
+    # shrinks; turned off: the pool's 2 whatever the load; confirm=1: the first look shrinks it
+    assert out.stdout.strip().splitlines()[-1] == (
+        "[(2, 2), (2, 2), (1, 1), (1, 1), (2, 2), (2, 2), (2, 2), (2, 2), (2, 2), (2, 2), (1, 1)]")
 
 
 def test_governor_rechecks_at_most_every_recheck_s():
@@ -192,7 +197,7 @@ def test_changing_the_pool_size_keeps_its_worker_threads(tmp_path):
         "tasks = lambda: sorted(os.listdir('/proc/self/task'))\n"
         "before = tasks()\n"
         "busy = [0]\n"
-        "g = ThreadGovernor(cores=2, others=lambda: busy[0], recheck_s=0)\n"
+        "g = ThreadGovernor(cores=2, others=lambda: busy[0], recheck_s=0, confirm=1)\n"
         "from core.compiler.native_pool import run_threads as n\n"
         "seen = []\n"
         "for b in (1, 0, 1, 0):\n"
