@@ -182,7 +182,7 @@ def _pool_governor(tvm, limit: int, pool=None):
     else:
         config = tvm.get_global_func("runtime.config_threadpool")
     cores = _cpu_count()
-    state = {"threads": limit, "checked": float("-inf")}
+    state = {"threads": limit, "checked": float("-inf"), "fewer_seen": 0}
 
     def before_run() -> None:
         now = time.monotonic()
@@ -191,6 +191,11 @@ def _pool_governor(tvm, limit: int, pool=None):
         state["checked"] = now
         others = _runnable_elsewhere()
         wanted = max(1, min(limit, cores - others))
+        if wanted < state["threads"]:  # shrink when two looks in a row see the other work, not a blip
+            state["fewer_seen"] += 1
+            if state["fewer_seen"] < 2:
+                return
+        state["fewer_seen"] = 0
         if wanted != state["threads"]:
             config(1, wanted)
             state["threads"] = wanted

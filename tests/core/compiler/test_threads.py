@@ -215,3 +215,29 @@ def test_changing_the_pool_size_keeps_its_worker_threads(tmp_path):
     assert seen == "[(1, 1), (2, 2), (1, 1), (2, 2)]"
     assert same == "True" and int(count) >= 2  # the caller and the pool's worker, the same ones
     assert float(value) == 5.0  # the kernel ran five times, at 2 threads and at 1
+
+
+def test_exported_run_py_shrinks_the_pool_only_when_two_looks_see_other_work(monkeypatch):
+    """run.py's own governor (artifacts run without the workbench) as core.compiler.threads: a
+    thread runnable at one look is a blip, two looks in a row are other work; quiet again gives
+    the threads back at once."""
+    import core.compiler.runner_template as module
+
+    looks = iter([1, 0, 1, 1, 1, 0])
+    monkeypatch.setattr(module, "_runnable_elsewhere", lambda: next(looks))
+    monkeypatch.setattr(module, "_cpu_count", lambda: 2)
+    monkeypatch.delenv("WORKBENCH_ADAPTIVE_THREADS", raising=False)
+
+    class Pool:
+        threads = 2
+
+        def mlcwb_pool_set_threads(self, n):
+            Pool.threads = n
+
+    before_run = module._pool_governor(None, 2, Pool())
+    seen = []
+    for look in range(6):
+        monkeypatch.setattr(module.time, "monotonic", lambda at=10.0 + look: at)  # each look 1 s apart
+        before_run()
+        seen.append(Pool.threads)
+    assert seen == [2, 2, 2, 1, 1, 2]
