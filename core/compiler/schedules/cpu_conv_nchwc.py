@@ -224,10 +224,12 @@ class Conv2dNCHWc:
         oc2 = pixel_channel_blocks(chunks, out_height * out_width)
         two_fma_units = info["full_width"] or (AVX2_TWO_BLOCKS and info["lanes"] == 8)  # (see FULL_WIDTH_AVX512_CPUS)
         if oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
-            # Two blocks where the FMA units are two, or where one block's tile has fewer than
-            # MIN_ACCUMULATORS (too few independent FMAs to hide their latency, see MIN_ACCUMULATORS)
+            # two blocks where the FMA units are two, or where one block's tile has too few
+            # independent FMAs to hide their latency (see MIN_ACCUMULATORS)
             few = t * th < MIN_ACCUMULATORS
-            pair = pair_tile(out_height, out_width, oc_block, info["registers"], low=MIN_ACCUMULATORS if few else None) if two_fma_units or few else None
+            pair = None
+            if two_fma_units or few:
+                pair = pair_tile(out_height, out_width, oc_block, info["registers"], low=MIN_ACCUMULATORS if few else None)
             if pair is not None:
                 (t, th), oc2 = pair, 2
         config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {})}
