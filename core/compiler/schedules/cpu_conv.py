@@ -16,7 +16,10 @@ The rule matches a `conv2d_nchw` / `group_conv2d_nchw` block as LegalizeOps writ
 
 Depthwise convs and groups whose channel count no vector divides take a second form: vectors
 along the output row (the input is contiguous there), a few output channels unrolled, weights
-broadcast, same accumulate-then-write-back-with-epilogue structure.
+broadcast, same accumulate-then-write-back-with-epilogue structure. Its tile is FB channels x NV
+vectors (rows, or runs of the plane of a 1x1 conv taken as one row): FB channels of one group
+where 8 or more fit the registers (AVX-512), else FB x NV with the fewest loads per FMA
+(`multi_vector_tile`); the template search measures its other tiles (`row_candidates`).
 
 It does not match (returns None) when: there is no such block; shapes are symbolic; neither form
 has a usable tile; or the weight is not read as weight[oc, ic, kh, kw].
@@ -39,7 +42,7 @@ from .cpu_common import (
     VECTOR_REGISTERS,
 )
 
-__all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "flat_plane", "multiply_adds", "register_tiles"]
+__all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "default_row_tile", "flat_plane", "multi_vector_tile", "multiply_adds", "register_tiles", "row_candidates"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ class Conv2dNCHW:
 
     name = "cpu.Conv2dNCHW"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 4
+    space_version = 5
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
@@ -151,8 +154,8 @@ class Conv2dNCHW:
         tiles (VB channels x TH rows x T columns) that keep 6-14 accumulators in registers
         (up to 30 with AVX-512),
         each with the input unblocked or blocked by 8/16 channels, and on AVX-512 targets a few
-        256-bit (half-lane) tiles; [] when the rule does not
-        match or takes the row-vectorized form (which has no knobs)."""
+        256-bit (half-lane) tiles; the row-vectorized form's tiles (`row_candidates`) where no
+        vector divides a group's channels; [] when the rule does not match."""
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
@@ -162,7 +165,8 @@ class Conv2dNCHW:
         lanes, ocpg, icpg = info["lanes"], info["ocpg"], info["icpg"]
         _, _, out_height, out_width, _, kh, kw = info["extents"]
         if ocpg % lanes:
-            return []
+            data_shape = [const_int(d) for d in info["data_region"].source.shape]
+            return row_candidates(info["extents"], data_shape, ocpg, lanes, vector_registers(target))
         default = choose_conv_tile(ocpg, out_width, lanes, out_height)
         if default is None:
             return []
@@ -208,17 +212,20 @@ class Conv2dNCHW:
             return None
         conv, extents, data_region, weight = info["conv"], info["extents"], info["data_region"], info["weight"]
         lanes, oc_per_group, in_channels_per_group = info["lanes"], info["ocpg"], info["icpg"]
-        _, out_channels, _, out_width, _, _, _ = extents
+        out_width = extents[3]
+        if config is not None and config.get("form") == "rows":
+            fb, vx, nv, flat = int(config["fb"]), int(config["vx"]), int(config.get("nv", 1)), bool(config.get("flat"))
+            data_shape = [const_int(d) for d in data_region.source.shape]
+            if not _row_tile_fits(extents, data_shape, oc_per_group, fb, vx, nv, flat):
+                raise ValueError(f"row tile {config} does not divide the convolution")
+            return self._schedule_width_vectorized(sch, conv, data_region, (fb, vx, nv), lanes, extents[3] if flat else 0)
         if oc_per_group % lanes:
             # Depthwise and odd group widths (shufflenet's 34, 68 channels per group): vectors
             # along the output row instead, a few output channels unrolled.
-            width_tile = choose_width_tile(out_channels, out_width, lanes, oc_per_group, vector_registers(target))
-            if width_tile is not None:
-                data_shape = [const_int(d) for d in data_region.source.shape]
-                flat = flat_plane(extents, data_shape, oc_per_group, width_tile, lanes)
-                if flat:
-                    width_tile = (width_tile[0], lanes)
-                return self._schedule_width_vectorized(sch, conv, data_region, width_tile, lanes, extents[3] if flat else 0)
+            row_tile = default_row_tile(extents, [const_int(d) for d in data_region.source.shape], oc_per_group, lanes, vector_registers(target))
+            if row_tile is not None:
+                fb, vx, nv, flat = row_tile
+                return self._schedule_width_vectorized(sch, conv, data_region, (fb, vx, nv), lanes, extents[3] if flat else 0)
         tile = choose_conv_tile(oc_per_group, out_width, lanes, extents[2])
         if tile is None:
             return None
@@ -314,10 +321,13 @@ class Conv2dNCHW:
 
     def _schedule_width_vectorized(self, sch, conv, data_region, tile, lanes, flat_width: int = 0):
         """Vectors along the output row (VX columns), FB output channels unrolled, weights
-        broadcast: loops n, oc/FB, oh (parallel) | ow/VX | ic, kh, kw | FB | VX. With
-        `flat_width` (the row width, see `flat_plane`) the plane is one row of H x W pixels:
-        loops n, oc/FB, HW/VX (parallel) | ic | FB | VX."""
-        fb, vx = tile
+        broadcast: loops n, oc/FB, oh/NV (parallel) | ow/VX | ic, kh, kw | FB | NV rows | VX.
+        With `flat_width` (the row width, see `flat_plane`) the plane is one row of H x W pixels:
+        loops n, oc/FB, HW/(NV x VX) (parallel) | ic | FB | NV | VX. `tile` is (FB, VX) or
+        (FB, VX, NV): NV vectors of accumulators per output channel (rows, or runs of the flat
+        plane), each input vector read by all FB channels, each broadcast weight by all NV vectors."""
+        fb, vx = tile[0], tile[1]
+        nv = tile[2] if len(tile) > 2 else 1
         self._inline_padding_free_copy(sch, conv, data_region)
         writeback = cache_write_and_inline_epilogue(sch, conv)
         macs = multiply_adds([const_int(sch.get(loop).extent) or 1 for loop in sch.get_loops(conv)])
@@ -330,17 +340,20 @@ class Conv2dNCHW:
             sch.transform_block_layout(writeback, lambda n, c, h, w: (n, c, h * flat_width + w))
             n, oc, pixel, ic, kh, kw = sch.get_loops(conv)
             oc_outer, oc_inner = sch.split(oc, [None, fb])
-            outer, inner = sch.split(pixel, [None, vx])
-            sch.reorder(n, oc_outer, outer, ic, kh, kw, oc_inner, inner)
+            outer, vectors, inner = sch.split(pixel, [None, nv, vx])
+            sch.reorder(n, oc_outer, outer, ic, kh, kw, oc_inner, vectors, inner)
             sch.reverse_compute_at(writeback, outer)
             parallel = sch.fuse(n, oc_outer, outer)
         else:
             n, oc, oh, ow, ic, kh, kw = sch.get_loops(conv)
             oc_outer, oc_inner = sch.split(oc, [None, fb])
+            oh_outer, vectors = sch.split(oh, [None, nv])
             outer, inner = sch.split(ow, [None, vx])
-            sch.reorder(n, oc_outer, oh, outer, ic, kh, kw, oc_inner, inner)
+            sch.reorder(n, oc_outer, oh_outer, outer, ic, kh, kw, oc_inner, vectors, inner)
             sch.reverse_compute_at(writeback, outer)
-            parallel = sch.fuse(n, oc_outer, oh)
+            parallel = sch.fuse(n, oc_outer, oh_outer)
+        if nv > 1:
+            sch.unroll(vectors)
         if conv_runs_parallel(macs):
             sch.parallel(parallel)
         sch.vectorize(inner)
@@ -373,7 +386,8 @@ def choose_width_tile(
     0.078 ms, 24 -> 112 ch 56x56 0.118 -> 0.060 ms, 136 ch 14x14 and 272 ch 7x7 0.60-0.66x; the
     28- and 68-per-group convs 0.96-1.03x (noise); the whole model 0.90x (4.62 against 5.15 ms,
     min of 12 alternating blocks). Where fewer than 8 rows fit (AVX2's 16 registers: 2 of 34, 4 of
-    68, 7 of 28; the 4-row tile measured 0.89-1.07x of the ungrouped one) the ungrouped choice stays.
+    68, 7 of 28; the 4-row tile measured 0.89-1.07x of the ungrouped one) the ungrouped choice stays
+    here; `multi_vector_tile` gives those convs tiles of several vectors.
     """
     widths = [d for d in range(1, lanes + 1) if out_width % d == 0]
     vx = max(widths)
@@ -386,6 +400,123 @@ def choose_width_tile(
             return fb, vx
     fb = max(d for d in range(1, 9) if out_channels % d == 0)
     return fb, vx
+
+
+def default_row_tile(extents, data_shape, out_channels_per_group: int, lanes: int, registers: int = VECTOR_REGISTERS) -> tuple[int, int, int, bool] | None:
+    """(FB, VX, NV, flat): the row-vectorized form's default tile (see `_schedule_width_vectorized`),
+    or None when the row has no useful vector. `choose_width_tile`'s (FB, VX), over the flat plane
+    where `flat_plane` says so, unless `multi_vector_tile` has a tile for the conv."""
+    _, out_channels, _, out_width, _, _, _ = extents
+    width_tile = choose_width_tile(out_channels, out_width, lanes, out_channels_per_group, registers)
+    if width_tile is None:
+        return None
+    multi = multi_vector_tile(extents, data_shape, out_channels_per_group, lanes, registers)
+    if multi is not None:
+        return multi
+    if flat_plane(extents, data_shape, out_channels_per_group, width_tile, lanes):
+        return width_tile[0], lanes, 1, True
+    return width_tile[0], width_tile[1], 1, False
+
+
+def _row_units(extents, data_shape, lanes: int) -> tuple[int, int, bool] | None:
+    """(VX, units, flat) of the row-vectorized form: the flat plane's full vectors when the conv is
+    a stride-1 unpadded 1x1 conv whose row no full vector divides but whose plane one does (784 =
+    98 x 8), else the widest divisor of the row up to the vector width (at least 4) and the rows."""
+    _, _, out_height, out_width, _, kh, kw = extents
+    if kh == kw == 1 and data_shape[2:] == [out_height, out_width] and out_width % lanes and (out_height * out_width) % lanes == 0:
+        return lanes, out_height * out_width // lanes, True
+    vx = max(d for d in range(1, lanes + 1) if out_width % d == 0)
+    return (vx, out_height, False) if vx >= 4 else None
+
+
+def multi_vector_tile(extents, data_shape, out_channels_per_group: int, lanes: int, registers: int = VECTOR_REGISTERS) -> tuple[int, int, int, bool] | None:
+    """(FB, VX, NV, flat) for a grouped conv of which fewer than 8 channels of one group fit the
+    register file as one-vector rows (AVX2's 16 registers: 2 of 34, 4 of 68, 7 of 28 channels):
+    FB output channels (up to 8, dividing all of them) x NV vectors (rows, or runs of the flat
+    plane, `_row_units`), 8-12 accumulators, with the fewest loads per multiply-add ((FB + NV) /
+    (FB x NV): each input vector feeds FB channels, each broadcast weight NV vectors), the input
+    vectors and one broadcast beside them in registers. None for other convs.
+
+    Before, such a conv took FB = 8 channels x one vector of VX columns: 9 loads per 8 multiply-adds,
+    and on a 28-wide row 7-lane vectors. Kernel alone, 1 thread, AVX2 code on a Zen 4, light ShuffleNet's
+    grouped 1x1 convs + bias + ReLU (min of 3 rounds): 136 ch (34 per group) 28x28 201 -> 80 us
+    (4 channels x 2 vectors of the flat plane; the AVX-512 default takes 80 us); 272 ch (68 per group)
+    14x14 139 -> 106 us (4 channels x 2 rows of 7); 24 -> 112 ch 56x56 63 -> 58 us. Tiles of two
+    channels x 7 vectors (22 registers) measured 1.7-2.1x slower than these."""
+    _, out_channels, _, _, _, _, _ = extents
+    if out_channels_per_group >= out_channels or out_channels_per_group < 8:
+        return None  # ungrouped, or (nearly) depthwise: no input vector shared by the FB channels
+    if max(d for d in range(1, registers - 2) if out_channels_per_group % d == 0) >= 8:
+        return None  # choose_width_tile's rows of one group
+    units = _row_units(extents, data_shape, lanes)
+    if units is None:
+        return None
+    vx, count, flat = units
+    best = None
+    for fb in (d for d in range(1, 9) if out_channels % d == 0):
+        for nv in (d for d in range(1, count + 1) if count % d == 0):
+            acc = fb * nv
+            if not 8 <= acc <= 12 or acc + nv + 1 > registers:
+                continue
+            key = ((fb + nv) / acc, -acc, -fb)
+            if best is None or key < best[0]:
+                best = (key, (fb, vx, nv, flat))
+    return None if best is None else best[1]
+
+
+# Row-vectorized tiles a template search measures beside the default (row_candidates).
+ROW_CANDIDATES = 8
+
+
+def row_candidates(extents, data_shape, out_channels_per_group: int, lanes: int, registers: int = VECTOR_REGISTERS) -> list[dict]:
+    """The row-vectorized form's configs for template tuning, the default (`default_row_tile`)
+    first: FB output channels (dividing all of them) x NV vectors of the row form and, for a
+    stride-1 unpadded 1x1 conv whose plane a full vector divides, of the flat plane, with 4 or
+    more accumulators that fit the register file beside the NV input vectors and a broadcast;
+    the fewest loads per multiply-add first, ROW_CANDIDATES of them. [] when the row has no
+    useful vector."""
+    default = default_row_tile(extents, data_shape, out_channels_per_group, lanes, registers)
+    if default is None:
+        return []
+    _, out_channels, out_height, out_width, _, _, _ = extents
+
+    def config(fb, vx, nv, flat):
+        return {"form": "rows", "fb": fb, "vx": vx, "nv": nv, "flat": flat}
+
+    configs = [config(*default)]
+    forms = []
+    row_vx = max(d for d in range(1, lanes + 1) if out_width % d == 0)
+    if row_vx >= 4:
+        forms.append((row_vx, out_height, False))
+    flat = _row_units(extents, data_shape, lanes)
+    if flat is not None and flat[2]:
+        forms.append(flat)
+    scored = []
+    for vx, count, is_flat in forms:
+        for fb in (d for d in range(1, registers - 2) if out_channels % d == 0):
+            for nv in (d for d in range(1, count + 1) if count % d == 0):
+                acc = fb * nv
+                if acc >= 4 and acc + nv + 1 <= registers:
+                    scored.append(((fb + nv) / acc, -acc, config(fb, vx, nv, is_flat)))
+    scored.sort(key=lambda x: x[:2])
+    for *_, c in scored:
+        if len(configs) > ROW_CANDIDATES:
+            break
+        if c not in configs:
+            configs.append(c)
+    return configs
+
+
+def _row_tile_fits(extents, data_shape, out_channels_per_group: int, fb: int, vx: int, nv: int, flat: bool) -> bool:
+    """Whether the row-vectorized tile FB channels x NV vectors of VX columns divides the conv
+    (`flat`: NV x VX pixels of the plane as one row, only for a stride-1 unpadded 1x1 conv).
+    FB may span a group boundary: each channel then reads its own group's input."""
+    _, out_channels, out_height, out_width, _, kh, kw = extents
+    if fb < 1 or vx < 1 or nv < 1 or out_channels % fb:
+        return False
+    if flat:
+        return kh == kw == 1 and data_shape[2:] == [out_height, out_width] and (out_height * out_width) % (nv * vx) == 0
+    return out_width % vx == 0 and out_height % nv == 0
 
 
 def flat_plane(extents, data_shape, out_channels_per_group: int, tile: tuple[int, int], lanes: int) -> bool:

@@ -1,11 +1,14 @@
 """Grouped convs whose channels per group no vector divides (ShuffleNet's 34, 68, 136): the NCHW
 rule's row-vectorized form takes its output-channel tile from one group's channels, so the rows of
 a tile share one input vector (core.compiler.schedules.cpu_conv.choose_width_tile), and runs an
-unpadded 1x1 conv whose row no vector divides over its plane as one row (`flat_plane`).
+unpadded 1x1 conv whose row no vector divides over its plane as one row (`flat_plane`). Where
+fewer than 8 channels of a group fit (AVX2: 34, 68 per group), a tile of channels x several
+vectors (`multi_vector_tile`); the template search measures the form's other tiles
+(`row_candidates`).
 
 The tile choice is checked for both register files (any host); the compiled model, its convs
-scheduled by that form, is checked against onnxruntime on this host's ISA (.ci/run runs this file
-again with AVX2 code, where 34 channels per group keep the ungrouped tile)."""
+scheduled by that form, and every tile the search would measure, are checked against onnxruntime
+or the default on this host's ISA (.ci/run runs this file again with AVX2 code)."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,6 +76,114 @@ def test_grouped_width_tile_takes_one_groups_channels():
         fb, vx = choose_width_tile(out_channels, width, lanes, per_group, registers)
         assert per_group % fb == 0 and width % vx == 0 and vx <= lanes
         assert fb + 2 <= registers  # accumulators + the input row + a broadcast weight
+
+
+def test_avx2_grouped_tile_takes_channels_by_several_vectors():
+    """Where fewer than 8 channels of a group fit AVX2's 16 registers as one-vector rows, the
+    default tile is FB channels x NV vectors with the fewest loads per multiply-add: 4 x 2 of the
+    flat plane (784 = 98 x 8) at 28x28, 4 channels x 2 rows of 7 at 14x14 and 4 x 2 rows of 8 at
+    56x56. AVX-512's tiles (8 or more channels of one group) and depthwise-like and ungrouped
+    convs keep theirs."""
+    from core.compiler.schedules.cpu_conv import default_row_tile, multi_vector_tile
+
+    assert default_row_tile((1, 136, 28, 28, 34, 1, 1), [1, 136, 28, 28], 34, 8, 16) == (4, 8, 2, True)
+    assert default_row_tile((1, 272, 14, 14, 68, 1, 1), [1, 272, 14, 14], 68, 8, 16) == (4, 7, 2, False)
+    assert default_row_tile((1, 112, 56, 56, 6, 1, 1), [1, 24, 56, 56], 28, 8, 16) == (4, 8, 2, False)
+    assert default_row_tile((1, 136, 28, 28, 34, 3, 3), [1, 136, 30, 30], 34, 8, 16) == (4, 7, 2, False)  # padded: rows
+    # AVX-512: the rows of one group, as before
+    assert default_row_tile((1, 136, 28, 28, 34, 1, 1), [1, 136, 28, 28], 34, 16, 32) == (17, 16, 1, True)
+    assert default_row_tile((1, 272, 14, 14, 68, 1, 1), [1, 272, 14, 14], 68, 16, 32) == (17, 14, 1, False)
+    assert default_row_tile((1, 112, 56, 56, 6, 1, 1), [1, 24, 56, 56], 28, 16, 32) == (28, 8, 1, False)
+    # not grouped, 7 channels a group, depthwise: no shared input vector, the one-vector tile
+    assert multi_vector_tile((1, 20, 28, 28, 20, 1, 1), [1, 20, 28, 28], 20, 8, 16) is None
+    assert multi_vector_tile((1, 28, 6, 6, 34, 1, 1), [1, 136, 6, 6], 7, 8, 16) is None
+    assert multi_vector_tile((1, 136, 28, 28, 1, 3, 3), [1, 136, 30, 30], 1, 8, 16) is None
+    for extents, shape, per_group in [((1, 136, 28, 28, 34, 1, 1), [1, 136, 28, 28], 34), ((1, 272, 14, 14, 68, 1, 1), [1, 272, 14, 14], 68)]:
+        fb, _, nv, _ = multi_vector_tile(extents, shape, per_group, 8, 16)
+        assert 8 <= fb * nv <= 12 and fb * nv + nv + 1 <= 16 and extents[1] % fb == 0
+
+
+def test_row_candidates_start_with_the_default_and_fit_the_registers():
+    from core.compiler.schedules.cpu_conv import (
+        ROW_CANDIDATES,
+        default_row_tile,
+        row_candidates,
+    )
+
+    for extents, shape, per_group, lanes, registers in [
+        ((1, 136, 28, 28, 34, 1, 1), [1, 136, 28, 28], 34, 8, 16),
+        ((1, 136, 28, 28, 34, 1, 1), [1, 136, 28, 28], 34, 16, 32),
+        ((1, 272, 14, 14, 68, 1, 1), [1, 272, 14, 14], 68, 8, 16),
+    ]:
+        configs = row_candidates(extents, shape, per_group, lanes, registers)
+        assert (configs[0]["fb"], configs[0]["vx"], configs[0]["nv"], configs[0]["flat"]) == default_row_tile(extents, shape, per_group, lanes, registers)
+        assert 3 <= len(configs) <= ROW_CANDIDATES + 1 and len({tuple(sorted(c.items())) for c in configs}) == len(configs)
+        for c in configs:
+            assert c["form"] == "rows" and extents[1] % c["fb"] == 0 and c["vx"] <= lanes
+            assert c["fb"] * c["nv"] + c["nv"] + 1 <= registers
+            units = extents[2] * extents[3] // c["vx"] if c["flat"] else extents[2]
+            assert units % c["nv"] == 0
+    # the flat plane's tiles only where the plane is the input's (an unpadded 1x1 conv)
+    padded = row_candidates((1, 136, 28, 28, 34, 3, 3), [1, 136, 30, 30], 34, 8, 16)
+    assert padded and not any(c["flat"] for c in padded)
+
+
+@pytest.mark.isa
+def test_every_row_candidate_computes_what_the_default_computes():
+    """Each tile the template search would measure for the model's grouped convs (the 1x1 conv on
+    a 12x12 plane, with flat-plane tiles; the padded 3x3 one, rows only) builds for this host and
+    gives the default schedule's output on the same random inputs; the first is the default."""
+    import tvm
+    import tvm_ffi
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from core.compiler.kernel_measure import _random_args
+    from core.compiler.schedules import default_schedule
+    from core.compiler.schedules.cpu_conv import Conv2dNCHW
+    from core.compiler.target import make_target
+
+    target = make_target("cpu")
+    funcs = _grouped_kernels(target)
+    rule = Conv2dNCHW()
+    checked = 0
+    for func in funcs:
+        configs = rule.candidates(func, target)
+        assert configs and all(c["form"] == "rows" for c in configs)
+        default, _ = default_schedule(func, target)
+        first = rule.apply(func, target, configs[0]).mod["main"]
+        assert tvm_ffi.structural_equal(first.without_attr("tirx.is_scheduled"), default.without_attr("tirx.is_scheduled"))
+        expected = None
+        for config in configs:
+            scheduled = rule.apply(func, target, config).mod["main"].without_attr("tirx.is_scheduled").with_attr("global_symbol", "main")
+            lib = tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.IRModule({"main": scheduled})), target=target)
+            args = _random_args(func, seed=3)
+            lib["main"](*args)
+            out = args[-1].numpy()
+            if expected is None:
+                expected = out
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5, err_msg=str(config))
+            checked += 1
+    assert checked >= 6
+
+
+def _grouped_kernels(target):
+    """The unscheduled PrimFuncs of the grouped model's 24 -> 136 1x1 conv (12x12, unpadded) and
+    its padded 3x3 conv of 34 channels a group."""
+    import tempfile
+    from pathlib import Path
+
+    from core.compiler.schedule_session import list_kernels
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "grouped.onnx"
+        onnx.save(_grouped_model(), str(path))
+        kernels = list_kernels(str(path), target)
+    by_shape = {}
+    for k in kernels:
+        text = k.func.script()
+        if "group_conv2d_nchw" in text and "T.int64(136), T.int64(12), T.int64(12)" in text:
+            by_shape.setdefault("3x3" if "T.int64(3), T.int64(3)" in text else "1x1", k.func)
+    return [by_shape["1x1"], by_shape["3x3"]]
 
 
 def test_flat_plane_only_for_unpadded_1x1_convs_with_an_odd_row():
