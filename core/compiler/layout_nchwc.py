@@ -47,6 +47,7 @@ import logging
 import re
 
 from .channel_padding import pad_output_channels
+from .layout_islands import isolated_depthwise_weights
 from .relax_rewrite import is_const
 from .relax_rewrite import static_shape as _static_shape
 
@@ -141,11 +142,12 @@ def _convert(mod, block: int):
     from tvm import relax
 
     convs = {"blocked": 0, "kept": 0}
+    islands: list = []  # weights of depthwise convs kept NCHW between NCHW ops (layout_islands)
 
     def layout_cb(call):
         if getattr(call.op, "name", None) != "relax.nn.conv2d":
             return {}
-        layouts = conv_layouts(call, block)
+        layouts = None if any(call.args[1].same_as(w) for w in islands) else conv_layouts(call, block)
         convs["blocked" if layouts else "kept"] += 1
         # a conv left out says NCHW explicitly (with no wish it would take its input's blocked layout)
         return layouts or {"relax.nn.conv2d": ["NCHW", "OIHW"]}
@@ -158,7 +160,9 @@ def _convert(mod, block: int):
 
     def convert(mod):
         # convs with output channels the block does not divide (1000): padded to a multiple of it
-        return relax.transform.ConvertLayout({}, layout_cb)(pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None))
+        padded = pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None)
+        islands[:] = isolated_depthwise_weights(padded, block, conv_layouts)
+        return relax.transform.ConvertLayout({}, layout_cb)(padded)
 
     try:
         try:
