@@ -16,7 +16,7 @@ layout of their input (elementwise ops, pooling), stays NCHW: a conv that conv_l
 a reshape or transpose, the model's input or output. Any other op (a blocked conv, another
 depthwise conv, a concat, anything unknown) counts as blocked, so a conv is left NCHW only where
 both sides are known to be NCHW. The pass identifies them by their weight (a constant), which the
-ConvertLayout callback sees.
+ConvertLayout callback sees (a weight shared with a conv that is no island is left out).
 """
 from __future__ import annotations
 
@@ -100,12 +100,13 @@ def isolated_depthwise_weights(mod, block: int, conv_layouts) -> list:
                 return False
         return True
 
-    isolated = []
+    isolated, kept = [], []
     for var, value in values.items():
         if not (isinstance(value, relax.Call) and getattr(value.op, "name", None) == "relax.nn.conv2d" and _is_depthwise(value)):
             continue
         if not is_const(value.args[1]) or conv_layouts(value, block) is None:
             continue
-        if before_is_nchw(value.args[0]) and after_is_nchw(var):
-            isolated.append(value.args[1])
-    return isolated
+        island = before_is_nchw(value.args[0]) and after_is_nchw(var)
+        (isolated if island else kept).append(value.args[1])
+    # a weight shared by an island and a blocked conv names both: neither is left NCHW
+    return [w for w in isolated if not any(w.same_as(k) for k in kept)]

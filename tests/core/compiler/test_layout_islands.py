@@ -129,6 +129,52 @@ def test_a_depthwise_conv_between_blocked_convs_stays_blocked():
     assert _depthwise_layouts(mod) == [(48, "NCHW"), (32, "NCHW8c")]
 
 
+def _shared_weight_model(shared: bool = True) -> onnx.ModelProto:
+    """Two depthwise convs of one weight (or of two equal ones): the first between grouped convs
+    (an island on its own), the second between dense convs (blocked)."""
+    rng = np.random.default_rng(13)
+    dw = _weight(rng, "dw", (48, 1, 3, 3))
+    inits = [_weight(rng, "w0", (24, 3, 3, 3)), _weight(rng, "g1", (48, 6, 1, 1)), dw,
+             _weight(rng, "g2", (48, 12, 1, 1)), _weight(rng, "e1", (48, 48, 1, 1)), _weight(rng, "p1", (16, 48, 1, 1))]
+    if not shared:
+        inits.append(numpy_helper.from_array(numpy_helper.to_array(dw), "dw_copy"))
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Conv", ["c0", "g1"], ["c1"], kernel_shape=[1, 1], group=4),
+        helper.make_node("Conv", ["c1", "dw"], ["d1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=48),
+        helper.make_node("Conv", ["d1", "g2"], ["c2"], kernel_shape=[1, 1], group=4),
+        helper.make_node("Conv", ["c2", "e1"], ["e"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["e", "dw" if shared else "dw_copy"], ["d2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=48),
+        helper.make_node("Conv", ["d2", "p1"], ["y"], kernel_shape=[1, 1]),
+    ]
+    graph = helper.make_graph(nodes, "shared_weight", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_weight_shared_with_a_blocked_depthwise_conv_keeps_both_blocked(shared, monkeypatch):
+    """The ConvertLayout callback tells convs apart by their weight: where an island shares its
+    weight with a conv that is no island, both keep the blocked layout (as before the rule); with
+    a weight of its own, the island is left NCHW."""
+    from core.compiler import layout_nchwc
+    from core.compiler.target import make_target
+
+    found = []
+
+    def spy(*args, **kwargs):
+        found.append(layout_islands_original(*args, **kwargs))
+        return found[-1]
+
+    layout_islands_original = layout_nchwc.isolated_depthwise_weights
+    monkeypatch.setattr(layout_nchwc, "isolated_depthwise_weights", spy)
+    mod = relax_through(_shared_weight_model(shared), make_target("cpu", mcpu="znver3"), "ConvertLayoutNCHWc")
+    assert [len(f) for f in found] == [0 if shared else 1]
+    assert _depthwise_layouts(mod) == [(48, "NCHW8c" if shared else "NCHW"), (48, "NCHW8c")]
+
+
 @pytest.mark.isa
 @pytest.mark.parametrize("mobile_tail", [False, True])
 def test_shuffle_unit_matches_onnxruntime(tmp_path, mobile_tail):
