@@ -113,7 +113,7 @@ class Conv2dNCHW:
 
     name = "cpu.Conv2dNCHW"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 5
+    space_version = 6
 
     def _match(self, sch, target) -> dict | None:
         """What the rule needs to know about the function's convolution, or None (no match)."""
@@ -165,6 +165,10 @@ class Conv2dNCHW:
         lanes, ocpg, icpg = info["lanes"], info["ocpg"], info["icpg"]
         _, _, out_height, out_width, _, kh, kw = info["extents"]
         if ocpg % lanes:
+            from .cpu_depthwise import DepthwiseConv2dNCHW
+
+            if DepthwiseConv2dNCHW()._match(sch) is not None:
+                return []  # scheduled by the depthwise rule (first in the default order), not this one
             data_shape = [const_int(d) for d in info["data_region"].source.shape]
             return row_candidates(info["extents"], data_shape, ocpg, lanes, vector_registers(target))
         default = choose_conv_tile(ocpg, out_width, lanes, out_height)

@@ -166,6 +166,35 @@ def test_every_row_candidate_computes_what_the_default_computes():
     assert checked >= 6
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mattr", [None, ["-avx512f"]])
+def test_row_candidates_only_for_kernels_this_rule_schedules(mattr):
+    """Codegen-free (any host), light ShuffleNet for Zen 4 and as AVX2 code: the NCHW rule offers
+    configs to the template search only for kernels it schedules by default (its grouped 1x1 convs,
+    the stem), never for the depthwise convs the depthwise rule schedules, whose block it also
+    matches; a config measured against another rule's default would be no comparison."""
+    import os
+
+    import onnx as _onnx
+
+    from core.compiler.schedule_session import list_kernels
+    from core.compiler.schedules import default_schedule
+    from core.compiler.schedules.cpu_conv import Conv2dNCHW
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu="znver4", mattr=mattr)
+    path = os.path.join(os.path.dirname(_onnx.__file__), "backend/test/data/light/light_shufflenet.onnx")
+    rule = Conv2dNCHW()
+    offered, depthwise = 0, 0
+    for kernel in list_kernels(path, target):
+        _, by = default_schedule(kernel.func, target)
+        depthwise += by == "cpu.DepthwiseConv2dNCHW"
+        if rule.candidates(kernel.func, target):
+            offered += 1
+            assert by == rule.name, (kernel.name, by)
+    assert offered >= 5 and depthwise >= 3
+
+
 def _grouped_kernels(target):
     """The unscheduled PrimFuncs of the grouped model's 24 -> 136 1x1 conv (12x12, unpadded) and
     its padded 3x3 conv of 34 channels a group."""
