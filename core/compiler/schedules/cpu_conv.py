@@ -429,6 +429,11 @@ def _row_units(extents, data_shape, lanes: int) -> tuple[int, int, bool] | None:
     _, _, out_height, out_width, _, kh, kw = extents
     if kh == kw == 1 and data_shape[2:] == [out_height, out_width] and out_width % lanes and (out_height * out_width) % lanes == 0:
         return lanes, out_height * out_width // lanes, True
+    return _row_form_units(out_height, out_width, lanes)
+
+
+def _row_form_units(out_height: int, out_width: int, lanes: int) -> tuple[int, int, bool] | None:
+    """(VX, rows, False): the widest divisor of the row up to the vector width (at least 4)."""
     vx = max(d for d in range(1, lanes + 1) if out_width % d == 0)
     return (vx, out_height, False) if vx >= 4 else None
 
@@ -488,13 +493,9 @@ def row_candidates(extents, data_shape, out_channels_per_group: int, lanes: int,
         return {"form": "rows", "fb": fb, "vx": vx, "nv": nv, "flat": flat}
 
     configs = [config(*default)]
-    forms = []
-    row_vx = max(d for d in range(1, lanes + 1) if out_width % d == 0)
-    if row_vx >= 4:
-        forms.append((row_vx, out_height, False))
-    flat = _row_units(extents, data_shape, lanes)
-    if flat is not None and flat[2]:
-        forms.append(flat)
+    forms = [units for units in (_row_form_units(out_height, out_width, lanes), _row_units(extents, data_shape, lanes))
+             if units is not None]
+    forms = list(dict.fromkeys(forms))  # the flat plane's units, where they are not the rows'
     scored = []
     for vx, count, is_flat in forms:
         for fb in (d for d in range(1, registers - 2) if out_channels % d == 0):

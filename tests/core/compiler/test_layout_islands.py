@@ -83,16 +83,9 @@ def _depthwise_layouts(mod) -> list[tuple[int, str]]:
 
 
 def _out_layouts(mod) -> list[str]:
-    from tvm import relax
+    from tests.core.compiler.test_layout_nchwc import _conv_layouts
 
-    found = []
-
-    def visit(expr):
-        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d":
-            found.append(str(expr.attrs.out_layout))
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    return found
+    return [out for _, _, out in _conv_layouts(mod)]
 
 
 def _transforms(mod) -> int:
@@ -163,12 +156,12 @@ def test_a_weight_shared_with_a_blocked_depthwise_conv_keeps_both_blocked(shared
     from core.compiler.target import make_target
 
     found = []
+    original = layout_nchwc.isolated_depthwise_weights
 
     def spy(*args, **kwargs):
-        found.append(layout_islands_original(*args, **kwargs))
+        found.append(original(*args, **kwargs))
         return found[-1]
 
-    layout_islands_original = layout_nchwc.isolated_depthwise_weights
     monkeypatch.setattr(layout_nchwc, "isolated_depthwise_weights", spy)
     mod = relax_through(_shared_weight_model(shared), make_target("cpu", mcpu="znver3"), "ConvertLayoutNCHWc")
     assert [len(f) for f in found] == [0 if shared else 1]
