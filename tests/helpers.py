@@ -203,6 +203,28 @@ def scheduled_through(model: onnx.ModelProto, target):
         return schedule_pass(target)(mod)
 
 
+def configs_compute_the_same(rule, func, target, configs: list[dict], seed: int = 3) -> int:
+    """Build `func` scheduled by `rule` with each of `configs` for `target` (this host's) and assert
+    that every one computes what the first does on the same seeded random inputs; returns how
+    many were run."""
+    import tvm
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from core.compiler.kernel_measure import _random_args
+
+    expected = None
+    for config in configs:
+        scheduled = rule.apply(func, target, config).mod["main"].without_attr("tirx.is_scheduled").with_attr("global_symbol", "main")
+        lib = tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.IRModule({"main": scheduled})), target=target)
+        args = _random_args(func, seed=seed)
+        lib["main"](*args)
+        out = args[-1].numpy()
+        if expected is None:
+            expected = out
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5, err_msg=str(config))
+    return len(configs)
+
+
 def relax_ops(model: onnx.ModelProto, last: str) -> list[str]:
     """The Relax ops main calls, in order (e.g. "nn.layer_norm", "matmul"), after the default CPU
     pipeline up to and including the pass `last`."""

@@ -159,8 +159,12 @@ def _convert(mod, block: int):
     mod = _constants_to_full_rank(mod)
 
     def convert(mod):
-        # convs with output channels the block does not divide (1000): padded to a multiple of it
-        padded = pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None)
+        # convs with output channels the block does not divide (1000 of 16): padded to a multiple
+        # of it; and with AVX2's two-block conv tiles, an odd count of 8-channel blocks (125) to an even one
+        from .schedules import cpu_conv_nchwc
+
+        pairs = block == 8 and cpu_conv_nchwc.AVX2_TWO_BLOCKS
+        padded = pad_output_channels(mod, block, lambda c: conv_layouts(c, block) is not None, pairs=pairs)
         islands[:] = isolated_depthwise_weights(padded, block, conv_layouts)
         return relax.transform.ConvertLayout({}, layout_cb)(padded)
 

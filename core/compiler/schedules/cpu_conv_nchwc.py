@@ -21,7 +21,10 @@ from .cpu_common import (
 from .cpu_conv import Conv2dNCHW, choose_conv_tile, multiply_adds, register_tiles
 from .cpu_depthwise import inline_tail
 
-__all__ = ["FULL_WIDTH_AVX512_CPUS", "MIN_ACCUMULATORS", "Conv2dNCHWc", "full_width_avx512", "pair_tile", "pixel_channel_blocks", "reads_padding_in_place", "strided_1x1_group"]
+__all__ = [
+    "FLAT_PAIR_COLUMNS", "FULL_WIDTH_AVX512_CPUS", "MIN_ACCUMULATORS", "MIN_TAIL_CHUNKS", "Conv2dNCHWc", "flat_1x1", "full_width_avx512",
+    "pair_tile", "pixel_channel_blocks", "reads_padding_in_place", "strided_1x1_group",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,24 @@ FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
 # and ran the whole model 0.86x the AVX-512 default's time (benchmarks/isa_compare.py).
 MIN_ACCUMULATORS = 6
 AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets it False)
+# Columns of the two-block tile a stride-1 unpadded 1x1 conv takes over its flat plane (its H x W
+# pixels as one row, `flat_1x1`) with 16 registers, where its rows have no two-block tile of as
+# many pixels (7, 13, 14, 27, 28 or 56 wide); the last tile's pixels past the plane are predicated
+# off (LLVM moves that test out of the reduction loop). AVX2 code on Zen 4 (AMD EPYC, family 25
+# model 17), 1 thread, kernels alone with bias + ReLU, medians of 10-12 alternating rounds, the
+# row's tile -> two blocks x 5 pixels: one block x the row, ResNet-50's 7x7 convs 512 -> 2048
+# 1.17 -> 0.97 ms, 2048 -> 512 1.12 -> 0.95 ms, Inception's 832 -> 256 at 7x7 223 -> 193 us,
+# SqueezeNet's 13x13 convs 384 -> 48 82 -> 58 us, 64 -> 256 85 -> 60, 48 -> 192 37 -> 28, its
+# classifier 512 -> 1008 (channel_padding.paired_channels) 2.31 -> 1.63 ms; two blocks x 3 (27 wide)
+# 0.78-0.82x; two blocks x 4 or 2 x 2 (14, 28, 56 wide) 0.97-0.98x. Two blocks x 4 pixels of the
+# flat plane 0.75-1.02x, x 6 (12 accumulators) 1.1-1.4x the one-block time. (A 3x3 conv's 7-wide
+# rows gain nothing from a predicated 2 x 4 tile: 2.52 -> 2.44 ms at 512 channels.)
+FLAT_PAIR_COLUMNS = 5
+# Channel blocks from which an odd count has two-block tiles among the template search's
+# candidates, the last tile's second block predicated off. Not a default: LLVM kept that test
+# inside the reduction loop of a flat 2 x 4 tile (1.35x the one-block time), though not of 2 x 5;
+# the layout pass pads such a conv by one block instead (channel_padding.paired_channels).
+MIN_TAIL_CHUNKS = 16
 
 
 def full_width_avx512(target) -> bool:
@@ -140,6 +161,15 @@ INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_CHANNELS = 32
 
 
+def flat_1x1(extents, data_shape, padded: int | None) -> bool:
+    """Whether a `conv2d_NCHWc` (loop extents n, oc_chunks, oh, ow, oc_block, ic, kh, kw) reading
+    input of shape (n, ic_chunks, H, W, ic_block) is a stride-1 1x1 conv of an unpadded input:
+    pixel h * W + w of its output reads only pixel h * W + w of its input, so its register tiles
+    may run over the plane as one row of H x W pixels (config "flat")."""
+    _, _, out_h, out_w, _, _, kh, kw = extents
+    return kh == kw == 1 and padded is None and list(data_shape[2:4]) == [out_h, out_w]
+
+
 def reads_padding_in_place(extents, in_block: int, lanes: int, padded_width: int | None) -> bool:
     """Whether a `conv2d_NCHWc` (loop extents n, oc_chunks, oh, ow, oc_block, ic, kh, kw) whose
     input is a padded copy `padded_width` wide (None: no padding) reads its input in place, a
@@ -180,7 +210,7 @@ class Conv2dNCHWc:
     """
 
     name = "cpu.Conv2dNCHWc"
-    space_version = 5
+    space_version = 6
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
@@ -197,8 +227,9 @@ class Conv2dNCHWc:
                      and [str(x) for x in sch.get(p).writes[0].source.shape] != [str(x) for x in sch.get(p).reads[0].source.shape]
                      for p in sch.get_producers(conv))
         padded = const_int(stmt.reads[0].source.shape[3]) if padded else None  # the padded copy's width
+        flat = flat_1x1(extents, [const_int(d) for d in stmt.reads[0].source.shape], padded)
         return {"conv": conv, "extents": extents, "data_region": stmt.reads[0], "in_block": in_block, "lanes": vector_lanes(target),
-                "registers": vector_registers(target), "padded": padded, "full_width": full_width_avx512(target)}
+                "registers": vector_registers(target), "padded": padded, "full_width": full_width_avx512(target), "flat": flat}
 
     def _default_tile(self, info) -> tuple[int, int]:
         _, _, out_height, out_width, oc_block, _, kh, kw = info["extents"]
@@ -223,6 +254,7 @@ class Conv2dNCHWc:
         _, chunks, out_height, out_width, oc_block = info["extents"][:5]
         oc2 = pixel_channel_blocks(chunks, out_height * out_width)
         two_fma_units = info["full_width"] or (AVX2_TWO_BLOCKS and info["lanes"] == 8)  # (see FULL_WIDTH_AVX512_CPUS)
+        flat = False
         if oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
             # two blocks where the FMA units are two, or where one block's tile has too few
             # independent FMAs to hide their latency (see MIN_ACCUMULATORS)
@@ -230,15 +262,17 @@ class Conv2dNCHWc:
             pair = None
             if two_fma_units or few:
                 pair = pair_tile(out_height, out_width, oc_block, info["registers"], low=MIN_ACCUMULATORS if few else None)
+                if two_fma_units and info["flat"] and info["registers"] < 32 and (pair is None or pair[0] * pair[1] < FLAT_PAIR_COLUMNS):
+                    pair, flat = (FLAT_PAIR_COLUMNS, 1), True  # (see FLAT_PAIR_COLUMNS)
             if pair is not None:
                 (t, th), oc2 = pair, 2
-        config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {})}
+        config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {}), **({"flat": True} if flat else {})}
         if reads_padding_in_place(info["extents"], info["in_block"], info["lanes"], info["padded"]):
             config["inline_pad"] = True
             if th == 1 and out_height % 2 == 0 and 2 * t * oc2 * (oc_block // info["lanes"]) <= info["registers"] // 2:
                 config["th"] = 2  # two rows share the tile's weight vectors (AVX-512's 32 registers only)
         group = strided_1x1_group(info["extents"], [const_int(d) for d in info["data_region"].source.shape])
-        while group > 1 and (chunks // oc2) % group:
+        while group > 1 and -(-chunks // oc2) % group:
             group -= 1  # a group of tiles: a divisor of the tiles along the channels
         if group > 1:
             config["ocg"] = group
@@ -258,23 +292,28 @@ class Conv2dNCHWc:
         _, oc_chunks, out_height, out_width, oc_block, _, kh, kw = info["extents"]
         lanes, registers = info["lanes"], vector_registers(target)
         configs = [self._default_config(info)]
-        if configs[0].get("oc2", 1) > 1:
-            configs.append({"t": configs[0]["t"], "th": configs[0]["th"]})  # the one-block tile, measured against it
+        if configs[0].get("oc2", 1) > 1:  # the one-block tile, measured against it (the row's, for a flat default)
+            t_, th_ = self._default_tile(info) if configs[0].get("flat") else (configs[0]["t"], configs[0]["th"])
+            configs.append({"t": t_, "th": th_})
         tiles = [x for x in register_tiles(oc_block, out_height, out_width, lanes, registers) if x[0] == oc_block]
         tiles.sort(key=lambda x: (-x[3], x[1]))
         for _, th_, t_, _ in tiles[:8]:
             if {"t": t_, "th": th_} not in configs:
                 configs.append({"t": t_, "th": th_})
-        if oc_chunks % 2 == 0 and oc_block == lanes:
+        if (oc_chunks % 2 == 0 or oc_chunks >= MIN_TAIL_CHUNKS) and oc_block == lanes:
             # two vectors per column: register_tiles' two-vector tiles of a 2 x oc_block group
             pairs = [x for x in register_tiles(2 * oc_block, out_height, out_width, lanes, registers) if x[0] == 2 * oc_block]
             pairs.sort(key=lambda x: (-x[3], x[1]))
             configs += [{"t": t_, "th": th_, "oc2": 2} for _, th_, t_, _ in pairs[:4]]
+            if info["flat"]:  # and over the flat plane, the last tile's pixels predicated off
+                widths = (3, 4, 5) if registers < 32 else (6, 7, 8)
+                configs += [{"t": w, "th": 1, "oc2": 2, "flat": True} for w in widths if w < out_height * out_width]
         leading = configs[:1] + [c for c in configs[1:] if "oc2" not in c][:1] + [c for c in configs if "oc2" in c][:1]
         for base in leading:
             if kh * kw > 1:
                 configs.append({**base, "unroll_kw": True})
-            configs.append({**{k: v for k, v in base.items() if k != "ocg"}, "rows_outer": True})
+            if not base.get("flat"):  # (a flat tile has no rows)
+                configs.append({**{k: v for k, v in base.items() if k != "ocg"}, "rows_outer": True})
         if "ocg" in configs[0]:  # the same tile without the grouping
             configs.append({k: v for k, v in configs[0].items() if k != "ocg"})
         if configs[0].get("inline_pad"):  # every tile reading in place, and the default copying
@@ -299,7 +338,11 @@ class Conv2dNCHWc:
         config = config if given else self._default_config(info)
         t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
         rows_outer, oc2, ocg = bool(config.get("rows_outer", False)), int(config.get("oc2", 1)), int(config.get("ocg", 1))
-        if given and (out_width % t or out_height % th or extents[1] % oc2 or (extents[1] // oc2) % ocg or (rows_outer and ocg > 1)):
+        flat = bool(config.get("flat", False))
+        # (an odd count of channel blocks, or a flat plane that T does not divide: the last tile
+        # computes what it can, the rest predicated off)
+        columns_wrong = (th != 1 or rows_outer or not info["flat"] or t > out_height * out_width) if flat else (out_width % t or out_height % th)
+        if given and (columns_wrong or oc2 > extents[1] or -(-extents[1] // oc2) % ocg or (rows_outer and ocg > 1)):
             raise ValueError(f"tile {config} does not divide the convolution")
         Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
         if config.get("inline_pad"):  # the conv reads the input itself, zero outside it
@@ -310,10 +353,17 @@ class Conv2dNCHWc:
         # into the write-back instead of a second pass (16->96 ch 112x112 SiLU: 0.40x the time)
         inline_tail(sch, conv)
         writeback = cache_write_and_inline_epilogue(sch, conv)
-        n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+        if flat:  # the accumulator and both blocks' iterations over pixel h * W + w (see flat_1x1)
+            sch.transform_layout(conv, ("write", 0), lambda n, c, h, w, b: (n, c, h * out_width + w, b))
+            sch.transform_block_layout(conv, lambda n, c, h, w, b, ic, kh, kw: (n, c, h * out_width + w, b, ic, kh, kw))
+            sch.transform_block_layout(writeback, lambda n, c, h, w, b: (n, c, h * out_width + w, b))
+            n, occ, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+            oh_outer = oh_inner = None
+        else:
+            n, occ, oh, ow, ocb, ic, kh, kw = sch.get_loops(conv)
+            oh_outer, oh_inner = sch.split(oh, [None, th]) if th > 1 else (oh, None)
         ow_outer, ow_inner = sch.split(ow, [None, t])
         ic_outer, ic_inner = sch.split(ic, [None, in_block])
-        oh_outer, oh_inner = sch.split(oh, [None, th]) if th > 1 else (oh, None)
         occ, oc_inner = sch.split(occ, [None, oc2]) if oc2 > 1 else (occ, None)
         occ, oc_group = sch.split(occ, [None, ocg]) if ocg > 1 else (occ, None)
         tile = [loop for loop in (oc_inner, oh_inner, ow_inner) if loop is not None]
@@ -323,12 +373,16 @@ class Conv2dNCHWc:
             sch.unroll(loop)
         if unroll_kw:
             sch.unroll(kw)
-        if rows_outer:  # each input row read once from cache for every output-channel block
-            sch.reorder(oh_outer, occ)
-            parallel = sch.fuse(n, oh_outer, occ)
+        if flat:  # the plane's tiles in the parallel loop too (few channel blocks, many cores)
+            sch.reverse_compute_at(writeback, ow_outer)
+            parallel = sch.fuse(*outer, ow_outer)
         else:
-            parallel = sch.fuse(*outer)
-        sch.reverse_compute_at(writeback, ow_outer)
+            if rows_outer:  # each input row read once from cache for every output-channel block
+                sch.reorder(oh_outer, occ)
+                parallel = sch.fuse(n, oh_outer, occ)
+            else:
+                parallel = sch.fuse(*outer)
+            sch.reverse_compute_at(writeback, ow_outer)
         if conv_runs_parallel(multiply_adds(extents)):
             sch.parallel(parallel)
         sch.vectorize(ocb)

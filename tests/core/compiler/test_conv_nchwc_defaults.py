@@ -98,12 +98,13 @@ def _check_against_onnxruntime(model, target, in_channels, size, out_channels, o
 
 @pytest.mark.parametrize("mattr,tile,tile3x3", [
     (None, {"t": 7, "th": 1}, {"t": 4, "th": 2}),
-    (["-avx512f"], {"t": 4, "th": 1, "oc2": 2}, {"t": 4, "th": 1, "oc2": 2}),
+    (["-avx512f"], {"t": 5, "th": 1, "oc2": 2, "flat": True}, {"t": 4, "th": 1, "oc2": 2}),
 ])
 def test_1x1_convs_take_one_row_with_16_lane_blocks_only(mattr, tile, tile3x3, monkeypatch):
     """A 28x28 1x1 conv: T=7 on one row with AVX-512's 16-lane blocks (a pixel is a cache line), a
-    direct 3x3 conv 4 x 2; with AVX2's 8 lanes both take 4 columns of two channel blocks (codegen
-    only: this host need not run AVX-512)."""
+    direct 3x3 conv 4 x 2; with AVX2's 8 lanes the 3x3 conv takes 4 columns of two channel blocks,
+    the 1x1 conv 5 pixels of two blocks over its flat plane (test_conv_nchwc_flat; codegen only:
+    this host need not run AVX-512)."""
     from core.compiler import winograd
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
@@ -132,8 +133,8 @@ def _conv3x3_model():
 
 @pytest.mark.isa
 def test_1x1_conv_with_residual_matches_onnxruntime():
-    """32 -> 64 channels at 28x28 with bias, residual add and ReLU (one row of 7 with AVX-512, 4 x 2
-    with AVX2) against onnxruntime."""
+    """32 -> 64 channels at 28x28 with bias, residual add and ReLU (one row of 7 with AVX-512, 5 x 2
+    of the flat plane with AVX2) against onnxruntime."""
     from core.compiler.target import make_target
 
     _check_against_onnxruntime(_projection_model(32, 64, 28, stride=1), make_target("cpu"), 32, 28, 64, 28)

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run
+from tests.helpers import configs_compute_the_same, ort_run
 
 
 def _weight(rng, name, shape):
@@ -133,11 +133,8 @@ def test_every_row_candidate_computes_what_the_default_computes():
     """Each tile the template search would measure for the model's grouped convs (the 1x1 conv on
     a 12x12 plane, with flat-plane tiles; the padded 3x3 one, rows only) builds for this host and
     gives the default schedule's output on the same random inputs; the first is the default."""
-    import tvm
     import tvm_ffi
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from core.compiler.kernel_measure import _random_args
     from core.compiler.schedules import default_schedule
     from core.compiler.schedules.cpu_conv import Conv2dNCHW
     from core.compiler.target import make_target
@@ -152,17 +149,7 @@ def test_every_row_candidate_computes_what_the_default_computes():
         default, _ = default_schedule(func, target)
         first = rule.apply(func, target, configs[0]).mod["main"]
         assert tvm_ffi.structural_equal(first.without_attr("tirx.is_scheduled"), default.without_attr("tirx.is_scheduled"))
-        expected = None
-        for config in configs:
-            scheduled = rule.apply(func, target, config).mod["main"].without_attr("tirx.is_scheduled").with_attr("global_symbol", "main")
-            lib = tvm.compile(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(tvm.IRModule({"main": scheduled})), target=target)
-            args = _random_args(func, seed=3)
-            lib["main"](*args)
-            out = args[-1].numpy()
-            if expected is None:
-                expected = out
-            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5, err_msg=str(config))
-            checked += 1
+        checked += configs_compute_the_same(rule, func, target, configs)
     assert checked >= 6
 
 
