@@ -17,7 +17,7 @@ from onnx import helper
 
 from tests.core.compiler.test_tuning_confirm import _Builder, _Runner
 from tests.core.compiler.test_winograd import _model, _prim_funcs, _weight
-from tests.helpers import relax_through
+from tests.helpers import configs_compute_the_same, relax_through
 
 TARGETS = [("znver4", None), ("znver4", ["-avx512f"])]
 
@@ -182,13 +182,14 @@ def test_tuning_says_which_conv_of_how_many_and_a_cancel_before_the_confirmation
 @pytest.mark.parametrize("mcpu,mattr", TARGETS)
 def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     """The template search's space for a Winograd kernel: the default tile first, GEMM tiles that
-    divide it, and the padding folded once; every config schedules the kernel, the first as the
+    divide it and two-vector ones that do not, and the padding folded once; every config schedules the kernel, the first as the
     default schedule does."""
     import tvm_ffi
 
     from core.compiler.schedules import default_schedule
     from core.compiler.schedules.cpu_winograd import (
         FOLD_PAD,
+        PAIR_TAIL_TILES,
         Conv2dWinogradNCHWc,
         gemm_tile,
         max_accumulators,
@@ -205,8 +206,10 @@ def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == len(configs) > 3
     assert [c for c in configs if "fold_pad" in c] == [{**configs[0], "fold_pad": not FOLD_PAD}]
     registers, chunks = (32, 2) if mattr is None else (16, 4)
-    assert all(16 % c["p"] == 0 and chunks % c["oc2"] == 0 and c["p"] * c["oc2"] + c["oc2"] < registers for c in configs), configs
-    assert max(c["p"] * c["oc2"] for c in configs) == max_accumulators(registers)
+    # tiles that divide the 16 tiles, and two-vector ones that do not (the last tile partial)
+    assert all((16 % c["p"] == 0 or c["oc2"] == 2) and chunks % c["oc2"] == 0 and c["p"] * c["oc2"] + c["oc2"] < registers for c in configs), configs
+    assert any(16 % c["p"] for c in configs)
+    assert max_accumulators(registers) <= max(c["p"] * c["oc2"] for c in configs) <= max(max_accumulators(registers), 2 * PAIR_TAIL_TILES)
     for config in configs:
         assert rule.apply(func, target, config) is not None, config
     default, _ = default_schedule(func, target)
@@ -241,3 +244,32 @@ def test_chosen_winograd_with_folded_padding_matches_onnxruntime(tmp_path, monke
     x = np.random.default_rng(4).standard_normal((1, 32, 7, 7)).astype(np.float32)
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(art.run({"x": x})[0], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_tile_pairs_channel_vectors_with_a_partial_last_tile_where_no_divisor_does():
+    """With AVX2's 16 registers, 7 x 7 = 49 tiles have no divisor tile of two channel vectors
+    (7 x 2 would spill): PAIR_TAIL_TILES x 2, the last tile partial; elsewhere as before."""
+    from core.compiler.schedules.cpu_winograd import PAIR_TAIL_TILES, gemm_tile
+
+    assert gemm_tile(49, 32, 16) == (PAIR_TAIL_TILES, 2) == (5, 2)
+    assert gemm_tile(49, 31, 16) == (7, 1)  # an odd count of channel blocks: one vector, as before
+    assert gemm_tile(196, 32, 16) == (4, 2)  # 4 divides 196
+    assert gemm_tile(16, 4, 16) == (4, 2)
+    assert gemm_tile(49, 16, 32) == (7, 2)  # AVX-512: 14 of 32 registers
+
+
+@pytest.mark.isa
+def test_every_winograd_candidate_computes_what_the_default_computes():
+    """A 14x14 conv of 64 channels by F(2,3), 7 x 7 = 49 tiles: each GEMM tile the template search
+    would measure, those whose last tile is partial among them (with AVX2 code, the default),
+    builds for this host and computes what the first does."""
+    from core.compiler.schedules.cpu_winograd import Conv2dWinogradNCHWc
+    from core.compiler.target import make_target
+
+    target = make_target("cpu")
+    funcs = _prim_funcs(_fused(_before_legalize(_conv(14, channels=64), target), target))
+    func = next(f for n, f in funcs.items() if "winograd2" in n)
+    rule = Conv2dWinogradNCHWc()
+    configs = rule.candidates(func, target)
+    assert any(49 % c["p"] for c in configs), configs
+    assert configs_compute_the_same(rule, func, target, configs) == len(configs)
