@@ -141,8 +141,10 @@ def _winograd_model(channels: int = 64, size: int = 14) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("mcpu,mattr", TARGETS)
 def test_winograd_gemm_keeps_its_tile_on_the_stack(mcpu, mattr, monkeypatch):
-    """The Winograd GEMM's register tile is a stack array too: one workspace allocation fewer
-    than with a "local" tile (the others are the transformed input and product, allocated once)."""
+    """The Winograd GEMM's register tile is a stack array too: one workspace allocation fewer per
+    GEMM block than with a "local" tile (the others are the transformed input and product,
+    allocated once; with AVX2 code this kernel's 49 tiles give the GEMM a second block for its
+    partial last tile, cpu_winograd.PAIR_TAIL_TILES)."""
     import core.compiler.schedules.cpu_winograd as winograd
     from core.compiler.target import make_target
 
@@ -154,5 +156,6 @@ def test_winograd_gemm_keeps_its_tile_on_the_stack(mcpu, mattr, monkeypatch):
         func = winograd.Conv2dWinogradNCHWc().apply(kernel, target).mod["main"]
         assert "T.parallel" in func.script()
         counts[scope] = _lowered(func, target).count("TVMBackendAllocWorkspace")
-    assert "_global = T.sblock_alloc_buffer" in func.script()
-    assert counts["global"] == counts["local"] - 1, counts
+    tiles = func.script().count("_global = T.sblock_alloc_buffer")
+    assert tiles == (2 if mattr or mcpu == "znver3" else 1), func.script()
+    assert counts["global"] == counts["local"] - tiles, counts
