@@ -262,7 +262,8 @@ class Conv2dNCHWc:
             pair = None
             if two_fma_units or few:
                 pair = pair_tile(out_height, out_width, oc_block, info["registers"], low=MIN_ACCUMULATORS if few else None)
-                if two_fma_units and info["flat"] and info["registers"] < 32 and (pair is None or pair[0] * pair[1] < FLAT_PAIR_COLUMNS):
+                flat_ok = info["flat"] and info["registers"] < 32 and out_height * out_width >= 2 * FLAT_PAIR_COLUMNS
+                if two_fma_units and flat_ok and (pair is None or pair[0] * pair[1] < FLAT_PAIR_COLUMNS):
                     pair, flat = (FLAT_PAIR_COLUMNS, 1), True  # (see FLAT_PAIR_COLUMNS)
             if pair is not None:
                 (t, th), oc2 = pair, 2

@@ -20,19 +20,19 @@ from tests.helpers import configs_compute_the_same, ort_run, relax_through
 RTOL, ATOL = 1e-3, 1e-4
 
 
-def _conv_model(in_channels: int, out_channels: int, size: int, kernel: int = 1, residual: bool = True):
+def _conv_model(in_channels: int, out_channels: int, size: int, kernel: int = 1, residual: bool = True, batch: int = 1):
     """Conv (with bias; a k x k kernel padded to keep the size) [+ residual add] + ReLU."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((out_channels, in_channels, kernel, kernel)) / np.sqrt(in_channels * kernel * kernel)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")
     pad = kernel // 2
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[kernel, kernel], pads=[pad] * 4)]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, in_channels, size, size])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, in_channels, size, size])]
     if residual:
         nodes.append(helper.make_node("Add", ["c", "r"], ["a"]))
-        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, out_channels, size, size]))
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [batch, out_channels, size, size]))
     nodes.append(helper.make_node("Relu", ["a" if residual else "c"], ["y"]))
-    graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, out_channels, size, size])], [w, b])
+    graph = helper.make_graph(nodes, "conv", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, out_channels, size, size])], [w, b])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -181,13 +181,19 @@ def test_every_flat_candidate_computes_what_the_default_computes(monkeypatch):
 
 
 @pytest.mark.isa
-@pytest.mark.parametrize("size", [7, 13])
-def test_flat_default_matches_onnxruntime(size):
-    """The default on this run's ISA (the flat plane's two-block tile with a predicated tail with
-    AVX2 code) for a 1x1 conv with bias, residual add and ReLU."""
+@pytest.mark.parametrize("batch,size", [(1, 7), (1, 13), (2, 7), (1, 3), (2, 2)])
+def test_flat_default_matches_onnxruntime(batch, size):
+    """The default on this run's ISA (with AVX2 code, the flat plane's two-block tile with a
+    predicated tail; not on a plane of fewer than two such tiles) for a 1x1 conv with bias,
+    residual add and ReLU, one image or two."""
+    from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 
-    _matches_onnxruntime(_conv_model(96, 64, size), make_target("cpu"))
+    target = make_target("cpu")
+    model = _conv_model(96, 64, size, batch=batch)
+    default = Conv2dNCHWc().candidates(_conv_kernel(model, target), target)[0]
+    assert not (default.get("flat") and size * size < 10), default
+    _matches_onnxruntime(model, target)
 
 
 @pytest.mark.isa
