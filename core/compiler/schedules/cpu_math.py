@@ -1,5 +1,5 @@
-"""Vectorizable float32 exp, erf, tanh and constant powers for LLVM CPU code (softmax, GELU in both
-forms, sigmoid, decomposed layer norms).
+"""Vectorizable float32 exp, erf, tanh, sigmoid and constant powers for LLVM CPU code (softmax, GELU
+in both forms, SiLU and squeeze-excitation gates, decomposed layer norms).
 
 TVM lowers `tirx.exp` to LLVM's `llvm.exp` intrinsic and `tirx.erf` to a call of libm's `erff`;
 `tirx.tanh` becomes a formula over `exp`. LLVM has no vector form of any of them on x86: a
@@ -11,7 +11,11 @@ follows; softmax's `expf` made the attention softmax slower than the attention m
 `llvm.FLowerIntrinsic`) that expand float32 calls into straight-line arithmetic LLVM vectorizes
 like any other: range reduction and a polynomial (exp, Cephes' expf: ~1 ulp), rational
 approximations (erf, tanh: Eigen's, max error 4e-7 absolute over the whole line, checked in
-tests/core/compiler/test_schedules_transformer.py); `pow(x, 2)`, `pow(x, 3)` (what exporters write
+tests/core/compiler/test_schedules_transformer.py; sigmoid: Eigen's logistic, the one onnxruntime's
+MLAS computes, 2.2e-7 absolute, 0 below -16.6, checked in the same test file,
+instead of TVM's 1 / (1 + exp(-x)) over the exp above: no division by a sum of an exp, 10 FMAs and
+one division. A SiLU over [1, 96, 112, 112] alone at 1 thread, Zen 4 (AMD EPYC, family 25 model 17),
+as AVX2 code 0.60 -> 0.36 ns an element, as AVX-512 code 0.42 -> 0.33); `pow(x, 2)`, `pow(x, 3)` (what exporters write
 for x^2 and x^3) become multiplications instead of libm's `powf`. Special values keep their meaning: NaN in, NaN
 out; exp(+inf) = inf, exp(-inf) = 0, erf/tanh(+-inf) = +-1. Other dtypes keep TVM's rules. The
 rules are process-wide for LLVM code (GPU kernels are untouched); `schedule_pass` installs them
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["fast_erf", "fast_exp", "fast_pow", "fast_tanh", "install", "installed"]
+__all__ = ["fast_erf", "fast_exp", "fast_pow", "fast_sigmoid", "fast_tanh", "install", "installed"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +109,26 @@ def fast_tanh(x, dt: str = "float32"):
     return _keep_nan(x, y)
 
 
+# Eigen's float logistic (as onnxruntime's MLAS computes Sigmoid): 0.5 + x * P(x^2) / Q(x^2) on
+# [-18, 18], clamped to [0, 1]
+_LOGISTIC_CLAMP = 18.0
+_LOGISTIC_P = (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05, 8.51377133304701e-03, 2.48287947061529e-01)
+_LOGISTIC_Q = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06, 1.70198817374094e-03, 1.16817656904453e-01,
+               9.93151921023180e-01)
+
+
+def fast_sigmoid(x, dt: str = "float32"):
+    """1 / (1 + exp(-x)) for a float32 (or float32xN) PrimExpr, as arithmetic only."""
+    from tvm import tirx
+
+    def c(v):
+        return tirx.const(v, dt)
+
+    y = _rational_odd(x, dt, _LOGISTIC_CLAMP, _LOGISTIC_P, _LOGISTIC_Q) + c(0.5)
+    y = tirx.max(tirx.min(y, c(1.0)), c(0.0))
+    return _keep_nan(x, y)
+
+
 def _constant(expr) -> float | None:
     """The value of a float constant or of a broadcast one (a vectorized constant), else None."""
     value = getattr(expr, "value", None)
@@ -154,8 +178,9 @@ def install() -> None:
 
     if _PREVIOUS:
         return
-    for op_name, fast in (("tirx.exp", fast_exp), ("tirx.erf", fast_erf), ("tirx.tanh", fast_tanh), ("tirx.pow", fast_pow)):
+    table = [("tirx.exp", fast_exp), ("tirx.erf", fast_erf), ("tirx.tanh", fast_tanh), ("tirx.sigmoid", fast_sigmoid), ("tirx.pow", fast_pow)]
+    for op_name, fast in table:
         op = tvm.ir.Op.get(op_name)
         _PREVIOUS[op_name] = op.get_attr("llvm.FLowerIntrinsic")
         tvm.ir.register_op_attr(op_name, "llvm.FLowerIntrinsic", _rule(op_name, fast), level=_LEVEL)
-    logger.debug("vectorizable float32 exp/erf/tanh installed for LLVM targets")
+    logger.debug("vectorizable float32 exp/erf/tanh/sigmoid installed for LLVM targets")
