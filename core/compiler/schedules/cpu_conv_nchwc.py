@@ -69,9 +69,13 @@ AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets
 # 1.17 -> 0.97 ms, 2048 -> 512 1.12 -> 0.95 ms, Inception's 832 -> 256 at 7x7 223 -> 193 us,
 # SqueezeNet's 13x13 convs 384 -> 48 82 -> 58 us, 64 -> 256 85 -> 60, 48 -> 192 37 -> 28, its
 # classifier 512 -> 1008 (channel_padding.paired_channels) 2.31 -> 1.63 ms; two blocks x 3 (27 wide)
-# 0.78-0.82x; two blocks x 4 or 2 x 2 (14, 28, 56 wide) 0.97-0.98x. Two blocks x 4 pixels of the
-# flat plane 0.75-1.02x, x 6 (12 accumulators) 1.1-1.4x the one-block time. (A 3x3 conv's 7-wide
-# rows gain nothing from a predicated 2 x 4 tile: 2.52 -> 2.44 ms at 512 channels.)
+# 0.78-0.82x; two blocks x 4 or 2 x 2 (14, 28, 56 wide) 0.97-0.98x, though with SiLU (the
+# write-back's predicated tail) 1.01x at 14x14 and 56x56 and 1.10x at 112x112 (EfficientNet's
+# 16 -> 96). Whole models without the flat tile where the row has 2 x 4: resnet50 1.013x / 1.014x
+# (1 thread median / 2 threads p10, 16 alternating rounds), efficientnet_b0 0.993x / 0.998x; kept.
+# Two blocks x 4 pixels of the flat plane 0.75-1.02x, x 6 (12 accumulators) 1.1-1.4x the
+# one-block time. (A 3x3 conv's 7-wide rows gain nothing from a predicated 2 x 4 tile: 2.52 ->
+# 2.44 ms at 512 channels.)
 FLAT_PAIR_COLUMNS = 5
 # Channel blocks from which an odd count has two-block tiles among the template search's
 # candidates, the last tile's second block predicated off. Not a default: LLVM kept that test

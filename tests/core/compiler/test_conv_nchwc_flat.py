@@ -1,5 +1,5 @@
 """Blocked 1x1 convs over the flat plane (core.compiler.schedules.cpu_conv_nchwc): a stride-1 1x1
-conv of an unpadded input whose rows have no two-block tile of 5 or more pixels (7, 13, 27 wide)
+conv of an unpadded input whose rows have no two-block tile of 5 or more pixels (7, 13, 14, 27, 28 wide)
 takes, with AVX2 code, two channel blocks x FLAT_PAIR_COLUMNS pixels of its H x W plane as one row,
 the last tile's pixels past the plane predicated off; and with AVX2's 8-channel blocks, a conv with
 an odd count of 16 or more blocks (SqueezeNet's 1000 classes: 125) is padded by one block so that
@@ -114,13 +114,20 @@ def test_a_7_wide_1x1_conv_takes_the_flat_plane_with_avx2_code(mcpu, mattr, tile
         assert default == {"t": 7, "th": 1}
 
 
-def test_a_row_with_a_two_block_tile_of_5_or_more_pixels_keeps_it():
-    """55 wide (SqueezeNet's first fire modules): two blocks x 5 columns divide the row already."""
+@pytest.mark.parametrize("size,tile", [
+    (55, {"t": 5, "th": 1, "oc2": 2}),  # SqueezeNet's first fire modules: 2 x 5 divides the row
+    (28, {"t": 5, "th": 1, "oc2": 2, "flat": True}),  # 2 x 4 on the row
+    (14, {"t": 5, "th": 1, "oc2": 2, "flat": True}),  # 2 rows x 2 columns
+    (27, {"t": 5, "th": 1, "oc2": 2, "flat": True}),  # 2 x 3 on the row
+])
+def test_a_row_with_a_two_block_tile_of_5_or_more_pixels_keeps_it(size, tile):
+    """With AVX2 code (codegen only), the flat plane where the rows' two-block tile has fewer
+    than FLAT_PAIR_COLUMNS pixels; a row that 2 x 5 divides keeps its tile."""
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 
     target = make_target("cpu", mcpu="znver3")
-    assert Conv2dNCHWc().candidates(_conv_kernel(_conv_model(16, 64, 55, residual=False), target), target)[0] == {"t": 5, "th": 1, "oc2": 2}
+    assert Conv2dNCHWc().candidates(_conv_kernel(_conv_model(16, 64, size, residual=False), target), target)[0] == tile
 
 
 def test_paired_channels():
