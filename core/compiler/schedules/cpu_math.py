@@ -118,7 +118,8 @@ _LOGISTIC_Q = (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06,
 
 
 def fast_sigmoid(x, dt: str = "float32"):
-    """1 / (1 + exp(-x)) for a float32 (or float32xN) PrimExpr, as arithmetic only."""
+    """sigmoid(x) = 1 / (1 + exp(-x)) for a float32 (or float32xN) PrimExpr, as arithmetic only:
+    Eigen's rational logistic over x clamped to [-18, 18], the result clamped to [0, 1], NaN kept."""
     from tvm import tirx
 
     def c(v):
