@@ -192,6 +192,7 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
 
     import tvm
 
+    from core.compiler.native_pool import run_threads
     from core.compiler.target import runtime_threads
     from core.compiler.threads import ThreadGovernor
 
@@ -205,11 +206,25 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
             for _ in range(n):
                 t0 = time.perf_counter()
                 if governor is not None:
-                    governor.before_run()
-                fn(*args)
+                    used = governor.before_run()
+                    if used < (threads or 0):
+                        if used < run_threads():  # the pool measured one thread faster
+                            run.one_thread += 1
+                        else:  # the governor saw other work
+                            run.fewer_threads += 1
+                    try:
+                        fn(*args)
+                    finally:
+                        governor.after_run()
+                else:
+                    fn(*args)
                 times.append((time.perf_counter() - t0) * 1e3)
+        run.runs += n
         return times
 
+    run.fewer_threads = 0  # runs the governor gave fewer than `threads` threads (it saw other work)
+    run.one_thread = 0  # runs the pool gave one thread because one measured faster (core.compiler.threads)
+    run.runs = 0
     return run
 
 
@@ -359,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         + ("; 'cores a/b': two pinned processes' work together over one alone, probed before/after the model's "
            "timed runs (~2: two cores; ~1: the virtual CPUs shared one core, and 2-thread figures are 1-core "
            "figures: benchmarks/core_pair.py)" if args.threads > 1 else "")
+        + (f"; 'fewer threads q/b': our {args.threads}-thread runs, quiet / per load, that the thread governor "
+           "gave fewer threads because it saw other work runnable; 'one faster q/b': those the pool ran on one "
+           "thread because one measured faster, trials included (core.compiler.threads)"
+           if adaptive and args.threads > 1 else "")
     )
     from tvm.target import codegen
 
@@ -434,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             single_cells = ""
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             pair_before = core_pair_speedup() if args.threads > 1 else None
+            fewer_cells: list[str] = []  # per load: our runs the governor gave fewer threads (other work)
+            one_cells: list[str] = []  # per load: our runs on one thread because it measured faster
             for n in loads:
                 # quiet: the 1-thread runs and the tuned build take turns with the others, so every
                 # ratio in the row compares runs made under the same conditions
@@ -445,9 +466,14 @@ def main(argv: list[str] | None = None) -> int:
                 if n == 0 and tvm_tuned is not None:
                     extra["tuned"] = len(runners)
                     runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
+                ours_n.fewer_threads = ours_n.one_thread = ours_n.runs = 0
                 with BackgroundLoad(n):
                     # core.compiler.alternation: a pause between blocks, each started with untimed runs
                     timed = [flatten(blocks) for blocks in alternate(runners, blocks=5, runs=runs)]
+                if adaptive and args.threads > 1:
+                    runs_n = max(1, ours_n.runs)
+                    fewer_cells.append(f"{100 * ours_n.fewer_threads / runs_n:.0f}%")
+                    one_cells.append(f"{100 * ours_n.one_thread / runs_n:.0f}%")
                 ours, ort = timed[0], timed[1]
                 ratio = statistics.median(ours) / statistics.median(ort)
                 fast_ratio = float(np.percentile(ours, 10) / np.percentile(ort, 10))
@@ -474,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
         if pair_before is not None and pair_after is not None:
             check += f"  cores {pair_before:.1f}/{pair_after:.1f}"
+        if fewer_cells:
+            check += f"  fewer threads {'/'.join(fewer_cells)}  one faster {'/'.join(one_cells)}"
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
         del vm
     print("-" * len(header))

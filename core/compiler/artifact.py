@@ -212,14 +212,18 @@ class Artifact:
         (core.compiler.threads), unless no kernel has a parallel loop (the manifest's
         parallel_kernels is 0): choosing then costs ~0.3 us a run (2.5% of a 12 us model) for
         nothing."""
+        if self._main is None:
+            self._main = self.vm()["main"]
         if self.target != "cuda" and self.manifest.get("parallel_kernels") != 0:
             if self._governor is None:
                 from .threads import ThreadGovernor
 
                 self._governor = ThreadGovernor()
             self._governor.before_run()
-        if self._main is None:
-            self._main = self.vm()["main"]
+            try:
+                return self._main(*args)
+            finally:
+                self._governor.after_run()
         return self._main(*args)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -46,7 +46,10 @@ class NativePool:
         self.path = path
         lib.mlcwb_pool_launches.restype = ctypes.c_uint64
         lib.mlcwb_pool_pooled_launches.restype = ctypes.c_uint64
+        lib.mlcwb_pool_one_thread_runs.restype = ctypes.c_uint64
         self._set_threads = lib.mlcwb_pool_set_threads
+        self._run_begin = lib.mlcwb_pool_run_begin
+        self._run_end = lib.mlcwb_pool_run_end
         self._threads = lib.mlcwb_pool_threads
 
     def set_threads(self, n: int) -> None:
@@ -55,6 +58,47 @@ class NativePool:
 
     def threads(self) -> int:
         return int(self._threads())
+
+    def set_chunks(self, n: int) -> None:
+        """Tasks per thread a parallel loop is cut into (1-16; default 2, or WORKBENCH_POOL_CHUNKS):
+        each thread runs its own share first and then takes the tail of a slower thread's (see
+        native_pool.c). 1 cuts a loop into one task a thread, as TVM's pool does."""
+        self.lib.mlcwb_pool_set_chunks(int(n))
+
+    def chunks(self) -> int:
+        return int(self.lib.mlcwb_pool_chunks())
+
+    def run_state(self) -> ctypes.Array:
+        """A fresh state for run_begin / run_end: one per model and calling thread."""
+        return ctypes.create_string_buffer(int(self.lib.mlcwb_pool_run_state_size()))
+
+    def run_begin(self, state) -> int:
+        """Before a run of compiled code on this thread (of the model `state` belongs to): the
+        threads the run takes, this thread's count or one where one measured faster (see
+        native_pool.c, "one thread or all"). Pair every call with run_end."""
+        return int(self._run_begin(state))
+
+    def run_end(self, state) -> None:
+        """After the run run_begin(state) began: times it."""
+        self._run_end(state)
+
+    def one_thread_runs(self) -> int:
+        """Runs (between run_begin and run_end) that the measured choice gave one thread of several."""
+        return int(self.lib.mlcwb_pool_one_thread_runs())
+
+    def simulate_runs(self, many_ms, one_ms, at_ms, allowed=None) -> list[int]:
+        """The run-by-run choice on given timings, for tests: run i starts at at_ms[i] with
+        allowed[i] threads allowed (default 2) and lasts many_ms[i] on them or one_ms[i] on one
+        thread; returns the threads each run took."""
+        n = len(many_ms)
+        allowed = [2] * n if allowed is None else list(allowed)
+        used = (ctypes.c_int * n)()
+        d = ctypes.c_double * n
+        self.lib.mlcwb_pool_simulate_runs(
+            n, (ctypes.c_int * n)(*allowed), d(*[t * 1e6 for t in at_ms]), d(*[t * 1e6 for t in many_ms]),
+            d(*[t * 1e6 for t in one_ms]), used,
+        )
+        return list(used)
 
     def set_enabled(self, on: bool) -> None:
         """False hands every launch to TVM's own pool (for A/B measurements in one process)."""

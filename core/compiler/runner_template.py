@@ -169,14 +169,16 @@ def _load_thread_pool(manifest: dict):
 
 
 def _pool_governor(tvm, limit: int, pool=None):
-    """A function to call before each CPU run: it gives TVM's pool the cores other processes
-    leave free (their runnable threads: /proc/loadavg's count less this process's), at least 1 and at most `limit`.
-    TVM splits parallel loops statically, so a worker whose core another process holds makes
-    every kernel wait for it (the workbench's core.compiler.threads does the same).
-    WORKBENCH_ADAPTIVE_THREADS=0 turns it off. `pool`: the workbench's pool (_load_thread_pool),
-    whose count is set instead of TVM's."""
+    """Two functions, to call before and after each CPU run. Before: it gives TVM's pool the
+    cores other processes leave free (their runnable threads: /proc/loadavg's count less this
+    process's), at least 1 and at most `limit`. TVM splits parallel loops statically, so a
+    worker whose core another process holds makes every kernel wait for it (the workbench's
+    core.compiler.threads does the same). With the workbench's pool (`pool`, _load_thread_pool),
+    whose count is set instead of TVM's, the pool also times each run and runs on one thread
+    while one measures faster (its "one thread or all": virtual CPUs that stop running side by
+    side). WORKBENCH_ADAPTIVE_THREADS=0 turns both off."""
     if os.environ.get("WORKBENCH_ADAPTIVE_THREADS", "1").strip() in ("0", "off", "false", "no") or limit <= 1:
-        return lambda: None
+        return (lambda: None), (lambda: None)
     if pool is not None:
         config = lambda _mode, n: pool.mlcwb_pool_set_threads(n)  # noqa: E731
     else:
@@ -184,7 +186,13 @@ def _pool_governor(tvm, limit: int, pool=None):
     cores = _cpu_count()
     state = {"threads": limit, "checked": float("-inf"), "fewer_seen": 0}
 
-    def before_run() -> None:
+    timed = pool is not None and hasattr(pool, "mlcwb_pool_run_begin")
+    if timed:
+        import ctypes
+
+        run_state = ctypes.create_string_buffer(int(pool.mlcwb_pool_run_state_size()))
+
+    def size() -> None:
         now = time.monotonic()
         if now - state["checked"] < 0.002:  # tiny models do not pay for a look each run
             return
@@ -200,7 +208,20 @@ def _pool_governor(tvm, limit: int, pool=None):
             config(1, wanted)
             state["threads"] = wanted
 
-    return before_run
+    def before_run() -> None:
+        size()
+        if timed:
+            if state.get("in_run"):
+                pool.mlcwb_pool_run_end(run_state)
+            state["in_run"] = True
+            pool.mlcwb_pool_run_begin(run_state)
+
+    def after_run() -> None:
+        if state.get("in_run"):
+            state["in_run"] = False
+            pool.mlcwb_pool_run_end(run_state)
+
+    return before_run, after_run
 
 
 def _missing_cpu_features(tvm, manifest: dict) -> list:
@@ -297,9 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         pool_size = int(os.environ["TVM_NUM_THREADS"])
     except ValueError:
         pool_size = _cpu_count()
-    before_run = _pool_governor(tvm, pool_size, pool) if kind == "cpu" else (lambda: None)
+    before_run, after_run = _pool_governor(tvm, pool_size, pool) if kind == "cpu" else ((lambda: None), (lambda: None))
     before_run()
-    outputs = flatten_outputs(vm["main"](*args_dev))
+    try:
+        outputs = flatten_outputs(vm["main"](*args_dev))
+    finally:
+        after_run()
     names = [o["name"] for o in manifest["outputs"]]
     for name, value in zip(names, outputs):
         print(f"{name}: shape {list(value.shape)} dtype {value.dtype}")
@@ -310,14 +334,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench > 0:
         for _ in range(3):
             before_run()
-            vm["main"](*args_dev)
+            try:
+                vm["main"](*args_dev)
+            finally:
+                after_run()
         dev.sync()
         times = []
         for _ in range(args.bench):
             t0 = time.perf_counter()
             before_run()
-            vm["main"](*args_dev)
-            dev.sync()
+            try:
+                vm["main"](*args_dev)
+                dev.sync()
+            finally:
+                after_run()
             times.append((time.perf_counter() - t0) * 1000.0)
         times.sort()
         p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]

@@ -29,12 +29,21 @@ was listed), 11 of 155 in another run, whose median was 6.06 ms against 5.75 ms 
 fixed at 2 threads. A busy process is runnable at every look, so beside one the pool shrinks one
 look later (at most `recheck_s` plus a run).
 
+Other work is not the only thing that takes the second core away. On this project's 2-vCPU Zen 4
+guest there are spells of seconds in which 2-thread runs take twice their time while 1-thread runs
+take theirs (small_cnn 66-77 us against 31 us at 2 threads, 39 us at 1; squeezenet 5.2-6.7 ms
+against 2.7 ms, 5.0-5.3 ms at 1), and nothing in /proc shows them. So with the workbench's pool the
+governor brackets each run (before_run ... after_run) and the pool times it, tries one thread now
+and then, and runs on one thread while that measures faster (core/compiler/native_pool.c, "one
+thread or all"). The caller must call after_run when the run is over.
+
 The thread count belongs to the thread that calls the compiled code (a worker thread of the GUI
 has its own, as with TVM's thread-local pools), so the governor sets the count of the thread it is
 called from, remembering per thread what it set.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -170,6 +179,8 @@ class ThreadGovernor:
     cores this process may use (default core.compiler.target.host_cores()). `others`: how many
     threads are runnable elsewhere (default runnable_elsewhere; tests pass their own). `confirm`:
     looks in a row that must want fewer threads before the pool shrinks (1: the first does).
+    `measure`: with the workbench's pool, have it time the runs (before_run to after_run) and run
+    them on one thread while one measures faster (native_pool.c, "one thread or all").
     """
 
     def __init__(
@@ -181,9 +192,11 @@ class ThreadGovernor:
         recheck_s: float = 0.002,
         enabled: bool | None = None,
         confirm: int = 2,
+        measure: bool = True,
     ):
         from .target import host_cores
 
+        self.measure = measure
         self.confirm = max(1, int(confirm))
         self.max_threads = max_threads
         self.cores = cores or host_cores()
@@ -197,31 +210,53 @@ class ThreadGovernor:
         return max(1, min(limit, self.cores - self.others()))
 
     def before_run(self) -> int:
-        """Size the calling thread's pool for the next run; returns the threads it will use."""
+        """Size the calling thread's pool for the next run; returns the threads it will use.
+        Call after_run() when the run is over (also when it failed)."""
         state = self._state
         if not hasattr(state, "limit"):
-            from .native_pool import run_threads, set_run_threads
+            from .native_pool import pool, run_threads, set_run_threads
 
             state.config = set_run_threads
             state.limit = max(1, self.max_threads or _pool_size())
             state.current = run_threads()
             state.checked = float("-inf")
             state.fewer_seen = 0  # looks in a row that wanted fewer threads than the pool has
+            p = pool()
+            state.timed = p is not None and p.enabled() and self.enabled and self.measure
+            if state.timed:  # this model's state on this thread, and the pool's calls (~0.3 us each)
+                state.run_state = p.run_state()
+                state.arg = ctypes.byref(state.run_state)
+                state.begin, state.end = p.lib.mlcwb_pool_run_begin, p.lib.mlcwb_pool_run_end
+            state.in_run = False
+        if not self.enabled or time.monotonic() - state.checked >= self.recheck_s:
+            self._size(state)
+        if not state.timed:
+            return state.current
+        if state.in_run:  # the last run's after_run never came: close it
+            state.end(state.arg)
+        state.in_run = True
+        return state.begin(state.arg)
+
+    def after_run(self) -> None:
+        """After the run before_run began: the workbench's pool times it (see measure)."""
+        state = self._state
+        if getattr(state, "in_run", False):
+            state.in_run = False
+            state.end(state.arg)
+
+    def _size(self, state) -> None:
         if not self.enabled:
             wanted = state.limit
         else:
             now = time.monotonic()
-            if now - state.checked < self.recheck_s:
-                return state.current
             state.checked = now
             wanted = self.threads_now(state.limit)
             if wanted < min(state.current, state.limit):  # other work seen (not a pool above the limit)
                 state.fewer_seen += 1
                 if state.fewer_seen < self.confirm:
-                    return state.current  # maybe a blip: shrink only if the next look sees it too
+                    return  # maybe a blip: shrink only if the next look sees it too
             state.fewer_seen = 0
         if wanted != state.current:
             state.config(wanted)
             logger.debug("TVM pool: %d -> %d threads", state.current, wanted)
             state.current = wanted
-        return wanted

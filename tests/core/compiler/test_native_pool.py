@@ -151,3 +151,149 @@ def test_a_cached_build_that_does_not_load_is_built_again(tmp_path, monkeypatch)
     out = _run(tmp_path, env={"XDG_CACHE_HOME": str(tmp_path / "cache")})
     assert out["installed"] and out["two"] and out["launches_2t"] == [100, 100]
     assert cached.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_loops_cut_into_more_tasks_than_threads_compute_the_same(tmp_path):
+    """A parallel loop is cut into `chunks` tasks a thread (loops of 7, 2 and 1 iterations over 2
+    and 3 threads): every cut computes what numpy does."""
+    extra = (
+        "out['chunks'] = {}\n"
+        "for c in (1, 2, 3, 4, 16):\n"
+        "    pool.set_chunks(c)\n"
+        "    out['chunks'][c] = [check(2, runs=20), check(3, runs=20), pool.chunks()]\n"
+    )
+    out = _run(tmp_path, extra=extra, env={"TVM_NUM_THREADS": "3"})
+    assert out["chunks"] == {str(c): [True, True, c] for c in (1, 2, 3, 4, 16)}
+
+
+# A parallel lambda for TVMBackendParallelLaunch that records which thread ran each task, and
+# sleeps in every task a worker runs: a worker that stops in the middle of its share.
+SLOW_WORKER = r'''
+#include <pthread.h>
+#include <unistd.h>
+typedef struct { void* sync_handle; int num_task; } Env;
+static pthread_t caller;
+int ran_by_caller[1024], ran_by_worker[1024], tasks_seen;
+int slow_worker(int task, Env* env, void* cdata) {
+  (void)cdata;
+  tasks_seen = env->num_task;
+  if (pthread_equal(pthread_self(), caller)) { __atomic_fetch_add(&ran_by_caller[task], 1, __ATOMIC_RELAXED); return 0; }
+  __atomic_fetch_add(&ran_by_worker[task], 1, __ATOMIC_RELAXED);
+  usleep(50000);
+  return 0;
+}
+void set_caller(void) { caller = pthread_self(); }
+'''
+
+
+def test_the_caller_takes_the_tasks_a_slow_worker_has_not_started(tmp_path):
+    """Each thread runs its own share of the tasks first, then takes what is left of the others'
+    from the back: with a worker stuck 50 ms in every task, the caller runs all but the one the
+    worker began, each task exactly once."""
+    import shutil as _shutil
+
+    from core.compiler import native_pool
+
+    cc = _shutil.which("cc") or _shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    source = tmp_path / "slow.c"
+    source.write_text(SLOW_WORKER)
+    lib_path = tmp_path / "slow.so"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", "-pthread", "-o", str(lib_path), str(source)], check=True)
+    script = tmp_path / "steal.py"
+    script.write_text(
+        "import ctypes, json, sys\n"
+        f"pool = ctypes.CDLL({str(native_pool.build())!r}, mode=ctypes.RTLD_GLOBAL)\n"
+        f"lib = ctypes.CDLL({str(lib_path)!r})\n"
+        "lib.set_caller()\n"
+        "out = []\n"
+        "for chunks in (1, 4):\n"
+        "    pool.mlcwb_pool_set_chunks(chunks)\n"
+        "    for array in ('ran_by_caller', 'ran_by_worker'):\n"
+        "        ctypes.memset(ctypes.addressof((ctypes.c_int * 1024).in_dll(lib, array)), 0, 4096)\n"
+        "    pool.mlcwb_pool_set_threads(2)\n"
+        "    rc = pool.TVMBackendParallelLaunch(ctypes.cast(lib.slow_worker, ctypes.c_void_p), None, 0)\n"
+        "    n = ctypes.c_int.in_dll(lib, 'tasks_seen').value\n"
+        "    by_caller = list((ctypes.c_int * 1024).in_dll(lib, 'ran_by_caller'))[:n]\n"
+        "    by_worker = list((ctypes.c_int * 1024).in_dll(lib, 'ran_by_worker'))[:n]\n"
+        "    out.append([rc, n, by_caller, by_worker])\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (rc1, n1, caller1, worker1), (rc4, n4, caller4, worker4) = json.loads(run.stdout.strip().splitlines()[-1])
+    assert rc1 == rc4 == 0 and n1 == 2 and n4 == 8  # one task a thread, then four
+    for caller, worker in ((caller1, worker1), (caller4, worker4)):
+        assert [a + b for a, b in zip(caller, worker)] == [1] * len(caller)  # every task once
+        assert sum(worker) <= 1  # the worker began one task at most; the caller took the rest
+    assert caller4[:4] == [1, 1, 1, 1]  # the caller's own share, front to back
+
+
+def test_the_run_choice_keeps_all_threads_where_they_pay_and_one_where_it_is_faster():
+    """mlcwb_pool_run_begin / run_end's choice (native_pool.c, "one thread or all") on given run
+    times: a model 1.85x faster on two threads runs on two, untried on one while its runs keep
+    their speed, single slow runs (a preemption) included; when two threads stop paying (a spell:
+    2.7 -> 5.5 ms, one thread 5.0 ms), runs take one thread within a few dozen runs and all
+    threads again after the spell, with rare trials of one thread from then on; a model under
+    1 ms is tried on one thread after its warm-up, and runs there if it is faster; one thread
+    allowed is one thread."""
+    from core.compiler import native_pool
+
+    pool = native_pool.pool()
+    if pool is None:
+        pytest.skip(native_pool.status())
+
+    def simulate(many, one, allowed=None):
+        at, t = [], 0.0
+        for m in many:
+            at.append(t)
+            t += m
+        return pool.simulate_runs(many, one, at, allowed)
+
+    assert simulate([2.7] * 7000, [5.0] * 7000).count(1) == 0  # ~19 s
+
+    noisy = [2.7] * 7000
+    for i in range(50, 7000, 97):
+        noisy[i] = 9.0  # a preempted run now and then
+    assert simulate(noisy, [5.0] * 7000).count(1) == 0
+
+    spell = [2.7] * 2000 + [5.5] * 2000 + [2.7] * 3000
+    used = simulate(spell, [5.0] * 7000)
+    assert used[:2000].count(1) == 0
+    assert used[2000:2150].count(1) >= 100  # switched within 50 runs
+    assert used[2150:4000].count(2) <= 0.02 * 1850  # then trials of two threads only
+    assert used[5000:].count(1) <= 0.01 * 2000  # back on two threads after the spell, rare trials of one
+
+    serial_faster = simulate([0.05] * 20000, [0.04] * 20000)  # a split that never pays
+    assert serial_faster[1000:].count(1) >= 0.95 * 19000
+    assert simulate([0.05] * 20000, [0.09] * 20000).count(1) <= 0.01 * 20000  # one that does
+
+    assert set(simulate([2.7] * 100, [5.0] * 100, allowed=[1] * 100)) == {1}
+
+
+def test_governed_runs_leave_the_thread_count_as_it_was(tmp_path):
+    """The thread governor brackets each run for the pool to time (a model this small is tried on
+    one thread after its warm-up); what it computes is right, and once its run is over a run
+    outside it takes the thread count set for the thread: every launch pooled at 2 threads."""
+    extra = (
+        "from core.compiler.threads import ThreadGovernor\n"
+        "g = ThreadGovernor(max_threads=2, enabled=True, others=lambda: 0)\n"
+        "x, y = tvm.runtime.tensor(a), tvm.runtime.tensor(np.zeros((7, 96), 'float32'))\n"
+        "used = []\n"
+        "for _ in range(40):\n"
+        "    used.append(g.before_run())\n"
+        "    kernel(x, y)\n"
+        "    g.after_run()\n"
+        "out['governed'] = bool(np.array_equal(y.numpy(), want))\n"
+        "out['used'] = sorted(set(used))\n"
+        "out['one_thread_runs'] = pool.one_thread_runs()\n"
+        "b = pool.pooled_launches()\n"
+        "out['after'] = check(2)\n"
+        "out['pooled_after'] = pool.pooled_launches() - b\n"
+    )
+    out = _run(tmp_path, extra=extra)
+    assert out["governed"] and out["after"]
+    assert out["one_thread_runs"] >= 4 and 1 in out["used"]  # the trial of one thread
+    assert out["pooled_after"] == 100

@@ -234,10 +234,53 @@ def test_exported_run_py_shrinks_the_pool_only_when_two_looks_see_other_work(mon
         def mlcwb_pool_set_threads(self, n):
             Pool.threads = n
 
-    before_run = module._pool_governor(None, 2, Pool())
+    before_run, _after_run = module._pool_governor(None, 2, Pool())
     seen = []
     for look in range(6):
         monkeypatch.setattr(module.time, "monotonic", lambda at=10.0 + look: at)  # each look 1 s apart
         before_run()
         seen.append(Pool.threads)
     assert seen == [2, 2, 2, 1, 1, 2]
+
+
+def test_exported_run_py_brackets_each_run_for_the_pool_to_time(monkeypatch):
+    """With the workbench's pool, run.py's governor calls its run_begin before a run and run_end
+    after it, on one state of its own; an after_run that never came is closed by the next run."""
+    import core.compiler.runner_template as module
+
+    monkeypatch.setattr(module, "_runnable_elsewhere", lambda: 0)
+    monkeypatch.setattr(module, "_cpu_count", lambda: 2)
+    monkeypatch.delenv("WORKBENCH_ADAPTIVE_THREADS", raising=False)
+    calls = []
+
+    class Pool:
+        def mlcwb_pool_set_threads(self, n):
+            calls.append(("threads", n))
+
+        def mlcwb_pool_run_state_size(self):
+            return 64
+
+        def mlcwb_pool_run_begin(self, state):
+            calls.append(("begin", id(state)))
+            return 2
+
+        def mlcwb_pool_run_end(self, state):
+            calls.append(("end", id(state)))
+
+    before_run, after_run = module._pool_governor(None, 2, Pool())
+    before_run()
+    after_run()
+    after_run()  # a second after_run ends nothing
+    before_run()
+    before_run()  # the previous run's after_run never came
+    after_run()
+    kinds = [kind for kind, _ in calls if kind != "threads"]
+    assert kinds == ["begin", "end", "begin", "end", "begin", "end"]
+    assert len({state for kind, state in calls if kind != "threads"}) == 1
+
+    monkeypatch.setenv("WORKBENCH_ADAPTIVE_THREADS", "0")
+    calls.clear()
+    before_run, after_run = module._pool_governor(None, 2, Pool())
+    before_run()
+    after_run()
+    assert calls == []
