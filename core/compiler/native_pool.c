@@ -102,6 +102,10 @@ static uint64_t pooled_launches;        /* atomic: launches that used the worker
 static uint64_t launches;               /* atomic: every launch through this library */
 static LaunchFn tvm_launch;             /* TVM's own, for enabled == 0 (find_tvm_runtime) */
 
+/* Bumped when a run goes on one thread (mlcwb_pool_run_begin): idle workers sleep at once instead
+ * of polling for spin_us. Polling, a worker takes from the caller's run what a hyperthread sibling
+ * takes (the spells "one thread or all" is for), and a one-thread trial measured with it is slow. */
+static uint32_t quiesce;
 static __thread int my_threads;         /* 0: default_threads */
 static __thread int run_using;          /* >0: this run's threads, chosen by mlcwb_pool_run_begin */
 static __thread int in_task;            /* a launch from inside a task runs serially */
@@ -170,6 +174,7 @@ static void* worker_main(void* arg) {
   for (;;) {
     uint64_t start = now_ns();
     uint64_t limit = (uint64_t)__atomic_load_n(&spin_us, __ATOMIC_RELAXED) * 1000ull;
+    uint32_t quiet = __atomic_load_n(&quiesce, __ATOMIC_RELAXED);
     int spins = 0, yielding = 0;
     uint32_t g;
     while ((g = __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) == seen) {
@@ -182,12 +187,13 @@ static void* worker_main(void* arg) {
       }
       uint64_t idle = now_ns() - start;
       yielding = idle > PAUSE_NS;
-      if (idle > limit) {
+      if (idle > limit || __atomic_load_n(&quiesce, __ATOMIC_RELAXED) != quiet) {
         __atomic_fetch_add(&sleepers, 1, __ATOMIC_SEQ_CST);
         if (__atomic_load_n(&generation, __ATOMIC_SEQ_CST) == seen)
           syscall(SYS_futex, &generation, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
         __atomic_fetch_sub(&sleepers, 1, __ATOMIC_SEQ_CST);
         start = now_ns();
+        quiet = __atomic_load_n(&quiesce, __ATOMIC_RELAXED);
         yielding = 0;
       }
     }
@@ -471,6 +477,10 @@ static void record_run(RunChoice* c, double ns, uint64_t now) {
   if (c->runs_n >= WARM_RUNS && (c->best_n == 0 || c->est_n < c->best_n)) c->best_n = c->est_n;
 }
 
+/* Send the idle workers to sleep now (they wake at the next pooled launch). */
+void mlcwb_pool_quiesce(void) { __atomic_fetch_add(&quiesce, 1, __ATOMIC_RELAXED); }
+int mlcwb_pool_sleeping_workers(void) { return __atomic_load_n(&sleepers, __ATOMIC_SEQ_CST); }
+
 /* The size of the state a caller keeps for each model it runs (and each thread it runs it on):
  * zeroed memory of this size is a fresh state. */
 int mlcwb_pool_run_state_size(void) { return (int)sizeof(RunChoice); }
@@ -481,7 +491,10 @@ int mlcwb_pool_run_begin(RunChoice* c) {
   int n = my_threads > 0 ? my_threads : default_threads;
   uint64_t now = now_ns();
   c->using = choose_run_threads(c, n, now);
-  if (c->using == 1 && n > 1) __atomic_fetch_add(&one_thread_runs, 1, __ATOMIC_RELAXED);
+  if (c->using == 1 && n > 1) {
+    __atomic_fetch_add(&one_thread_runs, 1, __ATOMIC_RELAXED);
+    mlcwb_pool_quiesce();
+  }
   run_using = c->using;
   c->t0 = now;
   return c->using;

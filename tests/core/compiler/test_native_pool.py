@@ -297,3 +297,26 @@ def test_governed_runs_leave_the_thread_count_as_it_was(tmp_path):
     assert out["governed"] and out["after"]
     assert out["one_thread_runs"] >= 4 and 1 in out["used"]  # the trial of one thread
     assert out["pooled_after"] == 100
+
+
+def test_workers_sleep_at_once_when_runs_go_on_one_thread(tmp_path):
+    """When a run goes on one thread the pool's idle workers stop polling at once (a polling
+    worker takes from the caller what a hyperthread sibling does): with workers told to poll for
+    10 s, a pooled kernel leaves its worker polling, and mlcwb_pool_quiesce puts it to sleep."""
+    extra = (
+        "import time\n"
+        "lib = pool.lib\n"
+        "check(2, runs=3)\n"
+        "time.sleep(0.2)\n"
+        "out['polling'] = lib.mlcwb_pool_sleeping_workers()\n"
+        "lib.mlcwb_pool_quiesce()\n"
+        "t = time.monotonic()\n"
+        "while lib.mlcwb_pool_sleeping_workers() < 1 and time.monotonic() - t < 5:\n"
+        "    time.sleep(0.001)\n"
+        "out['asleep'] = lib.mlcwb_pool_sleeping_workers()\n"
+        "out['waited'] = time.monotonic() - t\n"
+        "out['again'] = check(2)\n"
+    )
+    out = _run(tmp_path, extra=extra, env={"WORKBENCH_POOL_SPIN_US": "10000000"})
+    assert out["polling"] == 0 and out["asleep"] == 1 and out["waited"] < 2.0
+    assert out["again"]  # a sleeping worker wakes for the next pooled launch
