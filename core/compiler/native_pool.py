@@ -60,7 +60,7 @@ class NativePool:
         return int(self._threads())
 
     def set_chunks(self, n: int) -> None:
-        """Tasks per thread a parallel loop is cut into (1-16; default 2, or WORKBENCH_POOL_CHUNKS):
+        """Tasks per thread a parallel loop is cut into (1-16; default 1, or WORKBENCH_POOL_CHUNKS):
         each thread runs its own share first and then takes the tail of a slower thread's (see
         native_pool.c). 1 cuts a loop into one task a thread, as TVM's pool does."""
         self.lib.mlcwb_pool_set_chunks(int(n))
@@ -86,16 +86,17 @@ class NativePool:
         """Runs (between run_begin and run_end) that the measured choice gave one thread of several."""
         return int(self.lib.mlcwb_pool_one_thread_runs())
 
-    def simulate_runs(self, many_ms, one_ms, at_ms, allowed=None) -> list[int]:
-        """The run-by-run choice on given timings, for tests: run i starts at at_ms[i] with
-        allowed[i] threads allowed (default 2) and lasts many_ms[i] on them or one_ms[i] on one
-        thread; returns the threads each run took."""
+    def simulate_runs(self, many_ms, one_ms, gap_ms=None, allowed=None) -> list[int]:
+        """The run-by-run choice on given timings, for tests: run i begins gap_ms[i] after the
+        last one ended (default 0.01 ms) with allowed[i] threads allowed (default 2), and lasts
+        many_ms[i] on them or one_ms[i] on one thread; returns the threads each run took."""
         n = len(many_ms)
         allowed = [2] * n if allowed is None else list(allowed)
+        gap_ms = [0.01] * n if gap_ms is None else list(gap_ms)
         used = (ctypes.c_int * n)()
         d = ctypes.c_double * n
         self.lib.mlcwb_pool_simulate_runs(
-            n, (ctypes.c_int * n)(*allowed), d(*[t * 1e6 for t in at_ms]), d(*[t * 1e6 for t in many_ms]),
+            n, (ctypes.c_int * n)(*allowed), d(*[t * 1e6 for t in gap_ms]), d(*[t * 1e6 for t in many_ms]),
             d(*[t * 1e6 for t in one_ms]), used,
         )
         return list(used)
