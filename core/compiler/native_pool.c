@@ -287,7 +287,6 @@ int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_ta
   if (num_task == 1 || in_task || pthread_mutex_trylock(&pool_lock) != 0)
     return run_serially(flambda, cdata, num_task);
 
-
   int helpers = threads - 1 < num_task - 1 ? threads - 1 : num_task - 1;
   helpers = start_workers(helpers) < helpers ? workers : helpers;
   memset(sync_ints, 0, sizeof(int) * SYNC_STRIDE * (size_t)num_task);

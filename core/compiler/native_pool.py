@@ -48,8 +48,6 @@ class NativePool:
         lib.mlcwb_pool_pooled_launches.restype = ctypes.c_uint64
         lib.mlcwb_pool_one_thread_runs.restype = ctypes.c_uint64
         self._set_threads = lib.mlcwb_pool_set_threads
-        self._run_begin = lib.mlcwb_pool_run_begin
-        self._run_end = lib.mlcwb_pool_run_end
         self._threads = lib.mlcwb_pool_threads
 
     def set_threads(self, n: int) -> None:
@@ -69,18 +67,10 @@ class NativePool:
         return int(self.lib.mlcwb_pool_chunks())
 
     def run_state(self) -> ctypes.Array:
-        """A fresh state for run_begin / run_end: one per model and calling thread."""
+        """A fresh state for the library's mlcwb_pool_run_begin / mlcwb_pool_run_end, which
+        core.compiler.threads.ThreadGovernor calls around each run (see native_pool.c, "one thread
+        or all"): one per model and calling thread."""
         return ctypes.create_string_buffer(int(self.lib.mlcwb_pool_run_state_size()))
-
-    def run_begin(self, state) -> int:
-        """Before a run of compiled code on this thread (of the model `state` belongs to): the
-        threads the run takes, this thread's count or one where one measured faster (see
-        native_pool.c, "one thread or all"). Pair every call with run_end."""
-        return int(self._run_begin(state))
-
-    def run_end(self, state) -> None:
-        """After the run run_begin(state) began: times it."""
-        self._run_end(state)
 
     def one_thread_runs(self) -> int:
         """Runs (between run_begin and run_end) that the measured choice gave one thread of several."""

@@ -228,8 +228,13 @@ class ThreadGovernor:
                 state.arg = ctypes.byref(state.run_state)
                 state.begin, state.end = p.lib.mlcwb_pool_run_begin, p.lib.mlcwb_pool_run_end
             state.in_run = False
-        if not self.enabled or time.monotonic() - state.checked >= self.recheck_s:
-            self._size(state)
+        if not self.enabled:
+            self._size(state, state.limit)
+        else:
+            now = time.monotonic()
+            if now - state.checked >= self.recheck_s:
+                state.checked = now
+                self._size(state, self.threads_now(state.limit))
         if not state.timed:
             return state.current
         if state.in_run:  # the last run's after_run never came: close it
@@ -244,13 +249,9 @@ class ThreadGovernor:
             state.in_run = False
             state.end(state.arg)
 
-    def _size(self, state) -> None:
-        if not self.enabled:
-            wanted = state.limit
-        else:
-            now = time.monotonic()
-            state.checked = now
-            wanted = self.threads_now(state.limit)
+    def _size(self, state, wanted: int) -> None:
+        """Give the calling thread's pool `wanted` threads (the limit, or the cores others leave)."""
+        if self.enabled:
             if wanted < min(state.current, state.limit):  # other work seen (not a pool above the limit)
                 state.fewer_seen += 1
                 if state.fewer_seen < self.confirm:
