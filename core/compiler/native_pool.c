@@ -501,6 +501,7 @@ int mlcwb_pool_run_state_size(void) { return (int)sizeof(RunChoice); }
 /* Before a run of the model whose state is `c`: the threads it takes (see above), in [1, the
  * calling thread's count]. */
 static void begin_at(RunChoice* c, int n, uint64_t now) {
+  if (c->t0) c->last_end = 0; /* the last run's end never came (it failed, its caller forgot): as after a pause */
   if (!c->last_end || now - c->last_end > COLD_GAP) {
     c->warm_until = now + COLD_WARMUP;
     c->cold = 1;
@@ -527,6 +528,7 @@ static void end_at(RunChoice* c, uint64_t now) {
     record_run(c, (double)(now - c->t0), now);
   }
   c->last_end = now;
+  c->t0 = 0;
 }
 
 int mlcwb_pool_run_begin(RunChoice* c) {
@@ -535,7 +537,9 @@ int mlcwb_pool_run_begin(RunChoice* c) {
   begin_at(c, n, now);
   if (c->using == 1 && n > 1) {
     __atomic_fetch_add(&one_thread_runs, 1, __ATOMIC_RELAXED);
-    mlcwb_pool_quiesce();
+    /* the workers sleep, when some do not yet: each bump makes the caller fetch a cache line the
+     * polling workers read (~0.3 us), and runs of one thread in a row need it once */
+    if (__atomic_load_n(&sleepers, __ATOMIC_RELAXED) < __atomic_load_n(&workers, __ATOMIC_RELAXED)) mlcwb_pool_quiesce();
   }
   run_using = c->using;
   return c->using;

@@ -208,20 +208,15 @@ def _pool_governor(tvm, limit: int, pool=None):
             config(1, wanted)
             state["threads"] = wanted
 
+    if not timed:
+        return size, (lambda: None)
+    begin, end = pool.mlcwb_pool_run_begin, pool.mlcwb_pool_run_end  # a run left open: the pool leaves it untimed
+
     def before_run() -> None:
         size()
-        if timed:
-            if state.get("in_run"):
-                pool.mlcwb_pool_run_end(run_state)
-            state["in_run"] = True
-            pool.mlcwb_pool_run_begin(run_state)
+        begin(run_state)
 
-    def after_run() -> None:
-        if state.get("in_run"):
-            state["in_run"] = False
-            pool.mlcwb_pool_run_end(run_state)
-
-    return before_run, after_run
+    return before_run, (lambda: end(run_state))
 
 
 def _missing_cpu_features(tvm, manifest: dict) -> list:
@@ -318,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
         pool_size = int(os.environ["TVM_NUM_THREADS"])
     except ValueError:
         pool_size = _cpu_count()
-    before_run, after_run = _pool_governor(tvm, pool_size, pool) if kind == "cpu" else ((lambda: None), (lambda: None))
+    # a model without a parallel kernel (the manifest's parallel_kernels 0) runs the same on any
+    # thread count: nothing to choose, as in the workbench's Artifact.run_device
+    governed = kind == "cpu" and manifest.get("parallel_kernels") != 0
+    before_run, after_run = _pool_governor(tvm, pool_size, pool) if governed else ((lambda: None), (lambda: None))
     before_run()
     try:
         outputs = flatten_outputs(vm["main"](*args_dev))

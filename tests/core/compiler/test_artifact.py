@@ -201,3 +201,27 @@ def test_run_py_launches_on_the_thread_pool_the_folder_carries(exported, tmp_pat
     shutil.copytree(folder, bare)
     (bare / "threadpool.so").unlink()
     assert bench(bare) == "parallel kernels: TVM's thread pool"
+
+
+@pytest.mark.isa
+def test_run_py_chooses_threads_only_for_a_model_with_parallel_kernels(exported, tmp_path, monkeypatch):
+    """The exported run.py, like Artifact.run_device, skips its thread governor (a look at the
+    machine and the pool's timing, each run) for a model without a parallel kernel (the MLP here)
+    and keeps it for one with split convs."""
+    import importlib.util
+
+    cnn = compile_model(sample("small_cnn"), "cpu", verify=False)
+    assert exported[0].manifest["parallel_kernels"] == 0 and cnn.manifest["parallel_kernels"] >= 1
+    cnn_folder = tmp_path / "cnn"
+    cnn.export(cnn_folder)
+    monkeypatch.delenv("WORKBENCH_ADAPTIVE_THREADS", raising=False)
+    governed = {}
+    for name, folder in (("mlp", exported[1]), ("cnn", cnn_folder)):
+        spec = importlib.util.spec_from_file_location(f"run_py_{name}", folder / "run.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        real, calls = module._pool_governor, []
+        monkeypatch.setattr(module, "_pool_governor", lambda *a, real=real, calls=calls: calls.append(a) or real(*a))
+        assert module.main(["--bench", "2"]) == 0
+        governed[name] = len(calls)
+    assert governed == {"mlp": 0, "cnn": 1}

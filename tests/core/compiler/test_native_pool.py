@@ -281,18 +281,22 @@ def test_the_run_choice_keeps_all_threads_where_they_pay_and_one_where_it_is_fas
 def test_governed_runs_leave_the_thread_count_as_it_was(tmp_path):
     """The thread governor brackets each run for the pool to time (a model this small is tried on
     one thread after its warm-up); what it computes is right, and once its run is over a run
-    outside it takes the thread count set for the thread: every launch pooled at 2 threads."""
+    outside it takes the thread count set for the thread: every launch pooled at 2 threads. A run
+    whose after_run never came (the first here) and a second after_run change none of that."""
     extra = (
         "import time\n"
         "from core.compiler.threads import ThreadGovernor\n"
         "g = ThreadGovernor(max_threads=2, enabled=True, others=lambda: 0)\n"
         "x, y = tvm.runtime.tensor(a), tvm.runtime.tensor(np.zeros((7, 96), 'float32'))\n"
+        "g.before_run()\n"
+        "kernel(x, y)  # and no after_run\n"
         "used = []\n"
         "t = time.monotonic()\n"
         "while len(used) < 200 or time.monotonic() - t < 0.1:  # past the untimed first 10 ms\n"
         "    used.append(g.before_run())\n"
         "    kernel(x, y)\n"
         "    g.after_run()\n"
+        "g.after_run()\n"
         "out['governed'] = bool(np.array_equal(y.numpy(), want))\n"
         "out['used'] = sorted(set(used))\n"
         "out['one_thread_runs'] = pool.one_thread_runs()\n"
