@@ -16,7 +16,7 @@ alternation, and prints each runtime's speed-up from 1 to --threads threads ('ou
 checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in the table.
 
     python benchmarks/compiled_vs_onnxruntime.py [--models squeezenet,small_cnn] [--runs 20]
-        [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off]
+        [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off] [--blocks 10]
 
 `--tune-minutes M` tunes each model for up to M minutes into --tune-db first (resumable: a
 kernel already in the database is not tuned again), through the same compile that is timed, so
@@ -144,8 +144,13 @@ def compile_workbench(proto, target, database: str | None = None, tune_s: float 
 
 
 def build_vm_workbench(proto, target, database: str | None = None):
-    """Compile `proto` the way the workbench does (compile_workbench) and load it."""
-    return compile_workbench(proto, target, database).vm()
+    """Compile `proto` the way the workbench does (compile_workbench) and load it; the VM's
+    `parallel_kernels` is the manifest's count (ours_runner, like Artifact.run_device, skips
+    choosing threads for a model without one)."""
+    art = compile_workbench(proto, target, database)
+    vm = art.vm()
+    vm.parallel_kernels = art.manifest.get("parallel_kernels")
+    return vm
 
 
 def build_vm(proto, target, database: str | None = None, schedule: bool = True):
@@ -164,8 +169,11 @@ def build_vm(proto, target, database: str | None = None, schedule: bool = True):
             mod = apply_database_pass(target, database)(mod)
         if schedule:
             mod = schedule_pass(target)(mod)
+    from core.compiler.compile import parallel_kernel_count
+
     ex = tvm.compile(mod, target)
     vm = relax.VirtualMachine(ex, tvm.cpu())
+    vm.parallel_kernels = parallel_kernel_count(mod) if schedule else None
     return vm
 
 
@@ -186,8 +194,10 @@ def _to_numpy(out):
 def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
     """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
     thread count is chosen as Artifact.run_device chooses it (core.compiler.threads: the cores
-    other processes leave free, at most `threads`); else exactly `threads` of TVM's pool (the same
-    executable, see core.compiler.target.runtime_threads), or the pool as it is when None."""
+    other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
+    model without a parallel kernel (`vm.parallel_kernels` 0, see build_vm_workbench), as there;
+    else exactly `threads` of TVM's pool (the same executable, see
+    core.compiler.target.runtime_threads), or the pool as it is when None."""
     import contextlib
 
     import tvm
@@ -198,7 +208,8 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
     fn = vm["main"]
-    governor = ThreadGovernor(max_threads=threads, enabled=True) if adaptive else None
+    governed = adaptive and getattr(vm, "parallel_kernels", None) != 0
+    governor = ThreadGovernor(max_threads=threads, enabled=True) if governed else None
 
     def run(n: int) -> list[float]:
         times = []
@@ -295,8 +306,20 @@ def _check(vm, ort_proc, feeds) -> float:
     return -worst - 0.0  # negative or zero: passed (magnitude = worst error)
 
 
-def _runs_for(ms: float, budget_s: float, cap: int) -> int:
-    return int(max(5, min(cap, budget_s * 1e3 / max(ms, 1e-3))))
+# Each block times at least this many ms of runs (budget permitting). With 12-run blocks, a 7 us
+# model's block lasted 0.08 ms and one disturbed moment of the host (on this project's 2-vCPU
+# Zen 4 guest, spells in which 2-thread runs take twice their time) moved a fifth of its runs:
+# the MLP's 1 -> 2 thread figure, the same code at either count, read 0.79 in one run, 1.20 in the next.
+MIN_BLOCK_MS = 5.0
+
+
+def _runs_for(ms_all: float, ms_one: float, budget_s: float, cap: int, blocks: int = 1) -> int:
+    """Timed runs per runner: `cap` (--runs), or enough for MIN_BLOCK_MS of runs in each of
+    `blocks` blocks where that is more, at least 5, and no more than the budget fits (`ms_all`:
+    one run of each runner together, `ms_one`: one of ours)."""
+    fits = budget_s * 1e3 / max(ms_all, 1e-3)
+    wanted = max(cap, blocks * math.ceil(MIN_BLOCK_MS / max(ms_one, 1e-4)))
+    return int(max(5, min(wanted, fits)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="", help="comma-separated subset (default: all)")
     parser.add_argument("--runs", type=int, default=30, help="timed runs per model (capped by --seconds)")
     parser.add_argument("--seconds", type=float, default=6.0, help="time budget per model for timed runs")
+    parser.add_argument("--blocks", type=int, default=10, help="blocks the runs are timed in, the runtimes taking turns block by block "
+                        "(more average better over the host's short disturbances; each adds a 0.2 s pause per runner)")
     parser.add_argument("--threads", type=int, default=host_cores())
     parser.add_argument("--tune-db", default=None, help="tuning database folder (core.compiler.tuning)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
@@ -367,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         + (
             f"; '1t' columns: the same executables on 1 thread, timed in the same alternation as the quiet "
             f"{args.threads}-thread ones; 'ours 1->{args.threads}' / 'ort 1->{args.threads}' = 1-thread median / "
-            f"{args.threads}-thread median (the speed-up from the extra threads)"
+            f"{args.threads}-thread median (the speed-up from the extra threads); 'p10 ours/ort': the same from the p10s"
             if one_thread
             else ""
         )
@@ -389,13 +414,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs its own kernels for this host")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
     if one_thread:
-        cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}"
+        cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}{'p10 ours/ort':>14}"
     header = f"{'model':<18}{cols}{'tuned ms':>10}{'x ort':>7}  check"
     print(header)
     print("-" * len(header))
     ratios: dict[int, list[float]] = {n: [] for n in loads}
     fast_ratios: dict[int, list[float]] = {n: [] for n in loads}  # p10 / p10
-    single: dict[str, list[float]] = {"x": [], "ours": [], "ort": []}  # x ort at 1 thread, speed-ups 1 -> N
+    # x ort at 1 thread, speed-ups 1 -> N (medians; and p10s: the runs the host disturbed least)
+    single: dict[str, list[float]] = {"x": [], "ours": [], "ort": [], "ours_p10": [], "ort_p10": []}
     tuned_ratios = []
     for name, model in models.items():
         proto = _load(model)
@@ -449,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                 tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
             ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
             probe, _ = alternate([ours_n, ort_proc.run], blocks=1, runs=1, warmup=1)
-            runs = _runs_for(probe[0][0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), args.seconds, args.runs)
+            runs = _runs_for(probe[0][0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), probe[0][0], args.seconds, args.runs, args.blocks)
             single_cells = ""
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             pair_before = core_pair_speedup() if args.threads > 1 else None
@@ -469,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                 ours_n.fewer_threads = ours_n.one_thread = ours_n.runs = 0
                 with BackgroundLoad(n):
                     # core.compiler.alternation: a pause between blocks, each started with untimed runs
-                    timed = [flatten(blocks) for blocks in alternate(runners, blocks=5, runs=runs)]
+                    timed = [flatten(blocks) for blocks in alternate(runners, blocks=args.blocks, runs=runs)]
                 if adaptive and args.threads > 1:
                     runs_n = max(1, ours_n.runs)
                     fewer_cells.append(f"{100 * ours_n.fewer_threads / runs_n:.0f}%")
@@ -482,10 +508,13 @@ def main(argv: list[str] | None = None) -> int:
                 cells += f"{_spread(ort):>24}{_spread(ours):>24}{ratio:>7.2f}{fast_ratio:>7.2f}"
                 if "ours1" in extra:
                     ours1, ort1 = statistics.median(timed[extra["ours1"]]), statistics.median(timed[extra["ort1"]])
-                    row = {"x": ours1 / ort1, "ours": ours1 / statistics.median(ours), "ort": ort1 / statistics.median(ort)}
+                    row = {"x": ours1 / ort1, "ours": ours1 / statistics.median(ours), "ort": ort1 / statistics.median(ort),
+                           "ours_p10": float(np.percentile(timed[extra["ours1"]], 10) / np.percentile(ours, 10)),
+                           "ort_p10": float(np.percentile(timed[extra["ort1"]], 10) / np.percentile(ort, 10))}
                     for key, value in row.items():
                         single[key].append(value)
-                    single_cells = f"{ort1:>9.3g}{ours1:>9.3g}{row['x']:>6.2f}{row['ours']:>11.2f}{row['ort']:>10.2f}"
+                    single_cells = (f"{ort1:>9.3g}{ours1:>9.3g}{row['x']:>6.2f}{row['ours']:>11.2f}{row['ort']:>10.2f}"
+                                    f"{f'{row['ours_p10']:.2f}/{row['ort_p10']:.2f}':>14}")
                 if "tuned" in extra:
                     tuned_ms = statistics.median(timed[extra["tuned"]])
                     tuned_ratio = tuned_ms / statistics.median(ort)
@@ -511,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
 
     line = f"{'geomean':<18}" + "".join(f"{'':>48}{geomean(ratios[n]):>7.2f}{geomean(fast_ratios[n]):>7.2f}" for n in loads)
     if one_thread:
-        line += f"{'':>18}{geomean(single['x']):>6.2f}{geomean(single['ours']):>11.2f}{geomean(single['ort']):>10.2f}"
+        line += (f"{'':>18}{geomean(single['x']):>6.2f}{geomean(single['ours']):>11.2f}{geomean(single['ort']):>10.2f}"
+                 f"{f'{geomean(single['ours_p10']):.2f}/{geomean(single['ort_p10']):.2f}':>14}")
     if tuned_ratios:
         line += f"{'':>10}{geomean(tuned_ratios):>7.2f}"
     print(line)
