@@ -417,6 +417,13 @@ def schedule_reduction(sch, block, lanes: int) -> None:
         sch.parallel(par)
 
 
+def _is_split(sch, block) -> bool:
+    """Whether a rule split `block` over the threads already (a parallel loop around it)."""
+    from tvm.tirx import ForKind
+
+    return any(sch.get(loop).kind == ForKind.PARALLEL for loop in sch.get_loops(block))
+
+
 def schedule_remaining_blocks(sch, lanes: int, keep: tuple[str, ...] = ()) -> None:
     """Schedule every root-level block no rule has touched: first inline pure elementwise
     producers into their consumers (fewer passes over memory), then parallel+vectorize the
@@ -436,7 +443,7 @@ def schedule_remaining_blocks(sch, lanes: int, keep: tuple[str, ...] = ()) -> No
         except Exception:  # noqa: BLE001 - not inlinable (e.g. padding read by a window op)
             pass
     for block in root_blocks(sch):
-        if not _is_at_root(sch, block):
+        if not _is_at_root(sch, block) or _is_split(sch, block):
             continue
         if sch.get(block).annotations.get("meta_schedule.layout_rewrite_preproc") is not None:
             continue

@@ -165,6 +165,31 @@ INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_CHANNELS = 32
 
 
+# A conv split over the threads has its padded copy split too, by rows, however small (the generic
+# rule splits copies of 64 Ki elements and more): copied by the calling thread alone, the copy is a
+# serial stretch before every split conv, and the worker reads every row of it from the caller's
+# cache. Where the conv splits its rows too (one output-channel chunk, or rows outermost), each
+# thread then reads rows it copied itself.
+PARALLEL_PADDING = True
+
+
+def parallel_padding(sch, block, data_region, lanes: int) -> None:
+    """Split the conv input's padded copy `block` (n, chunks, H, W, c) over the threads by rows
+    (n, H and the channel chunks fused in that order: each thread a contiguous run of rows), its
+    channel block vectorized when it is one to four vectors; anything else (another producer, a
+    layout the rule does not know) is left to the generic rule."""
+    if not sch.get(block).writes[0].source.same_as(data_region.source):
+        return
+    loops = sch.get_loops(block)
+    if len(loops) != 5:
+        return
+    n, chunk, h, w, c = loops
+    sch.reorder(n, h, chunk, w, c)
+    sch.parallel(sch.fuse(n, h, chunk))
+    if lanes <= (const_int(sch.get(c).extent) or 0) <= 4 * lanes:
+        sch.vectorize(c)
+
+
 def flat_1x1(extents, data_shape, padded: int | None) -> bool:
     """Whether a `conv2d_NCHWc` (loop extents n, oc_chunks, oh, ow, oc_block, ic, kh, kw) reading
     input of shape (n, ic_chunks, H, W, ic_block) is a stride-1 1x1 conv of an unpadded input:
@@ -388,7 +413,8 @@ class Conv2dNCHWc:
             else:
                 parallel = sch.fuse(*outer)
             sch.reverse_compute_at(writeback, ow_outer)
-        if conv_runs_parallel(multiply_adds(extents)):
+        split = conv_runs_parallel(multiply_adds(extents))
+        if split:
             sch.parallel(parallel)
         sch.vectorize(ocb)
         sch.unroll(ow_inner)
@@ -396,6 +422,10 @@ class Conv2dNCHWc:
         wb_loops = sch.get_loops(writeback)[2:]
         if wb_loops:
             sch.vectorize(wb_loops[-1])
-        pads = [sch.get(b).name_hint for b in sch.get_producers(conv)]
+        producers = sch.get_producers(conv)
+        pads = [sch.get(b).name_hint for b in producers]
+        if split and PARALLEL_PADDING:
+            for block in producers:
+                parallel_padding(sch, block, info["data_region"], lanes)
         schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
         return sch
