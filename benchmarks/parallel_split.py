@@ -16,7 +16,7 @@ core is not free). This script makes it one command. A variant is one of:
     one-block        AVX2 code's channel-blocked convs with one channel block per register tile
                      (cpu_conv_nchwc.AVX2_TWO_BLOCKS = False), as before two became the default
     serial-padding   a split channel-blocked conv's padded copy made by the calling thread alone
-                     when under 64 Ki elements (cpu_conv_nchwc.PARALLEL_PADDING = False), as before
+                     when under 64 Ki elements (cpu_common.PARALLEL_PADDING = False), as before
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
                      instead of the workbench's (core.compiler.native_pool)
 
@@ -54,7 +54,7 @@ def parallel_rules(variant: str):
     from core.compiler.schedules import cpu_common, cpu_conv_nchwc, cpu_depthwise, cpu_matmul
 
     saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-             cpu_conv_nchwc.PARALLEL_PADDING)
+             cpu_common.PARALLEL_PADDING)
     try:
         if variant.startswith("min-us="):
             cpu_common.PARALLEL_MIN_US = float(variant.split("=", 1)[1])
@@ -63,7 +63,7 @@ def parallel_rules(variant: str):
         elif variant == "one-block":
             cpu_conv_nchwc.AVX2_TWO_BLOCKS = False
         elif variant == "serial-padding":
-            cpu_conv_nchwc.PARALLEL_PADDING = False
+            cpu_common.PARALLEL_PADDING = False
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant not in ("default", "tvm-pool"):
@@ -71,7 +71,7 @@ def parallel_rules(variant: str):
         yield
     finally:
         (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-         cpu_conv_nchwc.PARALLEL_PADDING) = saved
+         cpu_common.PARALLEL_PADDING) = saved
 
 
 def _build(proto, variant: str):

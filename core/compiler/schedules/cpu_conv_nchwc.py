@@ -15,6 +15,7 @@ from .cpu_common import (
     decompose_vector_init,
     find_block,
     schedule_remaining_blocks,
+    split_padding_by_rows,
     vector_lanes,
     vector_registers,
 )
@@ -163,31 +164,6 @@ def strided_1x1_group(extents, data_shape) -> int:
 # its padding in place
 INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_CHANNELS = 32
-
-
-# A conv split over the threads has its padded copy split too, by rows, however small (the generic
-# rule splits copies of 64 Ki elements and more): copied by the calling thread alone, the copy is a
-# serial stretch before every split conv, and the worker reads every row of it from the caller's
-# cache. Where the conv splits its rows too (one output-channel chunk, or rows outermost), each
-# thread then reads rows it copied itself.
-PARALLEL_PADDING = True
-
-
-def parallel_padding(sch, block, data_region, lanes: int) -> None:
-    """Split the conv input's padded copy `block` (n, chunks, H, W, c) over the threads by rows
-    (n, H and the channel chunks fused in that order: each thread a contiguous run of rows), its
-    channel block vectorized when it is one to four vectors; anything else (another producer, a
-    layout the rule does not know) is left to the generic rule."""
-    if not sch.get(block).writes[0].source.same_as(data_region.source):
-        return
-    loops = sch.get_loops(block)
-    if len(loops) != 5:
-        return
-    n, chunk, h, w, c = loops
-    sch.reorder(n, h, chunk, w, c)
-    sch.parallel(sch.fuse(n, h, chunk))
-    if lanes <= (const_int(sch.get(c).extent) or 0) <= 4 * lanes:
-        sch.vectorize(c)
 
 
 def flat_1x1(extents, data_shape, padded: int | None) -> bool:
@@ -424,8 +400,9 @@ class Conv2dNCHWc:
             sch.vectorize(wb_loops[-1])
         producers = sch.get_producers(conv)
         pads = [sch.get(b).name_hint for b in producers]
-        if split and PARALLEL_PADDING:
+        if split:  # its padded copy too, by rows, however small (else the generic rule below)
             for block in producers:
-                parallel_padding(sch, block, info["data_region"], lanes)
+                if sch.get(block).writes[0].source.same_as(info["data_region"].source):
+                    split_padding_by_rows(sch, block, lanes)
         schedule_remaining_blocks(sch, lanes, keep=tuple(pads))
         return sch

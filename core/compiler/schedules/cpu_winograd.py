@@ -14,7 +14,8 @@ scheduled as three parallel passes:
   divide the tiles, the last partial tile is a loop and a block of its own;
 * output transform: per output tile, A^T M A for a vector of b output channels, the
   epilogue folded into the write.
-The padding is a parallel copy before the input transform, or, with FOLD_PAD or the template
+The padding is a parallel copy before the input transform (split by rows, however small:
+cpu_common.split_padding_by_rows), or, with FOLD_PAD or the template
 search's config {"fold_pad": True}, read in the input transform (the pad block inlined: a bounds
 check per load of the unrolled tile, no copy); a conv with no padding has nothing to copy.
 """
@@ -29,6 +30,7 @@ from .cpu_common import (
     find_block,
     inline_epilogue,
     schedule_injective,
+    split_padding_by_rows,
     vector_lanes,
     vector_registers,
 )
@@ -153,7 +155,7 @@ class Conv2dWinogradNCHWc:
             pad = names["winograd_pad"]
             if _pads_nothing(sch, pad) or config.get("fold_pad", FOLD_PAD):
                 sch.compute_inline(pad)
-            else:
+            elif not split_padding_by_rows(sch, pad, lanes):  # the input transform below is split: by rows too
                 schedule_injective(sch, pad, lanes)
         e, nu, p, c, ci = sch.get_loops(inp)
         sch.reorder(p, c, e, nu, ci)

@@ -1,5 +1,6 @@
-"""A split channel-blocked conv's padded copy is split too (cpu_conv_nchwc.PARALLEL_PADDING): by rows,
-however small, so that no serial copy by the calling thread precedes the split conv. Structure from
+"""A split channel-blocked conv's padded copy, direct or Winograd, is split too
+(cpu_common.split_padding_by_rows): by rows, however small, so that no serial copy by the calling
+thread precedes the split conv. Structure from
 the scheduled TIR for AVX-512 and AVX2 targets (codegen only), and the model against onnxruntime on
 this host's ISA at its thread count (the AVX2 pass of .ci/run repeats it with 8-channel blocks)."""
 from __future__ import annotations
@@ -47,18 +48,18 @@ def _loops_around(script: str, block: str) -> list[str]:
     return loops[::-1]
 
 
-def _conv_kernel_script(target) -> str:
+def _conv_kernel_script(target, kind: str = "conv2d") -> str:
     import tvm
 
     mod = scheduled_through(_conv_model(), target)
-    (script,) = [f.script() for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and "conv2d" in g.name_hint]
+    (script,) = [f.script() for g, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc) and kind in g.name_hint]
     return script
 
 
 @pytest.mark.parametrize("mcpu,mattr,chunks", [("znver4", None, 2), ("znver4", ["-avx512f"], 4), ("haswell", None, 4)])
 def test_a_split_convs_padded_copy_is_split_by_rows(mcpu, mattr, chunks, monkeypatch):
     from core.compiler import winograd
-    from core.compiler.schedules import cpu_conv_nchwc
+    from core.compiler.schedules import cpu_common
     from core.compiler.target import make_target
 
     monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())  # the 3x3 conv stays direct (not Winograd)
@@ -70,19 +71,33 @@ def test_a_split_convs_padded_copy_is_split_by_rows(mcpu, mattr, chunks, monkeyp
     assert "T.parallel" in pad[0] and f"T.int64({18 * chunks})" in pad[0] and "i2_i1" in pad[0]
     assert "T.vectorized" in pad[-1]
 
-    monkeypatch.setattr(cpu_conv_nchwc, "PARALLEL_PADDING", False)  # as before: the calling thread copies
+    monkeypatch.setattr(cpu_common, "PARALLEL_PADDING", False)  # as before: the calling thread copies
     assert not any("T.parallel" in loop for loop in _loops_around(_conv_kernel_script(target), "data_pad"))
 
 
+@pytest.mark.parametrize("mattr,chunks", [(None, 2), (["-avx512f"], 4)])
+def test_a_winograd_convs_padded_copy_is_split_by_rows(mattr, chunks, monkeypatch):
+    from core.compiler.schedules import cpu_common
+    from core.compiler.target import make_target
+
+    target = make_target("cpu", mcpu="znver4", mattr=mattr)
+    pad = _loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad")  # 16x16: F(4, 3)
+    assert "T.parallel" in pad[0] and f"T.int64({18 * chunks})" in pad[0] and "T.vectorized" in pad[-1]
+    monkeypatch.setattr(cpu_common, "PARALLEL_PADDING", False)
+    assert not any("T.parallel" in loop for loop in _loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad"))
+
+
 @pytest.mark.isa
-def test_conv_with_split_padding_matches_onnxruntime(monkeypatch):
+@pytest.mark.parametrize("winograd", [False, True])
+def test_conv_with_split_padding_matches_onnxruntime(winograd, monkeypatch):
     import tvm
     from tvm import relax
 
-    from core.compiler import winograd
+    from core.compiler import winograd as winograd_module
     from core.compiler.target import make_target
 
-    monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())
+    if not winograd:
+        monkeypatch.setattr(winograd_module, "WINOGRAD_TILES", ())
     target = make_target("cpu")
     model = _conv_model()
     vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
