@@ -215,10 +215,10 @@ class ThreadGovernor:
         """Size the calling thread's pool for the next run; returns the threads it will use.
         Call after_run() when the run is over (also when it failed).
 
-        Kept lean: it runs before every run, and a model of 7 us paid 1.2 us for the pair in its
-        first form (threading.local lookups, a flag for a run left open); now it is a time
-        read and the pool's call, ~0.4 us with after_run. A run whose after_run never came is
-        left untimed by the pool itself (native_pool.c, begin_at)."""
+        Kept lean: it runs before every run, and the pair with after_run cost 1.2 us in its
+        first form (threading.local lookups, a flag for a run left open; a tight loop on this
+        project's Zen 4 guest); now it is a time read and the pool's two calls, 0.8 us. A run
+        whose after_run never came is left untimed by the pool itself (native_pool.c, begin_at)."""
         state = self._state
         try:
             checked = state.checked
@@ -252,7 +252,7 @@ class ThreadGovernor:
         state.begin = state.end = state.arg = None
         p = pool()
         if p is not None and p.enabled() and self.enabled and self.measure:
-            # this model's state on this thread, and the pool's calls (~0.15 us each)
+            # this model's state on this thread, and the pool's calls (~0.25 us each)
             state.run_state = p.run_state()
             state.arg = ctypes.byref(state.run_state)
             state.begin, state.end = p.lib.mlcwb_pool_run_begin, p.lib.mlcwb_pool_run_end
