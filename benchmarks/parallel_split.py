@@ -12,6 +12,8 @@ core is not free). This script makes it one command. A variant is one of:
                      a conv is split; see conv_runs_parallel)
     dw-min-us=N      cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = N (the same for depthwise convs and
                      pools; see depthwise_runs_parallel)
+    min-work=N       PARALLEL_MIN_WORK = N in every rule that splits copies, elementwise, pools and
+                     row kernels from that many elements (cpu_common's 64 Ki)
     matmul-serial    no matmul/GEMV split (cpu_matmul.runs_parallel always False)
     one-block        AVX2 code's channel-blocked convs with one channel block per register tile
                      (cpu_conv_nchwc.AVX2_TWO_BLOCKS = False), as before two became the default
@@ -55,8 +57,20 @@ def parallel_rules(variant: str):
 
     saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
              cpu_common.PARALLEL_PADDING)
+    saved_work: list = []
     try:
-        if variant.startswith("min-us="):
+        if variant.startswith("min-work="):  # every rule's copy of the threshold (imported by value)
+            import importlib
+            import pkgutil
+
+            from core.compiler import schedules
+
+            for info in pkgutil.iter_modules(schedules.__path__):
+                module = importlib.import_module(f"{schedules.__name__}.{info.name}")
+                if hasattr(module, "PARALLEL_MIN_WORK"):
+                    saved_work.append((module, module.PARALLEL_MIN_WORK))
+                    module.PARALLEL_MIN_WORK = int(variant.split("=", 1)[1])
+        elif variant.startswith("min-us="):
             cpu_common.PARALLEL_MIN_US = float(variant.split("=", 1)[1])
         elif variant.startswith("dw-min-us="):
             cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = float(variant.split("=", 1)[1])
@@ -67,11 +81,13 @@ def parallel_rules(variant: str):
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant not in ("default", "tvm-pool"):
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, matmul-serial, one-block, serial-padding, tvm-pool)")
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, min-work=N, matmul-serial, one-block, serial-padding, tvm-pool)")
         yield
     finally:
         (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
          cpu_common.PARALLEL_PADDING) = saved
+        for module, value in saved_work:
+            module.PARALLEL_MIN_WORK = value
 
 
 def _build(proto, variant: str):

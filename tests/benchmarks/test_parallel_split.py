@@ -22,6 +22,18 @@ def test_variants_change_the_parallel_kernels_and_are_undone(capsys):
     assert cpu_common.PARALLEL_MIN_US == before[0]
 
 
+def test_min_work_reaches_every_rule_that_imported_the_threshold():
+    """PARALLEL_MIN_WORK is imported by value into the copy, pool, row and generic rules: the
+    variant sets each module's own name, and puts each back."""
+    from core.compiler.schedules import cpu_common, cpu_copy, cpu_generic, cpu_pool_nchwc, cpu_rows
+
+    modules = (cpu_common, cpu_copy, cpu_generic, cpu_pool_nchwc, cpu_rows)
+    before = [m.PARALLEL_MIN_WORK for m in modules]
+    with parallel_rules("min-work=4096"):
+        assert [m.PARALLEL_MIN_WORK for m in modules] == [4096] * len(modules)
+    assert [m.PARALLEL_MIN_WORK for m in modules] == before
+
+
 def test_unknown_model_or_variant_is_refused(capsys):
     assert main(["--models", "no_such_model"]) == 2
     assert "unknown model 'no_such_model'" in capsys.readouterr().err
