@@ -13,12 +13,13 @@ core is not free). This script makes it one command. A variant is one of:
     dw-min-us=N      cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US = N (the same for depthwise convs and
                      pools; see depthwise_runs_parallel)
     min-work=N       PARALLEL_MIN_WORK = N in every rule that splits copies, elementwise, pools and
-                     row kernels from that many elements (cpu_common's 64 Ki)
+                     row kernels from that many elements (cpu_common's 16 Ki; 64 Ki before)
     matmul-serial    no matmul/GEMV split (cpu_matmul.runs_parallel always False)
     one-block        AVX2 code's channel-blocked convs with one channel block per register tile
                      (cpu_conv_nchwc.AVX2_TWO_BLOCKS = False), as before two became the default
-    serial-padding   a split channel-blocked conv's padded copy made by the calling thread alone
-                     when under 64 Ki elements (cpu_common.PARALLEL_PADDING = False), as before
+    serial-padding   a split conv's (direct or Winograd) padded copy made by the calling thread
+                     alone when under PARALLEL_MIN_WORK elements (cpu_common.PARALLEL_PADDING =
+                     False), as before
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
                      instead of the workbench's (core.compiler.native_pool)
 

@@ -42,8 +42,15 @@ logger = logging.getLogger(__name__)
 # Below this many innermost iterations a parallel region costs more than it saves on a 2-core
 # machine: waking the pool (a few us), and on a busy machine waiting at the closing barrier for a
 # worker the OS has not scheduled yet (TVM splits a parallel loop statically: every worker's
-# share must finish), up to a time slice, milliseconds.
-PARALLEL_MIN_WORK = 1 << 16
+# share must finish), up to a time slice, milliseconds. It was 64 Ki with TVM's pool; with the
+# workbench's (core.compiler.native_pool: a region ~0.1-0.4 us, and beside a busy process the
+# governor runs one thread) 16 Ki, which splits ShuffleNet's channel shuffles and concatenations,
+# the transformers' head transposes and MobileNet-v3's squeeze-excitation means:
+# benchmarks/parallel_split.py --variants default,min-work=16384, 2 threads, 20 alternating blocks
+# (Zen 4, quiet): shufflenet 2.65 vs 2.86 ms (p10 2.22 vs 2.43), vit_encoder 4.99 vs 5.15,
+# mobilenet_v3_small 0.839 vs 0.849 (p10 0.756 vs 0.780), bert_encoder 5.00 vs 5.01; efficientnet_b0,
+# squeezenet and gpt2_blocks within 1% in a shorter run; 1 thread alike.
+PARALLEL_MIN_WORK = 1 << 14
 
 # What one parallel region costs at 2 threads with the pool's worker spinning (between the kernels
 # of a run it is): TVMBackendParallelLaunch hands the worker its share through the pool's queue and
