@@ -16,7 +16,7 @@ RTOL, ATOL = 1e-3, 1e-4
 
 def _conv_model(channels: int = 32, size: int = 16):
     """3x3 conv, padding 1, bias and ReLU: small_cnn's later convs (a 10 Ki-element padded copy,
-    under the generic rule's 64 Ki for splitting a copy)."""
+    under the generic rule's cpu_common.PARALLEL_MIN_WORK, 16 Ki, for splitting a copy)."""
     rng = np.random.default_rng(3)
     w = numpy_helper.from_array((rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(9 * channels)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")
