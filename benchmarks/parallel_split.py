@@ -20,6 +20,9 @@ core is not free). This script makes it one command. A variant is one of:
     serial-padding   a split conv's (direct or Winograd) padded copy made by the calling thread
                      alone when under PARALLEL_MIN_WORK elements (cpu_common.PARALLEL_PADDING =
                      False), as before
+    chunks-first     channel-blocked convs and depthwise convs split by channel blocks first, as
+                     before rows came first (cpu_conv_nchwc.ROWS_FIRST and
+                     cpu_depthwise_nchwc.ROWS_FIRST = False)
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
                      instead of the workbench's (core.compiler.native_pool)
 
@@ -54,10 +57,10 @@ __all__ = ["main", "parallel_rules"]
 @contextlib.contextmanager
 def parallel_rules(variant: str):
     """The schedule rules as `variant` (module docstring) sets them, inside the block."""
-    from core.compiler.schedules import cpu_common, cpu_conv_nchwc, cpu_depthwise, cpu_matmul
+    from core.compiler.schedules import cpu_common, cpu_conv_nchwc, cpu_depthwise, cpu_depthwise_nchwc, cpu_matmul
 
     saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-             cpu_common.PARALLEL_PADDING)
+             cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST)
     saved_work: list = []
     try:
         if variant.startswith("min-work="):  # every rule's copy of the threshold (imported by value)
@@ -79,14 +82,16 @@ def parallel_rules(variant: str):
             cpu_conv_nchwc.AVX2_TWO_BLOCKS = False
         elif variant == "serial-padding":
             cpu_common.PARALLEL_PADDING = False
+        elif variant == "chunks-first":
+            cpu_conv_nchwc.ROWS_FIRST = cpu_depthwise_nchwc.ROWS_FIRST = False
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant not in ("default", "tvm-pool"):
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, min-work=N, matmul-serial, one-block, serial-padding, tvm-pool)")
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, min-work=N, matmul-serial, one-block, serial-padding, chunks-first, tvm-pool)")
         yield
     finally:
         (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-         cpu_common.PARALLEL_PADDING) = saved
+         cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST) = saved
         for module, value in saved_work:
             module.PARALLEL_MIN_WORK = value
 

@@ -203,6 +203,12 @@ def scheduled_through(model: onnx.ModelProto, target):
         return schedule_pass(target)(mod)
 
 
+def conv_tile(config: dict) -> dict:
+    """A channel-blocked conv's config (core.compiler.schedules.cpu_conv_nchwc) without the order
+    of its parallel loop ("rows_outer", which the weights' size decides): its register tile."""
+    return {k: v for k, v in config.items() if k != "rows_outer"}
+
+
 def configs_compute_the_same(rule, func, target, configs: list[dict], seed: int = 3) -> int:
     """Build `func` scheduled by `rule` with each of `configs` for `target` (this host's) and assert
     that every one computes what the first does on the same seeded random inputs; returns how

@@ -34,6 +34,16 @@ def test_min_work_reaches_every_rule_that_imported_the_threshold():
     assert [m.PARALLEL_MIN_WORK for m in modules] == before
 
 
+def test_chunks_first_sets_both_conv_rules_back_to_channel_blocks_first():
+    from core.compiler.schedules import cpu_conv_nchwc, cpu_depthwise_nchwc
+
+    assert cpu_conv_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.ROWS_FIRST
+    with parallel_rules("chunks-first"):
+        assert not cpu_conv_nchwc.ROWS_FIRST and not cpu_depthwise_nchwc.ROWS_FIRST
+        assert cpu_depthwise_nchwc.row_bands(56) == 1
+    assert cpu_conv_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.row_bands(56) == 4
+
+
 def test_unknown_model_or_variant_is_refused(capsys):
     assert main(["--models", "no_such_model"]) == 2
     assert "unknown model 'no_such_model'" in capsys.readouterr().err

@@ -127,6 +127,28 @@ def pixel_channel_blocks(oc_chunks: int, out_pixels: int) -> int:
 STRIDED_INPUT_PASS_BYTES = 512 << 10
 CACHE_LINE_BYTES = 64
 GROUP_WEIGHT_BYTES = 256 << 10
+# Packed weights up to which a conv's parallel loop takes rows first (n, oh/TH, oc_chunk): each
+# thread computes a band of rows for every output-channel block, not every row for half of the
+# blocks. Split by channel blocks, each thread read the whole input, half of it written by the
+# other core the kernel before; split by rows, a thread reads the rows its own core wrote, as the
+# kernels around it are split by rows too (depthwise convs from ROWS_FIRST_MIN_ROWS rows, padded
+# copies, pools, elementwise blocks). Each thread then streams all the weights, so only weights
+# that stay in L2 (Zen 3's 512 KiB) beside the rows. Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
+# whole models, rows first against channel blocks first (with the depthwise bands), 2 threads,
+# 14 alternating blocks (benchmarks/parallel_split.py --variants default,chunks-first): mobilenet_v2
+# 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6
+# vs 25.3, inception_v1 9.96 vs 10.25, resnet50 31.7 vs 32.6, small_cnn 29.1 vs 30.3 us,
+# mobilenet_v3_small 0.819 vs 0.873 ms, efficientnet_b0 5.81 vs 5.89; 1 thread level (the kernels
+# alone: level at 1 and 2 threads, the gain is in what the next kernel reads).
+ROWS_FIRST_MAX_WEIGHT_BYTES = 256 << 10
+ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
+
+
+def weight_bytes(extents) -> int:
+    """Bytes of a float32 conv2d_NCHWc's weights, from its iterators n, oc_chunk, oh, ow,
+    oc_block | ic, kh, kw."""
+    _, chunks, _, _, oc_block, ic, kh, kw = extents
+    return chunks * oc_block * ic * kh * kw * 4
 
 
 def strided_1x1_group(extents, data_shape) -> int:
@@ -205,7 +227,8 @@ class Conv2dNCHWc:
     TH rows x T columns x b channels in registers (`choose_conv_tile`; one row for a 1x1 conv
     whose pixel is a whole cache line, see `_default_tile`), loops
     n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
-    (vectorized), and writes each tile back once with the fused epilogue (bias, batch-norm,
+    (vectorized; n, oh/TH, oc_chunk when its weights are small, ROWS_FIRST_MAX_WEIGHT_BYTES:
+    each thread then reads the rows its own core wrote), and writes each tile back once with the fused epilogue (bias, batch-norm,
     residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy, except for
     an image stem's narrow input blocks (`reads_padding_in_place`).
 
@@ -215,7 +238,7 @@ class Conv2dNCHWc:
     """
 
     name = "cpu.Conv2dNCHWc"
-    space_version = 6
+    space_version = 7
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
@@ -282,13 +305,16 @@ class Conv2dNCHWc:
             group -= 1  # a group of tiles: a divisor of the tiles along the channels
         if group > 1:
             config["ocg"] = group
+        if ROWS_FIRST and not flat and group == 1 and weight_bytes(info["extents"]) <= ROWS_FIRST_MAX_WEIGHT_BYTES:
+            config["rows_outer"] = True
         return config
 
     def candidates(self, func, target) -> list[dict]:
         """Configs to measure, the default first: register tiles (T columns x TH rows of one
         channel block), tiles of two channel blocks (OC2: each broadcast input feeds two vectors,
         half the loads per FMA; what narrow outputs like 7x7 have no wide tile for), and the three
-        best-ranked tiles of each with kw unrolled and with rows outermost in the parallel loop."""
+        best-ranked tiles of each with kw unrolled and with the other order of the parallel loop
+        (rows or channel blocks outermost)."""
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
@@ -318,7 +344,9 @@ class Conv2dNCHWc:
         for base in leading:
             if kh * kw > 1:
                 configs.append({**base, "unroll_kw": True})
-            if not base.get("flat"):  # (a flat tile has no rows)
+            if base.get("rows_outer"):  # and the other order
+                configs.append({k: v for k, v in base.items() if k != "rows_outer"})
+            elif not base.get("flat"):  # (a flat tile has no rows)
                 configs.append({**{k: v for k, v in base.items() if k != "ocg"}, "rows_outer": True})
         if "ocg" in configs[0]:  # the same tile without the grouping
             configs.append({k: v for k, v in configs[0].items() if k != "ocg"})

@@ -18,9 +18,11 @@ AVX-512: see INLINE_PADDING_MAX_TAPS), or a
 padded copy is made per channel block inside the parallel loop ("plane": still in cache when
 read kh x kw times) or as a pass of its own before the conv ("root": the conv then parallel
 over rows too, for layers with one or two channel blocks). Without a copy the conv is parallel
-over channel blocks and rows together.
+over channel blocks and rows together; from ROWS_FIRST_MIN_ROWS rows, over bands of rows first
+(n, band, C/b | rows of the band ...), so each thread reads what its own core wrote.
 
-Knobs (template tuning, `candidates`): T, TH, where the padding is made, and unrolling kw.
+Knobs (template tuning, `candidates`): T, TH, where the padding is made, unrolling kw, and bands
+of rows or channel blocks first.
 Returns None (no match) for other blocks or symbolic shapes.
 """
 from __future__ import annotations
@@ -104,6 +106,24 @@ def default_depthwise_tile(out_height: int, out_width: int, block: int, lanes: i
 INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_WIDTH = 14
 
+# Output rows (of TH-row tiles) from which a depthwise conv without a per-plane copy is split over
+# bands of rows first (n, band, C/b | rows of the band: `row_bands`), so that each thread reads
+# the rows its own core wrote (see cpu_conv_nchwc.ROWS_FIRST_MAX_WEIGHT_BYTES, the convs around
+# it). Within a band each channel block's rows are still walked in order. Zen 4, mobilenet_v2's
+# depthwise convs alone: bands level with channel blocks first at 56x56 and 112x112 outputs, but
+# 1.1-1.5x their time at 14x14 and 7x7 (bands of one or two rows; small planes, little to move);
+# whole models: see ROWS_FIRST_MAX_WEIGHT_BYTES.
+ROWS_FIRST_MIN_ROWS = 28
+ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
+
+
+def row_bands(rows: int) -> int:
+    """Bands to cut `rows` tile rows into for a rows-first split: the smallest divisor from 4
+    (1: channel blocks first, under ROWS_FIRST_MIN_ROWS rows)."""
+    if not ROWS_FIRST or rows < ROWS_FIRST_MIN_ROWS:
+        return 1
+    return next(d for d in range(4, rows + 1) if rows % d == 0)
+
 
 def _stride(stmt, extents) -> int:
     """The conv's stride along the width, from the padded input's width, the output's and the
@@ -120,7 +140,7 @@ class DepthwiseConv2dNCHWc:
 
     name = "cpu.DepthwiseConv2dNCHWc"
     # bumped whenever `candidates` changes, so tuning records from an older space are redone
-    space_version = 2
+    space_version = 3
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("depthwise_conv2d_NCHWc",), "SSSSSRR")
@@ -144,14 +164,17 @@ class DepthwiseConv2dNCHWc:
     def _default(self, info) -> dict:
         n, chunks, out_h, out_w, block, kh, kw = info["extents"]
         t, th = default_depthwise_tile(out_h, out_w, block, info["lanes"], info["registers"])
+        bands = row_bands(out_h // th)
         if info["pad"] is None:
-            return {"t": t, "th": th, "pad": "none"}
+            return {"t": t, "th": th, "pad": "none", "bands": bands}
         narrow = out_w <= INLINE_PADDING_MAX_WIDTH or info["registers"] >= 32
         if info["stride"] > 1 or (kh * kw <= INLINE_PADDING_MAX_TAPS and narrow):
-            return {"t": t, "th": th, "pad": "inline"}
+            return {"t": t, "th": th, "pad": "inline", "bands": bands}
         # the padded copy inside the parallel loop when there are channel blocks enough to share
         # among the cores; else a pass of its own, and the conv parallel over rows as well
-        return {"t": t, "th": th, "pad": "plane" if n * chunks >= 2 else "root"}
+        if n * chunks >= 2:
+            return {"t": t, "th": th, "pad": "plane", "bands": 1}
+        return {"t": t, "th": th, "pad": "root", "bands": bands}
 
     def candidates(self, func, target) -> list[dict]:
         """Configs to measure (template tuning), the default first: the register tiles of
@@ -166,15 +189,18 @@ class DepthwiseConv2dNCHWc:
         default = self._default(info)
         configs = [default]
         for t, th in depthwise_tiles(out_h, out_w, block, info["lanes"], info["registers"])[:6]:
-            config = {**default, "t": t, "th": th}
+            config = {**default, "t": t, "th": th, "bands": 1 if default["bands"] == 1 else row_bands(out_h // th)}
             if config not in configs:
                 configs.append(config)
         if info["pad"] is not None:
             for other in ("inline", "plane", "root"):
                 if other != default["pad"]:
-                    configs.append({**default, "pad": other})
+                    bands = 1 if other == "plane" else row_bands(out_h // default["th"])
+                    configs.append({**default, "pad": other, "bands": bands})
         if kw > 1:
             configs.append({**default, "unroll_kw": False})
+        if default["bands"] > 1:  # channel blocks first
+            configs.append({**default, "bands": 1})
         return configs
 
     def apply(self, func, target, config: dict | None = None):
@@ -189,7 +215,7 @@ class DepthwiseConv2dNCHWc:
         conv, pad = info["conv"], info["pad"]
         _, _, out_h, out_w, block, kh, kw = info["extents"]
         config = {**self._default(info), **(config or {})}
-        t, th, pad_at = int(config["t"]), int(config["th"]), config["pad"]
+        t, th, pad_at, bands = int(config["t"]), int(config["th"]), config["pad"], int(config.get("bands", 1))
         unroll_kw = bool(config.get("unroll_kw", kh * kw <= 49))
         if out_w % t or out_h % th:
             raise ValueError(f"tile {config} does not divide the {out_h}x{out_w} output")
@@ -198,6 +224,8 @@ class DepthwiseConv2dNCHWc:
             pad, pad_at = None, "none"
         if (pad is None) != (pad_at == "none"):
             raise ValueError(f"padding placement {pad_at!r} does not fit this convolution")
+        if bands < 1 or (out_h // th) % bands or (bands > 1 and pad_at == "plane"):
+            raise ValueError(f"{bands} bands of rows do not fit this convolution (tile {t}x{th}, padding {pad_at!r})")
 
         inline_tail(sch, conv)
         # the tile on the stack (cpu_common.ACCUMULATOR_SCOPE), except beside a padded copy per
@@ -222,7 +250,12 @@ class DepthwiseConv2dNCHWc:
             pad_loops = sch.get_loops(pad)
             sch.vectorize(pad_loops[-1])
         else:
-            rows = sch.fuse(n, chunk, oho)
+            if bands > 1:  # each thread a band of rows of every channel block (ROWS_FIRST_MIN_ROWS)
+                band, oho = sch.split(oho, [bands, None])
+                sch.reorder(band, chunk)
+                rows = sch.fuse(n, band, chunk)
+            else:
+                rows = sch.fuse(n, chunk, oho)
             if parallel_work:
                 sch.parallel(rows)
         sch.vectorize(b)

@@ -202,12 +202,14 @@ def test_blocked_mobile_block_matches_onnxruntime_avx2(act, se):
     np.testing.assert_allclose(_run_pipeline(model, target, x), ref, rtol=RTOL, atol=ATOL)
 
 
-def test_blocked_mobile_block_matches_onnxruntime_on_this_host():
-    """The same for this host's own ISA (16-channel blocks on AVX-512 hosts), HardSwish + HardSigmoid."""
+@pytest.mark.parametrize("size", [10, 56])
+def test_blocked_mobile_block_matches_onnxruntime_on_this_host(size):
+    """The same for this host's own ISA (16-channel blocks on AVX-512 hosts), HardSwish + HardSigmoid;
+    at 56x56 the depthwise convs split bands of rows first, and the 1x1 convs rows first."""
     from core.compiler.target import make_target
 
-    model = _mobile_block_model("hardswish", "hardsigmoid", size=10)
-    x = np.random.default_rng(5).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    model = _mobile_block_model("hardswish", "hardsigmoid", size=size)
+    x = np.random.default_rng(5).standard_normal((1, 8, size, size)).astype(np.float32)
     (ref,) = ort_run(model, {"x": x})
     np.testing.assert_allclose(_run_pipeline(model, make_target("cpu"), x), ref, rtol=RTOL, atol=ATOL)
 
@@ -240,10 +242,11 @@ def _depthwise_kernel(target, size=14, channels=32, k=3, stride=1, act="silu"):
     return func
 
 
-@pytest.mark.parametrize("size,k,stride", [(14, 3, 1), (14, 5, 2), (7, 3, 1)])
+@pytest.mark.parametrize("size,k,stride", [(14, 3, 1), (14, 5, 2), (7, 3, 1), (56, 3, 2)])
 def test_every_config_of_the_template_space_computes_the_same(size, k, stride):
-    """Each of the rule's candidates (tiles, padding placement, kw unrolling) builds and gives
-    the default's result on the same inputs (8-channel blocks: runs on any AVX2 host)."""
+    """Each of the rule's candidates (tiles, padding placement, kw unrolling, bands of rows or
+    channel blocks first) builds and gives the default's result on the same inputs (8-channel
+    blocks: runs on any AVX2 host)."""
     import tvm
 
     from core.compiler.schedules.cpu_depthwise_nchwc import DepthwiseConv2dNCHWc
