@@ -23,6 +23,8 @@ core is not free). This script makes it one command. A variant is one of:
     chunks-first     channel-blocked convs and depthwise convs split by channel blocks first, as
                      before rows came first (cpu_conv_nchwc.ROWS_FIRST and
                      cpu_depthwise_nchwc.ROWS_FIRST = False)
+    no-conv-bands    channel-blocked convs with weights over 256 KiB split by channel blocks
+                     first, as before the two bands of rows (cpu_conv_nchwc.LARGE_WEIGHT_BANDS = 1)
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
                      instead of the workbench's (core.compiler.native_pool)
 
@@ -60,7 +62,8 @@ def parallel_rules(variant: str):
     from core.compiler.schedules import cpu_common, cpu_conv_nchwc, cpu_depthwise, cpu_depthwise_nchwc, cpu_matmul
 
     saved = (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-             cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST)
+             cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST,
+             cpu_conv_nchwc.LARGE_WEIGHT_BANDS)
     saved_work: list = []
     try:
         if variant.startswith("min-work="):  # every rule's copy of the threshold (imported by value)
@@ -84,14 +87,17 @@ def parallel_rules(variant: str):
             cpu_common.PARALLEL_PADDING = False
         elif variant == "chunks-first":
             cpu_conv_nchwc.ROWS_FIRST = cpu_depthwise_nchwc.ROWS_FIRST = False
+        elif variant == "no-conv-bands":
+            cpu_conv_nchwc.LARGE_WEIGHT_BANDS = 1
         elif variant == "matmul-serial":
             cpu_matmul.runs_parallel = lambda *args, **kwargs: False
         elif variant not in ("default", "tvm-pool"):
-            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, min-work=N, matmul-serial, one-block, serial-padding, chunks-first, tvm-pool)")
+            raise SystemExit(f"unknown variant '{variant}' (default, min-us=N, dw-min-us=N, min-work=N, matmul-serial, one-block, serial-padding, chunks-first, no-conv-bands, tvm-pool)")
         yield
     finally:
         (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
-         cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST) = saved
+         cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST,
+             cpu_conv_nchwc.LARGE_WEIGHT_BANDS) = saved
         for module, value in saved_work:
             module.PARALLEL_MIN_WORK = value
 

@@ -203,6 +203,19 @@ def scheduled_through(model: onnx.ModelProto, target):
         return schedule_pass(target)(mod)
 
 
+def vm_matches_onnxruntime(model: onnx.ModelProto, target, x: np.ndarray, runs: int = 1, rtol=1e-3, atol=1e-4) -> None:
+    """Build `model` (one input) through the pipeline for `target` (this host's) and assert its
+    output matches onnxruntime's on `x`, `runs` times (the pool's threads may take any part of a
+    split kernel: the same result each run)."""
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
+    (ref,) = ort_run(model, {model.graph.input[0].name: x})
+    for _ in range(runs):
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=rtol, atol=atol)
+
+
 def conv_tile(config: dict) -> dict:
     """A channel-blocked conv's config (core.compiler.schedules.cpu_conv_nchwc) without the order
     of its parallel loop ("rows_outer", which the weights' size decides): its register tile."""

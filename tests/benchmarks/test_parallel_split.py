@@ -34,7 +34,7 @@ def test_min_work_reaches_every_rule_that_imported_the_threshold():
     assert [m.PARALLEL_MIN_WORK for m in modules] == before
 
 
-def test_chunks_first_sets_both_conv_rules_back_to_channel_blocks_first():
+def test_chunks_first_and_no_conv_bands_set_the_conv_rules_as_before_and_are_undone():
     from core.compiler.schedules import cpu_conv_nchwc, cpu_depthwise_nchwc
 
     assert cpu_conv_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.ROWS_FIRST
@@ -42,6 +42,9 @@ def test_chunks_first_sets_both_conv_rules_back_to_channel_blocks_first():
         assert not cpu_conv_nchwc.ROWS_FIRST and not cpu_depthwise_nchwc.ROWS_FIRST
         assert cpu_depthwise_nchwc.row_bands(56) == 1
     assert cpu_conv_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.ROWS_FIRST and cpu_depthwise_nchwc.row_bands(56) == 4
+    with parallel_rules("no-conv-bands"):
+        assert cpu_conv_nchwc.LARGE_WEIGHT_BANDS == 1 and cpu_conv_nchwc.ROWS_FIRST
+    assert cpu_conv_nchwc.LARGE_WEIGHT_BANDS == 2
 
 
 def test_unknown_model_or_variant_is_refused(capsys):

@@ -133,7 +133,7 @@ GROUP_WEIGHT_BYTES = 256 << 10
 # other core the kernel before; split by rows, a thread reads the rows its own core wrote, as the
 # kernels around it are split by rows too (depthwise convs from ROWS_FIRST_MIN_ROWS rows, padded
 # copies, pools, elementwise blocks). Each thread then streams all the weights, so only weights
-# that stay in L2 (Zen 3's 512 KiB) beside the rows. Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
+# that stay in L2 (Zen 3's 512 KiB) beside the rows (larger ones: LARGE_WEIGHT_BANDS). Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
 # whole models, rows first against channel blocks first (with the depthwise bands), 2 threads,
 # 14 alternating blocks (benchmarks/parallel_split.py --variants default,chunks-first): mobilenet_v2
 # 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6
@@ -142,6 +142,13 @@ GROUP_WEIGHT_BYTES = 256 << 10
 # alone: level at 1 and 2 threads, the gain is in what the next kernel reads).
 ROWS_FIRST_MAX_WEIGHT_BYTES = 256 << 10
 ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
+# A conv with larger weights is split over this many bands of rows first (n, band, oc_chunk | the
+# band's rows ...), where they divide its rows: each thread streams the weights once per band (all
+# of them from L3, where channel blocks first gave it half), and reads mostly rows its own core
+# wrote. Zen 4, 2 threads, 14 alternating blocks (parallel_split.py --variants
+# default,no-conv-bands): inception_v2 14.6 vs 15.6 ms (p10 13.2 vs 13.7), densenet121 24.1 vs
+# 25.0, resnet50 32.0 vs 32.7, inception_v1 9.88 vs 10.12; 1 thread within +-2%, both ways.
+LARGE_WEIGHT_BANDS = 2
 
 
 def weight_bytes(extents) -> int:
@@ -228,7 +235,8 @@ class Conv2dNCHWc:
     whose pixel is a whole cache line, see `_default_tile`), loops
     n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
     (vectorized; n, oh/TH, oc_chunk when its weights are small, ROWS_FIRST_MAX_WEIGHT_BYTES:
-    each thread then reads the rows its own core wrote), and writes each tile back once with the fused epilogue (bias, batch-norm,
+    each thread then reads the rows its own core wrote; else n, two bands of rows, oc_chunk where
+    they divide the rows, LARGE_WEIGHT_BANDS), and writes each tile back once with the fused epilogue (bias, batch-norm,
     residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy, except for
     an image stem's narrow input blocks (`reads_padding_in_place`).
 
@@ -238,7 +246,7 @@ class Conv2dNCHWc:
     """
 
     name = "cpu.Conv2dNCHWc"
-    space_version = 7
+    space_version = 8
 
     def _match(self, sch, target) -> dict | None:
         found = find_block(sch, ("conv2d_NCHWc",), "SSSSSRRR")
@@ -307,14 +315,16 @@ class Conv2dNCHWc:
             config["ocg"] = group
         if ROWS_FIRST and not flat and group == 1 and weight_bytes(info["extents"]) <= ROWS_FIRST_MAX_WEIGHT_BYTES:
             config["rows_outer"] = True
+        elif ROWS_FIRST and LARGE_WEIGHT_BANDS > 1 and not flat and group == 1 and (out_height // config["th"]) % LARGE_WEIGHT_BANDS == 0:
+            config["bands"] = LARGE_WEIGHT_BANDS
         return config
 
     def candidates(self, func, target) -> list[dict]:
         """Configs to measure, the default first: register tiles (T columns x TH rows of one
         channel block), tiles of two channel blocks (OC2: each broadcast input feeds two vectors,
         half the loads per FMA; what narrow outputs like 7x7 have no wide tile for), and the three
-        best-ranked tiles of each with kw unrolled and with the other order of the parallel loop
-        (rows or channel blocks outermost)."""
+        best-ranked tiles of each with kw unrolled, with channel blocks outermost in the parallel
+        loop and with rows outermost."""
         from tvm import s_tir
 
         sch = s_tir.Schedule(func)
@@ -344,10 +354,10 @@ class Conv2dNCHWc:
         for base in leading:
             if kh * kw > 1:
                 configs.append({**base, "unroll_kw": True})
-            if base.get("rows_outer"):  # and the other order
-                configs.append({k: v for k, v in base.items() if k != "rows_outer"})
-            elif not base.get("flat"):  # (a flat tile has no rows)
-                configs.append({**{k: v for k, v in base.items() if k != "ocg"}, "rows_outer": True})
+            if base.get("rows_outer") or base.get("bands"):  # and channel blocks first
+                configs.append({k: v for k, v in base.items() if k not in ("rows_outer", "bands")})
+            if not base.get("flat") and not base.get("rows_outer"):  # (a flat tile has no rows)
+                configs.append({**{k: v for k, v in base.items() if k not in ("ocg", "bands")}, "rows_outer": True})
         if "ocg" in configs[0]:  # the same tile without the grouping
             configs.append({k: v for k, v in configs[0].items() if k != "ocg"})
         if configs[0].get("inline_pad"):  # every tile reading in place, and the default copying
@@ -372,11 +382,13 @@ class Conv2dNCHWc:
         config = config if given else self._default_config(info)
         t, th, unroll_kw = int(config["t"]), int(config.get("th", 1)), bool(config.get("unroll_kw", False))
         rows_outer, oc2, ocg = bool(config.get("rows_outer", False)), int(config.get("oc2", 1)), int(config.get("ocg", 1))
+        bands = int(config.get("bands", 1))
         flat = bool(config.get("flat", False))
         # (an odd count of channel blocks, or a flat plane that T does not divide: the last tile
         # computes what it can, the rest predicated off)
         columns_wrong = (th != 1 or rows_outer or not info["flat"] or t > out_height * out_width) if flat else (out_width % t or out_height % th)
-        if given and (columns_wrong or oc2 > extents[1] or -(-extents[1] // oc2) % ocg or (rows_outer and ocg > 1)):
+        bands_wrong = bands > 1 and (flat or rows_outer or ocg > 1 or (out_height // th) % bands)
+        if given and (columns_wrong or bands_wrong or oc2 > extents[1] or -(-extents[1] // oc2) % ocg or (rows_outer and ocg > 1)):
             raise ValueError(f"tile {config} does not divide the convolution")
         Conv2dNCHW._inline_padding_free_copy(sch, conv, info["data_region"])
         if config.get("inline_pad"):  # the conv reads the input itself, zero outside it
@@ -414,6 +426,10 @@ class Conv2dNCHWc:
             if rows_outer:  # each input row read once from cache for every output-channel block
                 sch.reorder(oh_outer, occ)
                 parallel = sch.fuse(n, oh_outer, occ)
+            elif bands > 1:  # (LARGE_WEIGHT_BANDS)
+                band, oh_outer = sch.split(oh_outer, [bands, None])
+                sch.reorder(band, occ)
+                parallel = sch.fuse(n, band, occ)
             else:
                 parallel = sch.fuse(*outer)
             sch.reverse_compute_at(writeback, ow_outer)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import ort_run, relax_through, scheduled_through
+from tests.helpers import scheduled_through, vm_matches_onnxruntime
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -90,18 +90,10 @@ def test_a_winograd_convs_padded_copy_is_split_by_rows(mattr, chunks, monkeypatc
 @pytest.mark.isa
 @pytest.mark.parametrize("winograd", [False, True])
 def test_conv_with_split_padding_matches_onnxruntime(winograd, monkeypatch):
-    import tvm
-    from tvm import relax
-
     from core.compiler import winograd as winograd_module
     from core.compiler.target import make_target
 
     if not winograd:
         monkeypatch.setattr(winograd_module, "WINOGRAD_TILES", ())
-    target = make_target("cpu")
-    model = _conv_model()
-    vm = relax.VirtualMachine(tvm.compile(relax_through(model, target, "VMFinalize"), target), tvm.cpu())
     x = np.random.default_rng(4).standard_normal((1, 32, 16, 16)).astype(np.float32)
-    (ref,) = ort_run(model, {"x": x})
-    for _ in range(3):  # the pool's worker may take any rows of the copy: the same result each run
-        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=RTOL, atol=ATOL)
+    vm_matches_onnxruntime(_conv_model(), make_target("cpu"), x, runs=3, rtol=RTOL, atol=ATOL)  # any rows of the copy to the worker

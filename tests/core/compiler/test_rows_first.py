@@ -1,9 +1,10 @@
 """Split kernels take rows first, so that each thread reads what its own core wrote the kernel
-before: a channel-blocked conv whose weights stay in L2 (cpu_conv_nchwc.ROWS_FIRST_MAX_WEIGHT_BYTES)
-and a depthwise conv from 28 output rows (cpu_depthwise_nchwc.ROWS_FIRST_MIN_ROWS, bands of rows
-of every channel block). Structure from the scheduled TIR for AVX-512 and AVX2 targets (codegen
-only); the results of every config are checked in test_depthwise_nchwc.py and
-test_tuning_confirm.py, and a mobile block with bands against onnxruntime there too."""
+before: a channel-blocked conv whose weights stay in L2 (cpu_conv_nchwc.ROWS_FIRST_MAX_WEIGHT_BYTES),
+one with larger weights over two bands of rows (LARGE_WEIGHT_BANDS), and a depthwise conv from 28
+output rows (cpu_depthwise_nchwc.ROWS_FIRST_MIN_ROWS, bands of rows of every channel block).
+Structure from the scheduled TIR for AVX-512 and AVX2 targets (codegen only); both convs against
+onnxruntime on this host's ISA; the depthwise template space is checked in test_depthwise_nchwc.py
+(and a mobile block with bands against onnxruntime there)."""
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.core.compiler.test_conv_nchwc_padding import _loops_around
 from tests.core.compiler.test_depthwise_nchwc import _depthwise_kernel
-from tests.helpers import scheduled_through
+from tests.helpers import scheduled_through, vm_matches_onnxruntime
 
 
 def _two_convs_model():
@@ -51,21 +52,36 @@ def _parallel_loops(target) -> dict[int, str]:
 
 
 @pytest.mark.parametrize("mcpu,mattr", [("znver4", None), ("znver4", ["-avx512f"]), ("haswell", None)])
-def test_convs_with_small_weights_split_rows_first(mcpu, mattr, monkeypatch):
+def test_convs_split_rows_first_and_large_weights_two_bands_of_rows(mcpu, mattr, monkeypatch):
     from core.compiler import winograd
     from core.compiler.schedules import cpu_conv_nchwc
     from core.compiler.target import make_target
 
-    monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())  # the 3x3 conv stays direct
+    monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())  # the 3x3 convs stay direct
     target = make_target("cpu", mcpu=mcpu, mattr=mattr)
     loops = _parallel_loops(target)
     assert all("T.parallel" in loop for loop in loops.values()), loops
-    # (oc_chunk_0: tiles of two channel blocks)
-    assert re.search(r"for n_oh(_0)?_oc_chunk(_0)?_fused", loops[32]), loops  # 36 KiB of weights: a band of rows a thread
-    assert re.search(r"for n_oc_chunk(_0)?_oh", loops[512]), loops  # 576 KiB: channel blocks, each thread half the weights
+    # (oc_chunk_0: tiles of two channel blocks; 32 tiles of 512 channels either way)
+    # 36 KiB of weights: a row a task, 16 rows x 2 tiles of channels
+    assert re.search(r"for n_oh_oc_chunk(_0)?_fused in T.parallel\(T.int64\(32\)\)", loops[32]), loops
+    # 576 KiB: two bands of 8 rows x 32 tiles, the band's rows inside
+    assert re.search(r"for n_oh_0_oc_chunk(_0)?_fused in T.parallel\(T.int64\(64\)\)", loops[512]), loops
 
-    monkeypatch.setattr(cpu_conv_nchwc, "ROWS_FIRST", False)  # as before
+    monkeypatch.setattr(cpu_conv_nchwc, "LARGE_WEIGHT_BANDS", 1)  # as before: channel blocks first
+    loops = _parallel_loops(target)
+    assert re.search(r"for n_oc_chunk(_0)?_oh", loops[512]) and re.search(r"for n_oh_oc_chunk", loops[32]), loops
+    monkeypatch.setattr(cpu_conv_nchwc, "ROWS_FIRST", False)  # both
     assert re.search(r"for n_oc_chunk(_0)?_oh", _parallel_loops(target)[32])
+
+
+@pytest.mark.isa
+def test_convs_split_by_rows_and_bands_match_onnxruntime(monkeypatch):
+    from core.compiler import winograd
+    from core.compiler.target import make_target
+
+    monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())
+    x = np.random.default_rng(6).standard_normal((1, 32, 16, 16)).astype(np.float32)
+    vm_matches_onnxruntime(_two_convs_model(), make_target("cpu"), x, runs=3)
 
 
 @pytest.mark.parametrize("size,stride,bands", [(56, 1, 4), (56, 2, 4), (28, 1, 4), (14, 1, 1), (7, 1, 1)])
