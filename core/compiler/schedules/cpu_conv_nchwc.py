@@ -131,10 +131,13 @@ GROUP_WEIGHT_BYTES = 256 << 10
 # thread computes a band of rows for every output-channel block, not every row for half of the
 # blocks. Split by channel blocks, each thread read the whole input, half of it written by the
 # other core the kernel before; split by rows, a thread reads the rows its own core wrote, as the
-# kernels around it are split by rows too (depthwise convs from ROWS_FIRST_MIN_ROWS rows, padded
-# copies, pools, elementwise blocks). Each thread then streams all the weights, so only weights
-# that stay in L2 (Zen 3's 512 KiB) beside the rows (larger ones: LARGE_WEIGHT_BANDS). Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
-# whole models, rows first against channel blocks first (with the depthwise bands), 2 threads,
+# convs around it and their padded copies are split by rows too (depthwise convs from
+# cpu_depthwise_nchwc.ROWS_FIRST_MIN_ROWS rows). Pools and concatenations stay split by channel
+# blocks: in bands of rows they measured slower (squeezenet 2.57 vs 2.49 ms at 2 threads,
+# densenet121 43.0 vs 41.5 ms at 1). Each thread streams all the weights, so only weights that
+# stay in L2 (Zen 3's 512 KiB) beside the rows (larger ones: LARGE_WEIGHT_BANDS). Zen 4 (AMD
+# EPYC, family 25 model 17, 2 vCPUs), whole models, rows first against channel blocks first
+# (with the depthwise bands), 2 threads,
 # 14 alternating blocks (benchmarks/parallel_split.py --variants default,chunks-first): mobilenet_v2
 # 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6
 # vs 25.3, inception_v1 9.96 vs 10.25, resnet50 31.7 vs 32.6, small_cnn 29.1 vs 30.3 us,
@@ -236,8 +239,8 @@ class Conv2dNCHWc:
     n, oc_chunk, oh/TH (fused, parallel) | ow/T | ic/b, kh, kw, ic%b | TH, T (unrolled) | b
     (vectorized; n, oh/TH, oc_chunk when its weights are small, ROWS_FIRST_MAX_WEIGHT_BYTES:
     each thread then reads the rows its own core wrote; else n, two bands of rows, oc_chunk where
-    they divide the rows, LARGE_WEIGHT_BANDS), and writes each tile back once with the fused epilogue (bias, batch-norm,
-    residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy, except for
+    they divide the rows, LARGE_WEIGHT_BANDS), and writes each tile back once with the fused
+    epilogue (bias, batch-norm, residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy, except for
     an image stem's narrow input blocks (`reads_padding_in_place`).
 
     A strided 1x1 conv (a ResNet downsampling projection) whose input would be re-read from
