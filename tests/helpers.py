@@ -216,6 +216,21 @@ def vm_matches_onnxruntime(model: onnx.ModelProto, target, x: np.ndarray, runs: 
         np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), ref, rtol=rtol, atol=atol)
 
 
+def loops_around(script: str, block: str) -> list[str]:
+    """The `for` lines enclosing the block named `block` in a TVMScript listing, outermost first."""
+    lines = script.splitlines()
+    at = next(i for i, line in enumerate(lines) if f'T.sblock("{block}")' in line)
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    loops = []
+    for line in reversed(lines[:at]):
+        depth = len(line) - len(line.lstrip())
+        if line.strip() and depth < indent:
+            indent = depth
+            if line.strip().startswith("for "):
+                loops.append(line.strip())
+    return loops[::-1]
+
+
 def conv_tile(config: dict) -> dict:
     """A channel-blocked conv's config (core.compiler.schedules.cpu_conv_nchwc) without the order
     of its parallel loop ("rows_outer", which the weights' size decides): its register tile."""

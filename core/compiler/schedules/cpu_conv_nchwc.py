@@ -137,12 +137,12 @@ GROUP_WEIGHT_BYTES = 256 << 10
 # densenet121 43.0 vs 41.5 ms at 1). Each thread streams all the weights, so only weights that
 # stay in L2 (Zen 3's 512 KiB) beside the rows (larger ones: LARGE_WEIGHT_BANDS). Zen 4 (AMD
 # EPYC, family 25 model 17, 2 vCPUs), whole models, rows first against channel blocks first
-# (with the depthwise bands), 2 threads,
-# 14 alternating blocks (benchmarks/parallel_split.py --variants default,chunks-first): mobilenet_v2
-# 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6
-# vs 25.3, inception_v1 9.96 vs 10.25, resnet50 31.7 vs 32.6, small_cnn 29.1 vs 30.3 us,
-# mobilenet_v3_small 0.819 vs 0.873 ms, efficientnet_b0 5.81 vs 5.89; 1 thread level (the kernels
-# alone: level at 1 and 2 threads, the gain is in what the next kernel reads).
+# (with the depthwise bands), 2 threads, 14 alternating blocks (benchmarks/parallel_split.py
+# --variants default,chunks-first): mobilenet_v2 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet
+# 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6 vs 25.3, inception_v1 9.96 vs 10.25, resnet50
+# 31.7 vs 32.6, small_cnn 29.1 vs 30.3 us, mobilenet_v3_small 0.819 vs 0.873 ms, efficientnet_b0
+# 5.81 vs 5.89; 1 thread level (the kernels alone: level at 1 and 2 threads, the gain is in what
+# the next kernel reads).
 ROWS_FIRST_MAX_WEIGHT_BYTES = 256 << 10
 ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
 # A conv with larger weights is split over this many bands of rows first (n, band, oc_chunk | the
@@ -240,8 +240,8 @@ class Conv2dNCHWc:
     (vectorized; n, oh/TH, oc_chunk when its weights are small, ROWS_FIRST_MAX_WEIGHT_BYTES:
     each thread then reads the rows its own core wrote; else n, two bands of rows, oc_chunk where
     they divide the rows, LARGE_WEIGHT_BANDS), and writes each tile back once with the fused
-    epilogue (bias, batch-norm, residual add, ReLU) as whole vectors. Padding stays a separate vectorized copy, except for
-    an image stem's narrow input blocks (`reads_padding_in_place`).
+    epilogue (bias, batch-norm, residual add, ReLU) as whole vectors. Padding stays a separate
+    vectorized copy, except for an image stem's narrow input blocks (`reads_padding_in_place`).
 
     A strided 1x1 conv (a ResNet downsampling projection) whose input would be re-read from
     beyond L2 once per output-channel block computes groups of channel blocks per output row
@@ -316,10 +316,11 @@ class Conv2dNCHWc:
             group -= 1  # a group of tiles: a divisor of the tiles along the channels
         if group > 1:
             config["ocg"] = group
-        if ROWS_FIRST and not flat and group == 1 and weight_bytes(info["extents"]) <= ROWS_FIRST_MAX_WEIGHT_BYTES:
-            config["rows_outer"] = True
-        elif ROWS_FIRST and LARGE_WEIGHT_BANDS > 1 and not flat and group == 1 and (out_height // config["th"]) % LARGE_WEIGHT_BANDS == 0:
-            config["bands"] = LARGE_WEIGHT_BANDS
+        if ROWS_FIRST and not flat and group == 1:  # rows first, or in bands (ROWS_FIRST_MAX_WEIGHT_BYTES)
+            if weight_bytes(info["extents"]) <= ROWS_FIRST_MAX_WEIGHT_BYTES:
+                config["rows_outer"] = True
+            elif LARGE_WEIGHT_BANDS > 1 and (out_height // config["th"]) % LARGE_WEIGHT_BANDS == 0:
+                config["bands"] = LARGE_WEIGHT_BANDS
         return config
 
     def candidates(self, func, target) -> list[dict]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.helpers import scheduled_through, vm_matches_onnxruntime
+from tests.helpers import loops_around, scheduled_through, vm_matches_onnxruntime
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -33,21 +33,6 @@ def _conv_model(channels: int = 32, size: int = 16):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _loops_around(script: str, block: str) -> list[str]:
-    """The `for` lines enclosing the block named `block` in a TVMScript listing, outermost first."""
-    lines = script.splitlines()
-    at = next(i for i, line in enumerate(lines) if f'T.sblock("{block}")' in line)
-    indent = len(lines[at]) - len(lines[at].lstrip())
-    loops = []
-    for line in reversed(lines[:at]):
-        depth = len(line) - len(line.lstrip())
-        if line.strip() and depth < indent:
-            indent = depth
-            if line.strip().startswith("for "):
-                loops.append(line.strip())
-    return loops[::-1]
-
-
 def _conv_kernel_script(target, kind: str = "conv2d") -> str:
     import tvm
 
@@ -65,14 +50,14 @@ def test_a_split_convs_padded_copy_is_split_by_rows(mcpu, mattr, chunks, monkeyp
     monkeypatch.setattr(winograd, "WINOGRAD_TILES", ())  # the 3x3 conv stays direct (not Winograd)
     target = make_target("cpu", mcpu=mcpu, mattr=mattr)
     script = _conv_kernel_script(target)
-    pad, conv = _loops_around(script, "data_pad"), _loops_around(script, "conv2d_NCHWc_update")
+    pad, conv = loops_around(script, "data_pad"), loops_around(script, "conv2d_NCHWc_update")
     assert "T.parallel" in conv[0]  # the conv is split ...
     # ... and so is its copy: 18 padded rows x the channel chunks, a run of whole rows per thread
     assert "T.parallel" in pad[0] and f"T.int64({18 * chunks})" in pad[0] and "i2_i1" in pad[0]
     assert "T.vectorized" in pad[-1]
 
     monkeypatch.setattr(cpu_common, "PARALLEL_PADDING", False)  # as before: the calling thread copies
-    assert not any("T.parallel" in loop for loop in _loops_around(_conv_kernel_script(target), "data_pad"))
+    assert not any("T.parallel" in loop for loop in loops_around(_conv_kernel_script(target), "data_pad"))
 
 
 @pytest.mark.parametrize("mattr,chunks", [(None, 2), (["-avx512f"], 4)])
@@ -81,10 +66,10 @@ def test_a_winograd_convs_padded_copy_is_split_by_rows(mattr, chunks, monkeypatc
     from core.compiler.target import make_target
 
     target = make_target("cpu", mcpu="znver4", mattr=mattr)
-    pad = _loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad")  # 16x16: F(4, 3)
+    pad = loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad")  # 16x16: F(4, 3)
     assert "T.parallel" in pad[0] and f"T.int64({18 * chunks})" in pad[0] and "T.vectorized" in pad[-1]
     monkeypatch.setattr(cpu_common, "PARALLEL_PADDING", False)
-    assert not any("T.parallel" in loop for loop in _loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad"))
+    assert not any("T.parallel" in loop for loop in loops_around(_conv_kernel_script(target, "winograd"), "winograd_pad"))
 
 
 @pytest.mark.isa

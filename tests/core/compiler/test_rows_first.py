@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.core.compiler.test_conv_nchwc_padding import _loops_around
 from tests.core.compiler.test_depthwise_nchwc import _depthwise_kernel
-from tests.helpers import scheduled_through, vm_matches_onnxruntime
+from tests.helpers import loops_around, scheduled_through, vm_matches_onnxruntime
 
 
 def _two_convs_model():
@@ -47,7 +46,7 @@ def _parallel_loops(target) -> dict[int, str]:
     for gv, func in scheduled_through(_two_convs_model(), target).functions_items():
         if isinstance(func, tvm.tirx.PrimFunc) and "conv2d_NCHWc" in gv.name_hint:
             weight = func.params[1].shape  # [O/b, I/b, kh, kw, b, b]
-            loops[int(weight[0]) * int(weight[5])] = _loops_around(func.script(), "conv2d_NCHWc_update")[0]
+            loops[int(weight[0]) * int(weight[5])] = loops_around(func.script(), "conv2d_NCHWc_update")[0]
     return loops
 
 
@@ -100,7 +99,7 @@ def test_depthwise_convs_split_bands_of_rows_first_from_28_rows(size, stride, ba
         assert default["bands"] == 1 and mattr and stride == 1
         return
     assert default["bands"] == bands
-    outer = _loops_around(rule.apply(func, target).mod["main"].script(), "depthwise_conv2d_NCHWc_update")[0]
+    outer = loops_around(rule.apply(func, target).mod["main"].script(), "depthwise_conv2d_NCHWc_update")[0]
     if bands > 1:  # band, channel block | the band's rows, each block's in order
         assert "T.parallel" in outer and f"T.int64({bands * chunks})" in outer and "n_y_0_c_fused" in outer, outer
         assert {"bands": 1, **{k: v for k, v in default.items() if k != "bands"}} in rule.candidates(func, target)
