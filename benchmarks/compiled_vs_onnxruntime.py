@@ -17,6 +17,11 @@ checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in th
 
     python benchmarks/compiled_vs_onnxruntime.py [--models squeezenet,small_cnn] [--runs 20]
         [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off] [--blocks 10]
+        [--as-avx2]
+
+`--as-avx2` measures AVX2 code against AVX2 code on an AVX-512 host: ours compiled with -avx512f,
+onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.cpuid_mask), so its MLAS
+takes the kernels it takes on an AVX2 CPU. The host's caches, clocks and datapath stay its own.
 
 `--tune-minutes M` tunes each model for up to M minutes into --tune-db first (resumable: a
 kernel already in the database is not tuned again), through the same compile that is timed, so
@@ -358,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", default=None, metavar="NAME", help="compile ours for this LLVM CPU (default: MLCWB_CPU, else this host); "
                         "onnxruntime still runs its kernels for this host (with AVX-512 where it has it)")
     parser.add_argument("--cpu-features", default=None, metavar="FEATURES", help="feature changes for that CPU, e.g. --cpu-features=-avx512f")
+    parser.add_argument(
+        "--as-avx2",
+        action="store_true",
+        help="on an AVX-512 host, both sides as on an AVX2 one: ours compiled with -avx512f (unless --cpu-features says "
+        "otherwise), onnxruntime's process under core.compiler.cpuid_mask, so its MLAS takes its AVX2 kernels",
+    )
     parser.add_argument("--ort-spinning", choices=("on", "off"), default="on", help="onnxruntime's spinning worker threads (default on, its default; off is its better setting on a busy machine)")
     args = parser.parse_args(argv)
 
@@ -369,6 +380,15 @@ def main(argv: list[str] | None = None) -> int:
     # (core.compiler.target.runtime_threads), as many as onnxruntime gets
     from core.compiler.ort_worker import OrtProcess
 
+    if args.as_avx2:
+        from core.compiler import cpuid_mask
+
+        why_not = cpuid_mask.probe()
+        if why_not:
+            print(f"--as-avx2: {why_not}", file=sys.stderr)
+            return 2
+        if args.cpu_features is None:
+            args.cpu_features = "-avx512f"
     target = make_target("cpu", mcpu=args.cpu, mattr=args.cpu_features)
     models: dict[str, object] = dict(light_models())
     models.update(sample_models())
@@ -411,7 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     built = target_cpu(target)
     if built != target_cpu(make_target("cpu", mcpu="host")):
         isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
-        print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs its own kernels for this host")
+        ort_kernels = "its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)" if args.as_avx2 else "its own kernels for this host"
+        print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs {ort_kernels}")
+    elif args.as_avx2:
+        print("onnxruntime runs its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
     if one_thread:
         cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}{'p10 ours/ort':>14}"
@@ -467,8 +490,9 @@ def main(argv: list[str] | None = None) -> int:
                 tuned_note = " tuned 0 kernels (= untuned)"
         spinning = args.ort_spinning == "on"
         model_bytes = proto.SerializeToString()
-        with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning) as ort_proc, contextlib.ExitStack() as stack:
-            ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning)) if one_thread else None
+        hide = args.as_avx2
+        with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning, hide_avx512=hide) as ort_proc, contextlib.ExitStack() as stack:
+            ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning, hide_avx512=hide)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
             if tvm_tuned is not None:
                 terr = _check(tvm_tuned, ort_proc, feeds)

@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["ARTIFACT_FILE", "NativePool", "build", "install", "pool", "run_threads", "set_run_threads", "status"]
+__all__ = ["ARTIFACT_FILE", "NativePool", "build", "build_c_library", "install", "pool", "run_threads", "set_run_threads", "status"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,13 +116,14 @@ def _cache_dir() -> Path:
     return Path(base) / "mlc-workbench"
 
 
-def build(out: str | os.PathLike | None = None) -> Path:
-    """The library built from native_pool.c: `out`, or a cached file named by the source's hash
-    (built once; concurrent builders each write their own file and rename it in place). Raises
-    OSError (no compiler, a failed build) with the compiler's first lines."""
-    source = SOURCE.read_bytes()
-    tag = hashlib.sha256(source + " ".join(CFLAGS).encode()).hexdigest()[:16]
-    path = Path(out) if out is not None else _cache_dir() / f"native_pool-{tag}.so"
+def build_c_library(source: Path, cflags: list[str], out: str | os.PathLike | None = None) -> Path:
+    """A shared library built from the C file `source` with `cflags`: `out`, or a cached file
+    named by the source's stem and the hash of its text and flags (built once; concurrent builders
+    each write their own file and rename it in place). Raises OSError (no compiler, a failed
+    build) with the compiler's first lines."""
+    text = source.read_bytes()
+    tag = hashlib.sha256(text + " ".join(cflags).encode()).hexdigest()[:16]
+    path = Path(out) if out is not None else _cache_dir() / f"{source.stem}-{tag}.so"
     if out is None and path.exists():
         return path
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -132,14 +133,19 @@ def build(out: str | os.PathLike | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     os.close(fd)
     try:
-        run = subprocess.run([cc, *CFLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120, check=False)
+        run = subprocess.run([cc, *cflags, "-o", tmp, str(source)], capture_output=True, text=True, timeout=120, check=False)
         if run.returncode != 0:
-            raise OSError(f"{cc} failed on {SOURCE.name}: {' '.join(run.stderr.strip().splitlines()[:3])}")
+            raise OSError(f"{cc} failed on {source.name}: {' '.join(run.stderr.strip().splitlines()[:3])}")
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def build(out: str | os.PathLike | None = None) -> Path:
+    """The library built from native_pool.c (see build_c_library): `out`, or the cached build."""
+    return build_c_library(SOURCE, CFLAGS, out)
 
 
 def _load(path: str) -> NativePool:

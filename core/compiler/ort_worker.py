@@ -5,7 +5,8 @@ in one process, alternately, each one's spinning threads take the cores the othe
 on (a small CNN measured 23.7 ms that way, 1.2 ms alone). In its own process onnxruntime keeps
 its default threading, and the parent leaves a pause between blocks for the spinners to sleep.
 
-Run as a script, it imports only numpy and onnxruntime (never the workbench):
+Run as a script, it imports only numpy and onnxruntime (never the workbench; with
+`hide_avx512`, also its sibling cpuid_mask.py, which imports nothing of the workbench):
 
     python ort_worker.py MODEL.onnx FEEDS.npz THREADS [nospin]
 
@@ -28,6 +29,19 @@ __all__ = ["serve", "OrtProcess"]
 logger = logging.getLogger(__name__)
 
 
+def _mask_report() -> dict | None:
+    """core.compiler.cpuid_mask.report() when this process runs under the mask, else None."""
+    if not os.environ.get("MLCWB_CPUID_MASK"):
+        return None
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("_mlcwb_cpuid_mask", Path(__file__).with_name("cpuid_mask.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.report()
+
+
 def serve(model_path: str, feeds_path: str, threads: int, spinning: bool = True, stdin=None, stdout=None) -> int:
     import numpy as np
     import onnxruntime as ort
@@ -43,7 +57,16 @@ def serve(model_path: str, feeds_path: str, threads: int, spinning: bool = True,
     with np.load(feeds_path) as data:
         feeds = {name: data[name] for name in data.files}
     session.run(None, feeds)
-    print(json.dumps({"ready": True, "pid": os.getpid()}), file=stdout, flush=True)
+    ready = {"ready": True, "pid": os.getpid()}
+    mask = _mask_report()
+    if mask is not None:
+        if not mask["active"] or mask["avx512f"]:
+            raise RuntimeError(
+                "AVX-512 could not be hidden from onnxruntime: "
+                + ("this host has no CPUID faulting" if not mask["active"] else "CPUID still reports AVX512F")
+            )
+        ready["cpuid_mask"] = mask
+    print(json.dumps(ready), file=stdout, flush=True)
     for line in stdin:
         command, _, arg = line.strip().partition(" ")
         if command == "run":
@@ -62,13 +85,22 @@ def serve(model_path: str, feeds_path: str, threads: int, spinning: bool = True,
     return 0
 
 
+def _masked_environment() -> dict:
+    from core.compiler import cpuid_mask
+
+    return cpuid_mask.environment()
+
+
 class OrtProcess:
     """onnxruntime on `model_bytes` in a child process (this file run as a script); a context
     manager. `run(n)` times n runs there and returns their latencies in ms; `outputs()` returns
     one run's outputs. The child is ended on exit. `spinning=False` turns onnxruntime's spinning
-    worker threads off (its better setting on a machine other processes keep busy)."""
+    worker threads off (its better setting on a machine other processes keep busy).
+    `hide_avx512=True` runs it under core.compiler.cpuid_mask, so its MLAS takes the AVX2 kernels
+    on an AVX-512 host; the child checks that CPUID says no AVX512F before it answers, and
+    `cpuid_mask` holds what it saw (None without the mask)."""
 
-    def __init__(self, model_bytes: bytes, feeds: dict, threads: int, spinning: bool = True):
+    def __init__(self, model_bytes: bytes, feeds: dict, threads: int, spinning: bool = True, hide_avx512: bool = False):
         import subprocess
         import tempfile
         from pathlib import Path
@@ -86,8 +118,11 @@ class OrtProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            env=_masked_environment() if hide_avx512 else None,
         )
-        self.pid = int(self._answer()["pid"])  # the process onnxruntime runs in
+        ready = self._answer()
+        self.pid = int(ready["pid"])  # the process onnxruntime runs in
+        self.cpuid_mask = ready.get("cpuid_mask")
 
     def _answer(self) -> dict:
         line = self._proc.stdout.readline()
