@@ -11,12 +11,15 @@
  *
  * What it does not change: XGETBV (XCR0 still enables the AVX-512 register state; MLAS and the
  * others test the CPUID bit as well), /proc/cpuinfo, and code compiled for AVX-512 ahead of
- * time. A SIGSEGV that is not a CPUID goes to the handler that was there before, or ends the
- * process as it would have.
+ * time. A SIGSEGV that is not a CPUID goes to the handler the process installed (sigaction and
+ * signal are wrapped here: a SIGSEGV handler installed later, such as TVM's backtrace printer or
+ * Python's faulthandler, is kept as the one to pass other faults to, and the mask's stays in
+ * place), or ends the process as it would have.
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>
 #include <cpuid.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -31,11 +34,43 @@
 /* leaf 7 subleaf 1: AVX512_BF16 */
 #define EAX1_AVX512 (1u << 5)
 
-static struct sigaction previous;
+static struct sigaction previous;  /* the process's own SIGSEGV action: where other faults go */
 static volatile int active;  /* 1 once faulting is on and the handler installed */
 static volatile unsigned long answered;  /* CPUIDs the handler answered */
 
 static long set_cpuid(int enabled) { return syscall(SYS_arch_prctl, ARCH_SET_CPUID, enabled); }
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
+static int real_sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    static sigaction_fn real;
+    if (!real)
+        real = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    return real(sig, act, old);
+}
+
+/* While the mask is active, SIGSEGV actions are recorded, not installed. */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+    if (sig != SIGSEGV || !active)
+        return real_sigaction(sig, act, old);
+    struct sigaction was = previous;
+    if (act)
+        previous = *act;
+    if (old)
+        *old = was;
+    return 0;
+}
+
+sighandler_t signal(int sig, sighandler_t handler) {
+    struct sigaction act, old;
+    memset(&act, 0, sizeof act);
+    act.sa_handler = handler;
+    act.sa_flags = SA_RESTART;
+    sigemptyset(&act.sa_mask);
+    if (sigaction(sig, &act, &old) != 0)
+        return SIG_ERR;
+    return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)old.sa_sigaction : old.sa_handler;
+}
 
 static void on_segv(int sig, siginfo_t *info, void *context) {
     ucontext_t *uc = (ucontext_t *)context;
@@ -62,17 +97,21 @@ static void on_segv(int sig, siginfo_t *info, void *context) {
         __atomic_add_fetch(&answered, 1, __ATOMIC_RELAXED);
         return;
     }
-    /* not ours: what was there before, or the default action on the next fault */
-    if (previous.sa_flags & SA_SIGINFO) {
-        if (previous.sa_sigaction) {
-            previous.sa_sigaction(sig, info, context);
+    /* not a CPUID: the process's own handler, or the default action when the fault comes again */
+    struct sigaction own = previous;
+    if (own.sa_flags & SA_SIGINFO) {
+        if (own.sa_sigaction) {
+            own.sa_sigaction(sig, info, context);
             return;
         }
-    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-        previous.sa_handler(sig);
+    } else if (own.sa_handler != SIG_DFL && own.sa_handler != SIG_IGN) {
+        own.sa_handler(sig);
         return;
     }
-    signal(SIGSEGV, SIG_DFL);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    real_sigaction(SIGSEGV, &dfl, NULL);
 }
 
 __attribute__((constructor)) static void mlcwb_cpuid_mask_start(void) {
@@ -81,10 +120,10 @@ __attribute__((constructor)) static void mlcwb_cpuid_mask_start(void) {
     sa.sa_sigaction = on_segv;
     sa.sa_flags = SA_SIGINFO | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGSEGV, &sa, &previous) != 0)
+    if (real_sigaction(SIGSEGV, &sa, &previous) != 0)
         return;
     if (set_cpuid(0) != 0) {
-        sigaction(SIGSEGV, &previous, NULL);  /* no CPUID faulting here: nothing is masked */
+        real_sigaction(SIGSEGV, &previous, NULL);  /* no CPUID faulting here: nothing is masked */
         return;
     }
     active = 1;

@@ -62,6 +62,21 @@ def test_a_segfault_that_is_not_cpuid_still_ends_the_process(mask_works):
     assert run.returncode == -signal.SIGSEGV, (run.returncode, run.stderr[-500:])
 
 
+def test_a_segv_handler_installed_later_gets_the_other_faults_and_cpuid_stays_masked(mask_works):
+    """Python's faulthandler (as TVM's backtrace printer) installs its SIGSEGV handler after the
+    mask is loaded: CPUID is still answered by the mask, and a real fault reaches faulthandler."""
+    code = (
+        "import ctypes, faulthandler, os, sys; faulthandler.enable(); "
+        "lib = ctypes.CDLL(os.environ['MLCWB_CPUID_MASK']); "
+        "print('avx512f', bool(lib.mlcwb_cpuid_leaf7_ebx() & (1 << 16)), flush=True); "
+        "ctypes.string_at(0)"
+    )
+    run = _run(code, masked=True)
+    assert "avx512f False" in run.stdout, (run.stdout, run.stderr[-500:])
+    assert "Fatal Python error: Segmentation fault" in run.stderr, run.stderr[-500:]
+    assert run.returncode == -signal.SIGSEGV
+
+
 def test_the_environment_keeps_what_was_preloaded_and_drops_faulthandler(mask_works):
     env = cpuid_mask.environment({"LD_PRELOAD": "/x/other.so", "GLIBC_TUNABLES": "glibc.malloc.check=0", "PYTHONFAULTHANDLER": "1"})
     lib = str(cpuid_mask.build())
