@@ -19,7 +19,7 @@ from .tuning_db import (
     search_records,
     trace_key,
 )
-from .tuning_runners import CONFIRM_MARGIN, confirm_at_threads
+from .tuning_runners import CONFIRM_MARGIN, confirm_at_threads, scheduled_module
 from .tuning_runners import measure_schedules as _measure_schedules
 
 __all__ = ["extract_tasks"]
@@ -36,8 +36,6 @@ def _confirm_search(task_mod, target, db, builder, runner, default_ms: float | N
     won (the default stays). None when nothing can be confirmed (no records; no default
     schedule, or it did not run: the records apply as measured), or when `previous` already
     confirmed the same fastest record."""
-    from tvm import s_tir
-
     from .schedules import default_schedule
 
     records = search_records(db, task_mod, finalists)
@@ -56,7 +54,7 @@ def _confirm_search(task_mod, target, db, builder, runner, default_ms: float | N
             logger.info("tuning record does not apply: %s", exc)
     if not candidates:
         return entry
-    default = s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))
+    default = scheduled_module(scheduled)
     winner, secs = confirm_at_threads(default, [sch for _, sch in candidates], target, builder, runner)
     if secs[0] is None:
         return None
@@ -123,10 +121,8 @@ def _measure_default(task_mod, target, builder, runner) -> float | None:
     scheduled, _rule = default_schedule(task_mod["main"], target)
     if scheduled is None:
         return None
-    from tvm import s_tir
-
     try:
-        return _measure_schedules([s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))], target, builder, runner)[0]
+        return _measure_schedules([scheduled_module(scheduled)], target, builder, runner)[0]
     except Exception as exc:  # noqa: BLE001 - no default figure: the kernel is tuned all the same
         logger.info("could not measure the default schedule: %s", exc)
         return None

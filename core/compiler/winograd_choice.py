@@ -200,17 +200,20 @@ def _tune_one(call, target, builder, runner, confirm_runner, cancel=None) -> dic
     """Measure the legal ways of one conv (module docstring); the record, or None when the
     rule's own pick did not build or run, or `cancel()` turned True before the confirmation (as
     tuning stops after the measuring round in progress; a conv half measured files nothing)."""
-    from tvm import s_tir
-
     from .schedules import default_schedule
-    from .tuning_runners import CONFIRM_MARGIN, confirm_at_threads, measure_schedules
+    from .tuning_runners import (
+        CONFIRM_MARGIN,
+        confirm_at_threads,
+        measure_schedules,
+        scheduled_module,
+    )
 
     choices, default = legal_choices(call), rule_choice(call)
     schedules = {}
     for choice in choices:
         scheduled, _rule = default_schedule(_variant(call, choice, target), target)
         if scheduled is not None:
-            schedules[choice] = s_tir.Schedule(scheduled.without_attr("tirx.is_scheduled"))
+            schedules[choice] = scheduled_module(scheduled)
     if default not in schedules:
         return None
     names = list(schedules)

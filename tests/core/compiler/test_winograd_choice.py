@@ -179,6 +179,46 @@ def test_tuning_says_which_conv_of_how_many_and_a_cancel_before_the_confirmation
     assert made == {} and not (database_dir(str(tmp_path), target) / WINOGRAD_FILE).exists()
 
 
+def test_avx2_winograd_with_a_partial_last_tile_is_built_and_measured(tmp_path):
+    """AVX2 code at 13x13: F(2,3)'s 49 tiles take 5 x 2 register tiles, the last one partial (a
+    GEMM block of its own, loop_partition). Wrapped in a new s_tir.Schedule for measuring, that
+    kernel failed TVM's well-formedness check, and `compile --tune-minutes` stopped at the
+    Winograd choice step on SqueezeNet and ResNet-50 as AVX2 code. Built and run for real here
+    (the local builder and one-thread runner): every legal choice gets a time."""
+    from core.compiler.schedules.cpu_winograd import gemm_tile
+    from core.compiler.tuning_runners import local_builder, local_runner
+    from core.compiler.winograd_choice import legal_choices, tune_choices
+
+    target = _target("znver4", ["-avx512f"])
+    mod = _before_legalize(_conv(13), target)
+    key, call = _only_conv(mod)
+    assert "winograd2" in legal_choices(call)
+    assert gemm_tile(49, 4, 16) == (5, 2)  # 32 channels in blocks of 8: the partial last tile
+    runner = local_runner(1)
+    made = tune_choices(mod, target, str(tmp_path), deadline=float("inf"), builder=local_builder(), runner=runner,
+                        confirm_runner=runner)
+    assert set(made[key]["ms"]) == set(legal_choices(call)), made
+    assert all(ms is not None and ms > 0 for ms in made[key]["ms"].values()), made
+
+
+def test_metaschedule_measures_the_default_of_avx2_winograd_with_a_partial_last_tile(tmp_path):
+    """The same kernel as a MetaSchedule task (compile --tune-trials): its default schedule gets a
+    time to compete with (it was None, the search's records then applied unconfirmed)."""
+    import tvm
+
+    from core.compiler.tuning_search import _measure_default
+    from core.compiler.winograd_choice import winograd_choice_pass
+
+    target = _target("znver4", ["-avx512f"])
+    mod = _before_legalize(_conv(13), target)
+    key, _call = _only_conv(mod)
+    _write(tmp_path, target, {key: {"choice": "winograd2"}})
+    funcs = _prim_funcs(_fused(winograd_choice_pass(target, str(tmp_path))(mod), target))
+    kernel = funcs["fused_conv2d_winograd2_NCHWc_add_relu"].with_attr("global_symbol", "main")
+    secs = _measure_default(tvm.IRModule({"main": kernel}), target, _Builder(), _Runner(lambda position: 1e-3))
+    assert secs == 1e-3
+
+
 @pytest.mark.parametrize("mcpu,mattr", TARGETS)
 def test_winograd_template_candidates_apply_default_first(mcpu, mattr):
     """The template search's space for a Winograd kernel: the default tile first, GEMM tiles that
