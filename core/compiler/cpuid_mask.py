@@ -10,8 +10,8 @@ caches, clocks and the 256-bit datapath stay the host's.
 The mask needs Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID): Intel CPUs since Ivy Bridge,
 AMD since Zen 4, and KVM guests. `probe()` says whether it works here. glibc picks its own string
 functions before any library loads, so `environment()` also sets GLIBC_TUNABLES to drop its
-AVX-512 variants, and it unsets PYTHONFAULTHANDLER: faulthandler's SIGSEGV handler would take
-the faults the mask answers.
+AVX-512 variants. SIGSEGV handlers the process installs later (TVM's, Python's faulthandler)
+get the other faults; the mask keeps the CPUID ones (cpuid_mask.c).
 """
 from __future__ import annotations
 
@@ -43,7 +43,6 @@ def environment(base: dict | None = None) -> dict:
     env["LD_PRELOAD"] = " ".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
     tunables = env.get("GLIBC_TUNABLES", "")
     env["GLIBC_TUNABLES"] = f"{tunables}:{GLIBC_NO_AVX512}" if tunables else GLIBC_NO_AVX512
-    env.pop("PYTHONFAULTHANDLER", None)
     env[ENV] = lib
     return env
 
