@@ -22,6 +22,7 @@ checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in th
 `--as-avx2` measures AVX2 code against AVX2 code on an AVX-512 host: ours compiled with -avx512f,
 onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.cpuid_mask), so its MLAS
 takes the kernels it takes on an AVX2 CPU. The host's caches, clocks and datapath stay its own.
+On a host without AVX-512 it changes nothing (both already run AVX2 code) and says so.
 
 `--tune-minutes M` tunes each model for up to M minutes into --tune-db first (resumable: a
 kernel already in the database is not tuned again), through the same compile that is timed, so
@@ -49,7 +50,7 @@ import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.
 
 from benchmarks.core_pair import core_pair_speedup  # noqa: E402 - after the path set-up
 
-__all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "main"]
+__all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "host_has_avx512", "main"]
 
 RTOL, ATOL = 1e-3, 1e-4
 
@@ -300,6 +301,15 @@ def host_description(target) -> str:
     return f"{name or 'unknown CPU'} ({host_cpu()}, {isa})"
 
 
+def host_has_avx512() -> bool:
+    """Whether this host's CPU has AVX-512 (LLVM's view of it, as host_description's)."""
+    from tvm.target import codegen
+
+    from core.compiler.target import make_target
+
+    return bool(codegen.target_has_features("avx512f", make_target("cpu", mcpu="host")))
+
+
 def _check(vm, ort_proc, feeds) -> float:
     ref = ort_proc.outputs()
     ours = _to_numpy(_run_ours(vm, feeds))
@@ -380,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     # (core.compiler.target.runtime_threads), as many as onnxruntime gets
     from core.compiler.ort_worker import OrtProcess
 
-    if args.as_avx2:
+    hide_avx512 = args.as_avx2 and host_has_avx512()  # on an AVX2 host both run AVX2 code as they are
+    if hide_avx512:
         from core.compiler import cpuid_mask
 
         why_not = cpuid_mask.probe()
@@ -431,10 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     built = target_cpu(target)
     if built != target_cpu(make_target("cpu", mcpu="host")):
         isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
-        ort_kernels = "its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)" if args.as_avx2 else "its own kernels for this host"
+        ort_kernels = "its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)" if hide_avx512 else "its own kernels for this host"
         print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs {ort_kernels}")
-    elif args.as_avx2:
+    elif hide_avx512:
         print("onnxruntime runs its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)")
+    elif args.as_avx2:
+        print("--as-avx2: this host has no AVX-512, so both runtimes run their AVX2 code as they are")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
     if one_thread:
         cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}{'p10 ours/ort':>14}"
@@ -490,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                 tuned_note = " tuned 0 kernels (= untuned)"
         spinning = args.ort_spinning == "on"
         model_bytes = proto.SerializeToString()
-        hide = args.as_avx2
+        hide = hide_avx512
         with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning, hide_avx512=hide) as ort_proc, contextlib.ExitStack() as stack:
             ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning, hide_avx512=hide)) if one_thread else None
             err = _check(vm, ort_proc, feeds)

@@ -117,9 +117,11 @@ def test_the_benchmark_compares_avx2_code_with_onnxruntimes_avx2_kernels(mask_wo
 
     assert bench.main(["--models", "mlp", "--as-avx2", "--runs", "4", "--seconds", "0.2", "--blocks", "2", "--one-thread", "off"]) == 0
     out = capsys.readouterr().out
-    assert "onnxruntime runs its AVX2 kernels" in out, out
     if _host_has_avx512f():
+        assert "onnxruntime runs its AVX2 kernels" in out, out
         assert "-avx512f (AVX2)" in out, out  # ours compiled without AVX-512
+    else:
+        assert "this host has no AVX-512" in out, out
     row = next(line for line in out.splitlines() if line.startswith("mlp"))
     assert "ok (" in row, row
 
@@ -130,3 +132,25 @@ def test_the_benchmark_refuses_as_avx2_with_one_sentence_where_the_mask_cannot_w
     monkeypatch.setattr(cpuid_mask, "probe", lambda: "this host has no CPUID faulting (arch_prctl ARCH_SET_CPUID), so AVX-512 cannot be hidden from a process")
     assert bench.main(["--models", "mlp", "--as-avx2"]) == 2
     assert "--as-avx2: this host has no CPUID faulting" in capsys.readouterr().err
+
+
+def test_as_avx2_on_a_host_without_avx512_runs_both_as_they_are(monkeypatch, capsys):
+    """Nothing to hide on an AVX2 host (and no CPUID faulting needed): no mask, ours compiled for
+    the host, and the header says so."""
+    from benchmarks import compiled_vs_onnxruntime as bench
+    from core.compiler import ort_worker
+
+    monkeypatch.setattr(bench, "host_has_avx512", lambda: False)
+    monkeypatch.setattr(cpuid_mask, "probe", lambda: pytest.fail("no mask is needed on an AVX2 host"))
+    hidden = []
+    real_init = ort_worker.OrtProcess.__init__
+
+    def init(self, *args, hide_avx512=False, **kwargs):
+        hidden.append(hide_avx512)
+        real_init(self, *args, hide_avx512=hide_avx512, **kwargs)
+
+    monkeypatch.setattr(ort_worker.OrtProcess, "__init__", init)
+    assert bench.main(["--models", "mlp", "--as-avx2", "--runs", "4", "--seconds", "0.2", "--blocks", "2", "--one-thread", "off"]) == 0
+    out = capsys.readouterr().out
+    assert "this host has no AVX-512, so both runtimes run their AVX2 code as they are" in out, out
+    assert hidden == [False] and "-avx512f" not in out
