@@ -3,7 +3,8 @@
  *
  * Preloaded (LD_PRELOAD) into a process, its constructor asks Linux to make CPUID fault in this
  * thread and every thread it creates (arch_prctl ARCH_SET_CPUID 0, which needs CPUID faulting:
- * Intel since Ivy Bridge, AMD since Zen 4, and any KVM guest, where KVM emulates it). Each
+ * Intel CPUs since Ivy Bridge, and KVM guests, where KVM emulates it on AMD hosts too; rr's users
+ * report bare-metal Zen 4 Ryzens without it). Each
  * CPUID then raises SIGSEGV; the handler turns faulting off for its own thread, runs the real
  * instruction, turns it on again, clears the AVX-512 bits of leaf 7, writes the four registers
  * and steps over the instruction. Libraries that pick their kernels from CPUID when they load

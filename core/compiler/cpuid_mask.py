@@ -7,11 +7,12 @@ hot loops of a masked session use ymm registers where an unmasked one uses zmm).
 `benchmarks/compiled_vs_onnxruntime.py --as-avx2` measures that way. It is not an AVX2 CPU:
 caches, clocks and the 256-bit datapath stay the host's.
 
-The mask needs Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID): Intel CPUs since Ivy Bridge,
-AMD since Zen 4, and KVM guests. `probe()` says whether it works here. glibc picks its own string
-functions before any library loads, so `environment()` also sets GLIBC_TUNABLES to drop its
-AVX-512 variants. SIGSEGV handlers the process installs later (TVM's, Python's faulthandler)
-get the other faults; the mask keeps the CPUID ones (cpuid_mask.c).
+The mask needs Linux's CPUID faulting (arch_prctl ARCH_SET_CPUID): Intel CPUs since Ivy Bridge and
+KVM guests have it (KVM emulates it, on AMD hosts too); bare-metal AMD CPUs may not. `probe()`
+says whether it works here. glibc picks its own string functions before any library loads, so
+`environment()` also sets GLIBC_TUNABLES to drop its AVX-512 variants. SIGSEGV handlers the
+process installs later (TVM's, Python's faulthandler) get the other faults; the mask keeps the
+CPUID ones (cpuid_mask.c).
 """
 from __future__ import annotations
 
