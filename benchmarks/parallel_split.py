@@ -97,7 +97,7 @@ def parallel_rules(variant: str):
     finally:
         (cpu_common.PARALLEL_MIN_US, cpu_matmul.runs_parallel, cpu_depthwise.DEPTHWISE_PARALLEL_MIN_US, cpu_conv_nchwc.AVX2_TWO_BLOCKS,
          cpu_common.PARALLEL_PADDING, cpu_conv_nchwc.ROWS_FIRST, cpu_depthwise_nchwc.ROWS_FIRST,
-             cpu_conv_nchwc.LARGE_WEIGHT_BANDS) = saved
+         cpu_conv_nchwc.LARGE_WEIGHT_BANDS) = saved
         for module, value in saved_work:
             module.PARALLEL_MIN_WORK = value
 

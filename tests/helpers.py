@@ -233,8 +233,8 @@ def loops_around(script: str, block: str) -> list[str]:
 
 def conv_tile(config: dict) -> dict:
     """A channel-blocked conv's config (core.compiler.schedules.cpu_conv_nchwc) without the order
-    of its parallel loop ("rows_outer", which the weights' size decides): its register tile."""
-    return {k: v for k, v in config.items() if k != "rows_outer"}
+    of its parallel loop ("rows_outer" or "bands", which the weights' size decides): its register tile."""
+    return {k: v for k, v in config.items() if k not in ("rows_outer", "bands")}
 
 
 def configs_compute_the_same(rule, func, target, configs: list[dict], seed: int = 3) -> int:
