@@ -175,7 +175,7 @@ class Document(QObject):
 
     # ---- pipeline ----------------------------------------------------------------------------
     def set_pipeline(self, target: str, specs: list) -> None:
-        """The pass pipeline (core.compiler.pipeline PassSpecs) the user set up for `target`."""
+        """The pass pipeline (core.compiler.pipeline.pass_list PassSpecs) the user set up for `target`."""
         specs = list(specs)
         if self._pipeline != (target, specs):
             self._pipeline = (target, specs)

@@ -5,7 +5,7 @@
 Each step runs as the CLI in its own process (as a user runs it); the table gives wall seconds and
 the process's CPU seconds (on a shared machine wall time includes waiting for a core; CPU time
 does not). Targets (issue 16): a 60,000-node chain `inspect` <= 2 s; `lower` / `compile` <= 60 s
-or a clear refusal (MLCWB_MAX_NODES, core.compiler.size_limit). Prints a table, not pass/fail.
+or a clear refusal (MLCWB_MAX_NODES, core.compiler.pipeline.size_limit). Prints a table, not pass/fail.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ a compile is cancelled part-way into it (`--at`, a fraction of the step's durati
 shows the latency: from `cancel()` turning true to compile_model raising CompileCancelled (goal:
 <= 0.5 s), and for code generation also when its last background build thread ended (groups
 already building finish their kernels). Last, code generation is timed side by side: plain
-`tvm.compile` against core.compiler.codegen.build_executable on the same scheduled module.
+`tvm.compile` against core.compiler.backend.codegen.build_executable on the same scheduled module.
 On a shared machine wall times are noisy; run it twice.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 GOAL_S = 0.5
 
@@ -75,14 +75,14 @@ def _cancel_in(graph, step: str, delay: float, verify: bool) -> tuple[float, flo
 def _codegen_side_by_side(graph, repeats: int) -> None:
     import tvm
 
-    from core.compiler.codegen import build_executable
-    from core.compiler.runner import Pipeline
+    from core.compiler.backend.codegen import build_executable
+    from core.compiler.pipeline.runner import Pipeline
 
     pipe = Pipeline("cpu")
     target = pipe.target
     mod = pipe.run(pipe.import_graph(graph).mod)  # every step: what code generation starts from
-    from core.compiler.artifact import Artifact, specs_from_proto
-    from core.compiler.reference import random_feeds
+    from core.compiler.runtime.artifact import Artifact, specs_from_proto
+    from core.compiler.check.reference import random_feeds
 
     inputs, outputs = specs_from_proto(graph.to_proto())
     feeds = random_feeds(inputs, seed=0)

@@ -25,12 +25,12 @@ def main() -> int:
     import onnx
 
     from core import load_model
-    from core.compiler.bench import benchmark
+    from core.compiler.measure.bench import benchmark
     import numpy as np
 
     from core.compiler.compile import compile_model
 
-    from core.compiler.reference import ort_run, random_feeds
+    from core.compiler.check.reference import ort_run, random_feeds
     from core.errors import WorkbenchError
     from core.verify import with_random_weights
 

@@ -1,7 +1,7 @@
 """Latency of the workbench's compiled CPU code against onnxruntime, quiet and under background load.
 
 For each model (the nine light models shipped in the onnx wheel, core.model.samples' models and
-core.model.architectures' full-size MobileNet- and transformer-style networks, all with
+benchmarks.architectures' full-size MobileNet- and transformer-style networks, all with
 seeded random weights) it prints onnxruntime ms, ours untuned ms (core.compiler.schedules' default CPU
 rules), ours tuned ms (when a tuning database is given and holds records for the model's
 kernels), their ratios to onnxruntime and the geometric means. Latencies are medians (with
@@ -20,7 +20,7 @@ checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in th
         [--as-avx2]
 
 `--as-avx2` measures AVX2 code against AVX2 code on an AVX-512 host: ours compiled with -avx512f,
-onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.cpuid_mask), so its MLAS
+onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.measure.cpuid_mask), so its MLAS
 takes the kernels it takes on an AVX2 CPU. The host's caches, clocks and datapath stay its own.
 On a host without AVX-512 it changes nothing (both already run AVX2 code) and says so.
 
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 from benchmarks.core_pair import core_pair_speedup  # noqa: E402 - after the path set-up
 
@@ -69,7 +69,7 @@ def sample_models() -> dict:
 
 
 def architecture_models() -> dict:
-    from core.model.architectures import ARCHITECTURES
+    from benchmarks.architectures import ARCHITECTURES
 
     return dict(ARCHITECTURES)
 
@@ -170,7 +170,7 @@ def build_vm(proto, target, database: str | None = None, schedule: bool = True):
     mod = relax_to_fused_tir(proto)
     with target:
         if database is not None:
-            from core.compiler.tuning import apply_database_pass
+            from core.compiler.tuning.tune import apply_database_pass
 
             mod = apply_database_pass(target, database)(mod)
         if schedule:
@@ -199,7 +199,7 @@ def _to_numpy(out):
 
 def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
     """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
-    thread count is chosen as Artifact.run_device chooses it (core.compiler.threads: the cores
+    thread count is chosen as Artifact.run_device chooses it (core.compiler.runtime.threads: the cores
     other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
     model without a parallel kernel (`vm.parallel_kernels` 0, see build_vm_workbench), as there;
     else exactly `threads` of TVM's pool (the same executable, see
@@ -208,9 +208,9 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
 
     import tvm
 
-    from core.compiler.native_pool import run_threads
+    from core.compiler.runtime.native_pool import run_threads
     from core.compiler.target import runtime_threads
-    from core.compiler.threads import ThreadGovernor
+    from core.compiler.runtime.threads import ThreadGovernor
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
     fn = vm["main"]
@@ -240,7 +240,7 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
         return times
 
     run.fewer_threads = 0  # runs the governor gave fewer than `threads` threads (it saw other work)
-    run.one_thread = 0  # runs the pool gave one thread because one measured faster (core.compiler.threads)
+    run.one_thread = 0  # runs the pool gave one thread because one measured faster (core.compiler.runtime.threads)
     run.runs = 0
     return run
 
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int, default=10, help="blocks the runs are timed in, the runtimes taking turns block by block "
                         "(more average better over the host's short disturbances; each adds a 0.2 s pause per runner)")
     parser.add_argument("--threads", type=int, default=host_cores())
-    parser.add_argument("--tune-db", default=None, help="tuning database folder (core.compiler.tuning)")
+    parser.add_argument("--tune-db", default=None, help="tuning database folder (core.compiler.tuning.tune)")
     parser.add_argument("--tune-minutes", type=float, default=0.0, help="tune each model this long first")
     parser.add_argument("--tune-trials", type=int, default=0, help="MetaSchedule trials per kernel after the template search (0: template search only)")
     parser.add_argument(
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=("on", "off"),
         default="on",
         help="ours on as many of --threads threads as other processes leave cores free, as the workbench runs "
-        "(core.compiler.threads; default), or off: always --threads",
+        "(core.compiler.runtime.threads; default), or off: always --threads",
     )
     parser.add_argument(
         "--one-thread",
@@ -377,22 +377,22 @@ def main(argv: list[str] | None = None) -> int:
         "--as-avx2",
         action="store_true",
         help="on an AVX-512 host, both sides as on an AVX2 one: ours compiled with -avx512f (unless --cpu-features says "
-        "otherwise), onnxruntime's process under core.compiler.cpuid_mask, so its MLAS takes its AVX2 kernels",
+        "otherwise), onnxruntime's process under core.compiler.measure.cpuid_mask, so its MLAS takes its AVX2 kernels",
     )
     parser.add_argument("--ort-spinning", choices=("on", "off"), default="on", help="onnxruntime's spinning worker threads (default on, its default; off is its better setting on a busy machine)")
     args = parser.parse_args(argv)
 
     import os
 
-    from core.compiler.alternation import alternate, flatten
+    from core.compiler.measure.alternation import alternate, flatten
 
     # `import core` sized TVM's pool to the host's cores already; ours runs on --threads of them
     # (core.compiler.target.runtime_threads), as many as onnxruntime gets
-    from core.compiler.ort_worker import OrtProcess
+    from core.compiler.measure.ort_worker import OrtProcess
 
     hide_avx512 = args.as_avx2 and host_has_avx512()  # on an AVX2 host both run AVX2 code as they are
     if hide_avx512:
-        from core.compiler import cpuid_mask
+        from core.compiler.measure import cpuid_mask
 
         why_not = cpuid_mask.probe()
         if why_not:
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
            "figures: benchmarks/core_pair.py)" if args.threads > 1 else "")
         + (f"; 'fewer threads q/b': our {args.threads}-thread runs, quiet / per load, that the thread governor "
            "gave fewer threads because it saw other work runnable; 'one faster q/b': those the pool ran on one "
-           "thread because one measured faster, trials included (core.compiler.threads)"
+           "thread because one measured faster, trials included (core.compiler.runtime.threads)"
            if adaptive and args.threads > 1 else "")
     )
     from tvm.target import codegen
@@ -442,10 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     built = target_cpu(target)
     if built != target_cpu(make_target("cpu", mcpu="host")):
         isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
-        ort_kernels = "its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)" if hide_avx512 else "its own kernels for this host"
+        ort_kernels = "its AVX2 kernels: AVX-512 hidden from its process (core.compiler.measure.cpuid_mask)" if hide_avx512 else "its own kernels for this host"
         print(f"ours compiled for {' '.join([built['name'], *built['features']])} ({isa}); onnxruntime runs {ort_kernels}")
     elif hide_avx512:
-        print("onnxruntime runs its AVX2 kernels: AVX-512 hidden from its process (core.compiler.cpuid_mask)")
+        print("onnxruntime runs its AVX2 kernels: AVX-512 hidden from its process (core.compiler.measure.cpuid_mask)")
     elif args.as_avx2:
         print("--as-avx2: this host has no AVX-512, so both runtimes run their AVX2 code as they are")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
                 if tuning.get("summary"):
                     print(f"  tuning {name}: {tuning['summary']}", flush=True)
                 if tuning.get("model_ab"):
-                    from core.compiler.tuning_ab import describe_ab
+                    from core.compiler.tuning.ab import describe_ab
 
                     print(f"  tuning {name}: {describe_ab(tuning['model_ab'])}", flush=True)
                 covered, kernels = int(tuning.get("kernels_from_database", 0)), int(tuning.get("kernels", 0))
@@ -487,11 +487,11 @@ def main(argv: list[str] | None = None) -> int:
                 tvm_tuned = artifact.vm() if covered or chosen else None
             else:
                 if tune_s:
-                    from core.compiler.tuning import tune_module
+                    from core.compiler.tuning.tune import tune_module
 
                     report = tune_module(relax_to_fused_tir(proto), target, args.tune_db, budget_s=tune_s, trials_per_task=args.tune_trials)
                     print(f"  tuning {name}: {report.summary()}", flush=True)
-                from core.compiler.tuning import database_coverage
+                from core.compiler.tuning.tune import database_coverage
 
                 covered, kernels = database_coverage(relax_to_fused_tir(proto), target, args.tune_db)
                 tvm_tuned = build(proto, target, database=args.tune_db) if covered else None
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
                     runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
                 ours_n.fewer_threads = ours_n.one_thread = ours_n.runs = 0
                 with BackgroundLoad(n):
-                    # core.compiler.alternation: a pause between blocks, each started with untimed runs
+                    # core.compiler.measure.alternation: a pause between blocks, each started with untimed runs
                     timed = [flatten(blocks) for blocks in alternate(runners, blocks=args.blocks, runs=runs)]
                 if adaptive and args.threads > 1:
                     runs_n = max(1, ours_n.runs)

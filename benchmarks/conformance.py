@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["CLASSES", "load_cases", "run_case", "compare_expected"]
 
@@ -213,7 +213,7 @@ def run_plain_tvm(model, inputs: list, expected: list) -> tuple[str, str]:
         names = _input_names(model)
         args = [tvm.runtime.tensor(np.array(x), tvm.cpu()) if isinstance(x, np.ndarray) else x for x in inputs]
         out = vm["main"](*args[: len(names)])
-        from core.compiler.artifact import flatten_outputs
+        from core.compiler.runtime.artifact import flatten_outputs
 
         ours = flatten_outputs(out)
     except Exception as e:  # noqa: BLE001

@@ -22,7 +22,7 @@ node, which includes waits; read it as shares of its total, not as absolute figu
         [--runs 10] [--kernels 12]
 
 This measures one thread only: whether two threads pay off depends on the cores the machine
-leaves free (core.compiler.threads); compiled_vs_onnxruntime.py times that.
+leaves free (core.compiler.runtime.threads); compiled_vs_onnxruntime.py times that.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["kernel_classes", "main"]
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.compiler.target import make_target, runtime_threads
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated names (core.model.architectures, or the onnx wheel's light models)")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help="comma-separated names (benchmarks.architectures, or the onnx wheel's light models)")
     parser.add_argument("--blocks", type=int, default=8, help="alternating blocks per runtime")
     parser.add_argument("--runs", type=int, default=10, help="runs per block")
     parser.add_argument("--kernels", type=int, default=0, help="also list this many of our kernels and the per-group shares")

@@ -14,7 +14,7 @@ model at a time. Figures:
   Conv, ConvTranspose, Gemm, MatMul at 2 FLOPs per multiply-add; elementwise work not counted);
 * GPU ms: median latency of `main` on device-resident inputs (synchronised), after warm-up;
 * % peak: GFLOP / GPU time / the GPU's dense FP32 peak from NVIDIA's spec sheet
-  (core.compiler.gpu_peaks; '-' for a GPU the table does not know);
+  (benchmarks.gpu_peaks; '-' for a GPU the table does not know);
 * ORT ms: onnxruntime on this machine's CPU, median, for scale (not a GPU baseline).
 Exit status: 0 when every model matched onnxruntime (or nothing could run here), 1 otherwise.
 """
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 
 def model_list(wanted: str = "") -> list[tuple[str, Path, bool]]:
@@ -91,8 +91,8 @@ def _median_ms(fn, runs: int, max_s: float, sync=None) -> float:
 
 def measure(row: dict, runs: int, batch: int, dev, peak) -> dict:
     """Load an exported artifact, check it against onnxruntime, time it on the GPU."""
-    from core.compiler.artifact import load_artifact
-    from core.compiler.reference import compare_outputs, ort_session, random_feeds
+    from core.compiler.runtime.artifact import load_artifact
+    from core.compiler.check.reference import compare_outputs, ort_session, random_feeds
     from core.model.flops import count_flops
 
     loaded = load_artifact(row["folder"])
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import tvm
 
-    from core.compiler.gpu_peaks import gpu_peak
+    from benchmarks.gpu_peaks import gpu_peak
 
     if args.target == "cuda":
         dev = tvm.cuda(0)

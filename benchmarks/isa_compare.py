@@ -5,7 +5,7 @@ On an AVX-512 host (Zen 4) the default target (this host's CPU) must never lose 
 the same host runs (`--cpu-features -avx512f`, or `--cpu znver3`). Every variant is compiled the
 way `compile` does (core.compiler.compile.compile_model with `cpu=` / `cpu_features=`: the
 workbench's pass pipeline, NCHWc layout included), and each model's variants are timed in
-alternating blocks (A's block, B's, ..., repeated; core.compiler.alternation.alternate), at the
+alternating blocks (A's block, B's, ..., repeated; core.compiler.measure.alternation.alternate), at the
 host's core count and at 1 thread (the same executables, core.compiler.target.runtime_threads),
 one runtime only (TVM), so load on the machine hits all alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
 instructions LLVM emits when a vector accumulator is not kept in registers (a load-independent
@@ -19,7 +19,7 @@ and the zmm registers used.
 A variant is an LLVM CPU name ("host": this machine's), optionally followed by `:` and feature
 changes (`znver4:-avx512f`). Variants the host cannot run (AVX-512 code on an AVX2 host) are
 compiled and counted, not timed. The models are compiled_vs_onnxruntime's: the onnx wheel's
-light models, core.model.samples and core.model.architectures.
+light models, core.model.samples and benchmarks.architectures.
 """
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     from benchmarks.compiled_vs_onnxruntime import _feeds, _load, architecture_models, light_models, ours_runner, sample_models
-    from core.compiler.alternation import alternate, flatten
+    from core.compiler.measure.alternation import alternate, flatten
 
     host = host_cpu()
     has512 = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]

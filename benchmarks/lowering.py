@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 GOAL_SECONDS = 10.0
 
@@ -33,7 +33,7 @@ def _light_dir() -> Path:
 def one(model: Path, target: str, views: bool = True, disable: frozenset[str] = frozenset()) -> float:
     from core import load_model
     from core.compiler.lowering import lower
-    from core.compiler.pipeline import default_pipeline
+    from core.compiler.pipeline.pass_list import default_pipeline
 
     graph = load_model(model)
     specs = [s.toggled(False) if s.name in disable else s for s in default_pipeline(target)]

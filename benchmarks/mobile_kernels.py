@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["CASES", "build_case", "main"]
 
@@ -123,14 +123,14 @@ def build_case(kind: str, c: int, size: int, k: int, stride: int):
 
 def build_blocked_case(kind: str, c: int, size: int, k: int, stride: int, target, block: int):
     """A depthwise case ("dw_silu" / "dw_relu6") in NCHW{block}c as the default CPU pipeline
-    compiles it inside a blocked network (core.compiler.layout_nchwc): input, weight and bias
+    compiles it inside a blocked network (core.compiler.passes.layout.nchwc): input, weight and bias
     already blocked, the conv legalized as depthwise_conv2d_nchwc and scheduled by
     cpu_depthwise_nchwc. Returns (VM function, blocked input maker: NCHW numpy -> tensor,
     output -> NCHW numpy)."""
     import tvm
     from tvm import relax
 
-    from core.compiler.pipeline import default_pipeline, make_pass
+    from core.compiler.pipeline.pass_list import default_pipeline, make_pass
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((c, 1, k, k)) / k).astype(np.float32)
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.compiled_vs_onnxruntime import host_description
     from core.compiler.compile import compile_model
-    from core.compiler.layout_nchwc import channel_block
+    from core.compiler.passes.layout.nchwc import channel_block
     from core.compiler.target import make_target
 
     wanted = [w for w in args.only.split(",") if w]

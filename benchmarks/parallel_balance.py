@@ -5,7 +5,7 @@ TVM lowers a parallel loop of extent n over T threads into T tasks of ceil(n/T) 
 ceil(n / num_task)`), and the region lasts as long as its longest task. A loop of 3, 5 or 7
 iterations at 2 threads is split 2:1, 3:2, 4:3: its 1 -> 2 thread gain is capped at 1.5x, 1.67x,
 1.75x. This script compiles every model of benchmarks/compiled_vs_onnxruntime.py up to the
-scheduled TIR (core.compiler.runner.Pipeline, every pass through ScheduleTIR, no code generation)
+scheduled TIR (core.compiler.pipeline.runner.Pipeline, every pass through ScheduleTIR, no code generation)
 for one or more CPUs (this host's default target and `znver3`, AVX2, by default: codegen targets,
 so any host can analyse any CPU), and lists, per kernel, its parallel regions: the loop's extent,
 the region's estimated one-core work and the predicted imbalance ceil(n/T) / (n/T).
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["Region", "Kernel", "kernel_splits", "main", "model_kernels", "scheduled_module", "split_loss_us"]
 
@@ -150,7 +150,7 @@ def kernel_splits(func, name: str = "") -> Kernel:
 
 def scheduled_module(proto, target):
     """`proto` through the default pipeline for `target` up to and including ScheduleTIR."""
-    from core.compiler.runner import Pipeline
+    from core.compiler.pipeline.runner import Pipeline
     from core.model.onnx_io import load_model
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -5,7 +5,7 @@ TVMBackendParallelLaunch per iteration); the cost of one region is (t(K) - t(1))
 the Python call. Each row is one amount of work per region (`--work`: passes over 480 floats; 1
 is next to nothing), split over the threads 1:1 (`parallel(2)`) or 2:1 (`parallel(3)`: TVM gives
 task 0, the calling thread's, ceil(3/2) = 2 of the 3 chunks), timed at 1 and at 2 threads, all variants in
-alternating short blocks in one process, each through the workbench's launch (core.compiler.native_pool)
+alternating short blocks in one process, each through the workbench's launch (core.compiler.runtime.native_pool)
 and through TVM's own pool (`--pools native,tvm`). Printed per row: the region's time at 1 thread and at 2
 (from the fastest block of each kernel, and from the median blocks), the speed-up, and the calling
 thread's CPU time per region at 2 threads (thread_time: it holds up on a loaded machine; it is
@@ -25,7 +25,7 @@ against 0.05-0.2 us at 1 thread, 1.4-1.5 us in the fastest of many short blocks.
 handshake polling with the pause instruction instead took 0.07 us (a C model of the pool), and
 such a launch patched into a loaded library's __TVMBackendParallelLaunch pointer ran this file's
 kernel at 0.80 us a region against 2.75 us with TVM's pool (fastest blocks, alternating, load 9):
-the cost is the runtime's polling, not the generated code. core.compiler.native_pool is that launch,
+the cost is the runtime's polling, not the generated code. core.compiler.runtime.native_pool is that launch,
 built into the workbench: on this project's quiet 2-vCPU Zen 5 KVM guest (sched_yield 0.5 us) a
 region with next to no work cost 0.07 / 0.35 us (fastest / median blocks) against TVM's 0.66 / 1.76 us.
 None of TVM's pool is changeable from Python: the spin count only sets how long the worker polls
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["ROW", "launch_kernel", "main", "syscall_us"]
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launches", type=int, default=21, help="regions per call of the long kernel (>= 2)")
     parser.add_argument("--seconds", type=float, default=6.0, help="timed seconds in all, about")
     parser.add_argument("--pools", default="native,tvm",
-                        help="whose launch to time, alternating blocks: native (the workbench's, core.compiler.native_pool), tvm (TVM's own)")
+                        help="whose launch to time, alternating blocks: native (the workbench's, core.compiler.runtime.native_pool), tvm (TVM's own)")
     args = parser.parse_args(argv)
     pools = [p.strip() for p in args.pools.split(",") if p.strip()]
     if not pools or set(pools) - {"native", "tvm"}:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         print("--launches must be at least 2 and --work numbers of at least 1", file=sys.stderr)
         return 2
 
-    from core.compiler import native_pool  # before tvm: see core.compiler.native_pool
+    from core.compiler.runtime import native_pool
 
     import tvm
 

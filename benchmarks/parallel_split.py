@@ -26,11 +26,11 @@ core is not free). This script makes it one command. A variant is one of:
     no-conv-bands    channel-blocked convs with weights over 256 KiB split by channel blocks
                      first, as before the two bands of rows (cpu_conv_nchwc.LARGE_WEIGHT_BANDS = 1)
     tvm-pool         the default build, its parallel kernels launched by TVM's own thread pool
-                     instead of the workbench's (core.compiler.native_pool)
+                     instead of the workbench's (core.compiler.runtime.native_pool)
 
 `--pause S` is the pause between blocks: 0 keeps the pool's worker spinning between blocks (steady
 state), 0.2 is what `bench --vs-ort` and benchmarks/compiled_vs_onnxruntime.py pause (the worker
-sleeps, and each block starts with core.compiler.alternation.block_warm_runs untimed runs). Prints,
+sleeps, and each block starts with core.compiler.measure.alternation.block_warm_runs untimed runs). Prints,
 per model and variant, the kernels that run parallel, median and p10 at 1 and 2 threads, and the
 1->2 speed-up of both.
 
@@ -51,7 +51,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 __all__ = ["main", "parallel_rules"]
 
@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         light_models,
         sample_models,
     )
-    from core.compiler import native_pool
-    from core.compiler.alternation import alternate, flatten, timed
+    from core.compiler.runtime import native_pool
+    from core.compiler.measure.alternation import alternate, flatten, timed
     from core.compiler.target import make_target, runtime_threads
 
     models = {**light_models(), **sample_models(), **architecture_models()}

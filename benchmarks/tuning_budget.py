@@ -1,8 +1,8 @@
 """Where the time of `compile --tune-minutes M` goes: wall time of each phase, on a fresh database.
 
 Prints, per model, when each phase starts and ends (seconds since the compile started): the
-tuning (core.compiler.tuning.tune_module), each kernel's template search, the model-level A/B
-(core.compiler.tuning_ab.model_ab) with its settle() waits and timings, and the end of the
+tuning (core.compiler.tuning.tune.tune_module), each kernel's template search, the model-level A/B
+(core.compiler.tuning.ab.model_ab) with its settle() waits and timings, and the end of the
 compile; then the tuning summary and the A/B's outcome. `--tune-minutes M` should end within
 about M minutes plus the compile's own build time (the tuner starts no step that would end past
 its share, tuning_runners.Pace; the A/B keeps tuning_ab.ab_reserve_s). Models as in
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         light_models,
         sample_models,
     )
-    from core.compiler import tuning, tuning_ab
+    from core.compiler.tuning import tune as tuning, ab as tuning_ab
     from core.compiler.compile import compile_model
-    from core.compiler.tuning_ab import describe_ab
+    from core.compiler.tuning.ab import describe_ab
 
     models = {**light_models(), **sample_models(), **architecture_models()}
     clock = {"start": time.monotonic()}

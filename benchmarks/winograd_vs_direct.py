@@ -2,7 +2,7 @@
 
 For each shape (input channels, output channels, size) a model of one 3x3 conv (padding 1) +
 bias + ReLU with seeded random normal weights is compiled three ways through the default
-pipeline (core.compiler.compile): direct (core.compiler.winograd's rule switched off), F(2,3)
+pipeline (core.compiler.compile): direct (core.compiler.passes.layout.winograd's rule switched off), F(2,3)
 and F(4,3) (where 4 divides the size), and the compiled models are timed in alternating blocks in
 this one process (min and median ms over the blocks; each block runs for --block-seconds after 3
 warm-up runs); the times include the two layout transforms at the model's edges, the same in
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.native_pool) must load first
+import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
 
 DEFAULT_SHAPES = "32x32x56,64x64x56,64x64x224,128x128x112,256x256x56,512x512x28,256x256x14,512x512x14,128x32x28"
 
@@ -66,7 +66,7 @@ def _variants(size: int) -> dict:
 
 
 def _compile(path: str, variant, cpu_features):
-    from core.compiler import winograd
+    from core.compiler.passes.layout import winograd
     from core.compiler.compile import compile_model
 
     names = ("WINOGRAD_MIN_CHANNELS", "WINOGRAD_TILES")

@@ -29,8 +29,8 @@ def _mb(n) -> str:
 def run(args) -> int:
     from cli.compile_cmd import cpu_target, parse_dims
     from core import load_model
-    from core.compiler.artifact import load_artifact
-    from core.compiler.bench import benchmark, spread_warning, threads_text
+    from core.compiler.runtime.artifact import load_artifact
+    from core.compiler.measure.bench import benchmark, spread_warning, threads_text
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
 

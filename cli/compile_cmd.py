@@ -82,15 +82,15 @@ def run(args) -> int:
                                  "machine has none; compile without them (a database tuned on a GPU machine still applies with --tune-db).")
     budget_s = parse_tune_minutes(args.tune_minutes, args.tune_trials)
     if args.tune_rpc is not None:
-        from core.compiler.tuning import parse_rpc_address
+        from core.compiler.tuning.tune import parse_rpc_address
 
         parse_rpc_address(args.tune_rpc)
         if args.tune_trials == 0 and args.tune_minutes is None:
             raise WorkbenchError("--tune-rpc measures tuning candidates: give --tune-minutes M or --tune-trials N with it.")
-    from core.compiler.check_inputs import parse_tolerance, read_npz
+    from core.compiler.check.user_inputs import parse_tolerance, read_npz
 
     verify_inputs = read_npz(args.verify_inputs) if args.verify_inputs else None
-    from core.compiler.reference import ATOL, RTOL
+    from core.compiler.check.reference import ATOL, RTOL
 
     rtol, atol = parse_tolerance(args.rtol, "--rtol", RTOL), parse_tolerance(args.atol, "--atol", ATOL)
     cpu_target(args)  # an unknown CPU or feature is refused before anything is loaded
@@ -124,7 +124,7 @@ def run(args) -> int:
     measured = None
     if args.bench_runs > 0 and args.target == "cpu":
         art.check_runs_here()
-        from core.compiler.bench import benchmark, measured_for_manifest
+        from core.compiler.measure.bench import benchmark, measured_for_manifest
 
         measured = measured_for_manifest(benchmark(art, runs=args.bench_runs, dims=dims or None, vs_ort=True, kernels=False))
     folder = art.export(args.output, measured=measured)
@@ -152,7 +152,7 @@ def run(args) -> int:
             done = f"{tuning['summary']}; " if tuning.get("summary") else ""
             print(f"tuning: {done}{tuning['kernels_from_database']}/{tuning['kernels']} kernels use tuned schedules (database {tuning['database']})")
             if tuning.get("model_ab"):
-                from core.compiler.tuning_ab import describe_ab
+                from core.compiler.tuning.ab import describe_ab
 
                 print(describe_ab(tuning["model_ab"]))
         print(f"artifact: {folder} ({', '.join(m.get('files', []))})")

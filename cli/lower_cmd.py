@@ -76,7 +76,7 @@ def run(args) -> int:
     from core import load_model
     from core.errors import WorkbenchError
     from core.compiler.lowering import lower
-    from core.compiler.pipeline import PASSES, default_pipeline
+    from core.compiler.pipeline.pass_list import PASSES, default_pipeline
 
     from cli.compile_cmd import cpu_target
 

@@ -18,7 +18,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import numpy as np
 
-    from core.compiler.artifact import load_artifact
+    from core.compiler.runtime.artifact import load_artifact
     from core.errors import WorkbenchError
 
     art = load_artifact(args.artifact)

@@ -1,7 +1,7 @@
 """`schedule MODEL --list [--json]` | `--kernel NAME [--steps STEPS.json] [--measure] [--json]
 [--save-trace OUT.json] [--use-in-compile] [--tune-db DIR]`: schedule one kernel by hand.
 
-The headless twin of the Schedule panel (core.compiler.schedule_session). `--list` prints the
+The headless twin of the Schedule panel (core.compiler.manual.session). `--list` prints the
 model's kernels as FuseTIR leaves them (name, ONNX nodes, FLOPs, blocks and loops with name,
 extent and kind). `--kernel` opens one, applies the steps of STEPS.json in order (a list such as
 `[{"primitive": "split", "loop": "j", "factors": [null, 4]}]`, or a file --save-trace wrote;
@@ -35,8 +35,8 @@ def add_arguments(p) -> None:
 
 
 def _list(args) -> int:
-    from core.compiler.schedule_session import list_kernels
-    from core.compiler.schedule_nest import loop_nest
+    from core.compiler.manual.session import list_kernels
+    from core.compiler.manual.nest import loop_nest
 
     kernels = list_kernels(args.model)
     if args.json:
@@ -60,7 +60,7 @@ def run(args) -> int:
             raise WorkbenchError("--list lists kernels only; give --kernel NAME to apply steps, measure or save a trace.")
         return _list(args)
 
-    from core.compiler.schedule_session import load_steps, open_session
+    from core.compiler.manual.session import load_steps, open_session
 
     steps = load_steps(args.steps) if args.steps else []
     session = open_session(args.model, args.kernel, database=args.tune_db)
@@ -94,7 +94,7 @@ def run(args) -> int:
               f"{session.peak.describe()}; default schedule {measured.default_ms:.4f} ms{tuned}")
     if filed is not None:
         weighed = ", ".join(f"{o['kind']} {o['ms']:.4f} ms" for o in filed["options"] if o["ms"] is not None)
-        from core.compiler.tuning import default_database_root
+        from core.compiler.tuning.tune import default_database_root
 
         root = args.tune_db or default_database_root()
         print(f"filed in the tuning database {filed['database']}: `compile {args.model} --tune-db {root}` gives this kernel "

@@ -6,11 +6,11 @@ Heavy submodules (TVM lowering, compile) are imported on use, so `import core` s
 from __future__ import annotations
 
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
-from .compiler import native_pool as _native_pool
+from .compiler.runtime import native_pool as _native_pool
 from .compiler.target import use_host_cores
 
 use_host_cores()  # before TVM's thread pool exists (see core.compiler.target.use_host_cores)
-_native_pool.install()  # before TVM is imported (see core.compiler.native_pool)
+_native_pool.install()  # before TVM is imported (see core.compiler.runtime.native_pool)
 
 __all__ = [
     "Graph",
@@ -33,7 +33,7 @@ __all__ = [
 # Graph & co. import onnx_ir (~0.5 s: it imports sympy): only when used, so that commands which
 # never build a Graph (`inspect` reads the protobuf) and `core.errors` stay quick to import
 _LAZY = {"Graph": "model.graph", "Node": "model.graph", "Value": "model.graph", "load_model": "model.onnx_io",
-         "save_model": "model.onnx_io", "compile_model": "compiler.compile", "load_artifact": "compiler.compile", "Artifact": "compiler.compile", "benchmark": "compiler.bench"}
+         "save_model": "model.onnx_io", "compile_model": "compiler.compile", "load_artifact": "compiler.compile", "Artifact": "compiler.compile", "benchmark": "compiler.measure.bench"}
 
 
 def __getattr__(name: str):

@@ -276,7 +276,7 @@ def with_random_weights(graph: Any, seed: int = 0, scale: float = 0.1) -> Any:  
     import onnx_ir as ir
 
     from .model.graph import Graph
-    from .rewrite.constants import ConstantEvaluator
+    from .model.constants import ConstantEvaluator
 
     g: Graph = graph.clone()
     model = g.model

@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current, fail, node_label, static_shape
-from core.rewrite.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS, lazy_tensor
+from core.model.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS, lazy_tensor
 from core.rewrite.rule import add_initializer, dtype_of
 
 from rewrites._util import not_constant_reason, require_constant, require_is_constant

@@ -38,7 +38,7 @@ def _run_fresh_interpreter(argv: list[str], timeout: float, cwd: Path | str = RO
 
 
 # modules every CLI command imports; the forkserver imports them once (core first: the workbench's
-# parallel launch loads before TVM, core.compiler.native_pool, as in `python main.py`)
+# parallel launch loads before TVM, core.compiler.runtime.native_pool, as in `python main.py`)
 _PRELOAD = ["core", "main", "cli", "numpy", "onnx", "onnxruntime", "tvm", "tvm.relax", "core.model.graph", "core.compiler.compile"]
 _forkserver_env: dict[str, str] | None = None
 
@@ -172,12 +172,12 @@ def external_weights_cnn(folder: Path, name: str = "cnn_bn_ext") -> Path:
 
 
 def relax_through(model: onnx.ModelProto, target, last: str | None = None):
-    """The Relax module after the default pipeline's passes for `target` (core.compiler.pipeline,
+    """The Relax module after the default pipeline's passes for `target` (core.compiler.pipeline.pass_list,
     as compile runs them), up to and including the pass named `last` (all of them when None)."""
     import tempfile
 
     from core.compiler.compile import _resolve_graph, import_relax
-    from core.compiler.pipeline import default_pipeline, make_pass
+    from core.compiler.pipeline.pass_list import default_pipeline, make_pass
 
     path = Path(tempfile.mkdtemp()) / "model.onnx"
     onnx.save(model, str(path))
@@ -244,7 +244,7 @@ def configs_compute_the_same(rule, func, target, configs: list[dict], seed: int 
     import tvm
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-    from core.compiler.kernel_measure import _random_args
+    from core.compiler.measure.kernel_measure import _random_args
 
     expected = None
     for config in configs:

@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from core import WorkbenchError
-from core.compiler.check_inputs import fit_check_inputs, parse_tolerance, read_npz
-from core.compiler.reference import ATOL, RTOL
+from core.compiler.check.user_inputs import fit_check_inputs, parse_tolerance, read_npz
+from core.compiler.check.reference import ATOL, RTOL
 
 __all__ = ["CheckChoice", "CheckDialog", "read_check_inputs"]
 
@@ -71,7 +71,7 @@ class CheckChoice:
 
 def read_check_inputs(path: str, graph) -> dict[str, np.ndarray]:
     """The arrays of the .npz at `path`, checked against `graph`'s inputs
-    (core.compiler.check_inputs); one sentence naming the file and the input when not."""
+    (core.compiler.check.user_inputs); one sentence naming the file and the input when not."""
     label = Path(path).name
     return fit_check_inputs(read_npz(path, label), graph.inputs, label)
 

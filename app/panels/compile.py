@@ -4,7 +4,7 @@
   deployment CPU: app.panels.cpu_choice), runs, "vs onnxruntime"; Compile & Run (F5) runs `core.compiler.compile.compile_model`
   with the Lowering panel's pass list (edits included) when that panel is set to the same target
   (which checks the compiled model against onnxruntime and refuses a wrong result, naming the op)
-  and then `core.compiler.bench.benchmark` on a worker thread, with progress and a working Cancel.
+  and then `core.compiler.measure.bench.benchmark` on a worker thread, with progress and a working Cancel.
 * "Tune" (CPU; CUDA only where a GPU is here to measure on) tunes every kernel before
   scheduling: a budget in minutes for the model, in
   which every candidate config of the schedule templates is measured first and MetaSchedule then
@@ -15,7 +15,7 @@
   conv of how many), and Cancel stops it after the measuring round, or the conv, in progress (records
   measured so far stay in the database, so the next tuned
   compile resumes). After tuning, the whole model untuned and tuned are timed against each other
-  (core.compiler.tuning_ab) and only records that made the model faster are kept; the status line
+  (core.compiler.tuning.ab) and only records that made the model faster are kept; the status line
   and the results table show that A/B and how many kernels run on tuned schedules.
 * "Check…" (app.dialogs.check) sets that check for the open model, as `compile --verify-inputs
   IN.npz --rtol R --atol A` does: seeded random inputs or an .npz file's, and the tolerances; the
@@ -370,7 +370,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             autosaver.save_now("before compile")  # native code runs next: unsaved edits go to disk first
 
         def work(job: Job):
-            from core.compiler.bench import benchmark, measured_for_manifest
+            from core.compiler.measure.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
             from core.compiler.target import foreign_code, gpu_present
 
@@ -412,7 +412,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             wanted=(lambda: generation == self.generation) if for_model else None,
         )
 
-    # compile steps that poll cancel inside (core.compiler.codegen): they stop within a fraction of a second
+    # compile steps that poll cancel inside (core.compiler.backend.codegen): they stop within a fraction of a second
     _STOPS_AT_ONCE = ("ScheduleTIR", "code generation", "check against onnxruntime", "import to Relax")
 
     def cancel(self) -> None:
@@ -487,7 +487,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             text = f"tuning {detail}" if detail != message else f"tuning: {message}"
             stops = "after the current measuring round"
         elif tuning == "choice":
-            # "compile: Winograd choice: conv 2 of 5: conv2d 1x4x56x56x16 ..." (core.compiler.winograd_choice):
+            # "compile: Winograd choice: conv 2 of 5: conv2d 1x4x56x56x16 ..." (core.compiler.tuning.winograd_choice):
             # the bar says which of how many, the status line and the tooltip which conv
             text = detail = text.removeprefix("compile: ")
             short = "Winograd" + text.split(":")[1]  # "Winograd conv 2 of 5"
@@ -549,7 +549,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         if tuning.get("kernels"):
             extra += f"; {tuning.get('kernels_from_database', 0)} of {tuning['kernels']} kernels on tuned schedules"
         if tuning.get("model_ab"):
-            from core.compiler.tuning_ab import describe_ab
+            from core.compiler.tuning.ab import describe_ab
 
             extra += f"; {describe_ab(tuning['model_ab'])}"
         if res is None:
@@ -582,7 +582,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
     def _warn_spread(self, res) -> None:
         """A median whose runs disagree widely is flagged: its cell turns orange with the reason,
         and the status line says it (after the figures it qualifies)."""
-        from core.compiler.bench import spread_warning
+        from core.compiler.measure.bench import spread_warning
 
         self.spread_note = ""
         if res is None:
@@ -623,7 +623,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         """(ONNX node id -> ms of the slowest kernel it is part of, kernel groups for the canvas)."""
         if not self.heat_kernels or self.stale:
             return {}, []
-        from core.compiler.bench import kernel_heat
+        from core.compiler.measure.bench import kernel_heat
 
         graph = self.window.document.graph
         by_label = {n.label: n.id for n in graph.nodes} if graph is not None else {}

@@ -85,7 +85,7 @@ class ArtifactActions:
 
     def confirmation_box(self, folder: str) -> QMessageBox:
         """The question asked before loading: loading maps model.so, which runs its code at once."""
-        from core.compiler.artifact import LIBRARY
+        from core.compiler.runtime.artifact import LIBRARY
 
         box = QMessageBox(QMessageBox.Warning, "Load compiled artifact?", f"Load and run the compiled artifact in\n{folder}?", parent=self)
         box.setInformativeText(
@@ -105,7 +105,7 @@ class ArtifactActions:
 
     def open_artifact(self, folder: str) -> None:
         """Check `folder`, ask, then load the artifact and time it on a worker thread."""
-        from core.compiler import artifact as core_artifact
+        from core.compiler.runtime import artifact as core_artifact
 
         if self.job is not None and self.job.isRunning():
             return
@@ -126,7 +126,7 @@ class ArtifactActions:
         vs_ort = self.vs_ort.isChecked() and art.model_bytes is not None
 
         def work(job: Job):
-            from core.compiler.bench import benchmark
+            from core.compiler.measure.bench import benchmark
 
             return art, benchmark(
                 art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled,

@@ -45,7 +45,7 @@ def result_rows(res, memory_estimate: dict | None = None) -> list[tuple[str, str
         rows.append(("Runs", str(res.latency_ms.get("runs")), str(ort.get("runs", "–")) if ort else "–"))
         threads = getattr(res, "threads", None)
         if threads:
-            from core.compiler.bench import threads_text
+            from core.compiler.measure.bench import threads_text
 
             rows.append(("Threads", threads_text(threads), str(threads.get("ort", "–"))))
         if res.ratio is not None:
@@ -72,7 +72,7 @@ def tuning_rows(tuning: dict | None) -> list[tuple[str, str, str]]:
     if tuning.get("kernels"):
         rows.append(("Kernels on tuned schedules", f"{tuning.get('kernels_from_database', 0)} of {tuning['kernels']} (from the database)", ""))
     if tuning.get("model_ab"):
-        from core.compiler.tuning_ab import describe_ab
+        from core.compiler.tuning.ab import describe_ab
 
         rows.append(("Model-level A/B", describe_ab(tuning["model_ab"]).removeprefix("model-level A/B: "), ""))
     return rows

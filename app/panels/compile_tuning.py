@@ -26,7 +26,7 @@ class TuneControls:
     """The Tune box's widgets and state, for CompilePanel (which lays them out)."""
 
     def _make_tune_controls(self) -> None:
-        from core.compiler.tuning import default_database_root
+        from core.compiler.tuning.tune import default_database_root
 
         self.tune = QCheckBox("Tune")
         self.use_db = QCheckBox("Use database")

@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 
 from core.errors import Cancelled, WorkbenchError
 from core.compiler.lowering import LoweringCache, Stage, lower
-from core.compiler.pipeline import PASSES, PassSpec, default_pipeline, validate
+from core.compiler.pipeline.pass_list import PASSES, PassSpec, default_pipeline, validate
 
 from app.ir_view import IRView
 from app.workers import Job, error_text, start_job

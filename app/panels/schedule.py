@@ -2,7 +2,7 @@
 
 Opened by double-clicking a TIR kernel in the Lowering panel (a stage before ScheduleTIR: the
 kernel as FuseTIR wrote it) or a kernel bar in Compile & Run's chart. Left, the kernel's loop
-tree (core.compiler.schedule_nest: loops with extent and kind, blocks with the buffers they read
+tree (core.compiler.manual.nest: loops with extent and kind, blocks with the buffers they read
 and write): drag a loop onto another loop of the same nest to swap them (a `reorder` step), or
 right-click a loop or a block for the primitives that apply to it, each asking for its
 arguments. Under it, the steps (the trace) with Undo / Redo. Middle, the kernel's TIR with the
@@ -11,7 +11,7 @@ schedule and tuned record: ms, GFLOP/s, share of an estimated peak) with a chart
 measured step, "Use in compile" (files the trace in the tuning database Compile & Run uses, and
 turns on its "Use database"), and Export (TVM's trace as Python, or the steps and trace as JSON).
 
-All scheduling is core.compiler.schedule_session; a refused step is one red sentence and the
+All scheduling is core.compiler.manual.session; a refused step is one red sentence and the
 steps stay as they were. Opening and measuring run on worker threads (app.workers.Job).
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.compiler.schedule_session import StepRefused, describe_step
+from core.compiler.manual.session import StepRefused, describe_step
 
 from app.ir_view import IRView
 from app.workers import Job, error_text, start_job
@@ -214,13 +214,13 @@ class SchedulePanel(QWidget):
     # ---- opening a kernel ---------------------------------------------------------------------
     def open_from_module(self, mod, kernel: str, onnx_nodes=None) -> None:
         """Open `kernel` of a Relax+TIR module (a Lowering stage before ScheduleTIR)."""
-        from core.compiler.schedule_session import session_from_module
+        from core.compiler.manual.session import session_from_module
 
         self._open(lambda: session_from_module(mod, kernel, "cpu", onnx_nodes=onnx_nodes, database=self._database()), kernel)
 
     def open_from_model(self, kernel: str) -> None:
         """Open `kernel` of the document's model (its name as FuseTIR or the compiled model names it)."""
-        from core.compiler.schedule_session import open_session
+        from core.compiler.manual.session import open_session
 
         graph = self.window.document.graph
         if graph is None:

@@ -1,7 +1,7 @@
 """Compile a model for CPU (LLVM) or GPU (CUDA), check it against onnxruntime, export a folder that ships.
 
-The chain is the one the Lowering panel shows, run by the same runner (core.compiler.runner):
-import the ONNX graph into Relax, run the pass pipeline of `core.compiler.pipeline` (graph passes,
+The chain is the one the Lowering panel shows, run by the same runner (core.compiler.pipeline.runner):
+import the ONNX graph into Relax, run the pass pipeline of `core.compiler.pipeline.pass_list` (graph passes,
 LegalizeOps, FuseOps/FuseTIR, tuning when asked for, then
 `core.compiler.schedules.schedule_pass(target)`, then the VM lowering passes) and generate code
 (`tvm.compile`). What the user steps through is what gets compiled.
@@ -9,10 +9,10 @@ LegalizeOps, FuseOps/FuseTIR, tuning when asked for, then
 Never a silent wrong answer: TVM's ONNX frontend computes wrong results for some ops without any
 warning, so `compile_model` runs the compiled model and onnxruntime on the same seeded random
 inputs and refuses (naming the op and node that first goes wrong) when they disagree. Known bad
-conversions are replaced by the workbench's own converters (`core.compiler.converters`).
+conversions are replaced by the workbench's own converters (`core.compiler.frontend.converters`).
 
-The exported folder is described in `core.compiler.artifact`; verification in
-`core.compiler.verification`.
+The exported folder is described in `core.compiler.runtime.artifact`; verification in
+`core.compiler.check.verification`.
 """
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ from typing import Any
 
 from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
-from .artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
-from .codegen import BuildCancelled, cancel_scope
-from .cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
-from .lineage import KernelLineageTap
-from .reference import ATOL, RTOL, compare_outputs, random_feeds
-from .size_limit import check_size
+from .runtime.artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .backend.codegen import BuildCancelled, cancel_scope
+from .backend.cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
+from .pipeline.lineage import KernelLineageTap
+from .check.reference import ATOL, RTOL, compare_outputs, random_feeds
+from .pipeline.size_limit import check_size
 from .target import gpu_present
-from .verification import CompiledMismatchError, verify_artifact
-from .winograd_choice import WINOGRAD_SHARE
+from .check.verification import CompiledMismatchError, verify_artifact
+from .tuning.winograd_choice import WINOGRAD_SHARE
 
 __all__ = [
     "compile_model",
@@ -86,9 +86,9 @@ class Imported:
 
 def import_relax(graph) -> Imported:
     """ONNX Graph -> Relax IRModule (weights as constants) through the workbench's import
-    (core.compiler.tvm_import: lineage + the converter fixes of core.compiler.converters), with
+    (core.compiler.frontend.onnx_import: lineage + the converter fixes of core.compiler.frontend.converters), with
     the lineage told in node labels."""
-    from .runner import Pipeline
+    from .pipeline.runner import Pipeline
 
     t0 = time.perf_counter()
     result = Pipeline.import_graph(graph)
@@ -104,7 +104,7 @@ VM_LOWERING_START = "DataflowLowering"
 
 @contextlib.contextmanager
 def _cancelled_as_compile(cancel: Callable[[], bool] | None):
-    """A pass that polled `cancel` (core.compiler.codegen.cancel_scope) stopped: the compile is
+    """A pass that polled `cancel` (core.compiler.backend.codegen.cancel_scope) stopped: the compile is
     cancelled. (Raised inside a pass, BuildCancelled reaches here through TVM's C++ as a
     RuntimeError: `cancel()` itself tells.)"""
     try:
@@ -144,8 +144,8 @@ def compile_model(
 ) -> Artifact:
     """Compile an ONNX model (a Graph or a file) for 'cpu' or 'cuda' and return an Artifact.
 
-    `pipeline` is a list of core.compiler.pipeline PassSpecs (the Lowering panel's, edits included);
-    default: core.compiler.pipeline.default_pipeline(target). With `verify` (the default) the compiled
+    `pipeline` is a list of core.compiler.pipeline.pass_list PassSpecs (the Lowering panel's, edits included);
+    default: core.compiler.pipeline.pass_list.default_pipeline(target). With `verify` (the default) the compiled
     model runs against onnxruntime on seeded random inputs (symbolic dims from `verify_dims`,
     default 1), or on `verify_inputs` (input name -> array) when given; a difference beyond
     rtol/atol raises CompiledMismatchError naming the first op that goes wrong. The reference is
@@ -153,9 +153,9 @@ def compile_model(
     Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
-    database folder `tune_db` (default core.compiler.tuning.default_database_root()) and the compile
+    database folder `tune_db` (default core.compiler.tuning.tune.default_database_root()) and the compile
     uses the fastest measured schedule per kernel. On CPU code this host runs, tuning ends with a
-    model-level A/B (core.compiler.tuning_ab: the whole model untuned against tuned, timed
+    model-level A/B (core.compiler.tuning.ab: the whole model untuned against tuned, timed
     alternately here), and this compile and later ones of the model apply only the records that
     made the model faster there. A `tune_db` alone only applies that
     database. Tuning for cuda needs a GPU on this machine (candidates are measured on it; the
@@ -173,7 +173,7 @@ def compile_model(
     """
     import tvm
 
-    from .runner import Pipeline, Step, StepResult
+    from .pipeline.runner import Pipeline, Step, StepResult
     from .target import TARGET_KINDS, foreign_code, make_target, target_cpu
 
     if target not in TARGET_KINDS:
@@ -212,7 +212,7 @@ def compile_model(
     if tune or tune_db is not None:
         runner = None
         if tune_rpc:
-            from .tuning import parse_rpc_address, rpc_runner
+            from .tuning.tune import parse_rpc_address, rpc_runner
 
             runner = rpc_runner(*parse_rpc_address(tune_rpc))
         tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
@@ -226,8 +226,8 @@ def compile_model(
                 args = built.to_device(random_feeds(inputs, dims=verify_dims, model=proto))
                 return lambda: built.run_device(args)
         # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
-        # in its own step before LegalizeOps, on a share of the budget (core.compiler.winograd_choice)
-        from .winograd_choice import winograd_choice_pass
+        # in its own step before LegalizeOps, on a share of the budget (core.compiler.tuning.winograd_choice)
+        from .tuning.winograd_choice import winograd_choice_pass
 
         legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
         choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
@@ -271,7 +271,7 @@ def compile_model(
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
     cuda_src = cuda_source_of(ex) if target == "cuda" else None
-    from .converters import fixes_applied
+    from .frontend.converters import fixes_applied
 
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -309,7 +309,7 @@ def compile_model(
         pipeline=pipeline,
     )
     try:
-        from .bench import estimate_memory
+        from .measure.bench import estimate_memory
 
         manifest["memory_estimate"] = estimate_memory(art, dims=verify_dims)
     except WorkbenchError:
@@ -365,7 +365,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | 
     """The manifest's record of tuning: options, database folder, and what it gave this compile."""
     if step is None:
         return None
-    from .tuning import database_dir
+    from .tuning.tune import database_dir
 
     return {
         "trials": int(trials),
@@ -374,7 +374,7 @@ def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | 
         "summary": step.summary,
         "kernels": step.kernels,
         "kernels_from_database": step.from_database,
-        "winograd_choices_from_database": len(step.winograd_choices),  # core.compiler.winograd_choice
+        "winograd_choices_from_database": len(step.winograd_choices),  # core.compiler.tuning.winograd_choice
         "model_ab": step.model_ab,
     }
 
@@ -432,7 +432,7 @@ class _TuningStep:
     def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None,
                  runner=None, build=None, start: float = _TUNE_START):
         self.summary: str | None = None
-        self.model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning_ab)
+        self.model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning.ab)
         self.kernels = self.from_database = 0
 
         def progress(frac, msg=""):
@@ -442,7 +442,7 @@ class _TuningStep:
             report(f"tuning: {msg}" if msg else "tuning", start + (_TUNE_END - start) * frac)
 
         try:
-            from .tuning_ab import tuning_pass
+            from .tuning.ab import tuning_pass
         except ImportError as e:
             raise WorkbenchError(f"tuning is not available in this build ({e}); compile without --tune-trials / --tune-db.") from None
         # the budget less what earlier steps spent of it (`spend`: the Winograd choice)

@@ -2,7 +2,7 @@
 
 `lower(graph, target)` turns a Graph into a list of `Stage`s, a snapshot after every step:
 
-    ONNX graph -> Relax import -> one stage per enabled pass of the pipeline (core.compiler.pipeline:
+    ONNX graph -> Relax import -> one stage per enabled pass of the pipeline (core.compiler.pipeline.pass_list:
     graph passes, LegalizeOps, FuseOps/FuseTIR, ScheduleTIR, the VM lowering) -> target code
     (LLVM IR for CPU, plus assembly with `assembly=True`; CUDA C and the host's LLVM IR for CUDA:
     generating CUDA source needs no GPU).
@@ -11,14 +11,14 @@ Each Stage has its IR text (TVMScript for Relax/TIR), a ViewGraph of that IR (bu
 core.views.relax_view), the seconds the step took (measured with a tvm.instrument PassInstrument, which
 also gives the nested passes' times) and lineage: Relax variable / function name -> ONNX node ids.
 
-The steps are run by core.compiler.runner, the runner compile and bench use too: lowering
+The steps are run by core.compiler.pipeline.runner, the runner compile and bench use too: lowering
 hooks in after each step to take its snapshot. Lineage is recorded at import
-(core.compiler.tvm_import) and carried from stage to stage by core.compiler.lineage.
+(core.compiler.frontend.onnx_import) and carried from stage to stage by core.compiler.pipeline.lineage.
 
 Editing the pipeline and lowering again reuses a `LoweringCache`: a stage is keyed by the model's
 bytes, the target and the enabled passes up to it, so disabling pass k recomputes from k on.
 `cancel()` is polled between steps, and within the long ones: the CPU schedules between kernels,
-their weight prepacking and the target code between groups of kernels (core.compiler.codegen);
+their weight prepacking and the target code between groups of kernels (core.compiler.backend.codegen);
 other single TVM passes run to their end. `progress(done, total, name)` reports each step.
 """
 from __future__ import annotations
@@ -244,7 +244,7 @@ class LoweringCache:
 
 
 def _fingerprint(graph) -> str:
-    from .tvm_import import registered_converters
+    from .frontend.onnx_import import registered_converters
 
     h = hashlib.sha1(graph.to_bytes())
     h.update(",".join(f"{k}={v.__module__}.{v.__qualname__}" for k, v in sorted(registered_converters().items())).encode())
@@ -279,7 +279,7 @@ def _cpu_code_parallel(mod, target, with_asm: bool, parts: int, cancel=None) -> 
 
     import tvm
 
-    from .codegen import POLL_S, BuildCancelled
+    from .backend.codegen import POLL_S, BuildCancelled
 
     funcs = sorted(((gv, f) for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)),
                    key=lambda kv: kv[0].name_hint)
@@ -315,7 +315,7 @@ def _target_code(mod, target, with_asm: bool, cancel=None) -> list[tuple[str, st
     """[(stage name, language, text)] from building `mod` (already through the Relax pipeline)."""
     import tvm
 
-    from .codegen import BuildCancelled
+    from .backend.codegen import BuildCancelled
     from .target import host_cores
 
     if "gpu" not in target.keys:
@@ -378,9 +378,9 @@ def lower(
     Raises UnsupportedOpError / LoweringError (with `.stages`: the stages before the failing step,
     at least the ONNX graph) and core.errors.Cancelled (with `.stages`) when `cancel()` turns true.
     """
-    from .lineage import deferred_lineage, import_lineage, propagate_lineage
-    from .runner import Pipeline, StepResult, run_timed
-    from .size_limit import check_size
+    from .pipeline.lineage import deferred_lineage, import_lineage, propagate_lineage
+    from .pipeline.runner import Pipeline, StepResult, run_timed
+    from .pipeline.size_limit import check_size
 
     check_size(graph, "lowering")
     pipe = Pipeline(target, specs, check=False)
@@ -463,7 +463,7 @@ def lower(
         return LoweringError(f"pass {s.name} failed on {graph.path.name if graph.path else 'the model'}: "
                              f"{_first_line(e)}.", stages)
 
-    from .codegen import BuildCancelled, cancel_scope
+    from .backend.codegen import BuildCancelled, cancel_scope
 
     with cancel_scope(cancel):
         pipe.run(stages[-1].mod, steps, before=lambda i, s: step(s.name), reuse=cached, after=snapshot, on_error=failed)

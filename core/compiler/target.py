@@ -87,7 +87,7 @@ def use_host_cores() -> None:
     # quiet 2-core Zen 4, 2 threads, ours / onnxruntime medians, spin 0 vs 20000 in two runs each:
     # resnet50 1.26-1.48 vs 0.98-1.12, inception_v2 1.29-1.66 vs 0.89-1.41, mobilenet_v2 1.96-2.24 vs
     # 1.35-1.52. With the default count, one busy process beside took SqueezeNet from 9.8 to
-    # 50-121 ms; now core.compiler.threads gives the pool only the cores other processes leave
+    # 50-121 ms; now core.compiler.runtime.threads gives the pool only the cores other processes leave
     # free, and with one busy process the figures are the same with 20000 as with 0 (1.11 vs 1.07).
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", SPIN_COUNT)
 
@@ -97,21 +97,21 @@ class runtime_threads:
     it had before): the same executable measured at 1 and at 2 threads shows how its kernels
     scale. A count above the pool's size (TVM_NUM_THREADS, see use_host_cores) gets the pool's
     size. Works for the calling thread, the one `vm["main"]` called from here runs on
-    (core.compiler.native_pool.set_run_threads)."""
+    (core.compiler.runtime.native_pool.set_run_threads)."""
 
     def __init__(self, n: int):
         self.n = max(1, int(n))
         self._before = None
 
     def __enter__(self) -> "runtime_threads":
-        from .native_pool import run_threads, set_run_threads
+        from .runtime.native_pool import run_threads, set_run_threads
 
         self._before = run_threads()
         set_run_threads(self.n)
         return self
 
     def __exit__(self, *exc) -> None:
-        from .native_pool import set_run_threads
+        from .runtime.native_pool import set_run_threads
 
         set_run_threads(self._before)
 

@@ -9,7 +9,7 @@ The rule library lives in `rewrites/` (one module per family, registered in
 """
 from __future__ import annotations
 
-from .constants import ConstantEvaluator, is_constant_value
+from ..model.constants import ConstantEvaluator, is_constant_value
 from .engine import Preview, SpareCopy, RewriteEdit, RuleReport, apply_rewrite, explain, find_matches, preview, run_rules
 from .rule import WB_DOMAIN, Attempt, ConditionFailed, Match, PatternRule, RewriteRule, RuleContext, WhyNot, current, fail, node_label, rank, static_shape
 

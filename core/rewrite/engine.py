@@ -27,7 +27,7 @@ from ..errors import EditError
 from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from ..model.history import Edit
-from .constants import ConstantEvaluator
+from ..model.constants import ConstantEvaluator
 from .rule import ConditionFailed, Match, RewriteRule, RuleContext, WhyNot, node_label, remove_initializer, using
 
 __all__ = [

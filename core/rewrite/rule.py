@@ -40,7 +40,7 @@ import onnx_ir as ir
 from ..model.graph import INFERRED as _INFERRED
 from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
-from .constants import ConstantEvaluator
+from ..model.constants import ConstantEvaluator
 
 __all__ = [
     "RewriteRule",

@@ -34,11 +34,11 @@ def _answer(button_text: str, seen: list):
 
 
 def _record_loads(monkeypatch):
-    import core.compiler.artifact
+    import core.compiler.runtime.artifact
 
     calls: list = []
-    real = core.compiler.artifact.load_artifact
-    monkeypatch.setattr(core.compiler.artifact, "load_artifact", lambda folder: calls.append(folder) or real(folder))
+    real = core.compiler.runtime.artifact.load_artifact
+    monkeypatch.setattr(core.compiler.runtime.artifact, "load_artifact", lambda folder: calls.append(folder) or real(folder))
     return calls
 
 

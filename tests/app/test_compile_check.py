@@ -6,10 +6,10 @@ import numpy as np
 from PySide6.QtCore import Qt
 
 from app.dialogs.check import CheckChoice
-from core.compiler.reference import ATOL, RTOL
+from core.compiler.check.reference import ATOL, RTOL
 from core.model.edits import RenameNode
 from tests.conftest import sample
-from tests.core.compiler.test_verification_verdict import (  # noqa: F401 - a fixture
+from tests.core.compiler.check.test_verification_verdict import (  # noqa: F401 - a fixture
     _large_values_model,
     shifted_relu,
 )

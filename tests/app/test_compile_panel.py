@@ -96,7 +96,7 @@ def test_cuda_compile_without_gpu_offers_export(window, qtbot):
 
 
 def test_compile_uses_the_lowering_panels_pipeline(window):
-    from core.compiler.pipeline import PassSpec
+    from core.compiler.pipeline.pass_list import PassSpec
 
     lowering = window.panels.get("lowering")
     if lowering is None:
@@ -144,7 +144,7 @@ def test_tuning_options_reach_compile_and_cancel_stops_tuning(window, qtbot, mon
     panel = _panel(window)
     assert not panel.tune.isChecked() and not panel.tune_minutes.isEnabled()
     assert panel.tune_minutes.value() == 10 and panel.tune_trials.value() == 64
-    from core.compiler.tuning import default_database_root
+    from core.compiler.tuning.tune import default_database_root
 
     assert panel.tune_db_path == str(default_database_root())
     panel.tune.setChecked(True)
@@ -276,7 +276,7 @@ def test_a_wide_spread_is_shown_with_the_median(window):
     from types import SimpleNamespace
 
     from app.panels.compile_results import result_rows
-    from core.compiler.bench import latency_stats
+    from core.compiler.measure.bench import latency_stats
 
     panel = _panel(window)
     res = SimpleNamespace(

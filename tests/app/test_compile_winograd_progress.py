@@ -1,4 +1,4 @@
-"""The Tune box during tuning's "Winograd choice" step (core.compiler.winograd_choice): the bar and
+"""The Tune box during tuning's "Winograd choice" step (core.compiler.tuning.winograd_choice): the bar and
 the status line say which conv of how many is being measured, and Cancel stops the step after
 that conv, as the other tuning steps stop after their measuring round.
 
@@ -14,8 +14,8 @@ import onnx
 import pytest
 from onnx import helper
 
-from tests.core.compiler.test_tuning_confirm import _Builder, _Runner
-from tests.core.compiler.test_winograd import _model, _weight
+from tests.core.compiler.tuning.test_tuning_confirm import _Builder, _Runner
+from tests.core.compiler.passes.layout.test_winograd import _model, _weight
 
 
 def two_convs(path) -> str:
@@ -33,7 +33,7 @@ def two_convs(path) -> str:
 
 @pytest.mark.isa
 def test_the_winograd_choice_reports_each_conv_and_cancel_stops_after_it(window, qtbot, monkeypatch, tmp_path):
-    from core.compiler import tuning_runners, winograd_choice
+    from core.compiler.tuning import runners as tuning_runners, winograd_choice
 
     measured = []
 

@@ -70,7 +70,7 @@ def test_an_artifact_names_its_dims_as_the_model_does():
     from types import SimpleNamespace
 
     from cli.compile_cmd import parse_dims
-    from core.compiler.artifact import TensorSpec
+    from core.compiler.runtime.artifact import TensorSpec
     from core.errors import WorkbenchError
 
     art = SimpleNamespace(inputs=[TensorSpec("x", ("batch", 4, "seq"), "float32"), TensorSpec("m", ("seq",), "int64")])

@@ -1,6 +1,6 @@
 """Schedules: how each tensor program (TIR PrimFunc) is tiled, vectorized, parallelized.
 
-`schedule_pass(target)` is the one entry point the pass pipeline (core.compiler.pipeline) uses for its
+`schedule_pass(target)` is the one entry point the pass pipeline (core.compiler.pipeline.pass_list) uses for its
 "scheduled TIR" stage, and therefore what both lowering and compile run.
 
 GPU: dlight's GPU rules (every kernel must be bound to threads to run at all).
@@ -10,9 +10,9 @@ matches schedules the whole function (its main reduction plus the fused elementw
 
 * `cpu_depthwise.DepthwiseConv2dNCHW` - depthwise conv2d: row vectors, or channel blocks;
 * `cpu_depthwise_nchwc.DepthwiseConv2dNCHWc` - depthwise conv2d in channel-blocked layout
-                            (core.compiler.layout_nchwc): register tiles of channel vectors;
-* `cpu_winograd.Conv2dWinogradNCHWc` - 3x3 conv2d by Winograd (core.compiler.winograd): transforms, batched GEMM;
-* `cpu_conv_nchwc.Conv2dNCHWc` - conv2d in channel-blocked layout (core.compiler.layout_nchwc): register tiles;
+                            (core.compiler.passes.layout.nchwc): register tiles of channel vectors;
+* `cpu_winograd.Conv2dWinogradNCHWc` - 3x3 conv2d by Winograd (core.compiler.passes.layout.winograd): transforms, batched GEMM;
+* `cpu_conv_nchwc.Conv2dNCHWc` - conv2d in channel-blocked layout (core.compiler.passes.layout.nchwc): register tiles;
 * `cpu_conv.Conv2dNCHW`   - conv2d / grouped conv2d: packed weights, register tiles, FMA vectors;
 * `cpu_matmul.Matmul`     - matmul / dense (batch 1 GEMV and small GEMM), packed weights;
 * `cpu_depthwise.Pool2dNCHW` - max / average pooling windows, channel blocks;
@@ -20,7 +20,7 @@ matches schedules the whole function (its main reduction plus the fused elementw
 * `cpu_pool_nchwc.PoolNCHWc` - max / average pooling windows in NCHW{b}c: register tiles of columns;
 * `cpu_rows.RowReduction` - softmax, layer norm, means over the last axis: one parallel loop over
                             rows, vector-wide partial reductions, vectorized output;
-* `cpu_lrn.LRN`           - local response normalization (core.compiler.lrn): a row's squares,
+* `cpu_lrn.LRN`           - local response normalization (core.compiler.passes.lrn): a row's squares,
                             then vectors of channels summing their window;
 * `cpu_copy.DataMovement` - reshape / transpose copies (channel shuffle, attention heads and
                             keys): indices simplified, planes copied by vectors, transposes tiled;
@@ -34,7 +34,7 @@ A rule that does not match returns None; one that raises is logged and the next 
 function no rule handles stays as LegalizeOps wrote it. The build never fails over a schedule.
 Weight repacking is emitted as layout-rewrite preprocessing blocks, split out of the kernels by
 relax's SplitLayoutRewritePreproc and run once at compile time by FoldConstant.
-Kernels already scheduled (by a MetaSchedule database, see core.compiler.tuning) are left alone.
+Kernels already scheduled (by a MetaSchedule database, see core.compiler.tuning.tune) are left alone.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def with_root_block(func):
 def _cpu_schedule_pass(target):
     import tvm
 
-    from ..codegen import check_cancelled
+    from ..backend.codegen import check_cancelled
 
     @tvm.transform.module_pass(opt_level=0, name="CPUScheduleRules")
     def _pass(mod, _ctx):
@@ -163,12 +163,12 @@ def schedule_pass(target):
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
-    from ..codegen import fold_constant_calls_pass
+    from ..backend.codegen import fold_constant_calls_pass
 
     if "gpu" in target.keys:
         return dl.ApplyDefaultSchedule(*gpu_rules())
     # float32 exp/erf/tanh as vector arithmetic instead of one libm call per lane (cpu_math)
-    from .cpu_math import install as install_fast_math
+    from ..backend.fast_math import install as install_fast_math
 
     install_fast_math()
     return tvm.transform.Sequential(

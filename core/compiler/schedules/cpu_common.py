@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 # machine: waking the pool (a few us), and on a busy machine waiting at the closing barrier for a
 # worker the OS has not scheduled yet (TVM splits a parallel loop statically: every worker's
 # share must finish), up to a time slice, milliseconds. It was 64 Ki with TVM's pool; with the
-# workbench's (core.compiler.native_pool: a region ~0.1-0.4 us, and beside a busy process the
+# workbench's (core.compiler.runtime.native_pool: a region ~0.1-0.4 us, and beside a busy process the
 # governor runs one thread) 16 Ki, which splits ShuffleNet's channel shuffles and concatenations,
 # the transformers' head transposes and MobileNet-v3's squeeze-excitation means:
 # benchmarks/parallel_split.py --variants default,min-work=16384, 2 threads, 20 alternating blocks
@@ -80,7 +80,7 @@ PARALLEL_MIN_WORK = 1 << 14
 # kernel is split from PARALLEL_MIN_US of estimated one-core work: each of two threads then has
 # 6 us, two launches' worth (0.54 M multiply-adds with AVX-512; it was 24 us, 1.08 M, until the
 # quiet measurement).
-# Since the workbench launches parallel loops itself (core.compiler.native_pool: workers polling with
+# Since the workbench launches parallel loops itself (core.compiler.runtime.native_pool: workers polling with
 # `pause`), a region costs ~0.1-0.4 us of handshake on this project's 2-vCPU Zen 5 KVM guest (quiet,
 # benchmarks/parallel_launch.py; TVM's pool 0.7-1.8 us there), and what is left is the data moving
 # between the cores. At 6 us small_cnn's two 0.15 M multiply-add convs are split too: 2 threads 17.3

@@ -1,4 +1,4 @@
-"""CPU schedule for 2-D convolutions in channel-blocked layout (NCHW[x]c, core.compiler.layout_nchwc):
+"""CPU schedule for 2-D convolutions in channel-blocked layout (NCHW[x]c, core.compiler.passes.layout.nchwc):
 `Conv2dNCHWc`, register tiles of rows x columns x one vector of output channels, no copies, the
 epilogue fused into the write-back; with the choices only it makes (one-pixel outputs, strided 1x1
 convs grouped by channel blocks). Split from cpu_conv.py (the NCHW rule and the tile helpers both
@@ -228,7 +228,7 @@ def reads_padding_in_place(extents, in_block: int, lanes: int, padded_width: int
 
 
 class Conv2dNCHWc:
-    """Direct convolution in channel-blocked layout (core.compiler.layout_nchwc): TOPI's
+    """Direct convolution in channel-blocked layout (core.compiler.passes.layout.nchwc): TOPI's
     `conv2d_NCHWc` block, iterators n, oc_chunk, oh, ow, oc_block | ic, kh, kw.
 
     The layout already is what the NCHW rule builds per call: weights are constants in

@@ -25,7 +25,7 @@ The rule:
 5. a copy in scatter form (TVM's layout_transform: loops over the input, the store index
    computed) is tiled the same way: an image into NCHW3c went from one strided store per
    element to vectors along the image rows;
-6. a transpose zero-padded along the axis it writes (the keys core.compiler.pad_attention pads,
+6. a transpose zero-padded along the axis it writes (the keys core.compiler.passes.pad_attention pads,
    197 -> 208 tokens) reads under the padding's condition only (`t % 197` is t there) and
    keeps that condition out of the vectors of the whole tiles below the padding.
 

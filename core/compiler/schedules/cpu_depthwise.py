@@ -64,7 +64,7 @@ DEPTHWISE_BLOCK_NAMES = ("group_conv2d_nchw", "depthwise_conv2d_nchw", "conv2d_n
 # other core's share of the parallel conv before it.)
 DEPTHWISE_MACS_PER_US = 24_000
 DEPTHWISE_BYTES_PER_US = 20_000
-# With the workbench's own launch (core.compiler.native_pool, ~0.1-0.4 us a region) the line moved
+# With the workbench's own launch (core.compiler.runtime.native_pool, ~0.1-0.4 us a region) the line moved
 # from 30 to 15 us: on this project's quiet 2-vCPU Zen 5 KVM guest, 2 threads, medians (p10) new / old,
 # two runs of benchmarks/parallel_split.py dw-min-us=15 (16 and 20 alternating blocks, pause 0.2 s):
 # mobilenet_v3_small 0.94 (0.96), 0.92 (0.93); shufflenet 0.99 (0.95), 0.94 (0.88); mobilenet_v2

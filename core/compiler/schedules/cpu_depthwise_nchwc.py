@@ -1,7 +1,7 @@
 """CPU schedule for depthwise 2-D convolutions in channel-blocked layout (NCHW{b}c), with their
 fused epilogue (bias, ReLU6 / hardswish / SiLU, residual add).
 
-core.compiler.layout_nchwc gives a depthwise conv whose channels the block divides the layout of
+core.compiler.passes.layout.nchwc gives a depthwise conv whose channels the block divides the layout of
 the dense convs around it and legalizes it as `depthwise_conv2d_nchwc`: a padded copy
 ("pad_temp") and the block "depthwise_conv2d_NCHWc", iterators n, C/b, oh, ow, b | kh, kw.
 In that layout the b channels of a pixel are one vector and the weight is [C/b][kh][kw][b]

@@ -1,4 +1,4 @@
-"""CPU schedule for the LRN kernels core.compiler.lrn (the FuseLRN pass) writes: `LRN`.
+"""CPU schedule for the LRN kernels core.compiler.passes.lrn (the FuseLRN pass) writes: `LRN`.
 
 Blocked (`lrn_nchwc`): loops n, h (fused, parallel when the work pays) | "lrn_square" for the
 row: w | blocks | b (vectorized) | then w | C/b | b (vectorized). The squares of one image row
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 class LRN:
-    """The local response normalization kernels of core.compiler.lrn."""
+    """The local response normalization kernels of core.compiler.passes.lrn."""
 
     name = "cpu.LRN"
 

@@ -1,6 +1,6 @@
 """CPU schedule for max / average pooling windows in channel-blocked layout (NCHW{b}c).
 
-Inside a blocked region (core.compiler.layout_nchwc) the pools between convolutions take the
+Inside a blocked region (core.compiler.passes.layout.nchwc) the pools between convolutions take the
 blocked layout too: TOPI's `pool2d` on [n, C/b, h, w, b] writes a block "pool_max" or
 "pool_sum" (iterators n, c, oh, ow, b | kh, kw), an average pool divides in a block after it,
 and a padded pool first copies its input into "pad_temp". Left to the generic rule, each output

@@ -1,4 +1,4 @@
-"""CPU schedule for the Winograd 3x3 conv (core.compiler.winograd): `Conv2dWinogradNCHWc`.
+"""CPU schedule for the Winograd 3x3 conv (core.compiler.passes.layout.winograd): `Conv2dWinogradNCHWc`.
 
 The kernel, as legalized and fused (bias / batch-norm / ReLU / residual add after it):
   winograd_pad -> winograd_input_rows -> winograd_input -> winograd_bgemm
@@ -98,7 +98,7 @@ class Conv2dWinogradNCHWc:
     space_version = 2
 
     def candidates(self, func, target) -> list[dict]:
-        """Configs for the template search (core.compiler.tuning), the default first: the GEMM's
+        """Configs for the template search (core.compiler.tuning.tune), the default first: the GEMM's
         register tiles (P tiles x OC2 channel vectors) with the most accumulators under
         max_accumulators, two over it, and the default with the padding as a separate copy."""
         from tvm import s_tir

@@ -8,10 +8,10 @@ from onnx import TensorProto, helper
 
 from core.compiler.compile import CompileCancelled, compile_model
 
-from core.compiler.reference import compare_outputs
+from core.compiler.check.reference import compare_outputs
 from core.compiler.target import gpu_present
 
-from core.compiler.verification import CompiledMismatchError
+from core.compiler.check.verification import CompiledMismatchError
 from core.errors import UnsupportedOpError
 from tests.conftest import light, sample
 from tests.helpers import ort_run, random_feeds
@@ -90,7 +90,7 @@ def test_a_wrong_conversion_is_refused_naming_the_op_and_node(tmp_path):
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
-    from core.compiler import tvm_import
+    from core.compiler.frontend import onnx_import as tvm_import
 
     class WrongRelu(fe.OnnxOpConverter):
         @classmethod
@@ -163,10 +163,10 @@ def test_cuda_tuning_without_a_gpu_is_refused_in_one_sentence():
 
 
 def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp_path):
-    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning_ab.tuning_pass,
+    """compile hands trials, budget, database, progress and cancel to core.compiler.tuning.ab.tuning_pass,
     maps its progress into 15-55 % (after the Winograd choice's 5-15 %) without the bar running
     backwards, and records what it did."""
-    from core.compiler import tuning_ab as tuning
+    from core.compiler.tuning import ab as tuning
 
     seen = {}
 

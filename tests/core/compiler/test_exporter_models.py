@@ -3,7 +3,7 @@
 The models (tests/core/compiler/exporter_models.py) reproduce torch.onnx's opset-17 idioms:
 ConstantOfShape of computed shapes, Shape -> Gather -> Unsqueeze -> Concat chains, Div on shapes,
 Expand to computed shapes, Where masks, ReduceSum with axes as an input, LayerNormalization,
-Range over a computed length (GPT-2's position ids), and core.model.architectures' GPT-2 stack
+Range over a computed length (GPT-2's position ids), and benchmarks.architectures' GPT-2 stack
 exported with dynamic batch and sequence axes.
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from core.compiler.compile import compile_model
-from core.compiler.reference import ort_run
-from core.model.architectures.transformers import gpt2_blocks
+from core.compiler.check.reference import ort_run
+from benchmarks.architectures.transformers import gpt2_blocks
 from core.model.onnx_io import load_model_bytes
 from tests.core.compiler.exporter_models import bert_encoder, gpt2_block, vit_encoder
 
@@ -103,7 +103,7 @@ def test_gpt2_blocks_with_computed_shapes_but_a_static_input_import_fully_static
     """The same exporter idioms on a model exported without dynamic axes: every Shape is of a
     static tensor, and the Relax module has no symbolic size left (no fresh variable for a
     computed view target, which is what made opset-23 Attention's expansion fail)."""
-    from core.compiler.tvm_import import import_graph
+    from core.compiler.frontend.onnx_import import import_graph
 
     model = gpt2_blocks(dynamic_axes=True, layers=1, hidden=64, heads=2, seq=32)
     for vi in (model.graph.input[0], model.graph.output[0]):

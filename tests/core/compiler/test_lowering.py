@@ -82,7 +82,7 @@ def test_onnx_stage_view_is_the_model(mlp_stages):
 
 def test_edited_pipeline_reuses_unchanged_prefix(mlp_stages):
     from core.compiler.lowering import lower
-    from core.compiler.pipeline import default_pipeline
+    from core.compiler.pipeline.pass_list import default_pipeline
 
     graph, cache, stages = mlp_stages
     # FuseTIR is required; it stays (a no-op without FuseOps)
@@ -100,7 +100,7 @@ def test_edited_pipeline_reuses_unchanged_prefix(mlp_stages):
 def test_reordering_and_invalid_pipelines_are_explained():
     from core.errors import WorkbenchError
     from core.compiler.lowering import LoweringError, lower
-    from core.compiler.pipeline import PassSpec, default_pipeline, validate
+    from core.compiler.pipeline.pass_list import PassSpec, default_pipeline, validate
 
     specs = default_pipeline("cpu")
     names = [s.name for s in specs]
@@ -162,9 +162,9 @@ def test_cuda_target_gives_cuda_source_without_gpu():
 def test_compile_from_the_same_pipeline_matches_onnxruntime():
     import tvm
 
-    from core.compiler.pipeline import build_relax_pipeline, default_pipeline
+    from core.compiler.pipeline.pass_list import build_relax_pipeline, default_pipeline
     from core.compiler.target import make_target
-    from core.compiler.tvm_import import import_graph
+    from core.compiler.frontend.onnx_import import import_graph
     from tests.helpers import ort_run, random_feeds
 
     graph = load_model(sample("small_cnn"))
@@ -260,10 +260,10 @@ def test_lineage_of_a_long_chain_after_fuse_ops_is_each_fused_call_its_own_run_o
     lineage is computed on first use."""
     import onnx_ir as ir
 
-    from core.compiler.lineage import _callee, _function_bindings
+    from core.compiler.pipeline.lineage import _callee, _function_bindings
     from core.compiler.lowering import lower
     from core.model.graph import Graph
-    from tests.core.compiler.test_legalize_cache import _chain
+    from tests.core.compiler.passes.test_legalize_cache import _chain
 
     g = Graph(ir.from_proto(_chain(600)))
     g.infer_shapes()

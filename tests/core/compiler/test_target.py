@@ -45,7 +45,7 @@ def test_runtime_threads_sets_and_restores_the_pool_size():
     code = (
         "import core, tvm\n"
         "from core.compiler.target import runtime_threads\n"
-        "from core.compiler.native_pool import run_threads as n\n"
+        "from core.compiler.runtime.native_pool import run_threads as n\n"
         "with runtime_threads(1):\n"
         "    inside = n()\n"
         "print(inside, n())"

@@ -1,4 +1,4 @@
-"""The ViT / BERT / GPT-2 architectures of core.model.architectures.transformers, at small sizes, compile
+"""The ViT / BERT / GPT-2 architectures of benchmarks.architectures.transformers, at small sizes, compile
 with the default CPU schedules (cpu_rows for softmax and layer norms, cpu_matmul with fused GELU,
 cpu_math's exp/erf/tanh) and match onnxruntime: the compile's own verification and a second run
 on other inputs."""
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from core.compiler.compile import compile_model
-from core.compiler.reference import ort_run
-from core.model.architectures.transformers import bert_encoder, gpt2_blocks, vit_encoder
+from core.compiler.check.reference import ort_run
+from benchmarks.architectures.transformers import bert_encoder, gpt2_blocks, vit_encoder
 from core.model.onnx_io import load_model_bytes
 from tests.helpers import random_feeds
 

@@ -1,4 +1,4 @@
-"""core.model.architectures.mobile: MobileNetV2, MobileNetV3-small and EfficientNet-B0 as torch.onnx
+"""benchmarks.architectures.mobile: MobileNetV2, MobileNetV3-small and EfficientNet-B0 as torch.onnx
 writes them (opset 17, batch norms folded into biased Convs), with torchvision's exact structure
 (its parameter counts) and names, built fast, and run by onnxruntime."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from core.model.architectures import ARCHITECTURES
-from core.model.architectures.mobile import MOBILE, make_divisible
+from benchmarks.architectures import ARCHITECTURES
+from benchmarks.architectures.mobile import MOBILE, make_divisible
 
 # torchvision's parameter counts (eval mode, with BatchNorm: weight and bias per channel). Folding
 # a batch norm into its conv leaves one bias per channel instead of two.

@@ -1,4 +1,4 @@
-"""core.model.architectures.transformers: the ViT / BERT / GPT-2 encoders are valid ONNX that onnx's
+"""benchmarks.architectures.transformers: the ViT / BERT / GPT-2 encoders are valid ONNX that onnx's
 strict shape inference and onnxruntime accept, carry the exporter idioms the CPU rules must handle,
 and build fast."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import pytest
 
-from core.model.architectures import ARCHITECTURES
-from core.model.architectures.transformers import TRANSFORMERS
+from benchmarks.architectures import ARCHITECTURES
+from benchmarks.architectures.transformers import TRANSFORMERS
 from tests.helpers import ort_run, random_feeds
 
 IDIOMS = {

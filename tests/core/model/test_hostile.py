@@ -96,7 +96,7 @@ def test_hostile_artifact_manifest_cannot_point_the_library_outside_its_folder(t
     # loading an artifact executes its library: a manifest must not pick an arbitrary .so elsewhere
     import json
 
-    from core.compiler.artifact import LIBRARY, MANIFEST, load_artifact
+    from core.compiler.runtime.artifact import LIBRARY, MANIFEST, load_artifact
     from core.errors import WorkbenchError
 
     (tmp_path / "elsewhere.so").write_bytes(b"\x7fELF not really")

@@ -1,0 +1,271 @@
+"""Check a compiled model against a reference on seeded random inputs (or the user's), and find the first node that differs.
+
+The reference is onnxruntime, or onnx's reference evaluator where onnxruntime cannot run the model
+(core.compiler.check.reference.reference_run); the manifest's verification and every message say which.
+Random inputs respect what each op can take (core.compiler.check.input_domains).
+
+Never a silent wrong answer: TVM's ONNX frontend computes wrong results for some ops without any
+warning, so every compile is checked and refused (naming the op and node that first goes wrong)
+when the outputs disagree.
+
+The refusal says what was measured and no more: where the first difference appears, its absolute
+error and its error relative to the magnitude of that node's values, and which inputs it was seen
+on. Only an error on the scale of the values (RELATIVE_WRONG) is called a wrong conversion: a small
+relative error on large values is also what float32 rounding gives on random inputs outside a
+model's real range (BERT's mask drawn 0..3 once put +20000 into its attention scores), so then the
+message says how to check on real inputs or accept the error instead.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from ...errors import Cancelled, WorkbenchError
+from ..runtime.artifact import Artifact
+from .reference import ATOL, RTOL, SCALE_RTOL, compare_outputs, random_feeds, reference_run
+
+__all__ = [
+    "CompiledMismatchError",
+    "Mismatch",
+    "verify_artifact",
+    "locate_mismatch",
+    "check_verify_inputs",
+    "RELATIVE_WRONG",
+]
+
+logger = logging.getLogger(__name__)
+
+# A node whose largest error reaches this fraction of its largest |value| computes something
+# else; below it the difference may be rounding amplified by the inputs, and is not called wrong.
+RELATIVE_WRONG = 1e-2
+
+
+class CompiledMismatchError(WorkbenchError):
+    """The compiled model computes something different from onnxruntime.
+
+    `relative_err` is the first differing node's max abs error over the largest |value| of that
+    node's reference output (of the output, where no node was located); `wrong_conversion` says
+    whether the message blames TVM's conversion (relative_err >= RELATIVE_WRONG); `accepting_atol`
+    is the atol the message names as accepting the error (None when it names none)."""
+
+    def __init__(self, message: str, op_type: str = "", node_name: str = "", max_abs_err: float = float("nan"),
+                 relative_err: float = float("nan"), wrong_conversion: bool = False, accepting_atol: float | None = None):
+        super().__init__(message)
+        self.accepting_atol = accepting_atol
+        self.op_type = op_type
+        self.node_name = node_name
+        self.max_abs_err = max_abs_err
+        self.relative_err = relative_err
+        self.wrong_conversion = wrong_conversion
+
+
+class Mismatch(NamedTuple):
+    """The first node whose output differs: its op, name, max abs error and the largest |value|
+    of its reference output."""
+
+    op_type: str
+    node_name: str
+    max_abs_err: float
+    scale: float
+
+
+def verify_artifact(
+    art: Artifact,
+    *,
+    dims: dict[str, int] | None = None,
+    seed: int = 0,
+    rtol: float = RTOL,
+    atol: float = ATOL,
+    cancel: Callable[[], bool] | None = None,
+    inputs: dict[str, np.ndarray] | None = None,
+) -> dict:
+    """Run ours and the reference on the same inputs (`inputs`, or seeded random ones valid for
+    the model's ops); raise CompiledMismatchError naming the first op that differs when they
+    disagree. Returns the check's figures for the manifest."""
+    import onnx
+
+    proto = onnx.ModelProto()
+    proto.ParseFromString(art.model_bytes)
+    if inputs is not None:
+        feeds = check_verify_inputs(art, inputs)
+        kind = "user-supplied"
+    else:
+        feeds = random_feeds(art.inputs, seed=seed, dims=dims, model=proto)
+        kind = "seeded random"
+
+    def check() -> None:  # between the runs: each one runs to its end
+        if cancel is not None and cancel():
+            raise Cancelled("compile cancelled.")
+
+    ref, reference = reference_run(art.model_bytes, feeds)
+    check()
+    ours = art.run(feeds)
+    check()
+    ok, err, bad = compare_outputs(ours, ref, rtol, atol)
+    if ok:
+        bad_dtype = next((i for i, (a, b) in enumerate(zip(ours, ref)) if np.asarray(a).dtype != np.asarray(b).dtype), -1)
+        if bad_dtype >= 0:
+            name = art.outputs[bad_dtype].name if bad_dtype < len(art.outputs) else "?"
+            raise CompiledMismatchError(
+                f"the compiled model returns output '{name}' as {np.asarray(ours[bad_dtype]).dtype} where {reference} gives "
+                f"{np.asarray(ref[bad_dtype]).dtype}; refusing to hand back a wrong type."
+            )
+    scale = max((float(np.abs(r).max()) for r in ref if r.size and np.issubdtype(r.dtype, np.number)), default=0.0)
+    result = {
+        "checked": True, "inputs": kind, "reference": reference, "dims": dims or {}, "rtol": rtol, "atol": atol,
+        "scale_rtol": SCALE_RTOL, "max_abs_err": err, "output_scale": scale,
+    }
+    if ok:
+        return result
+    if cancel is not None and cancel():
+        raise Cancelled("compile cancelled.")
+    out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
+    if 0 <= bad < min(len(ours), len(ref)) and np.shape(ours[bad]) != np.shape(ref[bad]):
+        raise CompiledMismatchError(
+            f"the compiled model returns output '{out_name}' with shape {list(np.shape(ours[bad]))} where {reference} gives "
+            f"{list(np.shape(ref[bad]))}; refusing to hand back a wrong result.",
+            max_abs_err=err,
+        )
+    out_scale = _scale(ref[bad]) if 0 <= bad < len(ref) else float("nan")
+    head = (f"the compiled model disagrees with {reference} on output '{out_name}' (max abs error {err:.3g} where its values "
+            f"reach {out_scale:.3g}) on {_inputs_text(feeds, user=inputs is not None)}")
+    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
+    if culprit is not None:
+        rel = _relative(culprit.max_abs_err, culprit.scale)
+        where = (f"the first difference appears at {culprit.op_type} node '{culprit.node_name}', off by up to "
+                 f"{culprit.max_abs_err:.3g} where its values reach {culprit.scale:.3g} (relative error {rel:.2g})")
+    else:
+        rel = _relative(err, out_scale)
+        where = f"no single node was located (relative error {rel:.2g})"
+    wrong = not rel < RELATIVE_WRONG  # NaN and inf count as wrong
+    accept = None if wrong else _accepting_atol(err)
+    if wrong and culprit is not None:
+        verdict = f"an error on the scale of the values: TVM's conversion of {culprit.op_type} computes a wrong result here, so the workbench refuses this compile."
+    elif wrong:
+        verdict = "an error on the scale of the values, so the workbench refuses to hand back this result."
+    else:
+        cause = "float rounding" if inputs is not None else "float rounding on random inputs outside the model's real range"
+        verdict = (f"small against the values (possibly {cause}), not necessarily a wrong conversion; "
+                   f"the workbench refuses this compile, so {_advice(err, accept, user=inputs is not None)}.")
+    raise CompiledMismatchError(
+        f"{head}; {where}: {verdict}",
+        op_type=culprit.op_type if culprit is not None else "",
+        node_name=culprit.node_name if culprit is not None else "",
+        max_abs_err=err,
+        relative_err=rel,
+        wrong_conversion=wrong,
+        accepting_atol=accept,
+    )
+
+
+def _scale(values) -> float:
+    """The largest finite |value| of a reference output (0.0 when it has none)."""
+    a = np.asarray(values)
+    if a.size == 0 or not np.issubdtype(a.dtype, np.number):
+        return 0.0
+    finite = np.abs(a.astype(np.float64))[np.isfinite(a)]
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _relative(err: float, scale: float) -> float:
+    if not np.isfinite(err):
+        return float("inf")
+    return err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+
+
+def _inputs_text(feeds: dict[str, np.ndarray], user: bool, limit: int = 3) -> str:
+    """Which inputs the check ran on: the user's, or seeded random ones with the range each was
+    drawn in (core.compiler.check.input_domains chooses it per consuming op)."""
+    if user:
+        return "the given check inputs"
+    parts = []
+    for name, value in feeds.items():
+        a = np.asarray(value)
+        if a.dtype == np.bool_ or a.size == 0:
+            parts.append(f"{name} {a.dtype}")
+        elif np.issubdtype(a.dtype, np.integer):
+            parts.append(f"{name} {a.dtype} in {a.min()}..{a.max()}")
+        else:
+            parts.append(f"{name} {a.dtype} in {float(a.min()):.2g}..{float(a.max()):.2g}")
+    if len(parts) > limit:
+        parts = [*parts[:limit], f"{len(parts) - limit} more"]
+    return f"seeded random inputs ({', '.join(parts)})"
+
+
+def _accepting_atol(err: float) -> float:
+    """The atol, rounded up to 2 digits, that accepts every element of an output whose max abs
+    error is `err` (compare_outputs: any atol of at least it)."""
+    accept = float(f"{err:.2g}")
+    if accept < err:  # rounded down: the next 2-digit value up
+        accept = float(f"{accept + 10 ** (math.floor(math.log10(err)) - 1):.2g}")
+    return accept
+
+
+def _advice(err: float, accept: float, user: bool) -> str:
+    """What to do about a small relative error: real inputs, or the atol that accepts it."""
+    if user:
+        return f"accept an error of {err:.3g} with --atol {accept:g} if this model can take it"
+    return f"check it on real inputs (compile --verify-inputs IN.npz) or accept an error of {err:.3g} with --atol {accept:g}"
+
+
+def check_verify_inputs(art: Artifact, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The user's check inputs, as arrays, after checking they name the model's inputs."""
+    names = [s.name for s in art.inputs]
+    extra = sorted(set(inputs) - set(names))
+    if extra:
+        raise WorkbenchError(f"the check inputs name '{extra[0]}', which is not an input of the model (its inputs: {', '.join(names) or 'none'}).")
+    missing = [n for n in names if n not in inputs]
+    if missing:
+        raise WorkbenchError(f"the check inputs lack the model input '{missing[0]}' (give all of {', '.join(names)}).")
+    return {n: np.asarray(inputs[n]) for n in names}
+
+
+def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray], rtol: float, atol: float, pipeline=None) -> Mismatch | None:
+    """The Mismatch of the first node, in topological order, whose output differs between TVM
+    and onnxruntime; None when none is found.
+
+    Works by exposing every float node output as a graph output and compiling once more."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(model_bytes)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001
+        inferred = model
+    known = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    existing = {o.name for o in model.graph.output}
+    order: list[tuple[str, str, str]] = []  # (tensor, op, node)
+    for node in model.graph.node:
+        for out in node.output:
+            if out and out in known and known[out].type.tensor_type.elem_type in (1, 10, 11, 16):
+                order.append((out, node.op_type, node.name or f"{node.op_type}({out})"))
+                if out not in existing:
+                    model.graph.output.append(known[out])
+    try:
+        from ...model.onnx_io import load_model_bytes
+        from ..runtime.artifact import specs_from_proto
+        from ..pipeline.runner import Pipeline
+
+        data = model.SerializeToString()
+        # the same pipeline run as the compile being checked, with every float tensor an output
+        ex = Pipeline(target, pipeline).build(load_model_bytes(data, "probe.onnx"))
+        inputs, outputs = specs_from_proto(model)
+        ours = Artifact(library=ex, target=target, inputs=inputs, outputs=outputs).run(feeds)
+        ref, _ = reference_run(data, feeds)
+    except Exception:  # noqa: BLE001 - localisation is best effort; the refusal stands without it
+        logger.exception("mismatch localisation failed")
+        return None
+    by_name = {o.name: i for i, o in enumerate(model.graph.output)}
+    for tensor, op, node in order:
+        i = by_name[tensor]
+        if i >= len(ours):
+            continue
+        ok, err, _ = compare_outputs([ours[i]], [ref[i]], rtol, atol)
+        if not ok:
+            return Mismatch(op, node, err, _scale(ref[i]))
+    return None

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Run a model compiled by MLC Workbench. Needs only `pip install apache-tvm numpy`.
+
+This file is copied as `run.py` into every exported artifact folder, next to `model.so` and
+`manifest.json`. It imports nothing but the standard library, numpy and TVM's runtime (no onnx,
+no Qt, no workbench code), so the folder runs wherever those two packages install.
+
+    python run.py --inputs IN.npz -o OUT.npz      # inputs by name; outputs written by name
+    python run.py                                   # random inputs; prints output shapes
+    python run.py --bench 50                        # also time 50 runs (median/p90/min ms)
+    python run.py --dim batch=8                     # value for a symbolic dim (random inputs)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _fail(message: str) -> int:
+    print(f"run.py: {message}", file=sys.stderr)
+    return 2
+
+
+def _load_manifest() -> dict:
+    with open(os.path.join(HERE, "manifest.json")) as f:
+        return json.load(f)
+
+
+def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for spec in manifest["inputs"]:
+        shape = [d if isinstance(d, int) else int(dims.get(d, 1)) for d in spec["shape"]]
+        dtype = np.dtype(spec["dtype"])
+        if np.issubdtype(dtype, np.floating):
+            feeds[spec["name"]] = rng.standard_normal(shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[spec["name"]] = rng.integers(0, 2, size=shape).astype(dtype)
+        else:
+            feeds[spec["name"]] = rng.integers(0, 4, size=shape).astype(dtype)
+    return feeds
+
+
+def _load_module(tvm, path: str):
+    """tvm.runtime.load_module, without the "Scope Loaded:" line TVM 0.27 prints per function."""
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        return tvm.runtime.load_module(path)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            return tvm.runtime.load_module(path)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().splitlines(keepends=True):
+                if b"Scope Loaded" not in line:
+                    os.write(2, line)
+
+
+def flatten_outputs(out) -> list:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    result = []
+    for x in out:
+        result.extend(flatten_outputs(x))
+    return result
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _ProcCounts:
+    """/proc/loadavg and this process's task states, read through descriptors kept open (os.pread):
+    opening the files afresh cost ~30 us a check, kept open ~13 us (the workbench's
+    core.compiler.runtime.threads.ProcCounts, which this mirrors: run.py needs no workbench)."""
+
+    def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task"):
+        self.loadavg, self.tasks = loadavg, tasks
+        self.pid, self.load_fd, self.task_fds = -1, None, {}
+
+    def _read(self, fds: dict, key: str, path: str) -> bytes | None:
+        try:
+            if key not in fds:
+                fds[key] = os.open(path, os.O_RDONLY)
+            return os.pread(fds[key], 512, 0)
+        except OSError:
+            fd = fds.pop(key, None)
+            if fd is not None:
+                os.close(fd)
+            return None
+
+    def elsewhere(self) -> int:
+        """Threads runnable outside this process: the kernel's instantaneous count less this
+        process's own runnable threads (TVM's workers yield-spin ~10 ms after a run and must not
+        count as another process's work)."""
+        if self.pid != os.getpid():  # a forked child: the parent's descriptors name the parent's tasks
+            for fd in self.task_fds.values():
+                os.close(fd)
+            self.pid, self.task_fds = os.getpid(), {}
+        load = {} if self.load_fd is None else {"l": self.load_fd}
+        text = self._read(load, "l", self.loadavg)
+        self.load_fd = load.get("l")
+        try:
+            total = int(text.split()[3].split(b"/")[0])
+        except (AttributeError, IndexError, ValueError):
+            return 0
+        if total <= 1:
+            return 0
+        try:
+            tids = os.listdir(self.tasks)
+        except OSError:
+            tids = []
+        for gone in set(self.task_fds) - set(tids):
+            os.close(self.task_fds.pop(gone))
+        own = 0
+        for tid in tids:
+            stat = self._read(self.task_fds, tid, f"{self.tasks}/{tid}/stat")
+            if stat is not None:
+                end = stat.rfind(b")")
+                own += stat[end + 2:end + 3] == b"R"
+        return max(0, total - max(1, own))
+
+
+_PROC = _ProcCounts()
+
+
+def _runnable_elsewhere() -> int:
+    """Threads runnable outside this process (see _ProcCounts.elsewhere). The workbench's
+    core.compiler.runtime.threads does the same."""
+    return _PROC.elsewhere()
+
+
+def _load_thread_pool(manifest: dict):
+    """The workbench's parallel launch shipped in the folder (manifest thread_pool), loaded before
+    TVM so that TVM's runtime takes its TVMBackendParallelLaunch: workers that poll with the pause
+    instruction (TVM's poll with a system call per look, ~2-3 us a parallel region on a loaded
+    2-core VM) and tasks any thread may take. None (TVM's own pool) when the folder has none, it
+    will not load, or WORKBENCH_NATIVE_POOL=0."""
+    import ctypes
+
+    name = manifest.get("thread_pool")
+    if not isinstance(name, str) or not name or "tvm" in sys.modules:
+        return None
+    if os.environ.get("WORKBENCH_NATIVE_POOL", "1").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    path = os.path.realpath(os.path.join(HERE, name))
+    if os.path.isabs(name) or os.path.commonpath([path, os.path.realpath(HERE)]) != os.path.realpath(HERE) or not os.path.isfile(path):
+        return None
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        print(f"run.py: {name} does not load here ({e}); TVM's thread pool runs the parallel kernels.", file=sys.stderr)
+        return None
+
+
+def _pool_governor(tvm, limit: int, pool=None):
+    """Two functions, to call before and after each CPU run. Before: it gives TVM's pool the
+    cores other processes leave free (their runnable threads: /proc/loadavg's count less this
+    process's), at least 1 and at most `limit`. TVM splits parallel loops statically, so a
+    worker whose core another process holds makes every kernel wait for it (the workbench's
+    core.compiler.runtime.threads does the same). With the workbench's pool (`pool`, _load_thread_pool),
+    whose count is set instead of TVM's, the pool also times each run and runs on one thread
+    while one measures faster (its "one thread or all": virtual CPUs that stop running side by
+    side). WORKBENCH_ADAPTIVE_THREADS=0 turns both off."""
+    if os.environ.get("WORKBENCH_ADAPTIVE_THREADS", "1").strip() in ("0", "off", "false", "no") or limit <= 1:
+        return (lambda: None), (lambda: None)
+    if pool is not None:
+        config = lambda _mode, n: pool.mlcwb_pool_set_threads(n)  # noqa: E731
+    else:
+        config = tvm.get_global_func("runtime.config_threadpool")
+    cores = _cpu_count()
+    state = {"threads": limit, "checked": float("-inf"), "fewer_seen": 0}
+
+    timed = pool is not None and hasattr(pool, "mlcwb_pool_run_begin")
+    if timed:
+        import ctypes
+
+        run_state = ctypes.create_string_buffer(int(pool.mlcwb_pool_run_state_size()))
+
+    def size() -> None:
+        now = time.monotonic()
+        if now - state["checked"] < 0.002:  # tiny models do not pay for a look each run
+            return
+        state["checked"] = now
+        others = _runnable_elsewhere()
+        wanted = max(1, min(limit, cores - others))
+        if wanted < state["threads"]:  # shrink when two looks in a row see the other work, not a blip
+            state["fewer_seen"] += 1
+            if state["fewer_seen"] < 2:
+                return
+        state["fewer_seen"] = 0
+        if wanted != state["threads"]:
+            config(1, wanted)
+            state["threads"] = wanted
+
+    if not timed:
+        return size, (lambda: None)
+    begin, end = pool.mlcwb_pool_run_begin, pool.mlcwb_pool_run_end  # a run left open: the pool leaves it untimed
+
+    def before_run() -> None:
+        size()
+        begin(run_state)
+
+    return before_run, (lambda: end(run_state))
+
+
+def _missing_cpu_features(tvm, manifest: dict) -> list:
+    """The instruction-set features the code was compiled for (manifest target.cpu.requires, LLVM's
+    names) that this machine lacks, as LLVM reads them from CPUID; [] when the TVM build has no
+    LLVM to ask (a runtime-only build) or the manifest predates the record."""
+    cpu = (manifest.get("target") or {}).get("cpu") or {}
+    read = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
+    if read is None or not cpu.get("requires"):
+        return []
+    host = {str(k): bool(v) for k, v in read().items()}
+    return sorted(f for f in cpu["requires"] if f in host and not host[f])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="run.py",
+        description="Run the compiled model in this folder with the TVM runtime (needs only apache-tvm and numpy).",
+    )
+    parser.add_argument("--inputs", metavar="IN.npz", help="inputs by name (numpy .npz); random inputs when omitted")
+    parser.add_argument("-o", "--output", metavar="OUT.npz", help="write the outputs by name to this .npz file")
+    parser.add_argument("--device", choices=["cpu", "cuda"], help="device to run on (default: the artifact's target)")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for random inputs (repeatable)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs after 3 warm-up runs")
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    try:
+        manifest = _load_manifest()
+    except (OSError, ValueError) as e:
+        return _fail(f"cannot read manifest.json next to run.py ({e}).")
+    dims = {}
+    for item in args.dim:
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            return _fail(f"--dim expects NAME=N, got '{item}'.")
+        dims[name] = int(value)
+
+    if args.inputs:
+        try:
+            with np.load(args.inputs, allow_pickle=False) as data:
+                feeds = {k: data[k] for k in data.files}
+        except (OSError, ValueError) as e:
+            return _fail(f"{args.inputs} cannot be read as a numpy .npz file ({e}).")
+    else:
+        feeds = _random_inputs(np, manifest, dims, args.seed)
+
+    # TVM's thread pool starts half as many threads as there are CPUs on x86 (it assumes
+    # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
+    # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
+    os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
+    # Workers not pinned to one core (on a busy machine every parallel kernel would wait for a
+    # pinned one), yield-spinning ~10 ms when idle and then sleeping: awake for the run's next
+    # parallel kernel, out of the way after it (the workbench's own default, core.compiler.target).
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
+    pool = _load_thread_pool(manifest) if (args.device or manifest.get("device", "cpu")) == "cpu" else None
+    import tvm
+    from tvm import relax
+
+    kind = args.device or manifest.get("device", "cpu")
+    dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
+    missing = _missing_cpu_features(tvm, manifest)
+    if missing:  # running would die of an illegal instruction
+        cpu = manifest["target"]["cpu"]
+        built = " ".join([str(cpu.get("name", "?")), *cpu.get("features", [])])
+        return _fail(f"this model is compiled for {built} and this CPU lacks {', '.join(missing[:4])}"
+                     f"{' and more' if len(missing) > 4 else ''}; run it on such a CPU, or compile it for this one.")
+    if kind == "cuda" and not dev.exist:
+        return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
+    library = manifest.get("library", "model.so")
+    lib_path = os.path.realpath(os.path.join(HERE, str(library)))
+    if os.path.isabs(str(library)) or os.path.commonpath([lib_path, os.path.realpath(HERE)]) != os.path.realpath(HERE):
+        return _fail(f"manifest.json names the library '{library}', outside the artifact folder; refusing to load it.")
+    lib = _load_module(tvm, lib_path)
+    vm = relax.VirtualMachine(lib, dev)
+
+    args_dev = []
+    for spec in manifest["inputs"]:
+        name = spec["name"]
+        if name not in feeds:
+            return _fail(f"input '{name}' is missing (the model needs {', '.join(s['name'] for s in manifest['inputs'])}).")
+        a = np.asarray(feeds[name], order="C")  # not ascontiguousarray: it makes a 0-d input shape (1,)
+        if a.dtype != np.dtype(spec["dtype"]):
+            return _fail(f"input '{name}' has dtype {a.dtype}, the model needs {spec['dtype']}.")
+        shape = spec["shape"]
+        if a.ndim != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(shape, a.shape)):
+            return _fail(f"input '{name}' has shape {list(a.shape)}, the model needs {shape}.")
+        args_dev.append(tvm.runtime.tensor(a, dev))
+
+    try:
+        pool_size = int(os.environ["TVM_NUM_THREADS"])
+    except ValueError:
+        pool_size = _cpu_count()
+    # a model without a parallel kernel (the manifest's parallel_kernels 0) runs the same on any
+    # thread count: nothing to choose, as in the workbench's Artifact.run_device
+    governed = kind == "cpu" and manifest.get("parallel_kernels") != 0
+    before_run, after_run = _pool_governor(tvm, pool_size, pool) if governed else ((lambda: None), (lambda: None))
+    before_run()
+    try:
+        outputs = flatten_outputs(vm["main"](*args_dev))
+    finally:
+        after_run()
+    names = [o["name"] for o in manifest["outputs"]]
+    for name, value in zip(names, outputs):
+        print(f"{name}: shape {list(value.shape)} dtype {value.dtype}")
+    if args.output:
+        np.savez(args.output, **dict(zip(names, outputs)))
+        print(f"wrote {args.output}")
+
+    if args.bench > 0:
+        for _ in range(3):
+            before_run()
+            try:
+                vm["main"](*args_dev)
+            finally:
+                after_run()
+        dev.sync()
+        times = []
+        for _ in range(args.bench):
+            t0 = time.perf_counter()
+            before_run()
+            try:
+                vm["main"](*args_dev)
+                dev.sync()
+            finally:
+                after_run()
+            times.append((time.perf_counter() - t0) * 1000.0)
+        times.sort()
+        p90 = times[min(len(times) - 1, int(round(0.9 * (len(times) - 1))))]
+        print(f"latency over {len(times)} runs: median {times[len(times) // 2]:.3f} ms, p90 {p90:.3f} ms, min {times[0]:.3f} ms")
+        if kind == "cpu":
+            print("parallel kernels: " + ("the workbench's thread pool" if pool is not None else "TVM's thread pool"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

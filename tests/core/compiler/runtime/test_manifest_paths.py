@@ -1,0 +1,76 @@
+"""A manifest cannot make the workbench read or load files outside the artifact folder: every
+path in it (library, source model, runner, file list) is confined, and a source model that is not
+the compiled one is refused; each in one sentence, exit status 2 on the command line."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from core.compiler.runtime.artifact import check_artifact_folder, load_artifact
+from core.compiler.compile import compile_model
+from core.errors import WorkbenchError
+from tests.helpers import ROOT, external_weights_cnn, run_cli
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    base = tmp_path_factory.mktemp("manifest")
+    art = compile_model(external_weights_cnn(base / "m"), "cpu")
+    return art.export(base / "art")
+
+
+def _tampered(exported, tmp_path, **changes):
+    folder = tmp_path / "art"
+    shutil.copytree(exported, folder)
+    man = json.loads((folder / "manifest.json").read_text())
+    man.update(changes)
+    (folder / "manifest.json").write_text(json.dumps(man))
+    return folder
+
+
+@pytest.mark.parametrize("key,value,what", [
+    ("source_model", "/etc/hostname", "source model '/etc/hostname', outside the artifact folder"),
+    ("source_model", "../m/cnn_bn_ext.onnx", "source model '../m/cnn_bn_ext.onnx', outside the artifact folder"),
+    ("library", "/usr/lib/x86_64-linux-gnu/libm.so.6", "library '/usr/lib/x86_64-linux-gnu/libm.so.6', outside"),
+    ("runner", "../../run.py", "runner '../../run.py', outside"),
+    ("files", ["model.so", "../../etc/passwd"], "file '../../etc/passwd', outside"),
+    ("source_model", 42, "names the source model as 42, which is not a file name"),
+])
+def test_paths_outside_the_folder_are_refused(exported, tmp_path, key, value, what):
+    folder = _tampered(exported, tmp_path, **{key: value})
+    with pytest.raises(WorkbenchError, match="manifest.json names the") as e:
+        check_artifact_folder(folder)
+    assert what in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bench_vs_ort_with_a_source_model_elsewhere_exits_2(exported, tmp_path):
+    folder = _tampered(exported, tmp_path, source_model="/etc/hostname")
+    r = run_cli("bench", folder, "--runs", "1", "--vs-ort")
+    assert r.returncode == 2 and "source model '/etc/hostname', outside the artifact folder" in r.stderr
+    assert "internal error" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_replaced_source_model_is_refused(exported, tmp_path):
+    folder = _tampered(exported, tmp_path)
+    (folder / "model.onnx").write_bytes(b"/etc/hostname is not a model")
+    with pytest.raises(WorkbenchError, match="is not the model this artifact was compiled from"):
+        load_artifact(folder)
+    r = run_cli("bench", folder, "--runs", "1", "--vs-ort")
+    assert r.returncode == 2 and "not the model this artifact was compiled from" in r.stderr
+
+
+def test_run_py_refuses_a_library_outside_its_folder(exported, tmp_path):
+    folder = _tampered(exported, tmp_path, library="../elsewhere.so")
+    r = subprocess.run([sys.executable, str(folder / "run.py")], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert r.returncode == 2 and "outside the artifact folder" in r.stderr
+
+
+def test_bench_vs_ort_of_an_intact_artifact_from_another_folder(exported, tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "main.py"), "bench", str(exported), "--runs", "2", "--vs-ort", "--json"],
+                       capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert json.loads(r.stdout)["outputs_match_ort"] is True
