@@ -40,61 +40,18 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # Below this many innermost iterations a parallel region costs more than it saves on a 2-core
-# machine: waking the pool (a few us), and on a busy machine waiting at the closing barrier for a
-# worker the OS has not scheduled yet (TVM splits a parallel loop statically: every worker's
-# share must finish), up to a time slice, milliseconds. It was 64 Ki with TVM's pool; with the
-# workbench's (core.compiler.runtime.native_pool: a region ~0.1-0.4 us, and beside a busy process the
-# governor runs one thread) 16 Ki, which splits ShuffleNet's channel shuffles and concatenations,
-# the transformers' head transposes and MobileNet-v3's squeeze-excitation means:
-# benchmarks/parallel_split.py --variants default,min-work=16384, 2 threads, 20 alternating blocks
-# (Zen 4, quiet): shufflenet 2.65 vs 2.86 ms (p10 2.22 vs 2.43), vit_encoder 4.99 vs 5.15,
-# mobilenet_v3_small 0.839 vs 0.849 (p10 0.756 vs 0.780), bert_encoder 5.00 vs 5.01; efficientnet_b0,
-# squeezenet and gpt2_blocks within 1% in a shorter run; 1 thread alike.
+# machine: waking the pool, and on a busy machine waiting at the closing barrier for a worker the
+# OS has not scheduled yet (every worker's static share must finish). 64 Ki with TVM's pool; 16 Ki
+# with the workbench's (core.compiler.runtime.native_pool). (docs/performance.md: PARALLEL_MIN_WORK)
 PARALLEL_MIN_WORK = 1 << 14
 
-# What one parallel region costs at 2 threads with the pool's worker spinning (between the kernels
-# of a run it is): TVMBackendParallelLaunch hands the worker its share through the pool's queue and
-# waits for it at the closing barrier, both sides polling with sched_yield. On this project's
-# 2-core Zen 4 KVM guest a kernel of two 16-float tasks took 3.2 us at 2 threads against 0.2 us at
-# 1 (min of 5 x 2000 calls, a te kernel; load 1.8). Where it goes (benchmarks/parallel_launch.py):
-# each poll is one sched_yield() system call, 0.7-1.3 us in this guest (and the CPU handed to any
-# other runnable thread), so the worker sees the task up to one call late and the caller, done
-# with its even share first, pays at least one call before it sees the worker's end; the same
-# handshake polling with `pause` costs 0.07 us. TVM's pool is compiled code: no setting reachable
-# from Python (spin count, TVM_BIND_THREADS, affinity, config_threadpool modes) changes the
-# polling, so this figure stays until the runtime's launch does. And the data moves: the worker
-# reads what the other core just wrote (the previous kernel's output) and the next kernel reads
-# what the worker wrote. Splitting small_cnn's 3x3 convs (7-13 us each) over 2 threads made the
-# whole model slower, 41 -> 49 us (the two largest split) and 53 us (three), p10 alike, in one
-# process, alternating, load 5; all four split 2:1 (parallel(3): the caller takes 2 of 3 chunks,
-# so it need not poll for a late worker) 40.7 -> 44.2 us and 1:1 45.0 us (fastest of 10,710 runs
-# each, alternating, load 7.8); a 128x128x128 matmul whose B is packed in the kernel (written by
-# one core, read by both) gained 1.38x where one with a prepacked weight gained 1.80x (p10, load
-# 4.5). Those figures were taken on a loaded machine, where the second core is not free. On the
-# quiet machine (load 0.9-1.2, benchmarks/parallel_split.py, pause 0.2 s, 10 alternating blocks)
-# splitting small_cnn's two 13 us convs gains: 2 threads 37.7 / 39.3 / 34.7 us against 40.2 / 43.5
-# / 39.8 us serial (p10 0.87x), 1 thread alike; as AVX2 code p10 0.89x, medians mixed (0.83x,
-# 1.17x); mobilenet_v3_small and shufflenet (2-3 more convs split) and squeezenet, mobilenet_v2,
-# efficientnet_b0, resnet50, inception v1/v2, densenet121 and zfnet512 (0-1 more) within the noise.
-# Beside a busy process the governor runs one thread, where a split kernel costs ~0.2 us. So a
-# kernel is split from PARALLEL_MIN_US of estimated one-core work: each of two threads then has
-# 6 us, two launches' worth (0.54 M multiply-adds with AVX-512; it was 24 us, 1.08 M, until the
-# quiet measurement).
-# Since the workbench launches parallel loops itself (core.compiler.runtime.native_pool: workers polling with
-# `pause`), a region costs ~0.1-0.4 us of handshake on this project's 2-vCPU Zen 5 KVM guest (quiet,
-# benchmarks/parallel_launch.py; TVM's pool 0.7-1.8 us there), and what is left is the data moving
-# between the cores. At 6 us small_cnn's two 0.15 M multiply-add convs are split too: 2 threads 17.3
-# against 21.9 us (median; p10 16.5 against 19.1), 1 thread alike, and no other model's kernels changed
-# (benchmarks/parallel_split.py min-us=6, 16 alternating blocks, pause 0.2 s, load 0.6). So a region is
-# reckoned at 1.5 us and a conv is split from 6 us of one-core work: 0.27 M multiply-adds.
+# What one parallel region costs at 2 threads (the handshake with the spinning worker, plus the data
+# moving between the cores), and the estimated one-core work from which a kernel is split: two
+# launches' worth for each of two threads. (docs/performance.md: PARALLEL_LAUNCH_US and PARALLEL_MIN_US)
 PARALLEL_LAUNCH_US = 1.5
 PARALLEL_MIN_US = 4 * PARALLEL_LAUNCH_US
-# Multiply-adds per microsecond of a register-tiled conv on one core: small_cnn's 3x3 convs (0.3-0.6 M
-# multiply-adds, 16 channels) ran at 41-48 k per us with AVX-512 (6.9-12.4 us each, Zen 4). Not
-# scaled by the vector width: Zen 4 executes AVX-512 on 256-bit units, and the same model built for
-# AVX2 took 48 us at 1 thread against 41 (not twice as long). Split as a width-scaled rate would (0.54 M
-# multiply-adds and up), its two 0.6 M convs made it slower at 2 threads: p10 56.1 against 47.2 us
-# (one process, alternating, load 4.9).
+# Multiply-adds per microsecond of a register-tiled conv on one core; not scaled by the vector width
+# (some CPUs execute AVX-512 on 256-bit units). (docs/performance.md: FMA_MACS_PER_US)
 FMA_MACS_PER_US = 45_000
 
 
@@ -211,14 +168,9 @@ def pack_read_buffer(sch, block, read_index: int, index_map, layout_free: bool) 
 
 
 # Storage scope of a register tile's accumulator. TVM lowers a "local" buffer through
-# TVMBackendAllocWorkspace always, and only a "global" one under 1 KiB to a stack array
-# (tirx.LowerTVMBuiltin). Inside a parallel loop the buffer is allocated per iteration, so every
-# row of every parallel kernel called the workspace pool twice and kept its tile in heap memory
-# LLVM could not promote to registers. As a stack array it stays in registers. Zen 4, AVX-512,
-# each kernel built alone, "global" / "local" time, min of 300 calls alternating (load 9):
-# mobilenet_v2's kernels summed 0.87x at 1 thread (depthwise 0.42-0.75x, 1x1 convs 0.78-1.00x),
-# mobilenet_v3_small 0.90x, shufflenet 0.94x, squeezenet 0.93x, efficientnet_b0 1.00x (its
-# depthwise convs with a padded copy per plane 1.6-1.9x slower: those keep "local").
+# TVMBackendAllocWorkspace always (per iteration inside a parallel loop, in heap memory LLVM cannot
+# promote to registers), and only a "global" one under 1 KiB to a stack array that stays in registers
+# (tirx.LowerTVMBuiltin). (docs/performance.md: ACCUMULATOR_SCOPE)
 ACCUMULATOR_SCOPE = "global"
 
 
@@ -371,10 +323,9 @@ def split_padding_by_rows(sch, block, lanes: int) -> bool:
     that is split over the threads, however small the copy (schedule_injective splits copies of
     PARALLEL_MIN_WORK elements and more): made by the calling thread alone, it is a serial stretch
     before the split conv, and the worker reads every row of it from the caller's cache; split by
-    rows, a thread whose part of the conv is rows too reads mostly rows it copied. small_cnn's
-    18x18x16 copies: the model at 2 threads 28.2 against 31.6 us (Zen 4, 12 alternating blocks,
-    benchmarks/parallel_split.py --variants default,serial-padding), 1 thread the same. Returns
-    whether it could (another loop nest, or PARALLEL_PADDING off, leaves it as it is)."""
+    rows, a thread whose part of the conv is rows too reads mostly rows it copied
+    (docs/performance.md: PARALLEL_PADDING). Returns whether it could (another loop nest, or
+    PARALLEL_PADDING off, leaves it as it is)."""
     loops = sch.get_loops(block)
     if not PARALLEL_PADDING or len(loops) != 5:
         return False
