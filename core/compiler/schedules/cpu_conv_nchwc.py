@@ -31,57 +31,27 @@ logger = logging.getLogger(__name__)
 
 
 # CPUs (LLVM names) that execute AVX-512 FMAs on full-width units, two a cycle: there a tile of one
-# channel block (8-10 accumulators, each FMA fed by one broadcast load) leaves the FMA units half
-# idle, and two channel blocks per tile (12-16 accumulators, each broadcast feeding two vectors)
-# are the default. Measured by template tuning on Zen 5 (AMD EPYC, family 26, 2 vCPUs): 17 of
-# ResNet-50's 20 direct conv kernels chose two blocks, the tuned kernels 0.71-0.95x the one-block
-# default's time (0.58 -> 0.45 ms, 0.32 -> 0.23, 0.67 -> 0.52); as the default, whole models at one
-# thread (thread CPU time, 10 alternating blocks, quiet): resnet50 0.91x, densenet121 0.92x,
-# inception_v2 0.91x, mobilenet_v2 0.94x, squeezenet 0.95x, small_cnn 1.02x, vgg19 and zfnet512
-# 1.00x (Winograd/wide convs). Zen 4 runs AVX-512 on 256-bit halves (one 512-bit FMA a
-# cycle): its default stays one block, as measured there. Intel's server cores with two 512-bit
-# FMA units likely belong here too, but were not measured: template search tries both tiles.
-#
-# AVX2 code (8 lanes, 16 registers) takes two blocks on every CPU: each of them runs two 256-bit
-# FMAs a cycle (Haswell on, Zen 2 on), the same case, with 6-12 accumulators (pair_tile). Measured
-# by template tuning on Zen 3 (AMD EPYC, family 25, 2 vCPUs at 2.45 GHz; resnet50, squeezenet,
-# shufflenet): 19 of 30 direct conv kernels chose two blocks, confirmed at 0.58-0.86x the one-block
-# default's time; 9 of the other 11 have outputs 7 or 13 wide, with no such tile. As the default,
-# whole models against one block (benchmarks/parallel_split.py --variants default,one-block, 16
-# alternating blocks, medians, 2 threads / 1 thread): resnet50 0.88 / 0.84, densenet121 0.90 /
-# 0.85, squeezenet 0.92 / 0.93, inception_v2 0.93 / 0.92, inception_v1 0.97 / 0.95; mobilenet_v2
-# mixed (1.16 / 0.93, its p10 0.94 / 1.09).
+# channel block leaves the FMA units half idle, and two channel blocks per tile (12-16 accumulators,
+# each broadcast feeding two vectors) are the default. CPUs that run AVX-512 on 256-bit halves keep
+# one block. AVX2 code (8 lanes, 16 registers) takes two blocks on every CPU (two 256-bit FMAs a
+# cycle since Haswell and Zen 2; 6-12 accumulators, pair_tile). (docs/performance.md:
+# FULL_WIDTH_AVX512_CPUS and AVX2_TWO_BLOCKS)
 FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
 # Accumulators below which a one-block tile leaves the FMAs waiting on each other, whatever the ISA:
 # an output whose width has no divisor tile of 6 or more (25: 5 columns, rows not divisible) takes
 # a tile of two channel blocks of 6 or more accumulators where one exists (pair_tile from 6).
-# ZFNet-512's 5x5 stride-2 conv 96 -> 256 at 25x25 on Zen 4 (AMD EPYC, family 25 model 17, 2 vCPUs),
-# template search at one thread: one block of 5 columns 10.8 ms, two blocks of 5 (10 accumulators)
-# 6.6 ms, one block of 25 columns 6.6 ms; the AVX2 code on the same host already took two blocks
-# and ran the whole model 0.86x the AVX-512 default's time (benchmarks/isa_compare.py).
+# (docs/performance.md: MIN_ACCUMULATORS)
 MIN_ACCUMULATORS = 6
 AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets it False)
 # Columns of the two-block tile a stride-1 unpadded 1x1 conv takes over its flat plane (its H x W
 # pixels as one row, `flat_1x1`) with 16 registers, where its rows have no two-block tile of as
 # many pixels (7, 13, 14, 27, 28 or 56 wide); the last tile's pixels past the plane are predicated
-# off (LLVM moves that test out of the reduction loop). AVX2 code on Zen 4 (AMD EPYC, family 25
-# model 17), 1 thread, kernels alone with bias + ReLU, medians of 10-12 alternating rounds, the
-# row's tile -> two blocks x 5 pixels: one block x the row, ResNet-50's 7x7 convs 512 -> 2048
-# 1.17 -> 0.97 ms, 2048 -> 512 1.12 -> 0.95 ms, Inception's 832 -> 256 at 7x7 223 -> 193 us,
-# SqueezeNet's 13x13 convs 384 -> 48 82 -> 58 us, 64 -> 256 85 -> 60, 48 -> 192 37 -> 28, its
-# classifier 512 -> 1008 (channel_padding.paired_channels) 2.31 -> 1.63 ms; two blocks x 3 (27 wide)
-# 0.78-0.82x; two blocks x 4 or 2 x 2 (14, 28, 56 wide) 0.97-0.98x, though with SiLU (the
-# write-back's predicated tail) 1.01x at 14x14 and 56x56 and 1.10x at 112x112 (EfficientNet's
-# 16 -> 96). Whole models without the flat tile where the row has 2 x 4: resnet50 1.013x / 1.014x
-# (1 thread median / 2 threads p10, 16 alternating rounds), efficientnet_b0 0.993x / 0.998x; kept.
-# Two blocks x 4 pixels of the flat plane 0.75-1.02x, x 6 (12 accumulators) 1.1-1.4x the
-# one-block time. (A 3x3 conv's 7-wide rows gain nothing from a predicated 2 x 4 tile: 2.52 ->
-# 2.44 ms at 512 channels.)
+# off. (docs/performance.md: FLAT_PAIR_COLUMNS and MIN_TAIL_CHUNKS)
 FLAT_PAIR_COLUMNS = 5
 # Channel blocks from which an odd count has two-block tiles among the template search's
-# candidates, the last tile's second block predicated off. Not a default: LLVM kept that test
-# inside the reduction loop of a flat 2 x 4 tile (1.35x the one-block time), though not of 2 x 5;
-# the layout pass pads such a conv by one block instead (channel_padding.paired_channels).
+# candidates, the last tile's second block predicated off. Not a default (LLVM may keep that test
+# inside the reduction loop): the layout pass pads such a conv by one block instead
+# (channel_padding.paired_channels). (docs/performance.md: FLAT_PAIR_COLUMNS and MIN_TAIL_CHUNKS)
 MIN_TAIL_CHUNKS = 16
 
 
@@ -113,8 +83,8 @@ def pixel_channel_blocks(oc_chunks: int, out_pixels: int) -> int:
     a conv whose output is one pixel (a squeeze-excitation conv on the pooled [C, 1, 1], a 1x1
     classifier), the largest divisor of the blocks up to 4. With one pixel there are no columns to
     tile: one block gives one accumulator, one dependent FMA chain over all input channels
-    (latency-bound at a quarter of the FMA rate: 576 -> 144 channels took 12-15 us for 83 K
-    multiply-adds); four blocks give four independent chains, each broadcast input feeding four."""
+    (latency-bound at a quarter of the FMA rate); four blocks give four independent chains, each
+    broadcast input feeding four. (docs/performance.md: One-pixel outputs)"""
     if out_pixels != 1:
         return 1
     return max(d for d in range(1, 5) if oc_chunks % d == 0)
@@ -127,30 +97,18 @@ def pixel_channel_blocks(oc_chunks: int, out_pixels: int) -> int:
 STRIDED_INPUT_PASS_BYTES = 512 << 10
 CACHE_LINE_BYTES = 64
 GROUP_WEIGHT_BYTES = 256 << 10
-# Packed weights up to which a conv's parallel loop takes rows first (n, oh/TH, oc_chunk): each
-# thread computes a band of rows for every output-channel block, not every row for half of the
-# blocks. Split by channel blocks, each thread read the whole input, half of it written by the
-# other core the kernel before; split by rows, a thread reads the rows its own core wrote, as the
-# convs around it and their padded copies are split by rows too (depthwise convs from
-# cpu_depthwise_nchwc.ROWS_FIRST_MIN_ROWS rows). Pools and concatenations stay split by channel
-# blocks: in bands of rows they measured slower (squeezenet 2.57 vs 2.49 ms at 2 threads,
-# densenet121 43.0 vs 41.5 ms at 1). Each thread streams all the weights, so only weights that
-# stay in L2 (Zen 3's 512 KiB) beside the rows (larger ones: LARGE_WEIGHT_BANDS). Zen 4 (AMD
-# EPYC, family 25 model 17, 2 vCPUs), whole models, rows first against channel blocks first
-# (with the depthwise bands), 2 threads, 14 alternating blocks (benchmarks/parallel_split.py
-# --variants default,chunks-first): mobilenet_v2 3.86 vs 4.04 ms (p10 3.44 vs 3.67), squeezenet
-# 3.00 vs 3.05 (p10 2.67 vs 2.80), densenet121 24.6 vs 25.3, inception_v1 9.96 vs 10.25, resnet50
-# 31.7 vs 32.6, small_cnn 29.1 vs 30.3 us, mobilenet_v3_small 0.819 vs 0.873 ms, efficientnet_b0
-# 5.81 vs 5.89; 1 thread level (the kernels alone: level at 1 and 2 threads, the gain is in what
-# the next kernel reads).
+# Packed weights up to which a conv's parallel loop takes rows first (n, oh/TH, oc_chunk): split by
+# channel blocks, each thread read the whole input, half of it written by the other core; split by
+# rows, a thread reads the rows its own core wrote (the convs around it and their padded copies are
+# split by rows too; depthwise convs from cpu_depthwise_nchwc.ROWS_FIRST_MIN_ROWS rows). Pools and
+# concatenations stay split by channel blocks. Each thread streams all the weights, so only weights
+# that stay in L2 beside the rows (larger ones: LARGE_WEIGHT_BANDS). (docs/performance.md:
+# ROWS_FIRST_MAX_WEIGHT_BYTES and ROWS_FIRST)
 ROWS_FIRST_MAX_WEIGHT_BYTES = 256 << 10
 ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
 # A conv with larger weights is split over this many bands of rows first (n, band, oc_chunk | the
-# band's rows ...), where they divide its rows: each thread streams the weights once per band (all
-# of them from L3, where channel blocks first gave it half), and reads mostly rows its own core
-# wrote. Zen 4, 2 threads, 14 alternating blocks (parallel_split.py --variants
-# default,no-conv-bands): inception_v2 14.6 vs 15.6 ms (p10 13.2 vs 13.7), densenet121 24.1 vs
-# 25.0, resnet50 32.0 vs 32.7, inception_v1 9.88 vs 10.12; 1 thread within +-2%, both ways.
+# band's rows ...), where they divide its rows: each thread streams the weights once per band and
+# reads mostly rows its own core wrote. (docs/performance.md: LARGE_WEIGHT_BANDS)
 LARGE_WEIGHT_BANDS = 2
 
 
@@ -170,12 +128,9 @@ def strided_1x1_group(extents, data_shape) -> int:
     grouped: the largest divisor G of its channel blocks whose packed weights fit in
     GROUP_WEIGHT_BYTES. With 8-lane blocks (AVX2) a pixel is half a cache line and a stride-2
     pass touches every line of every other row, so 64 blocks re-read ResNet-50's 56x56x256
-    input 64 times from L3. In ResNet-50 at one thread (Zen 4 running AVX2 code, thread CPU
-    time) its 56->28 projection took 3.06 ms grouped against 3.72, the 28->14 one 2.98 against
-    3.42; with 16-lane blocks (AVX-512) only the 56->28 one is grouped, with no change in the
-    model (2.0-2.1 ms against 2.7 with caches flushed between calls). Stride-1 convs stream
-    their rows well enough from L3 (no gain measured), and the other strided 1x1 shapes have
-    inputs that stay in L2."""
+    input 64 times from L3. With 16-lane blocks (AVX-512) only ResNet-50's 56->28 one is grouped.
+    Stride-1 convs stream their rows well enough from L3, and the other strided 1x1 shapes have
+    inputs that stay in L2. (docs/performance.md: Strided 1x1 convs grouped by channel blocks)"""
     _, chunks, out_h, out_w, oc_block, in_channels, kh, kw = extents
     if kh != 1 or kw != 1 or out_h < 2 or out_w < 2 or any(d is None for d in data_shape):
         return 1
@@ -214,12 +169,8 @@ def reads_padding_in_place(extents, in_block: int, lanes: int, padded_width: int
     blocks narrower than a vector (NCHW3c), stride 2 or more, at most INLINE_PADDING_MAX_TAPS
     taps and INLINE_PADDING_MAX_CHANNELS outputs. Its padded copy is a pass of scalar selects
     (3 floats a pixel, no vector fits) over an input such a conv reads only a few times.
-    Zen 4, 1 thread, thread CPU time, the stems alone, 3x3 stride 2 at 224, copied -> in place
-    (two rows a tile on AVX-512): mobilenet_v3_small's 3->16 + HardSwish 234 -> 119 us,
-    efficientnet_b0's 3->32 + SiLU 485 -> 366, mobilenet_v2's 3->32 + ReLU6 341 -> 245; AVX2
-    code (one row) 263 -> 157, 702 -> 620, 377 -> 273. Not: VGG-19's 3->64 3x3 stride 1 (2.4
-    -> 3.7 ms: each load's select repeated for 4 channel blocks and 9 taps), ResNet-50's 7x7
-    stem (147 taps a pixel, no faster)."""
+    Not a stride-1 stem (each load's select repeated for every channel block and tap) nor a 7x7
+    one (too many taps a pixel). (docs/performance.md: Image stems read their padding in place)"""
     _, chunks, _, out_w, oc_block, _, kh, kw = extents
     if padded_width is None or in_block >= lanes or kh * kw > INLINE_PADDING_MAX_TAPS or out_w < 2:
         return False
