@@ -230,10 +230,8 @@ class Conv2dNCHWc:
             return t, 1
         if tile[2] > 1 and kh * kw == 1 and oc_block * 4 >= CACHE_LINE_BYTES:
             # A 1x1 conv whose pixel is a whole cache line (16-lane blocks, AVX-512) runs faster
-            # on one row of 6 or more columns than on a 2-D tile: ResNet-50's 28x28 1x1 convs
-            # with T=7 against 4 x 2 at one thread, the 128->512 one with its residual add
-            # 0.86-0.89x the time in the model, 0.85x alone (caches flushed between calls); with
-            # 8-lane blocks (AVX2) the 2-D tile stays faster (1.05-1.12x the time on one row).
+            # on one row of 6 or more columns than on a 2-D tile; with 8-lane blocks (AVX2) the
+            # 2-D tile stays faster. (docs/performance.md: 1x1 convs on one row)
             row = choose_conv_tile(oc_block, out_width, info["lanes"], 1)
             if row is not None and row[0] == oc_block and row[1] >= 6:
                 return row[1], 1
