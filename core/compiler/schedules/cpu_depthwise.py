@@ -10,9 +10,9 @@ scalars. Two forms, chosen by `use_blocked_form`:
   every tap is one broadcast weight times one unaligned contiguous load of the padded input. The
   padded copy of the input is made per plane inside the parallel loop (still in L1/L2 when read
   KHxKW times). (A single 112-lane LLVM vector instead made LLVM build each broadcast weight lane
-  by lane and spill them: 0.215 vs 0.156 ms for 32 x 112x112, 3x3.) A strided conv whose channels
-  no vector divides stores the padded plane de-interleaved, [h][w % s][w / s], so the input of
-  s-strided columns is contiguous again.
+  by lane and spill them: docs/performance.md, BLOCKED_MAX_WIDTH and the row form's vectors.) A
+  strided conv whose channels no vector divides stores the padded plane de-interleaved,
+  [h][w % s][w / s], so the input of s-strided columns is contiguous again.
 * channel-blocked form (rows of 28 or less, or stride > 1, when a vector, half or quarter vector
   divides the channels): the padded input copied per block of L channels into [h][w][L], the
   weight packed to [c / L][kh][kw][L] at compile time, accumulators [T columns][L] in registers,
@@ -55,21 +55,11 @@ DEPTHWISE_BLOCK_NAMES = ("group_conv2d_nchw", "depthwise_conv2d_nchw", "conv2d_n
 
 # Whether a depthwise conv or pool runs in parallel: from its estimated time on one core. It does
 # one multiply-add per input value loaded and tap (no channel reduction to keep in registers), so
-# that time is its multiply-adds or the bytes it moves, whichever takes longer: ~24 multiply-adds
-# and ~20 bytes per ns on one Zen 4 core (mobilenet_v3_small: 5x5 taps at 14x14 and 7x7, 0.6-0.7 M
-# multiply-adds, 23-24 us; its 72-channel 56x56 -> 28x28 stride-2 conv, 0.5 M multiply-adds but
-# 1.1 MB in and out, 58 us). From ~30 us, each of two threads has ~15 us, several times a spinning
-# pool's wake-up and join. (The former rule, 1 M multiply-adds, kept that stride-2 conv serial, and
-# at 2 threads it ran slower than at 1, 85 against 58 us: half its input had been written by the
-# other core's share of the parallel conv before it.)
+# that time is its multiply-adds or the bytes it moves, whichever takes longer; from
+# DEPTHWISE_PARALLEL_MIN_US each of two threads has several times a region's launch and join.
+# (docs/performance.md: DEPTHWISE_MACS_PER_US, DEPTHWISE_BYTES_PER_US and DEPTHWISE_PARALLEL_MIN_US)
 DEPTHWISE_MACS_PER_US = 24_000
 DEPTHWISE_BYTES_PER_US = 20_000
-# With the workbench's own launch (core.compiler.runtime.native_pool, ~0.1-0.4 us a region) the line moved
-# from 30 to 15 us: on this project's quiet 2-vCPU Zen 5 KVM guest, 2 threads, medians (p10) new / old,
-# two runs of benchmarks/parallel_split.py dw-min-us=15 (16 and 20 alternating blocks, pause 0.2 s):
-# mobilenet_v3_small 0.94 (0.96), 0.92 (0.93); shufflenet 0.99 (0.95), 0.94 (0.88); mobilenet_v2
-# 1.02 (1.00), 0.95 (0.98); efficientnet_b0 0.96 (1.00); 1 thread alike. With TVM's pool a line of 12 us
-# had measured mixed (shufflenet p10 0.94, mobilenet_v3_small's median 1.06).
 DEPTHWISE_PARALLEL_MIN_US = 15
 
 
@@ -104,9 +94,8 @@ def row_chunk(out_width: int, lanes: int) -> int:
 
 # Output rows at most this wide take the channel-blocked form (when a vector divides the
 # channels): a 7- or 14-wide row fills half a vector or less, a channel block fills all of it.
-# Wider rows in stride 1 keep the row form (Zen 4, 1 thread, SiLU tail, 112x112 and 56x56: 0.33 /
-# 0.37 ms row form, before its native-vector split, vs 0.48 / 0.50 ms blocked); strided convs take
-# the blocked form (112x112 stride 2: 1.0 ms row form with the de-interleaved copy, 0.48 blocked).
+# Wider rows in stride 1 keep the row form; strided convs take the blocked form.
+# (docs/performance.md: BLOCKED_MAX_WIDTH and the row form's vectors)
 BLOCKED_MAX_WIDTH = 28
 
 
@@ -132,7 +121,8 @@ class Pool2dNCHW:
     """Max / average pooling windows (3x3 stride 2 and the like) in the channel-blocked form of
     the depthwise rule: the padded input per block of channels in [h][w][c], one vector max or
     add per tap, the average's divisor folded into the write-back. Left scalar with the padding
-    inlined (a branch per tap) and strided loads, a 28x28 -> 14x14 pool was 4-5x onnxruntime.
+    inlined (a branch per tap) and strided loads, a pool was several times onnxruntime's time
+    (docs/performance.md: Pools in the channel-blocked form).
     Returns None for other kernels, symbolic shapes, dilation, or channels no vector divides."""
 
     name = "cpu.Pool2dNCHW"
@@ -379,9 +369,9 @@ def inline_tail(sch, conv) -> None:
 
     A block read by a broadcast stays too: a squeeze-excitation's excitation (1x1 conv on the
     pooled [C, 1, 1], bias, sigmoid, then times the [C, H, W] features) inlined into the multiply
-    computed its sigmoid H x W times per channel instead of once (EfficientNet-B0 144 x 56x56:
-    0.18 ms against onnxruntime's 0.05); kept, it folds into the conv's write-back on [C, 1, 1]
-    and the multiply is a plain vector product."""
+    computed its sigmoid H x W times per channel instead of once (docs/performance.md: Broadcast
+    readers stay out of the conv); kept, it folds into the conv's write-back on [C, 1, 1] and the
+    multiply is a plain vector product."""
     conv_name = sch.get(conv).name_hint
     for block in root_blocks(sch):
         stmt = sch.get(block)
