@@ -68,9 +68,8 @@ def depthwise_tiles(out_height: int, out_width: int, block: int, lanes: int, reg
     return tiles
 
 
-# Output columns of the default tile at most: 7-8 accumulators beat 14 (Zen 4, 1 thread, SiLU
-# tail, 16c: 144 x 56x56 3x3 0.30 vs 0.34 ms, 96 x 112x112 stride 2 0.28 vs 0.31; 480 x 14x14
-# the same), enough independent FMAs for the two FMA pipes with fewer live registers.
+# Output columns of the default tile at most: 7-8 accumulators are enough independent FMAs for
+# the two FMA pipes, with fewer live registers than 14. (docs/performance.md: DEFAULT_TILE_COLUMNS)
 DEFAULT_TILE_COLUMNS = 8
 
 
@@ -96,23 +95,15 @@ def default_depthwise_tile(out_height: int, out_width: int, block: int, lanes: i
 # itself) rather than copied first: at stride 2 always; at stride 1 for kernels of at most these
 # taps on rows at most this wide, or any width with AVX-512 (32 registers). The copy wrote and
 # re-read the whole padded input (4x the output at stride 2) for a kernel that does 9 or 25 FMAs
-# an output vector. Zen 4, 1 thread, kernels alone, min of 10-20 alternating rounds (load 5),
-# inlined / copied: stride 2 0.49-0.68x with AVX-512 and 0.54-0.81x with AVX2 code
-# (96 x 112x112 -> 56x56 3x3 ReLU6 0.18 -> 0.10 ms);
-# 3x3 stride 1 on rows of 14 or 7 0.65-0.87x (AVX-512) and 0.74-0.89x (AVX2), on rows of 28 to
-# 112 0.88-1.02x with AVX-512 (and at 2 threads 0.52-0.57x: parallel over rows, where 9 channel
-# blocks shared 5 / 4) but 1.00-1.20x with AVX2 (copy kept); 5x5 stride 1 0.92-1.19x (25 tests
-# per output column: copy kept).
+# an output vector. (docs/performance.md: INLINE_PADDING_MAX_TAPS and INLINE_PADDING_MAX_WIDTH)
 INLINE_PADDING_MAX_TAPS = 9
 INLINE_PADDING_MAX_WIDTH = 14
 
 # Output rows (of TH-row tiles) from which a depthwise conv without a per-plane copy is split over
 # bands of rows first (n, band, C/b | rows of the band: `row_bands`), so that each thread reads
 # the rows its own core wrote (see cpu_conv_nchwc.ROWS_FIRST_MAX_WEIGHT_BYTES, the convs around
-# it). Within a band each channel block's rows are still walked in order. Zen 4, mobilenet_v2's
-# depthwise convs alone: bands level with channel blocks first at 56x56 and 112x112 outputs, but
-# 1.1-1.5x their time at 14x14 and 7x7 (bands of one or two rows; small planes, little to move);
-# whole models: see ROWS_FIRST_MAX_WEIGHT_BYTES.
+# it); smaller maps would get bands of one or two rows. Within a band each channel block's rows are
+# still walked in order. (docs/performance.md: ROWS_FIRST_MIN_ROWS)
 ROWS_FIRST_MIN_ROWS = 28
 ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
 
@@ -229,7 +220,7 @@ class DepthwiseConv2dNCHWc:
 
         inline_tail(sch, conv)
         # the tile on the stack (cpu_common.ACCUMULATOR_SCOPE), except beside a padded copy per
-        # plane: there it ran 1.6-1.9x slower than in the workspace (efficientnet_b0's 5x5 convs)
+        # plane, where it runs slower (docs/performance.md: ACCUMULATOR_SCOPE)
         writeback = cache_write_and_inline_epilogue(sch, conv, "local" if pad_at == "plane" else None)
         n, chunk, oh, ow, b, rh, rw = sch.get_loops(conv)
         owo, owi = sch.split(ow, [None, t])
@@ -274,8 +265,8 @@ class DepthwiseConv2dNCHWc:
 class GlobalPoolNCHWc:
     """Global average / max pooling (a squeeze-excitation's squeeze, a classifier's pool) in
     NCHW{b}c: the reduction over h, w of [n, C/b, h, w, b] into [n, C/b, 1, 1, b]. Left to the
-    generic rule it ran one scalar accumulation per channel, b floats apart (efficientnet_b0 at
-    16c: its 16 pools 2 ms of 27); here the b channels are one vector accumulated in a register
+    generic rule it ran one scalar accumulation per channel, b floats apart (docs/performance.md:
+    Global pools in NCHWc); here the b channels are one vector accumulated in a register
     over the plane (contiguous loads), the divisor folded into the write-back, parallel over
     channel blocks. Returns None for any other reduction."""
 
