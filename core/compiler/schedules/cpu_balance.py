@@ -4,13 +4,9 @@ TVM splits a parallel loop of n iterations statically over the pool's T threads:
 ceil(n/T) iterations (src/target/llvm/codegen_cpu.cc: the parallel For inside the task
 CreateParallelLaunch makes, step = ceil(n / num_task)), and the region lasts as long as its
 longest task. A depthwise conv or pool in NCHW parallel over its channel blocks alone may have
-few of them: light ShuffleNet's 24-channel max pool has 3 blocks of 8, split 2:1 at 2 threads (at
-most 1.5x from the second core), its 112-channel depthwise conv 7 blocks of 16, 4:3 (1.75x).
-Joined with 2 chunks of output rows the loops have 6 and 14 iterations, even at 2 threads. Each
-kernel alone, one process, old and new alternating in 20 blocks, wall time, AVX-512 (Zen 5, load
-1.5, benchmarks/core_pair 1.90-2.00: two cores), median at 2 threads: the pool 47.7 -> 36.6 us
-(at 1 thread ~70 us: 1.47x -> 1.91x from the second core), the depthwise conv 47.1 -> 41.8 us
-(~82 us at 1 thread: 1.74x -> 1.96x); a 48-channel depthwise conv, 3 blocks, 111 -> 76 us.
+few of them: light ShuffleNet's 24-channel max pool has 3 blocks of 8, split 2:1 at 2 threads,
+its 112-channel depthwise conv 7 blocks of 16, 4:3. Joined with 2 chunks of output rows the loops
+have 6 and 14 iterations, even at 2 threads (docs/performance.md: balanced_row_chunks).
 Each chunk copies the padded input rows it reads, so the chunks are kept long enough that the
 rows copied twice cost nothing measurable (halo_min_rows), and as few as make the split even at
 2 threads, the cores of this project's hosts. At 4 threads
@@ -44,14 +40,7 @@ def halo_min_rows(kernel_rows: int, stride: int) -> int:
     chunk of r rows copies (r - 1) * stride + kernel_rows input rows, kernel_rows - stride more
     than its share of r * stride. From r >= 24 (kernel_rows - stride) / stride (and at least 4)
     that is 1/24 more copying or less: a 3x3 stride-2 window 12 rows, 3x3 stride 1 48, 5x5
-    stride 1 96, a 2x2 stride-2 pool 4 (no overlap). Zen 5, AVX-512, 1 thread, thread CPU time,
-    alternating blocks (20-30, load 1.6-2.8), chunked / whole: light ShuffleNet's max pool (3x3
-    stride 2, 56 rows) in 2 chunks 0.98-1.00x, in 4 chunks of 14 rows 1.00-1.03x (three runs); its
-    112-channel depthwise conv (3x3 stride 2) in 2 chunks of 14 rows 0.97-1.015x (four runs); a
-    48-channel one on 56 rows in 2 chunks 0.92-0.93x (each chunk's copy, 29 rows of 114 x 16
-    floats, still in L2 when read). Too short: efficientnet_b0's 5x5 depthwise conv (NCHW16c,
-    a copy per channel block) on 28 rows in 2 chunks 1.02x, mobilenet_v3_small's on 14 rows
-    1.04-1.05x."""
+    stride 1 96, a 2x2 stride-2 pool 4 (no overlap). (docs/performance.md: halo_min_rows)"""
     extra = max(0, kernel_rows - stride)
     return max(4, math.ceil(24 * extra / stride))
 
