@@ -25,15 +25,9 @@ Conditions, per group of `matmul(x, W_i)` (optionally `+ b_i`) on the same varia
    parallel matmuls feeding elementwise ops) would read a strided slice in a kernel of its own;
 4. at least two branches, and the combined weight at most COMBINED_WEIGHT_MAX_BYTES.
 
-Measured (Zen 5 znver5, 1 thread, thread CPU time, one process, the first layer's projection kernels
-alone in 10-20 alternating blocks of 200 calls, load 2.9-3.5): vit_encoder (hidden 192, weight
-[192, 576]) 209.1 -> 209.2 us as AVX-512 code, 387.1 -> 386.4 us as AVX2 code, the whole model
-1.000x (AVX-512) and 0.990x (AVX2) in 30 alternating blocks of 20 runs; parallel launches a run
-48 -> 40. bert_encoder (hidden 256, weight [256, 768], 768 KiB) lost: 1.029x (AVX-512), 1.014x
-(AVX2), hence the size limit. What it saves is the launches at 2 threads (~2 us each, measured by
-the helper memsplit on vit_encoder), not time at 1 thread. gpt2_blocks' split as slices (same
-conditions, 20 blocks, load 1.6): split + the three head transposes 8.2 -> 5.0 us per layer as AVX-512
-code, 8.5 -> 4.9 us as AVX2 code; 57 -> 53 kernels a run.
+What it saves is parallel launches at 2 threads (and kernels a run), not time at 1 thread; a
+combined weight past L2 runs slower, hence the size limit (docs/performance.md:
+CombineParallelMatmul and COMBINED_WEIGHT_MAX_BYTES).
 """
 from __future__ import annotations
 
@@ -46,8 +40,8 @@ __all__ = ["combine_parallel_matmul", "combine_parallel_matmul_pass"]
 logger = logging.getLogger(__name__)
 
 # The matmul schedule (schedules.cpu_matmul) streams the whole packed weight once per row tile, from
-# L2 (1 MB a core on Zen 4 and 5): BERT's combined [256, 768] weight (768 KiB) measured 3% slower
-# than its three [256, 256] parts, ViT's [192, 576] (432 KiB) the same (module docstring).
+# L2 (1 MB a core): a combined weight beyond this ran slower than its parts (docs/performance.md:
+# CombineParallelMatmul and COMBINED_WEIGHT_MAX_BYTES).
 COMBINED_WEIGHT_MAX_BYTES = 512 << 10
 
 

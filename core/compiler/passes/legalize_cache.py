@@ -1,11 +1,12 @@
 """LegalizeOps that legalizes each distinct call once.
 
 TVM's LegalizeOps turns every high-level Relax call into a call_tir, building a tensor expression
-and a PrimFunc for each call through Python (`BlockBuilder.call_te`: ~0.5 ms a call, ~75 % of a
-60,000-node chain's lowering), only for the BlockBuilder to find afterwards that most of those
-PrimFuncs are structurally identical and keep one. This pass gives LegalizeOps a customized map
-whose functions remember, per run, what a call with the same op, attributes and argument types
-became, and build the next such call_tir directly on the PrimFunc already made.
+and a PrimFunc for each call through Python (`BlockBuilder.call_te`, most of a large chain's
+lowering: docs/performance.md, Legalizing each distinct call once), only for the BlockBuilder to
+find afterwards that most of those PrimFuncs are structurally identical and keep one. This pass
+gives LegalizeOps a customized map whose functions remember, per run, what a call with the same
+op, attributes and argument types became, and build the next such call_tir directly on the
+PrimFunc already made.
 
 A result is reused only when that is exactly what a fresh legalization would give:
 * every argument is a Relax variable or constant with a tensor type of static shape (no symbolic

@@ -4,10 +4,9 @@ Why: relax's ONNX importer writes LRN as seven ops, x / (bias + alpha * avg_pool
 the window sum over channels an avg_pool3d over a 5-D view. ConvertLayoutNCHWc then has to
 convert x^2 from NCHW{b}c to NCHW for the pool and the denominator back for the divide, and
 FuseOps leaves six kernels: the square, the two layout copies, the pool, the power (a libm
-`powf` call per element) and the divide - six passes over the activation. In zfnet512 at one
-thread (this project's AMD EPYC host, LLVM's znver5 code, AVX-512; thread CPU time,
-benchmarks/cpu_time_profile.py, load 0.7) its two LRNs took ~7.5 ms of the model's 37.5, more
-than any conv but two; AlexNet and Inception v1 (GoogLeNet) have two each.
+`powf` call per element) and the divide - six passes over the activation; in zfnet512 its two LRNs
+took more than any conv but two (docs/performance.md: FuseLRN). AlexNet and Inception v1
+(GoogLeNet) have two each.
 
 After this pass an LRN is one call_tir (`lrn_nchwc` / `lrn_nchw`, scheduled by
 core.compiler.schedules.cpu_lrn.LRN): per pixel, the squares of its C channels go into a
@@ -17,15 +16,7 @@ written once.
 beta = 0.75 (every model above) is r * sqrt(r), r = 1 / sqrt(d): two vector square roots and a
 divide instead of a libm call per lane; any other beta is d^-beta with TVM's pow.
 
-Measured (one process, 1 thread, thread CPU time, 10 alternating blocks of 10 runs, this pass on
-against off, benchmarks' light models; load 1.8-2.9, core-pair probe 1.3):
-  AVX-512 code: zfnet512 min 31.9 against 38.1 ms (0.84x; its LRN kernels 0.53 against 6.98
-    ms), AlexNet 12.6 / 14.8 (0.85x; 0.23 / 2.56 ms), Inception v1 10.9 / 14.9 (0.73x; 0.33 /
-    4.20 ms);
-  AVX2 code: zfnet512 43.7 / 49.1 (0.89x; 1.32 / 7.66 ms), AlexNet 18.2 / 19.8 (0.92x; 0.48 /
-    2.54 ms), Inception v1 22.0 / 25.6 (0.86x; 0.48 / 3.98 ms).
-The kernel is bound by its square roots and divide (the same ~8 ns a vector with 8 and 16
-lanes), not by memory.
+The kernel is bound by its square roots and divide, not by memory (docs/performance.md: FuseLRN).
 
 Runs after ConvertLayoutNCHWc, on the graph as that pass left it. Conditions, each checked:
 
@@ -138,7 +129,7 @@ def _lrn_call(bb, x, matches, parts):
 def _inverse_power(d, beta: float):
     """d ** -beta; for beta = 0.75 as r * sqrt(r), r = 1 / sqrt(d): vector square roots and a
     divide. (Not tirx.rsqrt: TVM scalarizes a vectorized loop holding it for AVX2 targets, 8
-    lanes; 5x the kernel's time in inception_v1.)"""
+    lanes; docs/performance.md: FuseLRN.)"""
     from tvm import tirx
 
     if beta in (0.5, 0.75):

@@ -2,10 +2,10 @@
 
 Why: relax converts between NCHW and one block size only, so a conv with, say, 1000 output
 channels under 16-channel blocks (SqueezeNet's classifier) used to stay NCHW: its input left the
-blocked region through a transform, and the conv ran in the slower NCHW form (2.3-2.6 ms against
-onnxruntime's 1.6 ms for that op at 2 threads on Zen 4). Here, before ConvertLayout, such a conv
-gets its weight (and every per-channel constant after it) zero-padded at compile time to the next
-multiple of the block (1000 -> 1008), and its result is sliced back to the model's channel count:
+blocked region through a transform, and the conv ran in the slower NCHW form (docs/performance.md:
+Channel padding). Here, before ConvertLayout, such a conv gets its weight (and every per-channel
+constant after it) zero-padded at compile time to the next multiple of the block (1000 -> 1008),
+and its result is sliced back to the model's channel count:
 
     y = conv(x, W[1000])          ->   y' = conv(x, W'[1008]);  y = strided_slice(y', axis 1, 0:1000)
 
@@ -27,15 +27,12 @@ with zeros, `_pad_depthwise`), so in an inverted-residual block the slice sinks 
 expand conv's activation, the depthwise conv, the squeeze-excitation (global pool, the excite
 conv padded in turn, the gating multiply of two slices) down to the project conv, which reads
 the padded tensor: the block stays blocked. (Before, the slice landed before the depthwise
-conv, which stayed NCHW, and efficientnet_b0 was no faster.) mobilenet_v3_small, 1 thread,
-thread CPU time, 20 alternating blocks: 0.87x (min) / 0.93x (median) of before, 77 -> 70
-kernels, 12 -> 5 layout transforms (load 6, Zen 4).
+conv, which stayed NCHW, and efficientnet_b0 was no faster.) (docs/performance.md: Channel padding)
 
 With AVX2 code (8-channel blocks), whose conv tiles take two channel blocks (two 256-bit FMA
 units, schedules.cpu_conv_nchwc.AVX2_TWO_BLOCKS), a conv blocked as it is with an odd count of 16
 or more blocks is padded by one block the same way (`paired_channels`): SqueezeNet's classifier,
-1000 = 125 x 8 channels, took one-block tiles. The whole model, AVX2 code on Zen 4, 10 alternating
-rounds, medians, with the flat 1x1 tiles of cpu_conv_nchwc: 0.86x at 1 thread, 0.89x at 2.
+1000 = 125 x 8 channels, took one-block tiles (docs/performance.md: Channel padding).
 """
 from __future__ import annotations
 

@@ -6,9 +6,8 @@ sit between convs that stay NCHW, that costs two layout transforms a conv: Shuff
 from a channel shuffle (reshape, transpose, reshape) and read by grouped 1x1 convs of 34 or 68
 channels a group (NCHW, core.compiler.schedules.cpu_conv), and its stem (3 -> 24 channels) is
 blocked only with AVX2's 8-channel blocks. There the blocked depthwise conv + its two transforms
-took 43 us (272 channels 14x14) and 107 us (136 channels 28x28 plus the transform into it alone
-75 us) where the NCHW depthwise rule (cpu_depthwise, which blocks channels inside the kernel)
-takes one kernel.
+took far longer than the NCHW depthwise rule (cpu_depthwise, which blocks channels inside the
+kernel) in one kernel (docs/performance.md: Depthwise islands stay NCHW).
 
 `isolated_depthwise_weights(mod, block)` finds those convs: a depthwise conv is an island when the
 first op before its input and every first op after its output, looking through ops that keep the
