@@ -1,10 +1,11 @@
 /* The workbench's parallel launch for TVM's CPU code: TVMBackendParallelLaunch with workers that
  * poll with the pause instruction and tasks that any thread may take.
  *
- * Why: TVM 0.27's pool (src/runtime/thread_pool.cc) costs ~2-3 us a parallel region on a 2-vCPU
- * KVM guest, because both sides poll with one sched_yield() system call per look; a region here
- * costs ~0.1 us of handshake. And TVM gives task i to thread i: when another process holds a
- * worker's core, every kernel waits for that worker. Here the calling thread runs task 0 and then
+ * Why: TVM 0.27's pool (src/runtime/thread_pool.cc) costs several times more a parallel region on a
+ * 2-vCPU KVM guest, because both sides poll with one sched_yield() system call per look, than a
+ * region here, whose workers poll with pause (docs/performance.md: The workbench's parallel
+ * launch). And TVM gives task i to thread i: when another process holds a worker's core, every
+ * kernel waits for that worker. Here the calling thread runs task 0 and then
  * takes the tasks no worker has started, so a descheduled worker delays nothing it has not begun.
  *
  * How it is used: the library is loaded with RTLD_GLOBAL before libtvm_runtime.so (see
@@ -60,15 +61,12 @@ typedef int (*LaunchFn)(FTVMParallelLambda, void*, int);
  * time, so each core computes the same rows of every kernel, as when a loop was cut into one task a
  * thread (a kernel reads in its cache what the same core wrote in the last one). When a core is
  * slow (a worker descheduled, a virtual CPU whose physical core is shared with another guest or
- * hyperthread), the fast ones take the tail of its run instead of waiting for all of it. On this
- * project's 2-vCPU Zen 4 guest, in the spells when 2-thread runs slow down (see "one thread or
- * all" below), small_cnn took 66-70 us with two or four tasks a thread against 77-84 us with one,
- * squeezenet 5.2-5.6 ms with four against 5.9-6.7 ms; quiet, two tasks a thread cost 0.6% on
- * small_cnn and four 2.2% (one process, alternating rounds). But in
- * benchmarks/compiled_vs_onnxruntime.py's alternation (onnxruntime's processes beside), mm_relu's
- * 2-thread runs took its 1-thread time with two tasks a thread (41.6 us) and not with one (24.3
- * us), for a reason not found; so the default stays one task a thread (WORKBENCH_POOL_CHUNKS,
- * set_chunks), and the run-by-run choice below is what meets the spells.
+ * hyperthread), the fast ones take the tail of its run instead of waiting for all of it. That
+ * helped in the spells when 2-thread runs slow down (see "one thread or all" below) and cost little
+ * on a quiet machine, but beside onnxruntime's processes one model lost its second core's gain
+ * with it, for a reason not found; so the default stays one task a thread (WORKBENCH_POOL_CHUNKS,
+ * set_chunks), and the run-by-run choice below is what meets the spells. (docs/performance.md:
+ * Tasks per thread)
  *
  * Each run is one word packing generation (24 bits), next task (20) and end (20): an owner takes
  * from the front, a thief from the back, each with one compare-and-swap, so a worker that slept
@@ -93,10 +91,11 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static int workers;                     /* started; guarded by pool_lock */
 static int default_threads;             /* threads for a calling thread that set none */
 static int spin_us = 2000;              /* how long an idle worker polls before it sleeps */
-/* For the first PAUSE_NS of it the worker polls with pause alone (the gap between a run's kernels is
- * a few us, between runs of a timing loop ~10-20 us); after that with a sched_yield between looks,
- * so the other threads of this process (a compile's build threads) and other processes get the core
- * as they would from TVM's pool, which yields from the first look. */
+/* For the first PAUSE_NS of it the worker polls with pause alone (the gap between a run's kernels,
+ * and between runs of a timing loop, is shorter: docs/performance.md, The workbench's parallel
+ * launch); after that with a sched_yield between looks, so the other threads of this process (a
+ * compile's build threads) and other processes get the core as they would from TVM's pool, which
+ * yields from the first look. */
 #define PAUSE_NS 100000ull
 static int enabled = 1;
 /* Tasks per thread of a parallel loop (see the job above). 1 cuts a loop into one task a thread,
@@ -333,13 +332,10 @@ int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_ta
 /* -- one thread or all, measured run by run --------------------------------------------------
  *
  * The schedules split a kernel over the threads where a quiet machine's cores run side by side.
- * On this project's 2-vCPU Zen 4 guest they often do not: in spells of seconds, a quarter of the
- * rounds of one run, 2-thread runs took twice their time while 1-thread runs in the same rounds
- * took their usual time (small_cnn 66-77 us at 2 threads against 31 before and after, and 39.4 us
- * at 1 thread throughout; squeezenet 5.2-6.7 ms against 2.7, and 5.0-5.3 at 1 thread). The guest
- * shows nothing then: no steal time, nothing else runnable, each split kernel still ~1.9x its
- * one-thread time on the same core; the host presumably runs the two virtual CPUs on one
- * physical core's two hyperthreads.
+ * On this project's 2-vCPU guest they often do not: in spells of seconds, 2-thread runs take twice
+ * their time while 1-thread runs in the same rounds take theirs, and the guest shows nothing (no
+ * steal time, nothing else runnable); the host presumably runs the two virtual CPUs on one
+ * physical core's two hyperthreads. (docs/performance.md: One thread or all, run by run)
  *
  * So a caller that brackets each run with mlcwb_pool_run_begin / mlcwb_pool_run_end, with a state
  * of its own for each model and calling thread (the thread governor, core.compiler.runtime.threads, and
@@ -384,10 +380,9 @@ static uint64_t one_thread_runs; /* atomic: runs the choice gave one thread */
 
 #define MS_NS 1000000ull
 /* After a gap of COLD_GAP between runs (a pause, other work), the first runs are slow (caches
- * refilled, cores woken: squeezenet's ran 2.56 2.18 2.00 1.90 ... 1.62 ms after 0.2 s pauses), so
- * runs that begin within COLD_WARMUP of the gap's end, and at least one, are not timed: counted
- * in, a post-pause run of 142 us put mm_relu's (21 us) first median at 125 us, and a one-thread
- * trial then measured "faster". */
+ * refilled, cores woken), so runs that begin within COLD_WARMUP of the gap's end, and at least one,
+ * are not timed: counted in, they made a one-thread trial measure "faster".
+ * (docs/performance.md: COLD_GAP and COLD_WARMUP) */
 #define COLD_GAP (50 * MS_NS)
 #define COLD_WARMUP (10 * MS_NS)
 static void start_trial(RunChoice* c, int threads, uint64_t now) {
@@ -538,7 +533,7 @@ int mlcwb_pool_run_begin(RunChoice* c) {
   if (c->using == 1 && n > 1) {
     __atomic_fetch_add(&one_thread_runs, 1, __ATOMIC_RELAXED);
     /* the workers sleep, when some do not yet: each bump makes the caller fetch a cache line the
-     * polling workers read (~0.3 us), and runs of one thread in a row need it once */
+     * polling workers read, and runs of one thread in a row need it once */
     if (__atomic_load_n(&sleepers, __ATOMIC_RELAXED) < __atomic_load_n(&workers, __ATOMIC_RELAXED)) mlcwb_pool_quiesce();
   }
   run_using = c->using;
