@@ -47,16 +47,11 @@ Runner = Callable[[int], list[float]]
 
 # TVM's idle workers yield-spin up to ~10^5 times before they sleep, onnxruntime's briefly too.
 SETTLE_S = 0.2
-# After a pause the first runs are slow, and not alike for the two runtimes: on this project's
-# 2-core Zen 4 KVM guest, mobilenet_v3_small at 2 threads, medians by position in 8-run blocks
-# after 0.2 s pauses, ours 2.56 2.18 2.00 1.90 1.83 1.71 1.69 1.62 ms, onnxruntime 2.25 1.74 1.57
-# 1.52 1.50 1.44 1.49 1.43 ms (caches refilled, cores woken). With the 6-run blocks of a 30-run
-# benchmark, the medians mostly measured that ramp. So each block starts with untimed runs,
-# at least BLOCK_WARM_S of them (and at most MAX_BLOCK_WARM_RUNS), and the blocks compare steady state.
-# The cap was 10 runs, which left a 40 us model 0.4 ms of warm-up, not 20 ms: mm_relu at 2 threads
-# (unpinned TVM pool) then measured its whole 12-run blocks in the ramp, 44-47 us against 22-24 us
-# with ~20 ms of warm-up, and 40-44 us at 1 thread; onnxruntime 29-39 us either way (one process,
-# alternating, quiet Zen 4 KVM guest). The cap now only bounds the tiniest models' warm-up count.
+# After a pause the first runs are slow, and not alike for the two runtimes (caches refilled,
+# cores woken), so that short blocks measured mostly that ramp. So each block starts with untimed
+# runs, at least BLOCK_WARM_S of them (and at most MAX_BLOCK_WARM_RUNS, which only bounds the
+# tiniest models' warm-up count), and the blocks compare steady state. (docs/performance.md:
+# COLD_GAP and COLD_WARMUP, BLOCK_WARM_S and MAX_BLOCK_WARM_RUNS)
 BLOCK_WARM_S = 0.02
 MAX_BLOCK_WARM_RUNS = 2000
 

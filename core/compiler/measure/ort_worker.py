@@ -2,8 +2,9 @@
 
 Why a process: both runtimes keep their worker threads spinning for a while after a run. Timed
 in one process, alternately, each one's spinning threads take the cores the other is being timed
-on (a small CNN measured 23.7 ms that way, 1.2 ms alone). In its own process onnxruntime keeps
-its default threading, and the parent leaves a pause between blocks for the spinners to sleep.
+on, many times its time alone (docs/performance.md: onnxruntime in its own process). In its own
+process onnxruntime keeps its default threading, and the parent leaves a pause between blocks for
+the spinners to sleep.
 
 Run as a script, it imports only numpy and onnxruntime (never the workbench; with
 `hide_avx512`, also its sibling cpuid_mask.py, which imports nothing of the workbench):
