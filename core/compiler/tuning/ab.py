@@ -3,7 +3,7 @@
 Why: the tuner (core.compiler.tuning.tune) picks each kernel's schedule from measurements of that
 kernel alone, and wins of a few % there need not add up in the model: kernels evict each other's
 data from the caches, and a schedule that splits well over the threads alone may not beside its
-neighbours. EfficientNet-B0 once measured 1.14-1.16x slower tuned than untuned. So after tuning,
+neighbours (docs/performance.md: Model-level A/B). So after tuning,
 the untuned build and the build with the records are compiled both and timed in alternating
 blocks in this process (core.compiler.measure.alternation), and the records are kept only where the tuned build
 wins by a margin at the median and block by block, and is not slower at p10 (`decide`), twice in a
@@ -155,8 +155,8 @@ def search_subsets(
 def settle(others: Callable[[], int] | None = None, *, timeout_s: float = SETTLE_TIMEOUT_S, poll_s: float = 0.05) -> bool:
     """Wait until no thread outside this process is runnable on two polls in a row (at most
     `timeout_s`); True when that happened. Why: the A/B starts right after the tuning, whose
-    builder and runner worker processes take a moment to exit; timed beside them, the first trial
-    measured both builds of mobilenet_v2 at ~10.3 ms, the later ones at ~5.6 ms (Zen 4, 2 cores).
+    builder and runner worker processes take a moment to exit, and timed beside them the first
+    trial measured both builds far slower than the later ones (docs/performance.md: Model-level A/B).
     On a machine that stays busy this gives up after `timeout_s` and the A/B measures as it is."""
     if others is None:
         from ..runtime.threads import runnable_elsewhere as others

@@ -352,10 +352,9 @@ def apply_database_pass(target, database=None, only=None):
 
 
 # How much faster than the default a tuned schedule must have measured to replace it. A pick
-# within the noise is as likely to be slower: measured on this 2-core machine under a load of 9,
-# two identical builds of a model differed by up to 1.6x in median, and a kernel's figure at two
-# threads by 2x from one round to the next. (Template configs must also have won again beside the
-# default at the model's thread count: tuning_runners.confirm_at_threads.)
+# within the noise is as likely to be slower (docs/performance.md: SEARCH_MARGIN). (Template configs
+# must also have won again beside the default at the model's thread count:
+# tuning_runners.confirm_at_threads.)
 SEARCH_MARGIN = 0.03
 
 

@@ -99,16 +99,16 @@ def local_runner(threads: int | None = 1):
     """A LocalRunner measuring each candidate as 15 repeats of >= 2 ms (the fastest is kept:
     core.compiler.tuning.tune._measure_schedules), on `threads` threads (None: the pool's own size).
     Short repeats, many of them: on a shared machine some fit between other processes' time
-    slices, and the fastest of them is what the schedule costs (5 repeats of 20 ms, each one
-    interrupted, left a conv's configs 2.9-8.9 ms apart with its default 5.4 ms).
+    slices, and the fastest of them is what the schedule costs (docs/performance.md: Tuning
+    runner).
 
     One thread by default: candidates are compared by what they cost a core. TVM splits a
     parallel loop statically, so on a machine other processes share, a 2-thread measurement
-    times whichever core was taken: measured there under load, one conv's 35 template configs
-    ranged 2.3-36 ms and its default 4.8-12 ms between two runs. Every schedule compared
-    (default, template configs, MetaSchedule's records) is measured alike, so the choices stay
-    consistent. How a config splits its parallel loop over the model's threads is checked
-    afterwards, for the few finalists only (`confirm_at_threads`, on a runner of that many threads)."""
+    times whichever core was taken, and configs measured so ranged several-fold between two runs.
+    Every schedule compared (default, template configs, MetaSchedule's records) is measured alike,
+    so the choices stay consistent. How a config splits its parallel loop over the model's threads
+    is checked afterwards, for the few finalists only (`confirm_at_threads`, on a runner of that
+    many threads)."""
     from tvm.s_tir import meta_schedule as ms
 
     config = ms.runner.EvaluatorConfig(number=1, repeat=15, min_repeat_ms=2, enable_cpu_cache_flush=False)
