@@ -14,8 +14,7 @@ approximations (erf, tanh: Eigen's, max error 4e-7 absolute over the whole line,
 tests/core/compiler/schedules/test_schedules_transformer.py; sigmoid: Eigen's logistic, the one onnxruntime's
 MLAS computes, 2.2e-7 absolute, 0 below -16.6, checked in the same test file,
 instead of TVM's 1 / (1 + exp(-x)) over the exp above: no division by a sum of an exp, 10 FMAs and
-one division. A SiLU over [1, 96, 112, 112] alone at 1 thread, Zen 4 (AMD EPYC, family 25 model 17),
-as AVX2 code 0.60 -> 0.36 ns an element, as AVX-512 code 0.42 -> 0.33); `pow(x, 2)`, `pow(x, 3)` (what exporters write
+one division: docs/performance.md, Fast sigmoid); `pow(x, 2)`, `pow(x, 3)` (what exporters write
 for x^2 and x^3) become multiplications instead of libm's `powf`. Special values keep their meaning: NaN in, NaN
 out; exp(+inf) = inf, exp(-inf) = 0, erf/tanh(+-inf) = +-1. Other dtypes keep TVM's rules. The
 rules are process-wide for LLVM code (GPU kernels are untouched); `schedule_pass` installs them

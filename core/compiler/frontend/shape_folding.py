@@ -25,8 +25,8 @@ the nodes (no evaluation) tells whether any `Shape`/`Size` or any node with only
 exists, and without one the model is returned untouched; shape inference runs only for models
 with `Shape`/`Size` (elsewhere the shapes the fold needs are those of the constants it holds);
 ConstantOfShape and Unsqueeze are computed with numpy the way the reference does, and one
-ReferenceEvaluator serves all nodes with the same op and attributes (building one costs
-~0.1-0.3 ms, and onnx's light models have hundreds of such nodes).
+ReferenceEvaluator serves all nodes with the same op and attributes (building one is slow, and
+onnx's light models have hundreds of such nodes; docs/performance.md: Shape folding evaluators).
 """
 from __future__ import annotations
 
@@ -197,8 +197,8 @@ def _generated_size(node, shapes: dict, known: dict) -> int:
 
 def _constant_of_shape(node, shape):
     """ConstantOfShape's output, as the spec defines it: `shape` filled with the one value of the
-    `value` attribute (float32 0 without one). Building a ReferenceEvaluator per node costs ~0.3 ms,
-    and the light models' batch-norm weights are hundreds of these (DenseNet-121: 715)."""
+    `value` attribute (float32 0 without one). Not a ReferenceEvaluator per node: the light models'
+    batch-norm weights are hundreds of these (docs/performance.md: Shape folding evaluators)."""
     import numpy as np
 
     value = next((a.t for a in node.attribute if a.name == "value"), None)
@@ -233,8 +233,9 @@ def _unsqueeze(node, data, axes):
 
 class _Evaluators:
     """One onnx ReferenceEvaluator per distinct node (op, attributes, which inputs are given), run
-    on every node like it: building one costs ~0.1 ms, and exporters repeat the same few shape
-    nodes (the light models' hundreds of Unsqueeze of batch-norm weights all have the same axes)."""
+    on every node like it: building one is slow (docs/performance.md: Shape folding evaluators),
+    and exporters repeat the same few shape nodes (the light models' hundreds of Unsqueeze of
+    batch-norm weights all have the same axes)."""
 
     def __init__(self, opset: int):
         self.opset = opset
