@@ -15,7 +15,7 @@ import os
 import sys
 import traceback
 
-__all__ = ["COMMANDS", "run_cli", "run_gui_entry", "SAMPLE_MODEL"]
+__all__ = ["COMMANDS", "NEEDS_RUNTIME", "run_cli", "run_gui_entry", "SAMPLE_MODEL"]
 
 # name -> module (in this package)
 COMMANDS: dict[str, str] = {
@@ -31,6 +31,10 @@ COMMANDS: dict[str, str] = {
     "diff": "diff_cmd",
     "schedule": "schedule_cmd",
 }
+
+# the subcommands that lower, compile or run compiled code: the process is readied for TVM
+# (core.compiler.runtime.prepare) before they start; the others (inspect, rules, ...) build nothing
+NEEDS_RUNTIME = frozenset({"lower", "compile", "bench", "run", "schedule", "debug"})
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SAMPLE_MODEL = os.path.join(os.path.dirname(_HERE), "resources", "models", "small_cnn.onnx")
@@ -83,6 +87,10 @@ def run_cli(argv: list[str]) -> int:
         parser.print_help()
         return 0
     try:
+        if args.command in NEEDS_RUNTIME:
+            from core.compiler.runtime import prepare
+
+            prepare()
         return int(_module(args.command).run(args) or 0)
     except WorkbenchError as e:
         return _fail(str(e), 2)
@@ -103,6 +111,9 @@ def run_gui_entry(argv: list[str]) -> int:
     model = args.model
     if model is None and os.path.exists(SAMPLE_MODEL):
         model = SAMPLE_MODEL
+    from core.compiler.runtime import prepare
+
+    prepare()  # the GUI lowers, compiles and runs in this process: before anything imports TVM
     from app import run_gui
 
     return run_gui(model)

@@ -1,16 +1,13 @@
 """MLC Workbench engine: graph model, I/O, edits, rewrites, verification, layout, lowering, compile.
 
 No Qt here: everything the GUI does is callable from a script or notebook through this package.
-Heavy submodules (TVM lowering, compile) are imported on use, so `import core` stays fast.
+Heavy submodules (TVM lowering, compile) are imported on use, so `import core` stays fast. Importing
+sets no environment variable and builds or loads nothing: core.compiler.runtime.prepare() readies a
+process to run compiled code (the entry points call it, and so do compile_model, lower and benchmark).
 """
 from __future__ import annotations
 
 from .errors import EditError, InvalidModelError, ModelLoadError, UnsupportedOpError, WorkbenchError
-from .compiler.runtime import native_pool as _native_pool
-from .compiler.target import use_host_cores
-
-use_host_cores()  # before TVM's thread pool exists (see core.compiler.target.use_host_cores)
-_native_pool.install()  # before TVM is imported (see core.compiler.runtime.native_pool)
 
 __all__ = [
     "Graph",

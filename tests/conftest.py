@@ -14,7 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - before any test imports tvm: the workbench's parallel launch loads first (core.compiler.runtime.native_pool)
+from core.compiler.runtime import prepare  # noqa: E402
+
+# every process of the run (each pytest-xdist worker imports this file) readies TVM's thread
+# settings and loads the workbench's parallel launch before any test imports tvm
+prepare()
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 LIGHT_MODELS = sorted(p.name for p in LIGHT_DIR.glob("light_*.onnx"))

@@ -37,9 +37,9 @@ def _run_fresh_interpreter(argv: list[str], timeout: float, cwd: Path | str = RO
     return subprocess.run([sys.executable, str(ROOT / "main.py"), *argv], check=False, capture_output=True, text=True, timeout=timeout, cwd=str(cwd))
 
 
-# modules every CLI command imports; the forkserver imports them once (core first: the workbench's
-# parallel launch loads before TVM, core.compiler.runtime.native_pool, as in `python main.py`)
-_PRELOAD = ["core", "main", "cli", "numpy", "onnx", "onnxruntime", "tvm", "tvm.relax", "core.model.graph", "core.compiler.compile"]
+# modules every CLI command imports; the forkserver imports them once (tests.runtime_ready first:
+# the workbench's parallel launch loads before TVM, as `python main.py` loads it for lower, compile, ...)
+_PRELOAD = ["tests.runtime_ready", "core", "main", "cli", "numpy", "onnx", "onnxruntime", "tvm", "tvm.relax", "core.model.graph", "core.compiler.compile"]
 _forkserver_env: dict[str, str] | None = None
 
 

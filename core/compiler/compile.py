@@ -171,6 +171,9 @@ def compile_model(
     `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step.
     """
+    from .runtime import prepare
+
+    prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     import tvm
 
     from .pipeline.runner import Pipeline, Step, StepResult

@@ -378,6 +378,9 @@ def lower(
     Raises UnsupportedOpError / LoweringError (with `.stages`: the stages before the failing step,
     at least the ONNX graph) and core.errors.Cancelled (with `.stages`) when `cancel()` turns true.
     """
+    from .runtime import prepare
+
+    prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     from .pipeline.lineage import deferred_lineage, import_lineage, propagate_lineage
     from .pipeline.runner import Pipeline, StepResult, run_timed
     from .pipeline.size_limit import check_size

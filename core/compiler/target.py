@@ -10,10 +10,7 @@ __all__ = [
     "make_target",
     "host_cpu",
     "host_cores",
-    "use_host_cores",
-    "runtime_threads",
     "TARGET_KINDS",
-    "SPIN_COUNT",
     "CPU_ENV",
     "CPU_FEATURES_ENV",
     "NO_GATHER",
@@ -42,8 +39,6 @@ CPU_ENV = "MLCWB_CPU"
 CPU_FEATURES_ENV = "MLCWB_CPU_FEATURES"
 
 TARGET_KINDS = ("cpu", "cuda")
-# Yield-spins of an idle TVM worker before it sleeps (see use_host_cores; the exported run.py uses the same)
-SPIN_COUNT = "20000"
 
 
 @functools.lru_cache(maxsize=1)
@@ -60,60 +55,6 @@ def host_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - non-Linux
         return max(1, os.cpu_count() or 1)
-
-
-def use_host_cores() -> None:
-    """Make TVM's CPU thread pool run host_cores() threads, the count compiled code is built for
-    (the target's num-cores).
-
-    Why: on x86 TVM's runtime assumes every two CPUs are one hyperthreaded core and starts half
-    as many threads as there are CPUs - one on a 2-CPU machine, which halved every measured
-    latency's parallelism. The pool is created once, at the first parallel kernel (compile runs
-    some: weight packing), so this runs when `core` is imported. A TVM_NUM_THREADS the user set
-    wins.
-
-    Also (unless set) TVM_BIND_THREADS=0: by default TVM pins each worker to one core, and when
-    another process is busy on that core every parallel kernel waits for the pinned worker's
-    next time slice (a small CNN measured 64-84 ms against 0.065 ms unpinned beside one busy
-    process on 2 cores, 0.045-0.064 ms either way without it; a shared, noisy machine).
-    """
-    os.environ.setdefault("TVM_NUM_THREADS", str(host_cores()))
-    os.environ.setdefault("TVM_BIND_THREADS", "0")
-    # And TVM_THREAD_POOL_SPIN_COUNT=20000 (the default is ~300,000): an idle worker calls
-    # sched_yield about 20,000 times before it sleeps (14-35 ms here: a sched_yield
-    # takes 0.7-1.75 us in this KVM guest, benchmarks/parallel_launch.py), so the next parallel kernel of a
-    # run finds it awake, and then sleeps instead of taking the cores from everything else. With 0
-    # (sleep at once) every parallel kernel paid a wake-up and 1 -> 2 threads barely scaled:
-    # quiet 2-core Zen 4, 2 threads, ours / onnxruntime medians, spin 0 vs 20000 in two runs each:
-    # resnet50 1.26-1.48 vs 0.98-1.12, inception_v2 1.29-1.66 vs 0.89-1.41, mobilenet_v2 1.96-2.24 vs
-    # 1.35-1.52. With the default count, one busy process beside took SqueezeNet from 9.8 to
-    # 50-121 ms; now core.compiler.runtime.threads gives the pool only the cores other processes leave
-    # free, and with one busy process the figures are the same with 20000 as with 0 (1.11 vs 1.07).
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", SPIN_COUNT)
-
-
-class runtime_threads:
-    """Run TVM's compiled code on `n` threads inside this `with` block (and restore the count
-    it had before): the same executable measured at 1 and at 2 threads shows how its kernels
-    scale. A count above the pool's size (TVM_NUM_THREADS, see use_host_cores) gets the pool's
-    size. Works for the calling thread, the one `vm["main"]` called from here runs on
-    (core.compiler.runtime.native_pool.set_run_threads)."""
-
-    def __init__(self, n: int):
-        self.n = max(1, int(n))
-        self._before = None
-
-    def __enter__(self) -> "runtime_threads":
-        from .runtime.native_pool import run_threads, set_run_threads
-
-        self._before = run_threads()
-        set_run_threads(self.n)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from .runtime.native_pool import set_run_threads
-
-        set_run_threads(self._before)
 
 
 def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr=None, cores: int | None = None):

@@ -318,6 +318,9 @@ def _target(target):
 def list_kernels(graph_or_path, target="cpu") -> list[KernelInfo]:
     """The kernels of a model as FuseTIR leaves them (what ScheduleTIR and tuning receive), in
     the order main calls them, with the ONNX nodes each computes."""
+    from ..runtime import prepare
+
+    prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     from ...model.graph import Graph
     from ...model.onnx_io import load_model
     from ..compile import VM_LOWERING_START, import_relax

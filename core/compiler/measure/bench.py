@@ -330,7 +330,10 @@ def benchmark(
     cancel: Callable[[], bool] | None = None,
 ) -> BenchResult:
     """Latency, memory and per-kernel time of `art`, with onnxruntime beside it when `vs_ort`."""
+    from ..runtime import prepare
     from ..target import host_cores
+
+    prepare()  # TVM's thread settings (the pool itself loads only before TVM is first imported)
 
     report = progress or (lambda step, frac: None)
     if runs < 1:

@@ -316,6 +316,9 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     initializers run at once, so only load artifacts you built or trust (a GUI path that loads one must ask first). The
     library must lie inside the folder; a manifest naming one elsewhere is refused.
     """
+    from .setup import prepare
+
+    prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     import tvm
 
     folder = Path(folder)

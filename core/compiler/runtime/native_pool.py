@@ -10,7 +10,7 @@ module's __TVMBackendParallelLaunch pointer is set from; TVM itself is not chang
 
 `install()` builds the library once per source version with the C compiler TVM's export uses
 (cc; the build is cached under $XDG_CACHE_HOME/mlc-workbench) and loads it; it must run before
-`tvm` is imported (core/__init__ calls it). When it cannot (no compiler, tvm already imported,
+`tvm` is imported (core.compiler.runtime.prepare calls it). When it cannot (no compiler, tvm already imported,
 WORKBENCH_NATIVE_POOL=0) TVM's pool runs everything as before and `status()` says why.
 An exported artifact carries the built library (ARTIFACT_FILE) and its run.py loads it the same way.
 """

@@ -52,7 +52,7 @@ from collections.abc import Callable
 
 _monotonic = time.monotonic
 
-__all__ = ["ProcCounts", "ThreadGovernor", "adaptive_threads_enabled", "runnable_elsewhere", "runnable_here"]
+__all__ = ["ProcCounts", "ThreadGovernor", "adaptive_threads_enabled", "runnable_elsewhere", "runnable_here", "runtime_threads"]
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def adaptive_threads_enabled() -> bool:
 
 
 def _pool_size() -> int:
-    """The threads TVM's pool was started with: TVM_NUM_THREADS (core.compiler.target.use_host_cores
+    """The threads TVM's pool was started with: TVM_NUM_THREADS (core.compiler.runtime.setup.use_host_cores
     sets it to the host's cores unless the user did)."""
     from ..target import host_cores
 
@@ -177,7 +177,7 @@ class ThreadGovernor:
     """Call `before_run()` before each run of compiled CPU code (see the module docstring).
 
     `max_threads`: the most threads to use (default: the pool's size, TVM_NUM_THREADS, which
-    core.compiler.target.use_host_cores made the host's cores unless the user set it). `cores`: the
+    core.compiler.runtime.setup.use_host_cores made the host's cores unless the user set it). `cores`: the
     cores this process may use (default core.compiler.target.host_cores()). `others`: how many
     threads are runnable elsewhere (default runnable_elsewhere; tests pass their own). `confirm`:
     looks in a row that must want fewer threads before the pool shrinks (1: the first does).
@@ -271,3 +271,26 @@ class ThreadGovernor:
             state.config(wanted)
             logger.debug("TVM pool: %d -> %d threads", state.current, wanted)
             state.current = wanted
+
+class runtime_threads:
+    """Run TVM's compiled code on `n` threads inside this `with` block (and restore the count
+    it had before): the same executable measured at 1 and at 2 threads shows how its kernels
+    scale. A count above the pool's size (TVM_NUM_THREADS, see setup.use_host_cores) gets the
+    pool's size. Works for the calling thread, the one `vm["main"]` called from here runs on
+    (native_pool.set_run_threads)."""
+
+    def __init__(self, n: int):
+        self.n = max(1, int(n))
+        self._before = None
+
+    def __enter__(self) -> "runtime_threads":
+        from .native_pool import run_threads, set_run_threads
+
+        self._before = run_threads()
+        set_run_threads(self.n)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from .native_pool import set_run_threads
+
+        set_run_threads(self._before)

@@ -31,8 +31,8 @@ def test_benchmark_reports_ours_and_onnxruntime(cnn_art):
     assert r.outputs_match_ort is True
     from core.compiler.target import host_cores
 
-    # the governor's count of the last run, the pool that launched it (the workbench's: this process
-    # imported core first), onnxruntime's threads
+    # the governor's count of the last run, the pool that launched it (the workbench's: conftest's
+    # prepare() loaded it before tvm), onnxruntime's threads
     assert d["threads"]["pool"] == "workbench" and 1 <= d["threads"]["ours"] <= host_cores() and d["threads"]["ort"] == host_cores()
 
 

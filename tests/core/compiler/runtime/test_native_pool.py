@@ -23,8 +23,9 @@ sys.path.insert(0, {root!r})
 import numpy as np
 import tvm
 from tvm.script import tirx as T
-from core.compiler import native_pool
-from core.compiler.target import make_target, runtime_threads
+from core.compiler.runtime import native_pool
+from core.compiler.runtime.threads import runtime_threads
+from core.compiler.target import make_target
 
 @T.prim_func
 def f(A: T.Buffer((7, 96), "float32"), B: T.Buffer((7, 96), "float32")):
@@ -64,7 +65,10 @@ print(json.dumps(out))
 '''
 
 
-def _run(tmp_path, *, first: str = "import core", extra: str = "", env: dict | None = None) -> dict:
+PREPARE = "from core.compiler.runtime import prepare\nprepare()"
+
+
+def _run(tmp_path, *, first: str = PREPARE, extra: str = "", env: dict | None = None) -> dict:
     script = tmp_path / "kernel.py"  # TVMScript reads the function's source: a file, not -c
     script.write_text(KERNEL.format(root=str(ROOT), first=first, extra=extra))
     clean = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "WORKBENCH_NATIVE_POOL", "WORKBENCH_ADAPTIVE_THREADS")}
@@ -99,7 +103,7 @@ def test_tvm_pool_runs_when_the_workbench_pool_is_turned_off_in_process(tmp_path
 
 
 def test_tvm_imported_first_or_turned_off_falls_back_to_tvm_pool(tmp_path):
-    out = _run(tmp_path, first="import tvm\nimport core")
+    out = _run(tmp_path, first="import tvm\n" + PREPARE)
     assert not out["installed"] and "TVM was imported first" in out["status"]
     assert out["one"] and out["two"]
     out = _run(tmp_path, env={"WORKBENCH_NATIVE_POOL": "0"})

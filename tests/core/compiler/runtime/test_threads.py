@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[4]
 def test_governor_gives_the_pool_the_cores_left_free():
     # in a child with a 2-thread pool, whatever this host has
     code = (
-        "import core, tvm\n"
+        "from core.compiler.runtime import prepare; prepare()\n"
+        "import tvm\n"
         "from core.compiler.runtime.threads import ThreadGovernor\n"
         "busy = [0]\n"
         "g = ThreadGovernor(cores=2, others=lambda: busy[0], recheck_s=0)\n"
@@ -182,7 +183,8 @@ def test_changing_the_pool_size_keeps_its_worker_threads(tmp_path):
     costs no thread start and the next parallel kernel finds its worker still spinning. In a child
     with a 2-thread pool: its threads before and after four resizes around a parallel kernel."""
     code = (
-        "import os, numpy as np, core, tvm\n"
+        "from core.compiler.runtime import prepare; prepare()\n"
+        "import os, numpy as np, tvm\n"
         "from tvm.script import tirx as T\n"
         "from core.compiler.target import make_target\n"
         "from core.compiler.runtime.threads import ThreadGovernor\n"

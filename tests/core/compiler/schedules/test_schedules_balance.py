@@ -112,7 +112,8 @@ def test_row_chunked_kernels_match_onnxruntime(name):
     import tvm
     from tvm import relax
 
-    from core.compiler.target import make_target, runtime_threads
+    from core.compiler.runtime.threads import runtime_threads
+    from core.compiler.target import make_target
 
     model = MODELS[name][0]()
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]

@@ -93,7 +93,8 @@ def test_slice_after_blocked_conv_matches_numpy_at_two_threads(tail):
     import tvm
 
     from core.compiler.schedules import schedule_cpu_func
-    from core.compiler.target import make_target, runtime_threads
+    from core.compiler.runtime.threads import runtime_threads
+    from core.compiler.target import make_target
 
     target = make_target("cpu")
     scheduled, _ = schedule_cpu_func(_conv_tail(tail), target)
