@@ -4,6 +4,7 @@ and the CPU code is compiled for (this host by default, or a deployment host: `-
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 __all__ = [
@@ -21,7 +22,12 @@ __all__ = [
     "host_lacks",
     "foreign_code",
     "cannot_run_here",
+    "vector_lanes",
+    "vector_registers",
+    "VECTOR_REGISTERS",
 ]
+
+logger = logging.getLogger(__name__)
 
 # LLVM tuning flags every AVX-512 target gets: with AVX-512, LLVM's own loop vectorizer turns loops
 # no schedule rule took whose index arithmetic it cannot prove contiguous (a reshape's // and %, a
@@ -121,6 +127,39 @@ def _features(target) -> set[str]:
     import tvm
 
     return {str(k) for k in tvm.get_global_func("target.llvm_get_cpu_features")(target)}
+
+
+def vector_lanes(target, dtype_bits: int = 32) -> int:
+    """Lanes of `dtype_bits` in one vector register of `target`: for float32 16 with AVX-512, 8 with
+    AVX2, else 4. Read from the target's features (its mcpu/mattr), not from the machine compiling."""
+    from tvm.target import codegen
+
+    try:
+        if codegen.target_has_features("avx512f", target):
+            return 512 // dtype_bits
+        if codegen.target_has_features("avx2", target) or codegen.target_has_features("avx", target):
+            return 256 // dtype_bits
+    except Exception:  # non-x86 or a target LLVM cannot describe: assume 128-bit NEON/SSE
+        logger.debug("could not query vector features of %s", target)
+    return 128 // dtype_bits
+
+
+VECTOR_REGISTERS = 16  # AVX/AVX2, SSE and NEON-sized register files
+
+
+def vector_registers(target) -> int:
+    """Vector registers of `target`'s ISA: 32 (zmm0-31) with AVX-512, else 16.
+
+    Read from the target's features (its mcpu/mattr), not from the machine compiling: code
+    built for another host must be tiled for that host's register file."""
+    from tvm.target import codegen
+
+    try:
+        if codegen.target_has_features("avx512f", target):
+            return 32
+    except Exception:  # noqa: BLE001 - non-x86 target
+        logger.debug("could not query vector features of %s", target)
+    return VECTOR_REGISTERS
 
 
 @functools.lru_cache(maxsize=1)

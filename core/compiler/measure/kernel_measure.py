@@ -68,7 +68,7 @@ def _clock_ghz() -> tuple[float, str]:
 
 def peak_estimate(target) -> PeakEstimate:
     """Estimated float32 FMA peak of the CPU `target` describes (cores and features from the target)."""
-    from ..schedules.cpu_common import vector_lanes
+    from ..target import vector_lanes
     from ..target import host_cores
 
     attrs = target.attrs

@@ -129,7 +129,7 @@ def pad_attention_keys_pass(target):
     """PadAttentionKeys as a tvm module pass for a CPU `target` (its vector width)."""
     import tvm
 
-    from ..schedules.cpu_common import vector_lanes
+    from ..target import vector_lanes
 
     lanes = vector_lanes(target)
 

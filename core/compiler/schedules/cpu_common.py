@@ -1,5 +1,6 @@
-"""Shared pieces of the CPU schedule rules: the host's vector width, block lookup, epilogue fusion,
-weight prepacking and a safe parallel+vectorize for whatever blocks a rule leaves behind.
+"""Shared pieces of the CPU schedule rules: block lookup, epilogue fusion, weight prepacking and a
+safe parallel+vectorize for whatever blocks a rule leaves behind (vector width and register count
+are the target's: core.compiler.target.vector_lanes / vector_registers).
 
 Every helper works on a `tvm.s_tir.Schedule` of one PrimFunc as FuseTIR wrote it (for example
 `pad_temp -> conv2d_nchw -> T_add -> compute` for conv+bias+relu).
@@ -9,9 +10,6 @@ from __future__ import annotations
 import logging
 
 __all__ = [
-    "vector_lanes",
-    "vector_registers",
-    "VECTOR_REGISTERS",
     "root_blocks",
     "find_block",
     "iter_kinds",
@@ -70,38 +68,6 @@ def conv_runs_parallel(macs: int) -> bool:
     """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
     its estimated one-core time (see PARALLEL_MIN_US): 0.27 M multiply-adds and up."""
     return parallel_pays(fma_microseconds(macs))
-
-
-def vector_lanes(target, dtype_bits: int = 32) -> int:
-    """float32 lanes in one vector register of `target`: 16 with AVX-512, 8 with AVX2, else 4."""
-    from tvm.target import codegen
-
-    try:
-        if codegen.target_has_features("avx512f", target):
-            return 512 // dtype_bits
-        if codegen.target_has_features("avx2", target) or codegen.target_has_features("avx", target):
-            return 256 // dtype_bits
-    except Exception:  # non-x86 or a target LLVM cannot describe: assume 128-bit NEON/SSE
-        logger.debug("could not query vector features of %s", target)
-    return 128 // dtype_bits
-
-
-VECTOR_REGISTERS = 16  # AVX/AVX2, SSE and NEON-sized register files
-
-
-def vector_registers(target) -> int:
-    """Vector registers of `target`'s ISA: 32 (zmm0-31) with AVX-512, else 16.
-
-    Read from the target's features (its mcpu/mattr), not from the machine compiling: code
-    built for another host must be tiled for that host's register file."""
-    from tvm.target import codegen
-
-    try:
-        if codegen.target_has_features("avx512f", target):
-            return 32
-    except Exception:  # noqa: BLE001 - non-x86 target
-        logger.debug("could not query vector features of %s", target)
-    return VECTOR_REGISTERS
 
 
 def const_int(expr) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import VECTOR_REGISTERS, vector_lanes, vector_registers
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
@@ -37,9 +38,6 @@ from .cpu_common import (
     layout_free_params,
     pack_read_buffer,
     schedule_remaining_blocks,
-    vector_lanes,
-    vector_registers,
-    VECTOR_REGISTERS,
 )
 
 __all__ = ["Conv2dNCHW", "choose_conv_tile", "choose_width_tile", "default_row_tile", "flat_plane", "multi_vector_tile", "multiply_adds", "register_tiles", "row_candidates"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes, vector_registers
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
@@ -16,8 +17,6 @@ from .cpu_common import (
     find_block,
     schedule_remaining_blocks,
     split_padding_by_rows,
-    vector_lanes,
-    vector_registers,
 )
 from .cpu_conv import Conv2dNCHW, choose_conv_tile, multiply_adds, register_tiles
 from .cpu_depthwise import inline_tail

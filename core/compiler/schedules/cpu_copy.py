@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     const_int,
     fit_lanes,
     iter_kinds,
     root_blocks,
-    vector_lanes,
 )
 
 __all__ = ["DataMovement", "contiguous_tail"]

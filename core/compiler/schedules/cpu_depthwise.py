@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 
 from .cpu_balance import balanced_row_chunks, halo_min_rows
+from ..target import vector_lanes, vector_registers
 from .cpu_common import (
     cache_write_and_inline_epilogue,
     const_int,
@@ -43,8 +44,6 @@ from .cpu_common import (
     pack_read_buffer,
     root_blocks,
     schedule_remaining_blocks,
-    vector_lanes,
-    vector_registers,
 )
 
 __all__ = ["DepthwiseConv2dNCHW", "Pool2dNCHW", "blocked_tile", "buffer_bytes", "depthwise_runs_parallel", "inline_tail", "row_chunk", "use_blocked_form"]

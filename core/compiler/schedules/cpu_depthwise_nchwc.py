@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes, vector_registers
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     cache_write_and_inline_epilogue,
@@ -38,8 +39,6 @@ from .cpu_common import (
     iter_kinds,
     root_blocks,
     schedule_remaining_blocks,
-    vector_lanes,
-    vector_registers,
 )
 from .cpu_depthwise import buffer_bytes, depthwise_runs_parallel, inline_tail
 

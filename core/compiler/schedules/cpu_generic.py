@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from .cpu_common import PARALLEL_MIN_WORK, const_int, iter_kinds, root_blocks, schedule_remaining_blocks, vector_lanes
+from ..target import vector_lanes
+from .cpu_common import PARALLEL_MIN_WORK, const_int, iter_kinds, root_blocks, schedule_remaining_blocks
 
 __all__ = ["Generic", "plane_reduction_width", "schedule_plane_reduction"]
 

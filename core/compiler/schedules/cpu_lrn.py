@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     const_int,
     root_blocks,
     schedule_injective,
-    vector_lanes,
 )
 
 __all__ = ["LRN"]

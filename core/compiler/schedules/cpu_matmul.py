@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 
+from ..target import VECTOR_REGISTERS, vector_lanes, vector_registers
 from .cpu_common import (
-    VECTOR_REGISTERS,
     cache_write_and_inline_epilogue,
     decompose_vector_init,
     inline_epilogue,
@@ -35,8 +35,6 @@ from .cpu_common import (
     pack_read_buffer,
     root_blocks,
     schedule_remaining_blocks,
-    vector_lanes,
-    vector_registers,
 )
 
 __all__ = ["Matmul", "choose_matmul_tile", "gemv_columns", "in_place_tile_rows", "runs_parallel"]

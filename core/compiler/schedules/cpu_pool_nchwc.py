@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     cache_write_and_inline_epilogue,
@@ -26,7 +27,6 @@ from .cpu_common import (
     iter_kinds,
     root_blocks,
     schedule_remaining_blocks,
-    vector_lanes,
 )
 
 __all__ = ["POOL_COLUMNS", "PoolNCHWc"]

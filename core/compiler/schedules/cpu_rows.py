@@ -23,7 +23,7 @@ element. Here:
    which adds nothing to max or sum, with exp computed once into the row and the output as exp
    times 1/sum; every reduction is then vector-wide, and each row's vector of partials is folded
    4 lanes wide before the last lane-by-lane steps;
-5. vector width from the target (cpu_common.vector_lanes), not from the host compiling.
+5. vector width from the target (core.compiler.target.vector_lanes), not from the host compiling.
 
 Not matched (None): a reduction over another axis, symbolic extents, several outputs.
 """
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes
 from .cpu_common import (
     PARALLEL_MIN_WORK,
     const_int,
@@ -38,7 +39,6 @@ from .cpu_common import (
     iter_extents,
     iter_kinds,
     root_blocks,
-    vector_lanes,
 )
 
 __all__ = ["RowReduction"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 
+from ..target import vector_lanes, vector_registers
 from .cpu_common import (
     ACCUMULATOR_SCOPE,
     const_int,
@@ -31,8 +32,6 @@ from .cpu_common import (
     inline_epilogue,
     schedule_injective,
     split_padding_by_rows,
-    vector_lanes,
-    vector_registers,
 )
 
 __all__ = ["PAIR_TAIL_TILES", "Conv2dWinogradNCHWc", "gemm_tile", "max_accumulators"]

@@ -188,7 +188,7 @@ def widen_conv_rows_pass(target):
     """WidenConvRows for `target` (a no-op on GPU targets)."""
     import tvm
 
-    from ...schedules.cpu_common import vector_lanes
+    from ...target import vector_lanes
 
     lanes = 0 if "gpu" in target.keys else vector_lanes(target)
 

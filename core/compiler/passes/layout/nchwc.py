@@ -72,7 +72,7 @@ BLOCKED_LAYOUT = re.compile(r"^NCHW(\d+)c$")
 
 def channel_block(target) -> int:
     """Channels per block for `target`: its float32 vector width (16 AVX-512, 8 AVX2, 4 else)."""
-    from ...schedules.cpu_common import vector_lanes
+    from ...target import vector_lanes
 
     return vector_lanes(target)
 

@@ -83,7 +83,7 @@ def test_lrn_kernel_is_vectorized_and_reads_whole_blocks():
 
     from core.compiler.passes.lrn import lrn_nchwc
     from core.compiler.schedules import schedule_cpu_func
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.target import make_target
 
     target = make_target("cpu")
@@ -116,7 +116,7 @@ def test_parallel_rows_match_numpy():
 
     from core.compiler.passes.lrn import lrn_nchwc
     from core.compiler.schedules import schedule_cpu_func
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.runtime.threads import runtime_threads
     from core.compiler.target import make_target
 

@@ -42,7 +42,7 @@ def _softmax_widths(model) -> list[int]:
 
 
 def _lanes() -> int:
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.target import make_target
 
     return vector_lanes(make_target("cpu"))

@@ -63,7 +63,7 @@ def _projection_model(in_channels: int = 768, out_channels: int = 256, size: int
 def test_grouped_strided_projection_matches_onnxruntime():
     """768 -> 256 channels, 28x28 -> 14x14: the default groups 4 of 16 blocks (AVX-512) or 8 of 32
     (AVX2) per output row; the compiled model agrees with onnxruntime."""
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 
@@ -184,7 +184,7 @@ def test_two_block_tiles_match_onnxruntime(monkeypatch):
     as a full-width AVX-512 CPU): a 3x3 conv and a 1x1 conv with bias, residual add and ReLU."""
     from core.compiler.passes.layout import winograd
     from core.compiler.schedules import cpu_conv_nchwc
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.target import make_target, target_cpu
 
     target = make_target("cpu")

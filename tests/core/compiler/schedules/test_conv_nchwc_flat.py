@@ -167,7 +167,7 @@ def test_every_flat_candidate_computes_what_the_default_computes(monkeypatch):
     last second block is predicated off), flat ones among them, build for this host and give the
     default schedule's output on the same random inputs."""
     from core.compiler.passes.layout import channel_padding, winograd
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
     from core.compiler.target import make_target
 

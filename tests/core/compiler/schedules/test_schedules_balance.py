@@ -87,7 +87,7 @@ def test_few_channel_blocks_share_the_parallel_loop_with_row_chunks(cpu, name):
 
     from benchmarks.parallel_balance import kernel_splits
     from core.compiler.schedules.cpu_balance import split_imbalance
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
     from core.compiler.target import make_target
 
     build, kernel_name, channels = MODELS[name]

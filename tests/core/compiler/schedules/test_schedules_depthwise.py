@@ -192,7 +192,7 @@ def test_plane_reductions_vectorized_and_match_onnxruntime(target):
     with target:
         scheduled = schedule_pass(target)(_fused(model))
     reductions = [f.script() for g, f in scheduled.functions_items() if isinstance(f, tvm.tirx.PrimFunc)]
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
 
     # rows of 112, 14, 7 always; 13 with AVX-512's 16 lanes (a 13-lane vector), not with AVX2's 8; 3 never
     expected = sum(plane_reduction_width(w, vector_lanes(target)) is not None for _, _, w, _ in PLANES)

@@ -82,7 +82,7 @@ def test_big_gemv_splits_its_column_tiles_over_the_threads(target, trans_b):
     parallel; the padding never reaches the output."""
     import tvm
 
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
 
     depth, cols = 256, 1000
     model = _gemv_model(depth, cols, trans_b)

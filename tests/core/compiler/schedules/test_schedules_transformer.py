@@ -337,7 +337,7 @@ def test_padded_rows_read_the_activation_clamped_not_a_zero_filled_copy(target):
     import tvm
     from tvm import s_tir, te
 
-    from core.compiler.schedules.cpu_common import vector_lanes, vector_registers
+    from core.compiler.target import vector_lanes, vector_registers
     from core.compiler.schedules.cpu_matmul import Matmul, choose_matmul_tile
 
     rows, depth, cols = 197, 40, 48

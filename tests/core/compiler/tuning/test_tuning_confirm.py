@@ -129,7 +129,7 @@ def _nchwc_conv(target, in_channels: int, out_channels: int, size: int, kernel: 
     target's vector width (8 or 16)."""
     from tvm import te, topi
 
-    from core.compiler.schedules.cpu_common import vector_lanes
+    from core.compiler.target import vector_lanes
 
     b = vector_lanes(target)
     data = te.placeholder((1, in_channels // b, size, size, b), name="data")
@@ -162,7 +162,7 @@ def test_widened_nchwc_space_starts_from_the_default_and_every_config_computes_t
     compiled for this host's target and checked against numpy."""
     import tvm
 
-    from core.compiler.schedules.cpu_common import vector_registers
+    from core.compiler.target import vector_registers
     from core.compiler.schedules.cpu_conv_nchwc import Conv2dNCHWc
 
     rule = Conv2dNCHWc()
