@@ -85,7 +85,7 @@ def test_few_channel_blocks_share_the_parallel_loop_with_row_chunks(cpu, name):
     them) in an even number of iterations, and splits no worse at 4 threads than they alone."""
     import tvm
 
-    from benchmarks.parallel_balance import kernel_splits
+    from benchmarks.parallel import kernel_splits
     from core.compiler.schedules.cpu_balance import split_imbalance
     from core.compiler.target import vector_lanes
     from core.compiler.target import make_target

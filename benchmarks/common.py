@@ -1,0 +1,204 @@
+"""What the benchmark scripts share: the process set-up, the benchmark models, their inputs, the host.
+
+Importing this module prepares the process the way the workbench does before anything imports tvm
+(TVM's thread defaults, the workbench's parallel launch: `core.compiler.runtime.prepare` where it
+exists, `import core` before it did), so every script imports it first. Run as a file
+(`python benchmarks/x.py`), a script puts the repository root on sys.path before importing it.
+
+The models: the nine light models shipped in the onnx wheel (`light_models`), core.model.samples'
+(`sample_models`) and benchmarks.architectures' full-size networks (`architecture_models`), all
+by name in `benchmark_models`; `load_proto` makes an ONNX ModelProto of one and `feeds_for` its
+seeded random inputs.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import core  # noqa: E402,F401 - until runtime.prepare exists, importing core is the set-up itself
+
+_prepare = getattr(importlib.import_module("core.compiler.runtime"), "prepare", None)
+if _prepare is not None:
+    _prepare()  # before tvm: TVM's thread defaults and the workbench's thread pool
+
+__all__ = [
+    "ROOT",
+    "BackgroundLoad",
+    "architecture_models",
+    "benchmark_models",
+    "feeds_for",
+    "host_description",
+    "host_has_avx512",
+    "light_models",
+    "load_proto",
+    "ours_runner",
+    "sample_models",
+]
+
+
+def light_models() -> dict[str, Path]:
+    """The onnx wheel's light models by name ('squeezenet', ...): their files."""
+    import onnx
+
+    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    return {p.stem.removeprefix("light_"): p for p in sorted(folder.glob("light_*.onnx"))}
+
+
+def sample_models() -> dict:
+    """core.model.samples' models by name: functions that build them."""
+    from core.model import samples
+
+    return dict(samples.SAMPLES) if hasattr(samples, "SAMPLES") else {}
+
+
+def architecture_models() -> dict:
+    """benchmarks.architectures' networks by name: functions that build them (seeded weights)."""
+    from benchmarks.architectures import ARCHITECTURES
+
+    return dict(ARCHITECTURES)
+
+
+def benchmark_models() -> dict:
+    """Every benchmark model by name: the light models, the samples, the architectures."""
+    return {**light_models(), **sample_models(), **architecture_models()}
+
+
+def load_proto(model):
+    """The ONNX ModelProto of a benchmark model (a file, or a function that builds it)."""
+    import onnx
+
+    return onnx.load(str(model)) if isinstance(model, (str, Path)) else model()
+
+
+def feeds_for(proto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs for `proto`'s graph inputs (initializers left out): standard normal
+    floats, and 0/1 for int64 inputs; a symbolic dim takes its value from `dims`, else 1."""
+    import onnx
+
+    rng = np.random.default_rng(seed)
+    init_names = {i.name for i in proto.graph.initializer}
+    feeds = {}
+    for vi in proto.graph.input:
+        if vi.name in init_names:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else (dims or {}).get(d.dim_param, 1) for d in vi.type.tensor_type.shape.dim]
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+            # token ids and attention masks: 0 and 1 are valid for both (a mask with padding)
+            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.int64)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def host_description(target) -> str:
+    """'AMD EPYC 9xxx (znver4, AVX-512)': the CPU's model name, LLVM's name for it, `target`'s widest ISA."""
+    import platform
+
+    from tvm.target import codegen
+
+    from core.compiler.target import host_cpu
+
+    name = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
+    return f"{name or 'unknown CPU'} ({host_cpu()}, {isa})"
+
+
+def host_has_avx512() -> bool:
+    """Whether this host's CPU has AVX-512 (LLVM's view of it, as host_description's)."""
+    from tvm.target import codegen
+
+    from core.compiler.target import make_target
+
+    return bool(codegen.target_has_features("avx512f", make_target("cpu", mcpu="host")))
+
+
+def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
+    """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
+    thread count is chosen as Artifact.run_device chooses it (core.compiler.runtime.threads: the cores
+    other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
+    model without a parallel kernel (`vm.parallel_kernels` 0), as there; else exactly `threads` of
+    TVM's pool (the same executable, see core.compiler.runtime.threads.runtime_threads), or the pool as it
+    is when None."""
+    import contextlib
+
+    import tvm
+
+    from core.compiler.runtime.native_pool import run_threads
+    from core.compiler.runtime.threads import ThreadGovernor, runtime_threads
+
+    args = [tvm.runtime.tensor(v) for v in feeds.values()]
+    fn = vm["main"]
+    governed = adaptive and getattr(vm, "parallel_kernels", None) != 0
+    governor = ThreadGovernor(max_threads=threads, enabled=True) if governed else None
+
+    def run(n: int) -> list[float]:
+        times = []
+        with runtime_threads(threads) if threads and governor is None else contextlib.nullcontext():
+            for _ in range(n):
+                t0 = time.perf_counter()
+                if governor is not None:
+                    used = governor.before_run()
+                    if used < (threads or 0):
+                        if used < run_threads():  # the pool measured one thread faster
+                            run.one_thread += 1
+                        else:  # the governor saw other work
+                            run.fewer_threads += 1
+                    try:
+                        fn(*args)
+                    finally:
+                        governor.after_run()
+                else:
+                    fn(*args)
+                times.append((time.perf_counter() - t0) * 1e3)
+        run.runs += n
+        return times
+
+    run.fewer_threads = 0  # runs the governor gave fewer than `threads` threads (it saw other work)
+    run.one_thread = 0  # runs the pool gave one thread because one measured faster (core.compiler.runtime.threads)
+    run.runs = 0
+    return run
+
+
+def _busy(stop) -> None:  # pragma: no cover - runs in a child process
+    x = 0
+    while not stop.is_set():
+        x += 1
+
+
+class BackgroundLoad:
+    """N processes that keep one core each busy (pure Python spin), for measurements under load."""
+
+    def __init__(self, n: int):
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self._stop = ctx.Event()
+        self._procs = [ctx.Process(target=_busy, args=(self._stop,), daemon=True) for _ in range(n)]
+
+    def __enter__(self):
+        for p in self._procs:
+            p.start()
+        time.sleep(0.5 if self._procs else 0)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for p in self._procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
