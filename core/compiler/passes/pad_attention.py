@@ -15,19 +15,13 @@ The padding copies fold into the head transposes that produce Kᵀ and V (FuseOp
 ops together), the mask add into the scores matmul's write-back. Results are those of the
 unpadded attention up to the order of float additions. Queries (the scores' rows) are not
 padded: the matmul schedule pads rows with a uniform predicate that keeps its stores vectors
-(padding them here too, and slicing the result, measured the same as this).
-
-Measured (vit_encoder, 1 thread, thread CPU time per kernel, 25th percentile of 36 runs
-alternating both builds in one process, load 5): scores matmul 262 -> 223 us, softmax
-84 -> 62 us, P V 168 -> 176 us, key transpose + pad 25 -> 31 us; attention 2.27 -> 2.09 ms a run,
-the model's kernels 10.56 -> 10.32 ms.
+(padding them here too, and slicing the result, was no faster; docs/performance.md:
+PadAttentionKeys and KEY_GROUP).
 
 Keys are padded to whole groups of 16 (KEY_GROUP) even where a vector holds 8 (AVX2) when that
 adds at most 1/16 of them: 197 keys then give 208 columns on both ISAs, where AVX2's whole vectors
-(200) left the scores matmul one-vector tiles of 13 rows, a broadcast load per FMA. vit_encoder
-as AVX2 code, 1 thread, thread CPU time, load 8-9: scores matmul 416 -> 238 us in the model
-(kernel alone 333 us at 200 keys, 196 us as 6 x 16 tiles); the whole model in one process, 10
-alternating blocks, 208 over 200 keys: 0.95x (p10 0.93x) at 1 thread, 0.92x (p10 0.94x) at 2.
+(200) left the scores matmul one-vector tiles of 13 rows, a broadcast load per FMA
+(docs/performance.md: PadAttentionKeys and KEY_GROUP).
 
 Conditions, checked on each match of `matmul(softmax(x, axis=-1), V)`:
 

@@ -4,9 +4,8 @@ Why: TVM's thread pool splits every parallel loop statically, one equal share pe
 call returns when the last share is done. When another process keeps one of the cores busy, the
 worker thread holding a share waits for that core (up to a scheduler time slice, milliseconds),
 while the calling thread, its own share done, waits for the worker: every parallel kernel takes
-the time of the slower core. On this project's shared 2-core Zen 4 host, with other engineers'
-processes running (load average 3), ResNet-50 took 104-115 ms at 1 thread and 182-207 ms at
-2 threads (best of 5 runs, same executable). onnxruntime does not suffer this: its main thread
+the time of the slower core: beside one busy process a model ran slower at 2 threads than at 1
+(docs/performance.md: ThreadGovernor). onnxruntime does not suffer this: its main thread
 takes the blocks of a parallel loop the workers have not started.
 
 The workbench's own launch (core.compiler.runtime.native_pool) lets the calling thread take the tasks a
@@ -15,7 +14,7 @@ core with another process still halves that task's speed and takes time from the
 
 So before a run, `ThreadGovernor` looks at how many threads are runnable elsewhere (the kernel's
 instantaneous count in /proc/loadavg, less this process's own runnable threads, e.g. TVM's
-workers still spinning after the last run; ~10 us through files kept open, see ProcCounts; at most
+workers still spinning after the last run; read through files kept open, see ProcCounts; at most
 every `recheck_s`, so runs of tiny models do not pay for it each time) and gives the pool (the workbench's, or TVM's
 when that one is not loaded) the cores left, at least one and at most the pool's size. On a quiet machine that is every core; beside N busy processes,
 N fewer. WORKBENCH_ADAPTIVE_THREADS=0 turns it off (the pool keeps its size).
@@ -23,19 +22,17 @@ N fewer. WORKBENCH_ADAPTIVE_THREADS=0 turns it off (the pool keeps its size).
 It gives threads back at once, but takes them away only when two looks in a row (`confirm`) see
 the other work: a kernel thread or another process's thread that runs for microseconds (an idle
 machine has them: kworkers, RCU, DAMON) is runnable at the instant of one look now and then, and
-each such sighting ran one whole model on one core. On this project's quiet 2-core Zen 4 KVM guest
-EfficientNet-B0 ran 23 of 1,000 runs on one thread so (the runnable thing gone by the time /proc
-was listed), 11 of 155 in another run, whose median was 6.06 ms against 5.75 ms with the pool
-fixed at 2 threads. A busy process is runnable at every look, so beside one the pool shrinks one
-look later (at most `recheck_s` plus a run).
+each such sighting ran one whole model on one core (docs/performance.md: ThreadGovernor). A busy
+process is runnable at every look, so beside one the pool shrinks one look later (at most
+`recheck_s` plus a run).
 
 Other work is not the only thing that takes the second core away. On this project's 2-vCPU Zen 4
 guest there are spells of seconds in which 2-thread runs take twice their time while 1-thread runs
-take theirs (small_cnn 66-77 us against 31 us at 2 threads, 39 us at 1; squeezenet 5.2-6.7 ms
-against 2.7 ms, 5.0-5.3 ms at 1), and nothing in /proc shows them. So with the workbench's pool the
-governor brackets each run (before_run ... after_run) and the pool times it, tries one thread now
-and then, and runs on one thread while that measures faster (core/compiler/runtime/native_pool.c, "one
-thread or all"). The caller must call after_run when the run is over.
+take theirs, and nothing in /proc shows them (docs/performance.md: ThreadGovernor). So with the
+workbench's pool the governor brackets each run (before_run ... after_run) and the pool times it,
+tries one thread now and then, and runs on one thread while that measures faster
+(core/compiler/runtime/native_pool.c, "one thread or all"). The caller must call after_run when the
+run is over.
 
 The thread count belongs to the thread that calls the compiled code (a worker thread of the GUI
 has its own, as with TVM's thread-local pools), so the governor sets the count of the thread it is
@@ -60,11 +57,10 @@ logger = logging.getLogger(__name__)
 class ProcCounts:
     """Runnable-thread counts from /proc, read through files kept open (os.pread at offset 0).
 
-    Why: opening and reading /proc/loadavg and each /proc/self/task/TID/stat afresh took 60-100 us
-    a check on this project's loaded 2-core KVM guest (14 us for /proc/loadavg alone), in the run
-    that pays for it; through open descriptors the same check is ~10 us (loadavg 1.5 us, a listing
-    of the tasks 6 us, 2 us a task). The task list is read at every check (threads come and go),
-    the descriptor of a task kept while it lives. After a fork the child opens its own.
+    Why: opening and reading /proc/loadavg and each /proc/self/task/TID/stat afresh costs several
+    times as much a check, in the run that pays for it (docs/performance.md: ThreadGovernor). The
+    task list is read at every check (threads come and go), the descriptor of a task kept while it
+    lives. After a fork the child opens its own.
     `loadavg` and `tasks` name other files for tests."""
 
     def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task"):
@@ -154,7 +150,7 @@ def runnable_elsewhere() -> int:
     This process's own runnable threads are not counted: after a run, TVM's idle workers
     yield-spin for tens of ms (TVM_THREAD_POOL_SPIN_COUNT sched_yields) and show as runnable; counting them as
     another process's work made every other run drop to one thread on a quiet machine
-    (SqueezeNet's median 7.4 ms instead of 4.2 ms at 2 threads, this project's 2-core Zen 4)."""
+    (docs/performance.md: ThreadGovernor)."""
     return _PROC.elsewhere()
 
 
@@ -215,10 +211,9 @@ class ThreadGovernor:
         """Size the calling thread's pool for the next run; returns the threads it will use.
         Call after_run() when the run is over (also when it failed).
 
-        Kept lean: it runs before every run, and the pair with after_run cost 1.2 us in its
-        first form (threading.local lookups, a flag for a run left open; a tight loop on this
-        project's Zen 4 guest); now it is a time read and the pool's two calls, 0.8 us. A run
-        whose after_run never came is left untimed by the pool itself (native_pool.c, begin_at)."""
+        Kept lean: it runs before every run; now a time read and the pool's two calls
+        (docs/performance.md: ThreadGovernor). A run whose after_run never came is left untimed
+        by the pool itself (native_pool.c, begin_at)."""
         state = self._state
         try:
             checked = state.checked
@@ -252,7 +247,7 @@ class ThreadGovernor:
         state.begin = state.end = state.arg = None
         p = pool()
         if p is not None and p.enabled() and self.enabled and self.measure:
-            # this model's state on this thread, and the pool's calls (~0.25 us each)
+            # this model's state on this thread, and the pool's calls
             state.run_state = p.run_state()
             state.arg = ctypes.byref(state.run_state)
             state.begin, state.end = p.lib.mlcwb_pool_run_begin, p.lib.mlcwb_pool_run_end
@@ -271,6 +266,7 @@ class ThreadGovernor:
             state.config(wanted)
             logger.debug("TVM pool: %d -> %d threads", state.current, wanted)
             state.current = wanted
+
 
 class runtime_threads:
     """Run TVM's compiled code on `n` threads inside this `with` block (and restore the count

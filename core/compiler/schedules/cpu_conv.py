@@ -73,8 +73,7 @@ def choose_conv_tile(out_channels_per_group: int, out_width: int, lanes: int, ou
     8-10 accumulators (enough independent FMAs to hide their latency on two FMA pipes, with
     registers to spare), then 6-12, the most within the range, one-vector channel blocks and
     single rows preferred. Chosen from the template-tuning measurements of 113 conv shapes in the
-    light models (the best fixed rule tried: 1.70x from each shape's best config in geometric
-    mean, where the former rule, the best lanes-per-load ratio with one row, was 2.04x).
+    light models (docs/performance.md: choose_conv_tile).
     Without such a tile (narrow outputs, channel counts like 68 no full vector divides) the
     most FMA lanes per load with one row, half-width vectors allowed.
     """
@@ -382,14 +381,10 @@ def choose_width_tile(
     with AVX-512's 32 registers), so the FB rows of a tile read the same input vector; an FB of 8
     across a group boundary makes every row load its own. VX there is a full or half vector where
     one divides the row (8 of 56), before wider odd widths (14 of 56, no native vector width), if
-    that is 256 bits or more (a 4-lane vector beside 7 lanes of a ymm: no). Thread CPU time at
-    1 thread, minimum of 12 alternating rounds, light ShuffleNet's grouped 1x1 convs, Zen 4
-    AVX-512, load 4-7: 136 ch (34 per group) 28x28 0.106 ->
-    0.078 ms, 24 -> 112 ch 56x56 0.118 -> 0.060 ms, 136 ch 14x14 and 272 ch 7x7 0.60-0.66x; the
-    28- and 68-per-group convs 0.96-1.03x (noise); the whole model 0.90x (4.62 against 5.15 ms,
-    min of 12 alternating blocks). Where fewer than 8 rows fit (AVX2's 16 registers: 2 of 34, 4 of
-    68, 7 of 28; the 4-row tile measured 0.89-1.07x of the ungrouped one) the ungrouped choice stays
-    here; `multi_vector_tile` gives those convs tiles of several vectors.
+    that is 256 bits or more (a 4-lane vector beside 7 lanes of a ymm: no). Where fewer than 8 rows
+    fit (AVX2's 16 registers: 2 of 34, 4 of 68, 7 of 28) the ungrouped choice stays here;
+    `multi_vector_tile` gives those convs tiles of several vectors. (docs/performance.md: Grouped
+    convs: one group's channels per tile)
     """
     widths = [d for d in range(1, lanes + 1) if out_width % d == 0]
     vx = max(widths)
@@ -445,11 +440,8 @@ def multi_vector_tile(extents, data_shape, out_channels_per_group: int, lanes: i
     vectors and one broadcast beside them in registers. None for other convs.
 
     Before, such a conv took FB = 8 channels x one vector of VX columns: 9 loads per 8 multiply-adds,
-    and on a 28-wide row 7-lane vectors. Kernel alone, 1 thread, AVX2 code on a Zen 4, light ShuffleNet's
-    grouped 1x1 convs + bias + ReLU (min of 3 rounds): 136 ch (34 per group) 28x28 201 -> 80 us
-    (4 channels x 2 vectors of the flat plane; the AVX-512 default takes 80 us); 272 ch (68 per group)
-    14x14 139 -> 106 us (4 channels x 2 rows of 7); 24 -> 112 ch 56x56 63 -> 58 us. Tiles of two
-    channels x 7 vectors (22 registers) measured 1.7-2.1x slower than these."""
+    and on a 28-wide row 7-lane vectors. (docs/performance.md: Grouped convs with AVX2: several
+    vectors per tile)"""
     _, out_channels, _, _, _, _, _ = extents
     if out_channels_per_group >= out_channels or out_channels_per_group < 8:
         return None  # ungrouped, or (nearly) depthwise: no input vector shared by the FB channels
@@ -526,10 +518,9 @@ def flat_plane(extents, data_shape, out_channels_per_group: int, tile: tuple[int
     """Whether the row-vectorized form of a grouped 1x1 conv should run over the plane as one
     row: a stride-1 unpadded 1x1 conv (the input plane is the output plane) of FB >= 8 rows of
     one group, whose row width no full vector divides (28) but whose plane one does (784 = 49 x
-    16). Its vectors are then whole (16 of 16 lanes instead of 14) and one load each. Thread
-    CPU time at 1 thread, light ShuffleNet's 28x28 grouped convs (136 ch, 34 per group; 112 ch),
-    Zen 4 AVX-512, min of 10 alternating rounds, load 5.6: 0.84-0.89x of the 14-column tile (again with the rule itself: 0.86-0.89x, load 5.5).
-    (A 56-wide row's half vector, 8 columns, measured faster than the flat plane: 1.10x.)"""
+    16). Its vectors are then whole (16 of 16 lanes instead of 14) and one load each; a 56-wide
+    row's half vector (8 columns) stays the row's. (docs/performance.md: Grouped 1x1 convs over the
+    flat plane)"""
     _, out_channels, out_height, out_width, _, kh, kw = extents
     fb, vx = tile
     if out_channels_per_group >= out_channels or fb < 8 or out_channels_per_group % fb or kh != 1 or kw != 1:

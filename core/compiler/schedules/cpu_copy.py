@@ -98,8 +98,8 @@ class DataMovement:
         last = len(sch.get_loops(root_blocks(sch)[0])) - 1
         if padded:
             # only a transpose padded along the axis it writes contiguously (the keys of a ViT's
-            # attention, 197 -> 208 tokens) is taken; other padded copies measured no faster
-            # than the generic schedule (the values' copy: 2.8 us both)
+            # attention, 197 -> 208 tokens) is taken; other padded copies were no faster than the
+            # generic schedule (docs/performance.md: Padded transposes)
             if tail or list(padded) != [last]:
                 return None
             return _schedule_transpose(sch, unit, last, vector_lanes(target), padded[last])
@@ -168,9 +168,8 @@ def _schedule_transpose(sch, read_axis: int, write_axis: int, lanes: int, writte
         total *= e
     whole = written // w_width if written is not None and w_width else 0
     if whole and whole * w_width < extents[write_axis]:
-        # the vector tiles below the padding, then the rest (vit_encoder's keys, 3 x 64 x 208,
-        # kernel alone, 1 thread, thread CPU time, Zen 5, load 3: 7.6 us as the generic schedule
-        # wrote it, 6.5 tiled with the condition everywhere, 5.9 split so; AVX2 code 7.3 -> 5.9)
+        # the vector tiles below the padding, then the rest (vit_encoder's keys, 3 x 64 x 208;
+        # docs/performance.md: Padded transposes)
         outer = others if read_axis > write_axis else [*others, r_outer]
         if total >= PARALLEL_MIN_WORK and outer:
             sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

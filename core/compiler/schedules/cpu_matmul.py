@@ -41,37 +41,31 @@ __all__ = ["Matmul", "choose_matmul_tile", "gemv_columns", "in_place_tile_rows",
 
 logger = logging.getLogger(__name__)
 
-# Multiply-adds below which one thread beats waking the pool (measured on the mlp sample: a
-# 784x128 GEMV runs in ~10 us alone, a parallel launch without spinning threads costs ~20 us;
-# and beside a busy process a parallel kernel may wait a time slice for its second worker).
+# Multiply-adds below which one thread beats waking the pool (and beside a busy process a parallel
+# kernel may wait a time slice for its second worker). (docs/performance.md: PARALLEL_MIN_WORK_MATMUL)
 PARALLEL_MIN_WORK_MATMUL = 1 << 20
 
 # A GEMV (a few rows: batch-1 dense, a classifier) does one multiply-add per weight element it
 # loads, so its time is the weight's bytes over one core's bandwidth, not its multiply-adds over
-# the FMA units: mobilenet_v3_small's 576x1024 and 1024x1000 layers (2.3 and 4 MB, 0.6 and 1.0 M
-# multiply-adds, both under the GEMM threshold) took 48 and 116 us on one Zen 4 core, ~40 GB/s.
-# Split over the columns, each thread streams its half of the packed weight and the second
-# core's bandwidth adds up (onnxruntime's MLAS GEMV splits the same way). From 512 KB a thread
-# has ~5 us or more of streaming, several times a spinning pool's wake-up; the mlp sample's
-# 784x128 GEMV (400 KB, ~10 us) stays on one thread as the GEMM rule measured.
+# the FMA units. Split over the columns from GEMV_PARALLEL_MIN_BYTES, each thread streams its half
+# of the packed weight and the second core's bandwidth adds up (onnxruntime's MLAS GEMV splits the
+# same way). (docs/performance.md: GEMV_MAX_ROWS and GEMV_PARALLEL_MIN_BYTES)
 GEMV_MAX_ROWS = 4
 GEMV_PARALLEL_MIN_BYTES = 512 << 10
 
 # An activation B (not a weight) in row-major [K, N] with whole column tiles is already the layout
 # the register tile reads: VB contiguous columns of row k, one vector load per register. Packing it
-# costs a copy at every call (and, with two threads, a parallel region of its own before the
-# matmul's): mm_relu's 128x128 B took 41 us at 1 thread and 44.5 us at 2 packed. Up to this size
-# per matrix (Zen 4's L2 is 1 MB) B stays in cache across the row tiles and is read in place;
-# bigger ones keep the packed copy, whose contiguous stream the prefetchers follow.
+# costs a copy at every call (and, with two threads, a parallel region of its own). Up to this size
+# per matrix B stays in L2 across the row tiles and is read in place; bigger ones keep the packed
+# copy, whose contiguous stream the prefetchers follow. (docs/performance.md:
+# ACTIVATION_B_IN_PLACE_MAX_BYTES and in_place_tile_rows)
 ACTIVATION_B_IN_PLACE_MAX_BYTES = 512 << 10
 
 # Vector accumulators a GEMM's register tile keeps in flight, at least, where the register file
 # and a little row padding allow. Two FMA pipes x 4 cycles of latency need 8 independent FMAs;
 # at exactly 8 (AVX2's 4 rows x 2 vectors, the divisor of BERT's 128 and GPT-2's 64 tokens) every
-# broadcast and loop instruction stalls them. 6 rows x 2 vectors (12, rows padded to 66 and 132)
-# as AVX2 code, kernel alone, 1 thread, thread CPU time, load 6: GPT-2's MLP matmuls 0.94-0.96x,
-# BERT's 0.91-0.95x. AVX-512 tiles already hold 16 (8 x 2 zmm) and are left alone: taller ones
-# (12 or 14 rows) measured 1.09-1.12x there.
+# broadcast and loop instruction stalls them; AVX2 takes 6 rows x 2 vectors (rows padded to 66 and
+# 132). AVX-512 tiles already hold 16 (8 x 2 zmm). (docs/performance.md: MIN_GEMM_ACCUMULATORS)
 MIN_GEMM_ACCUMULATORS = 12
 
 
@@ -151,7 +145,7 @@ def in_place_tile_rows(rows: int, ti: int, vb: int, lanes: int, registers: int =
     L2 in strided rows rather than a packed stream, and each step of the reduction loads VB/lanes
     vectors of it for TI x VB/lanes FMAs: a taller tile needs fewer of those loads per FMA. With
     AVX2 (16 registers) mm_relu's 128 rows take 6-row tiles (132 rows, A's last row read again)
-    instead of 4: ~44 us for ~48 at 1 thread; with AVX-512 13 rows instead of 8, equal."""
+    instead of 4. (docs/performance.md: ACTIVATION_B_IN_PLACE_MAX_BYTES and in_place_tile_rows)"""
     regs_per_row = -(-vb // lanes)
     most = max(1, (registers - regs_per_row - 1) // regs_per_row)
     for height in range(min(most, rows), ti, -1):

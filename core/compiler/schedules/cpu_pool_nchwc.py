@@ -5,8 +5,7 @@ blocked layout too: TOPI's `pool2d` on [n, C/b, h, w, b] writes a block "pool_ma
 "pool_sum" (iterators n, c, oh, ow, b | kh, kw), an average pool divides in a block after it,
 and a padded pool first copies its input into "pad_temp". Left to the generic rule, each output
 pixel was accumulated in memory, the padding was a pass of its own and the b lanes were left to
-LLVM: ResNet-50's 3x3/2 max pool 0.35 ms, Inception v2's nine pools 1.44 ms at one thread on a
-Zen 4 against onnxruntime's 0.24 and 0.63 ms.
+LLVM, well behind onnxruntime (docs/performance.md: Blocked pools).
 
 Here, as the convolution rules do: T output columns x b channels are accumulated in vector
 registers over the window (loops n, c, oh (fused, parallel) | ow/T | kh, kw | T (unrolled) | b

@@ -46,31 +46,22 @@ __all__ = ["RowReduction"]
 logger = logging.getLogger(__name__)
 
 # A softmax row's vector of partial maxima / sums is folded this many lanes wide first (one
-# 128-bit vector), then lane by lane: 4 + 3 dependent steps per row instead of 15. Kernel alone,
-# 1 thread (min of time_evaluator, alternating; load average 6-8): a ViT's 3x197x197 softmax
-# 79 -> 72 us, BERT's 4x128x128 32.5 -> 28 us.
+# 128-bit vector), then lane by lane: 4 + 3 dependent steps per row instead of 15.
+# (docs/performance.md: FOLD_LANES)
 FOLD_LANES = 4
 
 # A layer norm's (or mean's) row is reduced into this many vectors of partial sums, then folded to
 # one vector, then FOLD_LANES lanes wide, then lane by lane. With one vector of partials each of
 # the two reductions was one chain of dependent adds (12 with AVX-512 over a ViT's 192 values, 24
-# with AVX2) and a 15-step scalar fold, and the row waited on them: layer norm ran at ~40 GB/s
-# from L2. 4 chains against one (and a 16 -> 4 -> 1 fold), kernel alone, 1 thread, thread CPU time,
-# median of 10 alternating blocks of 300 calls (Zen 5, load 2): vit_encoder's 197x192 8.5 -> 5.9 us
-# (AVX2 code 11.6 -> 8.1), bert_encoder's 128x256 5.9 -> 3.3 (AVX2 9.7 -> 5.9), gpt2_blocks'
-# 64x256 3.4 -> 2.4 (AVX2 5.3 -> 3.3); with 2 chains vit_encoder's took 0.72x (AVX2 0.76x), with
-# one chain and the 4-lane fold 0.78x (AVX2 0.96x).
+# with AVX2) and a 15-step scalar fold, and the row waited on them. (docs/performance.md:
+# ROW_ACCUMULATORS)
 ROW_ACCUMULATORS = 4
 
 # A layer norm's (or mean's) rows run in parallel from this many bytes of input. TVM gives thread
 # t of T the rows [t * ceil(rows / T), ...): the halves the matmul before it wrote, each on its
 # own core (its fused row-tile x column-tile loop splits at the middle row tile, or within that
-# tile when the tile count is odd), so each core reads what it wrote. Kernel in the model, 2
-# threads, serial against parallel (the VM's instrument hook around each call, one process, 8
-# alternating blocks of 10 runs, load 1.1-1.3, two-cores probe 1.98 / 2.1): vit_encoder's 197 x 192 (148 KB) 6.6 -> 5.1 us a call (0.77x),
-# bert_encoder's 128 x 256 (128 KB) 5.3 -> 4.6 (0.87x), gpt2_blocks' 64 x 256 (64 KB) 1.22x
-# slower. (Before the 4-chain reduction above, at load 0.9, probe 1.98: 0.71x and 0.77x; at 1
-# thread then the parallel loop cost nothing measurable: vit_encoder's 9 calls 73.1 / 74.1 us.)
+# tile when the tile count is odd), so each core reads what it wrote. (docs/performance.md:
+# ROWS_PARALLEL_MIN_BYTES)
 ROWS_PARALLEL_MIN_BYTES = 128 << 10
 
 

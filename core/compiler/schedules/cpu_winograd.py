@@ -39,19 +39,12 @@ __all__ = ["PAIR_TAIL_TILES", "Conv2dWinogradNCHWc", "gemm_tile", "max_accumulat
 logger = logging.getLogger(__name__)
 
 
-# At most half the vector registers as accumulators: more spilled. With AVX-512's 32, 14 x 2
-# against 7 x 2 (64 -> 64 at 56x56) and against 8 x 2 (128 -> 128 at 112x112) took 1.36x and
-# 1.52x the time; with AVX2's 16, 14 x 1 against 4 x 2 took 1.36x (64 -> 64 at 56x56) and 1.42x
-# (256 -> 256 at 56x56). (Zen 4, 2 threads, load 4.5, alternate blocks, min.)
+# At most half the vector registers as accumulators: more spilled. (docs/performance.md:
+# max_accumulators)
 # Whether the padding is read in the input transform (the pad block inlined: a bounds check on
 # every load of the unrolled tile) rather than copied first. Not the default: it measured level
-# within the noise, some kernels slower. Per kernel (tuning runner, one thread, 7 alternating
-# rounds, fastest repeat, Zen 4 AVX-512, load 7-9), folded / copied: SqueezeNet's 0.99-1.04x,
-# ResNet-50's 56x56 F(4,3) 1.18x, 28x28 F(4,3) 0.89x, 14x14 F(2,3) 1.01x. Whole models (thread
-# CPU time, one thread, 16 alternating blocks, load 6-8, median / p10): SqueezeNet 1.10 / 1.04x,
-# ResNet-50 0.97 / 0.99x, Inception-v1 0.98 / 0.97x, DenseNet-121 0.96 / 1.00x; AVX2 code
-# (-avx512f) SqueezeNet 1.09 / 1.02x, ResNet-50 1.02 / 1.06x. The template
-# search measures both per kernel ({"fold_pad": True}, Conv2dWinogradNCHWc.candidates).
+# within the noise, some kernels slower; the template search measures both per kernel
+# ({"fold_pad": True}, Conv2dWinogradNCHWc.candidates). (docs/performance.md: FOLD_PAD)
 FOLD_PAD = False
 
 
@@ -61,12 +54,8 @@ def max_accumulators(registers: int) -> int:
 
 # Tiles per GEMM register tile of two channel vectors, with AVX2's 16 registers, where no divisor
 # of the tile count gives two vectors a tile (7 x 7 = 49 tiles: 7 x 2 would spill, so one vector of
-# 7 tiles): P tiles, the last partial tile a loop of its own (Conv2dWinogradNCHWc.apply). AVX2
-# code on Zen 4 (AMD EPYC, family 25 model 17), 1 thread, the whole Winograd kernel alone with ReLU,
-# medians of 8-10 alternating rounds, 7 x 1 -> 5 x 2: ResNet-50's F(2,3) 256 -> 256 at 14x14
-# 1.22 -> 1.04 ms, F(4,3) 128 -> 128 at 28x28 0.78 -> 0.69 ms, 256 -> 256 at 28x28 4.05 -> 3.62 ms,
-# SqueezeNet-sized 64 -> 64 at 13x13 75 -> 64 us; 4 x 2 0.91-0.94x, 3 x 2 1.07-1.12x, 6 x 2
-# 0.95-1.26x. (Where 4 x 2 divides, 196 tiles at 56x56, 5 x 2 measured the same: 0.98x both.)
+# 7 tiles): P tiles, the last partial tile a loop of its own (Conv2dWinogradNCHWc.apply).
+# (docs/performance.md: PAIR_TAIL_TILES)
 PAIR_TAIL_TILES = 5
 
 
@@ -168,10 +157,8 @@ class Conv2dWinogradNCHWc:
         sch.parallel(sch.fuse(p, c))
 
         # batched GEMM: register tiles of p_tile tiles x oc2 channel vectors over IC; the tile as a
-        # stack array (cpu_common.ACCUMULATOR_SCOPE), not a workspace allocation per parallel task:
-        # whole model, 1 thread, thread CPU time, "global" / "local" (Zen 4, 10 alternating blocks,
-        # load 2.3): squeezenet 0.88x median (0.91x as AVX2 code), resnet50 0.99x, inception_v1
-        # and densenet121 1.00x
+        # stack array (cpu_common.ACCUMULATOR_SCOPE), not a workspace allocation per parallel task
+        # (docs/performance.md: Winograd GEMM tile on the stack)
         e, nu, k, p, b, rc = sch.get_loops(gemm)
         k_outer, k_inner = sch.split(k, [None, oc2])
         p_outer, p_inner = sch.split(p, [None, p_tile])

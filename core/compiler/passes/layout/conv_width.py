@@ -5,16 +5,15 @@ Why: the channel-blocked conv schedule (schedules.cpu_conv_nchwc) tiles an outpu
 divisor of its width (`cpu_conv.choose_conv_tile`). zfnet512's 7x7 stride-2 stem writes 109 x
 109 pixels, both prime: its tile is one pixel, one accumulator, every FMA waiting on the one
 before it. Computed 110 wide (the input padded by the stride on the right, which the conv's own
-padding copy does), the tile is 10 columns. The stem with its ReLU alone, 1 thread, thread CPU
-time, this project's AMD EPYC host (LLVM znver5, AVX-512), load 2.5: 6.05 ms at 109 columns,
-1.60 ms at 110, its padding copy of the image included.
+padding copy does), the tile is 10 columns, several times faster (docs/performance.md:
+WidenConvRows).
 
 The extra column is cut off after the conv's elementwise tail (bias, batch-norm scale, ReLU:
 what FuseOps folds into the conv's write-back) by a copy kernel of its own, `cut_columns`, opaque
 to FuseOps: a strided_slice fused into the conv's kernel is inlined into its write-back
 (cpu_common.inline_epilogue), which then stores all 18 columns of a 17-wide result, the last
-into the next row (and past the buffer at the last row). The copy is 0.20 ms for zfnet512's 109 x 109 x 96
-(0.25 ms as AVX2 code), so only convs that gain far more are widened:
+into the next row (and past the buffer at the last row). The copy costs a pass over the output, so
+only convs that gain far more are widened:
 
 1. relax.nn.conv2d in NCHW{b}c / OIHW{i}i{b}o (after ConvertLayoutNCHWc), groups 1, static shapes;
 2. its default tile holds one pixel (`choose_conv_tile`: columns x rows = 1) and one more column
@@ -25,10 +24,7 @@ into the next row (and past the buffer at the last row). The copy is 0.20 ms for
 
 Results are the same numbers: the extra column is computed from zero padding and dropped.
 
-Measured (zfnet512, the only light model it changes; one process, 1 thread, thread CPU time, 10
-alternating blocks of 10 runs, this pass on against off, load 1.4-1.7): AVX-512 code min 25.8
-against 30.7 ms (0.84x), the stem 1.64 + 0.20 ms (cut) against 6.30; AVX2 code 34.6 against
-42.3 ms (0.82x), the stem 3.94 + 0.25 against 12.43.
+zfnet512 is the only light model it changes (docs/performance.md: WidenConvRows).
 """
 from __future__ import annotations
 
