@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QEventLoop, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QEventLoop, QSettings, Qt, QTimer, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -41,13 +41,30 @@ from app.document import Document
 from app.graph_items import node_size
 from app.workers import Job, error_text, start_job
 
-__all__ = ["MainWindow", "run"]
+__all__ = ["MainWindow", "run", "DOC_PAGES", "DOCS_ROOT"]
 
 logger = logging.getLogger(__name__)
 
 APP_NAME = "MLC Workbench"
 ORG_NAME = "mlc-workbench"
 MAX_RECENT = 10
+# Help ▸ Documentation: the README (the front door) and the reference pages under docs/, opened
+# in the desktop's viewer for Markdown. They ship with a checkout, not with an installed wheel.
+DOCS_ROOT = Path(__file__).resolve().parents[1]
+DOC_PAGES = (
+    ("&Getting Started (README)", "README.md"),
+    ("The G&UI", "docs/gui.md"),
+    ("&Command Line", "docs/command-line.md"),
+    ("The C&ompiler: Pipeline and Packages", "docs/compiler.md"),
+    ("&Tuning", "docs/tuning.md"),
+    ("&Scheduling a Kernel by Hand", "docs/scheduling.md"),
+    ("&Artifacts", "docs/artifacts.md"),
+    ("&Measuring", "docs/measuring.md"),
+    ("&Performance Figures", "docs/performance.md"),
+    ("&Reliability and Safety", "docs/reliability.md"),
+    ("P&ython API", "docs/python-api.md"),
+    ("Setting Up and T&esting", "docs/setup.md"),
+)
 _AREAS = {"left": Qt.LeftDockWidgetArea, "right": Qt.RightDockWidgetArea, "bottom": Qt.BottomDockWidgetArea, "top": Qt.TopDockWidgetArea}
 
 
@@ -242,6 +259,22 @@ class MainWindow(QMainWindow):
         view_menu.addSeparator()
         self.panels_menu = view_menu.addMenu("&Panels")
         self.view_menu = view_menu
+
+        help_menu = mb.addMenu("&Help")  # the documentation pages: the README, then docs/
+        for i, (title, rel) in enumerate(DOC_PAGES):
+            if i == 1:
+                help_menu.addSeparator()
+            self._action(help_menu, title, lambda _checked=False, rel=rel: self.open_doc(rel), tip=f"Open {rel}")
+        self.help_menu = help_menu
+
+    def open_doc(self, rel: str) -> bool:
+        """Open a documentation page (a path under the checkout, e.g. docs/compiler.md) in the
+        desktop's viewer; says so in the status bar when the page is not there (an installed wheel)."""
+        path = DOCS_ROOT / rel
+        if not path.is_file():
+            self.statusBar().showMessage(f"The documentation page {rel} is not here: it ships with a checkout of the workbench.", 8000)
+            return False
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
 
     def _open_compiled_artifact(self) -> None:
         """File > Open Compiled Artifact: the Compile & Run panel asks, loads and measures."""
