@@ -16,26 +16,43 @@ kernel (depthwise conv, conv, global pool, layout transform, other) and the whol
 latency for both. The sum of per-kernel minimums is below any real run: compare kernels, not
 totals, with it, and time totals with compiled_vs_onnxruntime.py.
 
+`--clock cpu` measures in CPU time at one thread instead. Why: on a shared machine wall-clock
+latency mostly measures the other processes (the same executable's medians moved 30 % between runs
+on this project's 2-core host at load 3-6). The CPU time the running thread itself consumed
+(`time.thread_time`) leaves out the time slices it waited, so 1-thread figures taken beside other
+work agree with quiet ones to a few percent (it still counts cache and memory-bandwidth contention,
+and a core's clock). Both runtimes run on the calling thread: ours on a pool of one thread,
+onnxruntime with one intra-op thread; `--blocks` blocks of `--runs` runs alternate between the two,
+and per model it prints the minimum and the median of the block averages and ours / onnxruntime
+for both. Then (unless `--top 0`) ours per kernel: thread CPU time per call, the 25th percentile
+over the runs, times calls per run (the instrument hook's own few microseconds per call included),
+grouped into matmul / softmax / activation / layer norm / copies / other (`kernel_classes`), beside
+onnxruntime's per-operator profile (wall time per node, which includes waits: read it as shares of
+its total), and the `--top` largest kernels. Whether two threads pay off depends on the cores the
+machine leaves free; compiled_vs_onnxruntime.py times that.
+
     python benchmarks/kernels_vs_onnxruntime.py --models efficientnet_b0,mobilenet_v2 [--threads 1,2] [--runs 40] [--top 20]
+    python benchmarks/kernels_vs_onnxruntime.py --clock cpu --models bert_encoder,vit_encoder,gpt2_blocks [--blocks 8]
+        [--runs 10] [--top 12]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
+from benchmarks.common import benchmark_models, feeds_for, load_proto  # noqa: E402 - first: it prepares the process before anything imports tvm
 
-__all__ = ["compare", "main", "ort_node_key", "ort_per_node", "ours_per_kernel"]
+__all__ = ["compare", "cpu_clock_rows", "kernel_classes", "main", "ort_node_key", "ort_per_node", "ours_per_kernel"]
 
 # activations onnxruntime fuses into the Conv before them, naming the fused node after them
 _FUSED_ACTIVATIONS = ("Clip", "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh")
@@ -75,7 +92,7 @@ def ours_per_kernel(art, feeds: dict, threads: int, runs: int) -> tuple[dict[str
     """({kernel: min ms per model run}, min ms of a whole uninstrumented run) at `threads`."""
     import tvm
 
-    from core.compiler.target import runtime_threads
+    from core.compiler.runtime.threads import runtime_threads
 
     vm = art.vm()
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
@@ -156,35 +173,171 @@ def compare(ours: dict[str, float], lineage: dict[str, list[str]], ort_nodes: di
     return rows, {n: v for n, v in ort_nodes.items() if n not in used}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from benchmarks.compiled_vs_onnxruntime import (
-        _feeds,
-        _load,
-        architecture_models,
-        light_models,
-        sample_models,
-    )
+def kernel_classes(name: str) -> str:
+    """A kernel's group by what FuseOps named it after (--clock cpu's groups)."""
+    if "matmul" in name or "conv2d" in name:
+        return "matmul / conv"
+    if "softmax" in name:
+        return "softmax"
+    if "erf" in name or "tanh" in name or "sigmoid" in name:
+        return "activation"
+    if "layer_norm" in name or "mean" in name or "power" in name:
+        return "layer norm"
+    if any(w in name for w in ("transpose", "reshape", "split", "concatenate", "layout_transform", "pad", "slice", "take")):
+        return "copies"
+    return "other"
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", required=True, help="comma-separated names (those of compiled_vs_onnxruntime.py)")
-    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--top", type=int, default=20, help="kernels listed per thread count (largest gaps first)")
+
+def _cpu_ms(fn, fn_args, runs: int) -> float:
+    start = time.thread_time_ns()
+    for _ in range(runs):
+        fn(*fn_args)
+    return (time.thread_time_ns() - start) / runs / 1e6
+
+
+def _ort_one_thread(proto, profile_prefix: str | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _ours_kernels_cpu(library, args, runs: int) -> list[tuple[float, int, str]]:
+    """(CPU ms per run, calls per run, kernel name), largest first, at one thread."""
+    import tvm
+
+    vm = tvm.relax.VirtualMachine(library, tvm.cpu())
+    per_call: dict[str, list[int]] = defaultdict(list)
+    starts: list[int] = []
+
+    def instrument(_func, name, before_run, _ret, *_rest):
+        if name.startswith(("vm.builtin.", "__")) or name == "shape_func":
+            return 0
+        if before_run:
+            starts.append(time.thread_time_ns())
+        elif starts:
+            per_call[name].append(time.thread_time_ns() - starts.pop())
+        return 0
+
+    vm["main"](*args)
+    vm.set_instrument(instrument)
+    for _ in range(runs):
+        vm["main"](*args)
+    rows = []
+    for name, times in per_call.items():
+        calls = len(times) // runs
+        quartile = sorted(times)[len(times) // 4] / 1e6
+        rows.append((quartile * calls, calls, name))
+    return sorted(rows, reverse=True)
+
+
+def _ort_ops(proto, feeds, runs: int) -> dict[str, float]:
+    """onnxruntime's wall ms per run by operator type (its node profile), at one thread."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sess = _ort_one_thread(proto, str(Path(tmp) / "ort"))
+        for _ in range(runs):
+            sess.run(None, feeds)
+        path = sess.end_profiling()
+        with open(path) as f:
+            events = json.load(f)
+    by_op: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            by_op[e.get("args", {}).get("op_name", "?")] += e.get("dur", 0) / 1e3
+    return {op: ms / runs for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])}
+
+
+def cpu_clock_rows(art, proto, feeds: dict, blocks: int, runs: int) -> tuple[list[float], list[float]]:
+    """Thread CPU ms per run of ours and of onnxruntime at one thread, one figure per block of
+    `runs` runs, the two runtimes taking turns block by block on this thread."""
+    import tvm
+
+    from core.compiler.runtime.threads import runtime_threads
+
+    vm = art.vm()
+    tvm_args = [tvm.runtime.tensor(v) for v in feeds.values()]
+    sess = _ort_one_thread(proto)
+    ours, ort = [], []
+    with runtime_threads(1):
+        vm["main"](*tvm_args)
+        sess.run(None, feeds)
+        for _ in range(blocks):
+            ours.append(_cpu_ms(vm["main"], tvm_args, runs))
+            ort.append(_cpu_ms(sess.run, (None, feeds), runs))
+    return ours, ort
+
+
+def _print_cpu_clock(name: str, art, proto, feeds: dict, args) -> None:
+    """--clock cpu: one model's row of the table, then (with --top) its kernels and groups."""
+    import tvm
+
+    from core.compiler.runtime.threads import runtime_threads
+
+    ours, ort = cpu_clock_rows(art, proto, feeds, args.blocks, args.runs)
+    om, rm = min(ours), min(ort)
+    od, rd = statistics.median(ours), statistics.median(ort)
+    print(f"{name:16s} {om:6.2f} / {od:6.2f}  {rm:6.2f} / {rd:6.2f}  {om / rm:12.3f} {od / rd:12.3f}  {os.getloadavg()[0]:.1f}", flush=True)
+    if not args.top:
+        return
+    with runtime_threads(1):
+        rows = _ours_kernels_cpu(art.library, [tvm.runtime.tensor(v) for v in feeds.values()], max(10, args.runs))
+    total = sum(r[0] for r in rows) or 1.0
+    groups: dict[str, float] = defaultdict(float)
+    for ms, _calls, kernel in rows:
+        groups[kernel_classes(kernel)] += ms
+    ort_ops = _ort_ops(proto, feeds, max(10, args.runs))
+    ort_total = sum(ort_ops.values()) or 1.0
+    print("  ours by group (CPU ms, share): " + ", ".join(f"{g} {ms:.2f} ({ms / total:.0%})" for g, ms in sorted(groups.items(), key=lambda kv: -kv[1])))
+    print("  onnxruntime by op (wall ms, share): " + ", ".join(f"{op} {ms:.2f} ({ms / ort_total:.0%})" for op, ms in list(ort_ops.items())[:8]))
+    for ms, calls, kernel in rows[: args.top]:
+        print(f"    {ms:7.3f} ms  {calls:3d} x {ms / calls * 1e3:7.1f} us  {kernel}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--models", required=True, help="comma-separated names (the benchmark models, benchmarks.common)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall: per-kernel minimums at each thread count (default); cpu: thread CPU time at one thread")
+    parser.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2; --clock cpu: 1 only)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per thread count (default 40); --clock cpu: runs per block (default 10)")
+    parser.add_argument("--blocks", type=int, default=8, help="--clock cpu: alternating blocks per runtime")
+    parser.add_argument("--top", type=int, default=20, help="kernels listed per thread count (largest gaps first; --clock cpu: the largest)")
     args = parser.parse_args(argv)
+    cpu_clock = args.clock == "cpu"
+    if args.threads is None:
+        args.threads = "1" if cpu_clock else "1,2"
+    if cpu_clock and args.threads.strip() != "1":
+        print(f"--clock cpu measures one thread, so --threads must be 1, got '{args.threads}'", file=sys.stderr)
+        return 2
+    if args.runs is None:
+        args.runs = 10 if cpu_clock else 40
 
     from core.compiler.compile import compile_model
 
-    models = {**light_models(), **sample_models(), **architecture_models()}
+    models = benchmark_models()
+    unknown = [name for name in args.models.split(",") if name not in models]
+    if unknown:
+        print(f"unknown model {unknown[0]!r}; known: {', '.join(sorted(models))}", file=sys.stderr)
+        return 2
+    if cpu_clock:
+        print(f"thread CPU time at 1 thread, ms per run: min / median of {args.blocks} alternating blocks of {args.runs} runs")
+        print(f"{'model':16s} {'ours':>15s} {'onnxruntime':>15s} {'x ort (min)':>12s} {'x ort (med)':>12s}  load")
     for name in args.models.split(","):
-        if name not in models:
-            print(f"unknown model {name!r}; known: {', '.join(sorted(models))}", file=sys.stderr)
-            return 2
-        proto = _load(models[name])
-        feeds = _feeds(proto)
+        proto = load_proto(models[name])
+        feeds = feeds_for(proto)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.onnx"
             path.write_bytes(proto.SerializeToString())
             art = compile_model(str(path), "cpu", verify=False)
+        if cpu_clock:
+            _print_cpu_clock(name, art, proto, feeds, args)
+            continue
         for threads in (int(t) for t in args.threads.split(",")):
             load_before = os.getloadavg()[0]
             ours, ours_total = ours_per_kernel(art, feeds, threads, args.runs)
