@@ -3,18 +3,23 @@ CUDA -> export (kernels compiled to a fatbin by nvcc) -> load_artifact -> run, c
 onnxruntime's outputs; latency per model and the fraction of the GPU's peak FP32 FLOP/s it reaches.
 
     .venv/bin/python benchmarks/gpu_check.py [--models squeezenet,mlp,...] [--runs N] [--batch B]
-                                             [--jobs J] [--out DIR] [--json FILE] [--target cpu]
+                                             [--jobs J] [--out DIR] [--json FILE] [--target cpu] [--keep-softmax]
 
-`--target cpu` runs the same path on the CPU (no peak figure): a check of this script where no
-GPU is. Where no CUDA GPU is visible (or nvcc is missing) it says so in one sentence and exits 0.
-Builds run in parallel (J processes, each model's nvcc passes in parallel too); the GPU runs one
-model at a time. Figures:
+`--target cpu` runs the same path on the CPU (no peak figure; the geometric mean of ours / onnxruntime
+instead): the CPU compile check, and a check of this script where no GPU is. Where no CUDA GPU is
+visible (or nvcc is missing) it says so in one sentence and exits 0. Builds run in parallel (J
+processes, each model's nvcc passes in parallel too); the GPU runs one model at a time. Two things
+keep the comparison meaningful: the light models get seeded random weights (their ConstantOfShape
+weights make outputs nearly input-independent), and a final Softmax is cut off (`--keep-softmax`
+keeps it) so the logits are compared: with random weights a softmax saturates to one-hot and any
+two models "match". Figures:
 
 * GFLOP: multiply-accumulate work of one run, counted from the ONNX graph (core.model.flops:
   Conv, ConvTranspose, Gemm, MatMul at 2 FLOPs per multiply-add; elementwise work not counted);
 * GPU ms: median latency of `main` on device-resident inputs (synchronised), after warm-up;
 * % peak: GFLOP / GPU time / the GPU's dense FP32 peak from NVIDIA's spec sheet
   (benchmarks.gpu_peaks; '-' for a GPU the table does not know);
+* out std: the spread of onnxruntime's first output (near 0: a comparison that says little);
 * ORT ms: onnxruntime on this machine's CPU, median, for scale (not a GPU baseline).
 Exit status: 0 when every model matched onnxruntime (or nothing could run here), 1 otherwise.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -30,10 +36,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
+from benchmarks.common import ROOT  # noqa: E402 - first: it prepares the process before anything imports tvm
 
 
 def model_list(wanted: str = "") -> list[tuple[str, Path, bool]]:
@@ -52,8 +58,9 @@ def model_list(wanted: str = "") -> list[tuple[str, Path, bool]]:
     return models
 
 
-def build(name: str, path: str, light: bool, out: str, target: str = "cuda") -> dict:
-    """Compile one model for `target` and export it (runs in a worker process)."""
+def build(name: str, path: str, light: bool, out: str, target: str = "cuda", keep_softmax: bool = False) -> dict:
+    """Compile one model for `target` (its final Softmax cut off unless `keep_softmax`) and export
+    it (runs in a worker process)."""
     from core import load_model
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
@@ -64,6 +71,8 @@ def build(name: str, path: str, light: bool, out: str, target: str = "cuda") -> 
         graph = load_model(path)
         if light:  # one constant in every weight: random ones make the comparison mean something
             graph = with_random_weights(graph, seed=0)
+        if not keep_softmax:
+            graph = logits(graph)
         art = compile_model(graph, target, verify=False)
         t1 = time.perf_counter()
         folder = art.export(Path(out) / name)
@@ -73,6 +82,24 @@ def build(name: str, path: str, light: bool, out: str, target: str = "cuda") -> 
     except Exception as e:  # noqa: BLE001 - one model's crash is a row of the table, not the end of the run
         return {"model": name, "error": f"{type(e).__name__}: {e}"}
     return {"model": name, "folder": str(folder), "compile_s": round(t1 - t0, 1), "export_s": round(t2 - t1, 1)}
+
+
+def logits(graph):
+    """The graph with a final Softmax removed (its input becomes the graph output)."""
+    from core.model.onnx_io import load_model_bytes
+
+    proto = graph.to_proto()
+    g = proto.graph
+    outs = {o.name for o in g.output}
+    last = [n for n in g.node if n.op_type == "Softmax" and n.output[0] in outs]
+    if not last:
+        return graph
+    for n in last:
+        for o in g.output:
+            if o.name == n.output[0]:
+                o.name = n.input[0]
+        g.node.remove(n)
+    return load_model_bytes(proto.SerializeToString(), graph.path or "model.onnx")
 
 
 def _median_ms(fn, runs: int, max_s: float, sync=None) -> float:
@@ -110,7 +137,9 @@ def measure(row: dict, runs: int, batch: int, dev, peak) -> dict:
     ort_ms = _median_ms(lambda: sess.run(None, feeds), max(3, runs // 5), 3.0)
     flops = count_flops(_proto(loaded.model_bytes), dims=dims)
     achieved = flops.total / (gpu_ms / 1000)
-    row.update({"match": ok, "max_abs_err": float(err), "gpu_ms": round(gpu_ms, 4), "ort_cpu_ms": round(ort_ms, 3),
+    import numpy as np
+
+    row.update({"match": ok, "max_abs_err": float(err), "out_std": float(np.std(ref[0])), "gpu_ms": round(gpu_ms, 4), "ort_cpu_ms": round(ort_ms, 3),
                 "gflop": round(flops.total / 1e9, 4), "tflops": round(achieved / 1e12, 3),
                 "peak_fraction": round(achieved / peak.fp32_flops, 5) if peak else None})
     return row
@@ -128,7 +157,7 @@ def _print_row(r: dict) -> None:  # columns as in main's header
         return
     pct = f"{100 * r['peak_fraction']:7.2f}" if r.get("peak_fraction") is not None else f"{'-':>7s}"
     print(f"{r['model']:18s} {r['gflop']:8.4g} {r['compile_s']:8.1f} {r['export_s']:7.1f} {'yes' if r['match'] else 'NO':>5s} "
-          f"{r['max_abs_err']:9.2g} {r['gpu_ms']:9.4g} {r['tflops']:8.4g} {pct} {r['ort_cpu_ms']:8.3g}", flush=True)
+          f"{r['max_abs_err']:9.2g} {r['out_std']:8.3g} {r['gpu_ms']:9.4g} {r['tflops']:8.4g} {pct} {r['ort_cpu_ms']:8.3g}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=0, help="parallel builds (default: half the cores, at most 8)")
     ap.add_argument("--out", default="", help="keep the exported artifacts here (default: a temporary folder)")
     ap.add_argument("--json", default="", help="also write the rows as JSON to this file")
-    ap.add_argument("--target", choices=("cuda", "cpu"), default="cuda", help="cpu: the same path on the CPU, to check the script")
+    ap.add_argument("--target", choices=("cuda", "cpu"), default="cuda", help="cpu: the same path on the CPU (the CPU compile check)")
+    ap.add_argument("--keep-softmax", action="store_true", help="compare a final softmax, not the logits before it")
     args = ap.parse_args(argv)
 
     from core.compiler.target import gpu_present, host_cores, host_cpu
@@ -178,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         # the biggest graphs first: the longest builds start at once and set the wall time
         by_size = sorted(models, key=lambda m: -m[1].stat().st_size)
-        futures = {pool.submit(build, n, str(p), light, str(out), args.target): n for n, p, light in by_size}
+        futures = {pool.submit(build, n, str(p), light, str(out), args.target, args.keep_softmax): n for n, p, light in by_size}
         for f in as_completed(futures):
             try:
                 built.append(f.result())
@@ -188,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     order = {n: i for i, (n, _, _) in enumerate(models)}
     built.sort(key=lambda r: order[r["model"]])
     where = "GPU" if args.target == "cuda" else "CPU"
-    print(f"{'model':18s} {'GFLOP':>8s} {'compile':>8s} {'export':>7s} {'match':>5s} {'max err':>9s} {where + ' ms':>9s} {'TFLOP/s':>8s} {'% peak':>7s} {'ORT ms':>8s}")
+    print(f"{'model':18s} {'GFLOP':>8s} {'compile':>8s} {'export':>7s} {'match':>5s} {'max err':>9s} {'out std':>8s} {where + ' ms':>9s} {'TFLOP/s':>8s} {'% peak':>7s} {'ORT ms':>8s}")
     rows = []
     for r in built:
         if "error" not in r:
@@ -199,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         _print_row(r)
     bad = sum(1 for r in rows if "error" in r or not r.get("match"))
+    if args.target == "cpu":
+        ratios = [r["gpu_ms"] / r["ort_cpu_ms"] for r in rows if "error" not in r and r["ort_cpu_ms"] > 0]
+        if ratios:
+            print(f"\ngeometric mean ours / onnxruntime on this CPU: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x over {len(ratios)} models")
     print(f"\n{len(rows) - bad}/{len(rows)} models ran on the {where} ({name}) and matched onnxruntime; {time.perf_counter() - t_start:.0f} s in all; artifacts in {out}")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": name, "target": args.target,
