@@ -18,8 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import ROOT  # noqa: E402 - first: it prepares the process before anything imports tvm
 
 import onnx  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402

@@ -38,11 +38,10 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
+import benchmarks.common  # noqa: E402,F401 - first: it prepares the process before anything imports tvm
 
 __all__ = ["CLASSES", "load_cases", "run_case", "compare_expected"]
 

@@ -6,7 +6,7 @@ the same host runs (`--cpu-features -avx512f`, or `--cpu znver3`). Every variant
 way `compile` does (core.compiler.compile.compile_model with `cpu=` / `cpu_features=`: the
 workbench's pass pipeline, NCHWc layout included), and each model's variants are timed in
 alternating blocks (A's block, B's, ..., repeated; core.compiler.measure.alternation.alternate), at the
-host's core count and at 1 thread (the same executables, core.compiler.target.runtime_threads),
+host's core count and at 1 thread (the same executables, core.compiler.runtime.threads.runtime_threads),
 one runtime only (TVM), so load on the machine hits all alike. Besides latency it counts, in each variant's assembly, the `vinsertps`/`vextractps`
 instructions LLVM emits when a vector accumulator is not kept in registers (a load-independent
 sign of a schedule that does not fit the ISA), the gathers/scatters LLVM's own vectorizer emits
@@ -18,8 +18,8 @@ and the zmm registers used.
 
 A variant is an LLVM CPU name ("host": this machine's), optionally followed by `:` and feature
 changes (`znver4:-avx512f`). Variants the host cannot run (AVX-512 code on an AVX2 host) are
-compiled and counted, not timed. The models are compiled_vs_onnxruntime's: the onnx wheel's
-light models, core.model.samples and benchmarks.architectures.
+compiled and counted, not timed. The models are the benchmark models (benchmarks.common): the onnx
+wheel's light models, core.model.samples and benchmarks.architectures.
 """
 from __future__ import annotations
 
@@ -31,9 +31,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import benchmark_models, feeds_for, load_proto, ours_runner  # noqa: E402 - first: it prepares the process before anything imports tvm
 
 __all__ = ["parse_variant", "assembly_counts", "main"]
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.compiler.target import cannot_run_here, host_cores, host_cpu, make_target, target_cpu
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", default="", help="comma-separated subset (default: all of compiled_vs_onnxruntime's)")
+    parser.add_argument("--models", default="", help="comma-separated subset (default: every benchmark model)")
     parser.add_argument("--variants", default="", help="default: host, and host:-avx512f on an AVX-512 host (ratios are to the last)")
     parser.add_argument("--threads", type=int, default=host_cores(), help="the multi-thread column (a 1-thread column is timed too)")
     parser.add_argument("--blocks", type=int, default=5, help="alternating timing blocks per variant")
@@ -89,13 +90,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import numpy as np
 
-    from benchmarks.compiled_vs_onnxruntime import _feeds, _load, architecture_models, light_models, ours_runner, sample_models
     from core.compiler.measure.alternation import alternate, flatten
 
     host = host_cpu()
     has512 = "avx512f" in target_cpu(make_target("cpu", mcpu="host"))["requires"]
     variants = [v for v in args.variants.split(",") if v] or (["host", "host:-avx512f"] if has512 else ["host", "znver4"])
-    models: dict[str, object] = {**light_models(), **sample_models(), **architecture_models()}
+    models: dict[str, object] = benchmark_models()
     if args.models:
         models = {k: v for k, v in models.items() if k in {m.strip() for m in args.models.split(",")}}
     thread_counts = [args.threads] + ([1] if args.threads > 1 else [])
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios: dict[tuple[str, int], list[float]] = {}
     slower: list[str] = []
     for name, model in models.items():
-        proto = _load(model)
-        feeds = _feeds(proto)
+        proto = load_proto(model)
+        feeds = feeds_for(proto)
         built = {}
         for v in variants:
             try:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as e:  # noqa: BLE001 - a model one variant cannot build is a row, not the end of the table
                 print(f"{name:<22}{v:<18}  cannot compile: {str(e).splitlines()[0][:100]}", flush=True)
                 continue
-            runs = cannot_run_here(art.manifest["target"]["cpu"]) is None
+            runs = cannot_run_here(art.manifest.target.cpu) is None
             built[v] = (art.vm() if runs else None, assembly_counts(art.library))
         runnable = [v for v in variants if v in built and built[v][0] is not None]
         times: dict[tuple[str, int], list[float]] = {}

@@ -5,8 +5,8 @@ tuning (core.compiler.tuning.tune.tune_module), each kernel's template search, t
 (core.compiler.tuning.ab.model_ab) with its settle() waits and timings, and the end of the
 compile; then the tuning summary and the A/B's outcome. `--tune-minutes M` should end within
 about M minutes plus the compile's own build time (the tuner starts no step that would end past
-its share, tuning_runners.Pace; the A/B keeps tuning_ab.ab_reserve_s). Models as in
-compiled_vs_onnxruntime.py.
+its share, core.compiler.tuning.runners.Pace; the A/B keeps core.compiler.tuning.ab.ab_reserve_s).
+The models are the benchmark models (benchmarks.common).
 
     python benchmarks/tuning_budget.py [--models mobilenet_v3_small,squeezenet] [--tune-minutes 1]
 """
@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import benchmark_models, load_proto  # noqa: E402 - first: it prepares the process before anything imports tvm
 
 __all__ = ["main"]
 
@@ -32,17 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-minutes", type=float, default=1.0)
     args = parser.parse_args(argv)
 
-    from benchmarks.compiled_vs_onnxruntime import (
-        _load,
-        architecture_models,
-        light_models,
-        sample_models,
-    )
     from core.compiler.tuning import tune as tuning, ab as tuning_ab
     from core.compiler.compile import compile_model
     from core.compiler.tuning.ab import describe_ab
 
-    models = {**light_models(), **sample_models(), **architecture_models()}
+    models = benchmark_models()
     clock = {"start": time.monotonic()}
 
     def mark(label: str) -> None:
@@ -71,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "model.onnx"
-            path.write_bytes(_load(models[name]).SerializeToString())
+            path.write_bytes(load_proto(models[name]).SerializeToString())
             print(f"== {name}")
             clock["start"] = time.monotonic()
             art = compile_model(str(path), "cpu", verify=False, tune_db=str(Path(tmp) / "db"), tune_budget_s=args.tune_minutes * 60)
             mark("compile ends")
-            report = art.manifest.get("tuning") or {}
-            print(f"  {report.get('summary')}")
-            if report.get("model_ab"):
-                print(f"  {describe_ab(report['model_ab'])}")
+            report = art.manifest.tuning
+            print(f"  {report.summary if report else None}")
+            if report and report.model_ab:
+                print(f"  {describe_ab(report.model_ab)}")
             print(f"  total {time.monotonic() - clock['start']:.1f} s for a budget of {args.tune_minutes * 60:.0f} s; "
                   f"load average {os.getloadavg()[0]:.1f}", flush=True)
     return 0
