@@ -5,7 +5,7 @@ module: seconds on a big model (TVM's LLVM codegen is single-threaded), during w
 waits. `build_executable` takes the same steps itself, on a module the pipeline runner
 (core.compiler.pipeline.runner) has already taken through the VM-lowering passes, one step at a time:
 
-1. the VM bytecode (relax's own `_vmcodegen`);
+1. the VM bytecode (relax's own VM codegen, through core.compiler.tvm_compat);
 2. the kernels in small groups, each built by `tvm.tirx.build` with the default TIR pipeline, on a
    thread pool (one thread per core: the groups are independent, so this is also faster than one
    piece); `cancel()` is polled every 20 ms while they build. On cancel the queued groups are
@@ -84,6 +84,7 @@ def build_executable(mod, target, *, cancel: Callable[[], bool] | None = None,
     from tvm.relax import vm_build
 
     from ..target import host_cores
+    from ..tvm_compat import attach_system_lib_prefix, is_device_module, tir_functions, vm_codegen, vm_link
 
     report = progress or (lambda msg: None)
     if "gpu" in target.keys:
@@ -101,12 +102,12 @@ def build_executable(mod, target, *, cancel: Callable[[], bool] | None = None,
     ext_libs = list(attrs.get("external_mods", []))
     params = dict(attrs.get("const_name_to_constant", {}))
     builder = tvm.relax.ExecBuilder()
-    mod = vm_build._vmcodegen(builder, mod, "bytecode")
-    tir_mod = vm_build._filter_tir(mod)
+    mod = vm_codegen(builder, mod)
+    tir_mod = tir_functions(mod)
     t_vm = time.perf_counter() - t0
     libs = []
     if tir_mod is not None and tir_mod.get_global_vars():
-        tir_mod = vm_build._auto_attach_system_lib_prefix(tir_mod, target, None)
+        tir_mod = attach_system_lib_prefix(tir_mod, target)
         funcs = sorted(tir_mod.functions.items(), key=lambda kv: kv[0].name_hint)
         groups = [dict(funcs[i:i + GROUP_KERNELS]) for i in range(0, len(funcs), GROUP_KERNELS)]
         libs = _build_groups(groups, tir_mod.attrs, target, cancel, workers or host_cores())
@@ -116,12 +117,12 @@ def build_executable(mod, target, *, cancel: Callable[[], bool] | None = None,
         lib = libs[0]
         for other in libs[1:]:
             lib.import_module(other)
-    device_libs = [m for m in ext_libs if vm_build._is_device_module(m)]
+    device_libs = [m for m in ext_libs if is_device_module(m)]
     if lib is not None:
         for m in device_libs:
             lib.import_module(m)
-    relax_libs = [m for m in ext_libs if not vm_build._is_device_module(m)]
-    linked = vm_build._ffi_api.VMLink(builder, target, lib, relax_libs, params)
+    relax_libs = [m for m in ext_libs if not is_device_module(m)]
+    linked = vm_link(builder, target, lib, relax_libs, params)
     logger.debug("codegen: VM passes %.2fs, kernels+link %.2fs", t_vm, time.perf_counter() - t0 - t_vm)
     return vm_build.VMExecutable(linked)
 

@@ -36,12 +36,7 @@ Fixed here:
 """
 from __future__ import annotations
 
-import contextlib
-import threading
-
 __all__ = ["FIXES", "from_onnx_fixed", "fixes_applied", "patched_convert_map"]
-
-_lock = threading.RLock()
 
 
 def _frontend():
@@ -431,23 +426,11 @@ FIXES: dict[str, type] = fixes()
 _register_with_import_hook()
 
 
-@contextlib.contextmanager
 def patched_convert_map():
-    """TVM's ONNX converter map with the workbench's fixes overlaid, for the duration."""
-    fe = _frontend()
-    with _lock:
-        original = fe._get_convert_map
+    """TVM's ONNX converter map with the workbench's fixes overlaid, for the duration (a context manager)."""
+    from ..tvm_compat import patched_convert_map as overlaid
 
-        def convert_map():
-            m = dict(original())
-            m.update(fixes())
-            return m
-
-        fe._get_convert_map = convert_map
-        try:
-            yield
-        finally:
-            fe._get_convert_map = original
+    return overlaid(fixes())
 
 
 def fixes_applied(model) -> list[str]:

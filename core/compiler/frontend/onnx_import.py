@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import UnsupportedOpError, WorkbenchError, brief_reason
+from ..tvm_compat import importer_params, onnx_convert_map, onnx_graph_importer
 from .registry import converters, register_converter, unregister_converter
 from .shape_folding import fold_static_shapes
 
@@ -86,10 +87,8 @@ def _load_fixes() -> None:
 
 def supported_ops() -> set[str]:
     """ONNX op types the import can convert (frontend + registered converters)."""
-    from tvm.relax.frontend.onnx.onnx_frontend import _get_convert_map
-
     _load_fixes()
-    return set(_get_convert_map()) | set(_CONVERTERS) | {"Constant", "If"}
+    return set(onnx_convert_map()) | set(_CONVERTERS) | {"Constant", "If"}
 
 
 @dataclass
@@ -123,9 +122,8 @@ def _importer_class():
 
     import tvm
     from tvm import relax
-    from tvm.relax.frontend.onnx import onnx_frontend as fe
 
-    class LineageImporter(fe.ONNXGraphImporter):
+    class LineageImporter(onnx_graph_importer()):
         def __init__(self, *args, node_ids: list[int], node_labels: list[str], node_names: list[str], where: str = "", reserved=(), **kwargs):
             super().__init__(*args, **kwargs)
             self.where = where
@@ -603,7 +601,7 @@ def import_graph(graph, *, keep_params_in_input: bool = False, shape_dict: dict[
             lineage[name] = ids
     params = {}
     if keep_params_in_input:
-        params = {name: value for name, (_var, value) in importer._params.items()}
+        params = importer_params(importer)
     code_names = {k: v for k, v in importer.code_names.items() if k != v}
     code_names.update(dim_names)
     return ImportResult(mod=mod, params=params, lineage=lineage, bindings_of_node=bindings_of_node,
