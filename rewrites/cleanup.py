@@ -206,7 +206,7 @@ class CollapseReshapes(RewriteRule):
         return [-1 if not isinstance(d, int) else int(d) for d in shape]
 
     def match_at(self, ctx: RuleContext, node: ir.Node) -> Attempt:
-        from onnxscript.rewriter._basics import MatchFailureError
+        from core.rewrite.onnxscript_compat import match_failure_error
 
         label = node_label(node)
         if node.op_type not in _RESHAPES:
@@ -216,7 +216,7 @@ class CollapseReshapes(RewriteRule):
             return Attempt(False, chain, f"{label} is not part of a chain: {why}.", 1)
         try:
             target = self._target(ctx, node)
-        except MatchFailureError as e:
+        except match_failure_error() as e:
             return Attempt(False, chain, e.reason, 2)
         return Attempt(True, chain, "", 3, target)
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchFailureError
 
 from ..errors import EditError
 from ..model.graph import NODE_ID as _ID
 from ..model.graph import Graph
 from ..model.history import Edit
 from ..model.constants import ConstantEvaluator
+from .onnxscript_compat import match_failure_error
 from .rule import ConditionFailed, Match, RewriteRule, RuleContext, WhyNot, node_label, remove_initializer, using
 
 __all__ = [
@@ -261,7 +261,7 @@ def preview(graph: Graph, rule: RewriteRule, matches: Sequence[Match] | None = N
             except ConditionFailed as e:
                 skipped.append((m, e.reason))
                 continue
-            except MatchFailureError as e:  # fail() inside a rewrite
+            except match_failure_error() as e:  # fail() inside a rewrite
                 skipped.append((m, e.reason))
                 continue
             touched.extend(ins)

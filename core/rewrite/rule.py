@@ -76,9 +76,9 @@ class ConditionFailed(Exception):
 
 def fail(reason: str) -> NoReturn:
     """Stop the current match attempt: `reason` is what "why not?" shows, one sentence."""
-    from onnxscript.rewriter._basics import MatchFailureError
+    from .onnxscript_compat import match_failure_error
 
-    raise MatchFailureError(reason)
+    raise match_failure_error()(reason)
 
 
 # ---- helpers rules use in their conditions --------------------------------------------------
@@ -348,19 +348,18 @@ class PatternRule(RewriteRule):
     def _compiled(self) -> list:
         cache = self.__dict__.get("_compiled_patterns")
         if cache is None:
-            from onnxscript.rewriter import _pattern_ir
-            from onnxscript.rewriter._rewrite_rule import Pattern
+            from onnxscript.rewriter.pattern import Pattern
+
+            from .onnxscript_compat import graph_patterns
 
             cache = []
             for fn in self.patterns():
-                gp = _pattern_ir._to_graph_pattern(fn)
-                variants = gp.commute() if self.commute else [gp]
-                cache.extend(Pattern(v, self._condition, name=self.id) for v in variants)
+                cache.extend(Pattern(v, self._condition, name=self.id) for v in graph_patterns(fn, self.commute))
             self.__dict__["_compiled_patterns"] = cache
         return cache
 
     def _condition(self, context, **bindings):
-        from onnxscript.rewriter._basics import MatchResult
+        from onnxscript.rewriter.pattern import MatchResult
 
         self.check(context, **bindings)
         return MatchResult()
@@ -368,7 +367,7 @@ class PatternRule(RewriteRule):
     def match_at(self, ctx: RuleContext, node: ir.Node) -> Attempt:
         if self.root_ops and node.op_type not in self.root_ops:
             return Attempt(False, [], f"{node_label(node)} is not a {' or '.join(sorted(self.root_ops))}, where this pattern ends.", 0)
-        from onnxscript.rewriter._basics import MatchStatus
+        from onnxscript.rewriter.pattern import MatchStatus
 
         best: Attempt | None = None
         graph = ctx.graph.model.graph
@@ -393,10 +392,10 @@ class PatternRule(RewriteRule):
         return best
 
     def rewrite_at(self, ctx: RuleContext, attempt: Attempt) -> list[ir.Node]:
-        from onnxscript.rewriter._rewrite_rule import ReplacementPatternFunction
+        from .onnxscript_compat import replacement
 
         pat, m = attempt.payload
-        delta = ReplacementPatternFunction(self.rewrite).get_replacement(m)
+        delta = replacement(self.rewrite, m)
         if delta is None:
             raise ConditionFailed(_clean(m.reason) or f"{self.id} could not build its replacement")
         return splice(ctx, attempt.nodes, delta.new_nodes, list(m.outputs), list(delta.new_outputs), delta.new_initializers, self.functions(ctx))
