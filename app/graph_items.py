@@ -18,27 +18,23 @@ from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 
 from core.views.viewgraph import ViewEdge, ViewNode
 
-from app.style import HIGHLIGHT_COLORS, TextMeasure, category_colors, node_fonts
+from app.box_sizes import BADGE_MAX_WIDTH, BADGE_SEP, BODY_MARK, PAD_X, PAD_Y, STRIPE, badge_text, node_size
+from app.style import HIGHLIGHT_COLORS, category_colors, node_fonts
 
-__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "node_size", "text_colors", "BADGE_MAX_WIDTH"]
+# node_size (app.box_sizes) stays importable from here, where the items it sizes live
+__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "item_fonts", "node_size", "outline_pen", "text_colors", "BADGE_MAX_WIDTH"]
 
-PAD_X = 9.0
-PAD_Y = 4.0
-STRIPE = 4.0
-MIN_WIDTH = 84.0
-BADGE_MAX_WIDTH = 250.0
-BADGE_SEP = "  "
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
 READABLE_PX = 9.0  # on-screen height of that enlarged title
 MIN_READABLE_PX = 7.0  # ... or as small as this when the whole title then fits its box
-BODY_MARK = 9.0  # size of the mark on a box with bodies to open (If, Loop, Scan)
 SHAPE_LOD = 1.3  # from this scale up, edges show their tensor shape
 _FONTS = None
 _METRICS = None
 
 
-def _fonts():
+def item_fonts():
+    """The three node fonts (title, detail, badges) and their metrics, made once on the UI thread."""
     global _FONTS, _METRICS
     if _FONTS is None:
         _FONTS = node_fonts()
@@ -53,14 +49,10 @@ def _chip_font():
     """The badge font in bold: a value chip's."""
     global _CHIP_FONT
     if _CHIP_FONT is None:
-        fonts, _ = _fonts()
+        fonts, _ = item_fonts()
         _CHIP_FONT = type(fonts[2])(fonts[2])
         _CHIP_FONT.setBold(True)
     return _CHIP_FONT
-
-
-def badge_text(node: ViewNode) -> str:
-    return BADGE_SEP.join(node.badges)
 
 
 def outline_pen(ghost: str | None, selected: bool, accent, width: float) -> QPen:
@@ -73,32 +65,6 @@ def outline_pen(ghost: str | None, selected: bool, accent, width: float) -> QPen
     if selected:
         return QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
     return QPen(accent, width)
-
-
-def node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    """Box size of a view node for its label, detail and badges (thread-safe: no Qt objects).
-    Memoised per text: big graphs repeat the same few labels thousands of times."""
-    if node.category == "group":  # a collapsed name scope's box (app.scope_items)
-        from app.scope_items import scope_box_size
-
-        return scope_box_size(node, measure)
-    key = (node.label, node.detail, tuple(node.badges), bool(node.data.get("subgraphs")))
-    size = measure.sizes.get(key)
-    if size is None:
-        size = measure.sizes[key] = _node_size(node, measure)
-    return size
-
-
-def _node_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    w = measure.width(node.label, 0) + (BODY_MARK + 6 if node.data.get("subgraphs") else 0)
-    h = PAD_Y * 2 + measure.heights[0]
-    if node.detail:
-        w = max(w, measure.width(node.detail, 1))
-        h += measure.heights[1]
-    if node.badges:
-        w = max(w, min(BADGE_MAX_WIDTH, measure.width(badge_text(node), 2)))
-        h += measure.heights[2] + 1
-    return max(MIN_WIDTH, math.ceil(w + 2 * PAD_X + STRIPE)), math.ceil(h)
 
 
 def text_colors(fill: QColor) -> tuple[QColor, QColor, QColor]:
@@ -143,7 +109,7 @@ class NodeItem(QGraphicsItem):
         return p
 
     def _layout_text(self) -> None:
-        fonts, metrics = _fonts()
+        fonts, metrics = item_fonts()
         texts = []
         y = PAD_Y
         x = STRIPE + PAD_X
@@ -189,7 +155,7 @@ class NodeItem(QGraphicsItem):
     def _paint_title(self, painter: QPainter, lod: float) -> None:
         """The title alone, scaled up so it stays READABLE_PX tall on screen (as far as the box
         allows), elided to the box's width."""
-        fonts, metrics = _fonts()
+        fonts, metrics = item_fonts()
         fm = metrics[0]
         rect = self.rect
         # as big as READABLE_PX, smaller (down to MIN_READABLE_PX) when that lets the whole title
@@ -248,7 +214,7 @@ class NodeItem(QGraphicsItem):
         painter.fillRect(QRectF(rect.x() + 1, rect.y() + 1, STRIPE, rect.height() - 2), accent)
         if self._texts is None:
             self._layout_text()
-        fonts, _ = _fonts()
+        fonts, _ = item_fonts()
         colors = text_colors(fill)
         for st, pt, fi in self._texts:
             painter.setFont(fonts[fi])
@@ -287,7 +253,7 @@ class EdgeItem(QGraphicsItem):
         if edge.detail:
             # the shape label (hover / zoomed in) sits right of the curve's midpoint: inside bounds
             self._label_at = path.pointAtPercent(label_at)
-            _, metrics = _fonts()
+            _, metrics = item_fonts()
             tw = metrics[2].horizontalAdvance(edge.detail) + 12
             th = metrics[2].height() + 2
             self._bounds = self._bounds.united(QRectF(self._label_at.x(), self._label_at.y() - th / 2, tw, th))
@@ -350,7 +316,7 @@ class EdgeItem(QGraphicsItem):
         painter.setBrush(color)
         painter.drawPolygon(self.arrow)
         if self.edge.detail and (self.hovered or self.always_label or (lod >= SHAPE_LOD and not self.in_fan)):
-            fonts, metrics = _fonts()
+            fonts, metrics = item_fonts()
             painter.setFont(fonts[2])
             mid = self._label_at if self._label_at is not None else self.path.pointAtPercent(0.5)
             # float32 is the common case: zoomed-in labels say only the unusual; hover says all

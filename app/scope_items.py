@@ -6,38 +6,18 @@ draws more lines and looks like a stack of boxes, so it reads as "many nodes in 
 """
 from __future__ import annotations
 
-import math
-
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen
 from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 
-from core.views.viewgraph import ViewNode
+from .box_sizes import SCOPE_PAD_X as PAD_X
+from .box_sizes import SCOPE_PAD_Y as PAD_Y
+from .box_sizes import SCOPE_STACK as STACK  # offset of the cards drawn behind the box
+from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, item_fonts, outline_pen
+from .style import HIGHLIGHT_COLORS, category_colors
 
-from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, _fonts, outline_pen
-from .style import HIGHLIGHT_COLORS, TextMeasure, category_colors
-
-__all__ = ["ScopeBoxItem", "ScopeFrame", "scope_box_size"]
-
-PAD_X = 10.0
-PAD_Y = 6.0
-STACK = 4.0  # offset of the cards drawn behind the box
-MAX_WIDTH = 340.0
-MIN_WIDTH = 150.0
-
-
-def scope_box_size(node: ViewNode, measure: TextMeasure) -> tuple[float, float]:
-    """Box size of a group: name, detail and one line per badge (histogram, shapes)."""
-    key = ("group", node.label, node.detail, tuple(node.badges))
-    size = measure.sizes.get(key)
-    if size is None:
-        w = max(measure.width(node.label, 0) + 18, measure.width(node.detail, 1))
-        for b in node.badges:
-            w = max(w, measure.width(b, 2))
-        h = 2 * PAD_Y + measure.heights[0] + measure.heights[1] + len(node.badges) * (measure.heights[2] + 1)
-        size = measure.sizes[key] = (max(MIN_WIDTH, min(MAX_WIDTH, math.ceil(w + 2 * PAD_X))) + STACK, math.ceil(h) + STACK)
-    return size
+__all__ = ["ScopeBoxItem", "ScopeFrame"]
 
 
 class ScopeBoxItem(NodeItem):
@@ -88,7 +68,7 @@ class ScopeBoxItem(NodeItem):
         painter.drawRoundedRect(card, 5, 5)
         painter.setRenderHint(QPainter.Antialiasing, False)
         painter.fillRect(QRectF(card.x() + 1, card.y() + 1, card.width() - 2, 4), accent)
-        fonts, metrics = _fonts()
+        fonts, metrics = item_fonts()
         x = card.x() + PAD_X
         avail = card.width() - 2 * PAD_X
         y = card.y() + PAD_Y + 1
@@ -121,7 +101,7 @@ class ScopeFrame(QGraphicsItem):
     def __init__(self, path: str, rect: QRectF, depth: int, on_collapse):
         super().__init__()
         self.path = path
-        _, metrics = _fonts()
+        _, metrics = item_fonts()
         need = metrics[2].horizontalAdvance("− " + path) + 14  # the title fits: widen to the right
         self.rect = rect if rect.width() >= need else QRectF(rect.x(), rect.y(), need, rect.height())
         self.on_collapse = on_collapse
@@ -148,7 +128,7 @@ class ScopeFrame(QGraphicsItem):
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
         if lod < 0.35:
             return
-        fonts, metrics = _fonts()
+        fonts, metrics = item_fonts()
         painter.setFont(fonts[2])
         painter.setPen(QColor("#45525f"))
         painter.drawText(self._title().adjusted(6, 0, -6, 0), Qt.AlignLeft | Qt.AlignVCenter, "− " + self.path)
