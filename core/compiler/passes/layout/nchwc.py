@@ -472,13 +472,13 @@ def convert_layout_pass(target):
 def legalize_conv2d(bb, call):
     """LegalizeOps for relax.nn.conv2d: NCHW{b}c / OIHW{b}i{b}o as TOPI's conv2d_NCHWc, or, for a
     3x3 stride-1 conv core.compiler.passes.layout.winograd's rule takes, by Winograd; else relax's own."""
-    from tvm.relax.transform.legalize_ops.nn import _nn_conv2d
+    import tvm
 
     attrs = call.attrs
     data_layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
     out_layout = str(attrs.out_layout) or data_layout
     if not (BLOCKED_LAYOUT.match(data_layout) and BLOCKED_LAYOUT.match(out_layout) and re.match(r"^OIHW\d+i\d+o$", kernel_layout)):
-        return _nn_conv2d(bb, call)
+        return tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)  # relax's own, as registered
     out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else None
     if int(attrs.groups) != 1:
         return bb.call_te(

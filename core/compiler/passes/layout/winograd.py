@@ -70,9 +70,9 @@ def transform_matrices(m: int):
     """(A, B, G) of F(m, 3) as float64 numpy arrays: alpha x m, alpha x alpha, alpha x 3
     (TOPI's Cook-Toom construction and interpolation points; ~10 ms for F(4,3) in exact
     fractions, so computed once per m). Do not modify the arrays returned."""
-    from tvm.topi.nn.winograd_util import _cook_toom_convolution, _interpolation_points
+    from ...tvm_compat import cook_toom_matrices
 
-    return _cook_toom_convolution(_interpolation_points(m + 2), m, 3)
+    return cook_toom_matrices(m, 3)
 
 
 def winograd_tile(call, block: int) -> int | None:
