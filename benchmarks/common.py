@@ -1,9 +1,9 @@
 """What the benchmark scripts share: the process set-up, the benchmark models, their inputs, the host.
 
 Importing this module prepares the process the way the workbench does before anything imports tvm
-(TVM's thread defaults, the workbench's parallel launch: `core.compiler.runtime.prepare` where it
-exists, `import core` before it did), so every script imports it first. Run as a file
-(`python benchmarks/x.py`), a script puts the repository root on sys.path before importing it.
+(TVM's thread defaults, the workbench's parallel launch: `core.compiler.runtime.prepare`), so
+every script imports it first. Run as a file (`python benchmarks/x.py`), a script puts the
+repository root on sys.path before importing it.
 
 The models: the nine light models shipped in the onnx wheel (`light_models`), core.model.samples'
 (`sample_models`) and benchmarks.architectures' full-size networks (`architecture_models`), all
@@ -23,11 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import core  # noqa: E402,F401 - until runtime.prepare exists, importing core is the set-up itself
-
+# before tvm: TVM's thread defaults and the workbench's thread pool (a core without prepare() did
+# this when imported, which importing core.compiler.runtime does)
 _prepare = getattr(importlib.import_module("core.compiler.runtime"), "prepare", None)
 if _prepare is not None:
-    _prepare()  # before tvm: TVM's thread defaults and the workbench's thread pool
+    _prepare()
 
 __all__ = [
     "ROOT",
