@@ -159,7 +159,7 @@ class CompareWindow(QMainWindow):
             return
         self._syncing = True
         try:
-            b.canvas._set_scale(a.canvas.zoom())
+            b.canvas.set_zoom(a.canvas.zoom())
         finally:
             self._syncing = False
         self._sync_pan(a, b)

@@ -39,13 +39,15 @@ logger = logging.getLogger(__name__)
 
 class EditCommand(QUndoCommand):
     """A core Edit on the undo stack. The first redo (at push time) may raise EditError: the
-    Document catches it and drops the command, so the stack never holds a command that did nothing."""
+    command keeps it in `refused` and goes obsolete, so the stack drops it (it never holds a
+    command that did nothing) and Document.push reports the error."""
 
     def __init__(self, document: "Document", edit: Edit):
         super().__init__(edit.description)
         self.document = document
         self.edit = edit
         self._first = True
+        self.refused: WorkbenchError | None = None
         # the node-id counter before the edit first applies: a journal replay starts from it
         # (app.autosave, core.model.journal)
         self.next_id = document.graph.next_node_id if document.graph is not None else None
@@ -58,7 +60,7 @@ class EditCommand(QUndoCommand):
                 self.edit.do(graph)
             except WorkbenchError as e:
                 # QUndoStack.push cannot be refused from redo(): mark it obsolete so Qt drops it
-                self.document._push_error = e
+                self.refused = e
                 self.setObsolete(True)
                 return
         else:
@@ -112,7 +114,6 @@ class Document(QObject):
         self.undo_stack = QUndoStack(self)
         self._selection: list = []
         self._tensor = ""
-        self._push_error: WorkbenchError | None = None
         self._pipeline: tuple[str, list] | None = None  # (target, PassSpecs)
         self.last_save: SaveResult | None = None
         self.undo_stack.cleanChanged.connect(self._clean_changed)
@@ -197,9 +198,9 @@ class Document(QObject):
         if self.graph is None:
             error: WorkbenchError | None = WorkbenchError("There is no model to edit.")
         else:
-            self._push_error = None
-            self.undo_stack.push(EditCommand(self, edit))
-            error, self._push_error = self._push_error, None
+            command = EditCommand(self, edit)
+            self.undo_stack.push(command)  # an obsolete command is dropped; its Python side stays readable
+            error = command.refused
         if error is None:
             return True
         if not show_errors:

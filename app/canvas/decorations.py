@@ -7,7 +7,8 @@ heat overlay ({id: value} with a legend) and the rewrite preview's ghosts (remov
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from types import MappingProxyType
 
 from PySide6.QtCore import QPointF, QRectF
 from PySide6.QtGui import QColor
@@ -48,6 +49,16 @@ class Decorations:
     def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
         self._highlights[role] = (set(ids), QColor(color))
         self._apply_highlights()
+
+    @property
+    def highlights(self) -> Mapping[str, tuple[set, QColor]]:
+        """Role -> (view node ids, colour) of the highlights shown (read-only)."""
+        return MappingProxyType(self._highlights)
+
+    @property
+    def has_overlay(self) -> bool:
+        """Whether heat colours are shown (set_overlay with values)."""
+        return bool(self._overlay)
 
     def clear_highlight(self, role: str) -> None:
         if self._highlights.pop(role, None) is not None:

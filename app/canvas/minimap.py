@@ -59,17 +59,18 @@ class Minimap(QWidget):
         def mark(b, color):
             p.fillRect(QRectF(b.x * sx + ox - b.w * sx / 2, b.y * sy + oy - b.h * sy / 2, max(1.5, b.w * sx), max(1.2, b.h * sy)), color)
 
-        if canvas._lazy is not None:
+        overview = canvas.overview
+        if overview is not None:
             # huge graph: shrink the overview image instead of drawing 10,000 boxes again
             p.setRenderHint(QPainter.SmoothPixmapTransform, True)
-            r = canvas._lazy.rect
-            p.drawImage(QRectF(r.x() * sx + ox, r.y() * sy + oy, r.width() * sx, r.height() * sy), canvas._lazy.image_for(max(sx, sy)))
+            r = overview.rect
+            p.drawImage(QRectF(r.x() * sx + ox, r.y() * sy + oy, r.width() * sx, r.height() * sy), overview.image_for(max(sx, sy)))
         else:
             for n in canvas.view.nodes:
                 b = boxes.get(n.id)
                 if b is not None:
                     mark(b, category_colors(n.category)[1])
-        for _role, (ids, color) in canvas._highlights.items():
+        for _role, (ids, color) in canvas.highlights.items():
             for nid in ids:
                 b = boxes.get(nid)
                 if b is not None:

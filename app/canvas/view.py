@@ -109,6 +109,11 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
     def busy(self) -> bool:
         return self._job is not None
 
+    @property
+    def overview(self) -> DisplayExtras | None:
+        """A huge view's overview image and item grid (app.canvas.overview); None when it is drawn as items."""
+        return self._lazy
+
     def show_view(self, view: ViewGraph, fit: bool = True) -> None:
         """Draw `view` (laid out in the background); `mode` becomes "view" until show_model()."""
         self.mode = "view"
@@ -172,6 +177,10 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
 
     def zoom_by(self, factor: float) -> None:
         self._set_scale(self.zoom() * factor)
+
+    def set_zoom(self, scale: float) -> None:
+        """Show the graph at `scale` (1.0 = 100 %, clamped to MIN_SCALE..MAX_SCALE), as another view's."""
+        self._set_scale(scale)
 
     def zoom_100(self) -> None:
         center = self.mapToScene(self.viewport().rect().center())

@@ -648,7 +648,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             # the scale's top is the chart's top bar, so a colour reads the same in both
             top = max((k["ms"] for k in self.heat_kernels), default=None)
             canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
-        elif canvas._overlay is not None:
+        elif canvas.has_overlay:
             canvas.set_overlay(None)
 
     def _schedule_kernel(self, kernel: dict) -> None:

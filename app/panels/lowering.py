@@ -440,8 +440,8 @@ class LoweringPanel(QWidget):
 
     def _with_view(self, stage: Stage, then) -> None:
         """Build a stage's view off the UI thread (big modules take a moment), then call `then(view)`."""
-        if stage._view is not None:
-            then(stage._view)
+        if stage.view_if_built is not None:
+            then(stage.view_if_built)
             return
         self.view_job = start_job(
             lambda _job: stage.view, "Building the stage graph", self,

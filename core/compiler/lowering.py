@@ -78,6 +78,11 @@ class Stage:
         return self._view
 
     @property
+    def view_if_built(self) -> ViewGraph | None:
+        """The graph if `view` was built already, else None (a UI then builds it off its thread)."""
+        return self._view
+
+    @property
     def functions(self) -> list[str]:
         """Functions of the module (fused Relax functions and TIR kernels), expandable in the view."""
         if self.language != "tvmscript" or self.mod is None:

@@ -143,7 +143,7 @@ def test_big_graph_draws_an_overview_and_makes_items_on_demand(window, tmp_path)
     path = _chain_model(tmp_path / "chain.onnx", 150)  # 450 nodes, 750 edges
     assert window.open_model(str(path), wait=True)
     c = window.canvas
-    assert c._lazy is not None and len(c.view.nodes) == 452
+    assert c.overview is not None and len(c.view.nodes) == 452
     c.fit_all()
     assert c.overview_active()
     assert len(c.node_items) < 50  # nothing is built for a view that shows the image

@@ -31,7 +31,7 @@ def test_counts_highlight_preview_apply_undo(window, qtbot):
 
     panel.select_rule("fold-conv-bn")
     assert panel.match_list.count() == 4
-    highlighted = window.canvas._highlights.get("rewrite-match")
+    highlighted = window.canvas.highlights.get("rewrite-match")
     assert highlighted is not None
     bns = {n.id for n in g.nodes if n.op_type == "BatchNormalization"}
     assert bns <= set(highlighted[0])

@@ -56,7 +56,7 @@ def test_search_finds_inside_collapsed_groups_and_expands_to_the_node(window, tm
     bar.open()
     hits = bar.search("/encoder/layer.7/attention/self/Softmax")
     assert len(hits) == 2 and isinstance(hits[0], int) and hits[0] not in c.layout_result.boxes  # the node, then its reader
-    assert "scope:encoder/layer.7" in c._highlights["search"][0]  # the box holding it glows
+    assert "scope:encoder/layer.7" in c.highlights["search"][0]  # the box holding it glows
     bar.next_hit()
     assert hits[0] in c.layout_result.boxes and c.selected_ids() == [hits[0]]
     assert bar.count.text() == "1/2"
