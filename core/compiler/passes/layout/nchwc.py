@@ -38,8 +38,8 @@ Three pieces, all used by the default CPU pipeline (core.compiler.pipeline.pass_
 
 One block size per model, the vector width: with 8 on an AVX-512 host (256-bit vectors, more
 layers blocked: all of mobilenet_v3_small's instead of all but its 24/40/72/88/120-channel parts)
-mobilenet_v3_small was no faster and mobilenet_v2 / efficientnet_b0 slower (1 thread, Zen 4,
-in-process alternation, load 9-10, minima: 0.89-1.00x, 1.09-1.18x, 1.14-1.42x the 16c time).
+the mobile models were no faster, some slower (docs/performance.md: One block size per model, the
+vector width).
 """
 from __future__ import annotations
 
@@ -97,9 +97,8 @@ def conv_layouts(call, block: int) -> dict | None:
             return {"relax.nn.conv2d": [f"NCHW{block}c", f"OIHW1i{block}o", f"NCHW{block}c"]}
         return None
     # input channels: the widest block dividing them (3 for an image, 12 for 24 channels): such
-    # an input is never blocked by `block` itself, so it is converted from NCHW. (An image stem,
-    # squeezenet's 3 -> 64 3x3/2 at 224: NCHW3c input within 1-3% of NCHW1c, the image as it is
-    # with the conv writing NCHW16c; the NCHW conv + transform 1.8x slower. Zen 4, load 5.)
+    # an input is never blocked by `block` itself, so it is converted from NCHW (an image stem
+    # reads NCHW3c; docs/performance.md: Image stems take an NCHW3c input).
     in_block = widest_block(in_channels, block)
     out_block = block
     if out_channels % block:
@@ -121,11 +120,9 @@ def _narrow_projection(out_channels: int, block: int, out_shape) -> bool:
     and that channel padding leaves alone: blocked by that block, as the convs that read it ask
     for their input (`widest_block`), so a mobile model's 24-channel stage has no layout
     transform at all. Its output rows must divide into register tiles of 4-12 columns (the
-    channel-blocked rule's tile for such a block): Inception v1's 512 -> 24 conv at 13x13 took
-    one column a tile, 178 us against its NCHW form and two transforms.
-    (1 thread, thread CPU time, whole model, 20 alternating blocks, load 4.5, new / old:
-    mobilenet_v2 min 0.974 median 0.952, efficientnet_b0 0.985 / 0.939, mobilenet_v3_small
-    0.982 / 0.991; 56 -> 60, 101 -> 105 and 66 -> 70 kernels.)"""
+    channel-blocked rule's tile for such a block): with one column a tile Inception v1's 512 -> 24
+    conv at 13x13 was slower than its NCHW form and two transforms. (docs/performance.md: Narrow
+    projections stay blocked)"""
     from .channel_padding import padded_channels
 
     if out_shape is None or len(out_shape) != 4 or not any(out_shape[3] % d == 0 for d in range(4, 13)):
@@ -198,8 +195,8 @@ def _convert(mod, block: int):
     return out
 
 
-# The check below moves an index array through the transform: ~17 ms for ResNet-50's 56x56x256
-# maps (37 checks took 0.64 s of its compile at 4 M elements). The transforms that are reshapes
+# The check below moves an index array through the transform, which is costly for large maps
+# (docs/performance.md: MAX_RESHAPE_CHECK_ELEMENTS). The transforms that are reshapes
 # are an image (3x224x224: 150 k) and 1x1 maps, so larger tensors are not checked.
 MAX_RESHAPE_CHECK_ELEMENTS = 1 << 18
 
@@ -222,8 +219,9 @@ def is_reshape_map(shape, index_map, pad_value=None) -> bool:
 def transforms_as_reshapes(mod):
     """`mod` with every layout_transform that moves no element (`is_reshape_map`) written as
     relax.reshape, which the VM runs as a view of the same memory (RewriteDataflowReshape)
-    instead of a copy kernel: mobilenet_v3_small's 224x224 image to NCHW1c was a 45-50 us
-    kernel call at one thread, and its 1 x 1 pools and squeezes each one more kernel call."""
+    instead of a copy kernel: mobilenet_v3_small's 224x224 image to NCHW1c was a kernel call of
+    its own, and its 1 x 1 pools and squeezes each one more kernel call (docs/performance.md:
+    Transforms as reshapes and unblocking as permutes)."""
     from tvm import relax
 
     @relax.expr_functor.mutator
@@ -263,9 +261,8 @@ def _unblocking_as_permutes(mod):
     by transposes (a ViT's patch embedding flattened into tokens) written as permute_dims + reshape. LegalizeOps makes
     layout_transform an opaque kernel that FuseOps keeps apart; permute_dims and reshape are
     injective, so the copy fuses with the reshape/transpose into tokens that follows: one copy of
-    the activation where there were two. vit_encoder's embedding (Zen 5 znver5, 1 thread, kernels
-    alone, thread CPU time, 20 alternating blocks of 200 calls, load 2.0): 11.2 + 6.5 -> 3.0 us as
-    AVX-512 code, 7.2 + 6.4 -> 3.5 us as AVX2 code. A CNN's flatten before its classifier (a
+    the activation where there were two (docs/performance.md: Transforms as reshapes and
+    unblocking as permutes). A CNN's flatten before its classifier (a
     reshape read by a matmul) keeps its layout_transform and that kernel's own schedule."""
     from tvm import relax
 

@@ -41,35 +41,22 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Input and output channels from which Winograd is taken. (Zen 4, 2 threads, AVX-512, min of
-# alternate blocks, load 3.2-4.2, x the direct conv: 32 -> 32 F(4,3) 0.60x at 56x56, 0.63x at
-# 28x28; with 16 input channels F(4,3) still wins, 0.61-0.91x, but F(2,3) does not: 0.98x
-# 16 -> 16 at 56x56, 1.42x 16 -> 32 at 112x112, and AVX2 code was not measured there.)
+# Input and output channels from which Winograd is taken; input channels from which a tile size
+# is taken where not WINOGRAD_MIN_CHANNELS (F(4,3) from 16); output tiles m to try, in order of
+# preference: the first whose tiles cover the output with at most WINOGRAD_MAX_PADDED_WORK of its
+# area. So F(4,3) wherever 4 divides the output, F(2,3) where only 2 does. (docs/performance.md:
+# Winograd rule)
 WINOGRAD_MIN_CHANNELS = 32
-# input channels from which a tile size is taken, where not WINOGRAD_MIN_CHANNELS: F(4,3) from 16
-# (SqueezeNet's 16 -> 64 convs at 55x55: the whole model 0.95x with them, 1 and 2 threads, AVX-512
-# and AVX2 code alike; quiet, one process, alternating)
 WINOGRAD_MIN_IN_CHANNELS = {4: 16}
-# output tiles m to try, in order of preference: the first whose tiles cover the output with at
-# most WINOGRAD_MAX_PADDED_WORK of its area (56 and 28: m 4; 14: 2, as 16 x 16 is 1.31x; 27: 4,
-# 1.08x; 13: 2, 1.16x; 7: neither, 1.31x)
 WINOGRAD_TILES = (4, 2)
 WINOGRAD_MAX_PADDED_WORK = 1.2
-# Measured (benchmarks/winograd_vs_direct.py: one conv + bias + ReLU, Zen 4, 2 threads, load
-# 3.8-4.8, min of alternate blocks, x the direct NCHWc conv), with the GEMM's register tiles at
-# most half the registers (cpu_winograd.max_accumulators):
-#   AVX-512: F(4,3) 0.33-0.65x (64x64 at 56 and 224, 128x128 at 112, 512x512 at 28), F(2,3)
-#            0.54-0.96x on the same shapes, 0.40-0.76x at 14x14 (64-512 channels);
-#   AVX2 code: F(4,3) 0.28-0.57x (32x32 at 56 .. 512x512 at 28), F(2,3) 0.42-0.91x.
-# So F(4,3) wherever 4 divides the output, F(2,3) where only 2 does. (Before the register cap,
-# 14 x 2 tiles spilled: F(2,3) lost on maps from 56x56 and AVX2 code from 56x56.)
 
 
 @functools.lru_cache(maxsize=None)
 def transform_matrices(m: int):
     """(A, B, G) of F(m, 3) as float64 numpy arrays: alpha x m, alpha x alpha, alpha x 3
-    (TOPI's Cook-Toom construction and interpolation points; ~10 ms for F(4,3) in exact
-    fractions, so computed once per m). Do not modify the arrays returned."""
+    (TOPI's Cook-Toom construction and interpolation points, slow in exact fractions, so computed
+    once per m; docs/performance.md: transform_matrices cache). Do not modify the arrays returned."""
     from ...tvm_compat import cook_toom_matrices
 
     return cook_toom_matrices(m, 3)
