@@ -3,6 +3,7 @@ and the CPU code is compiled for (this host by default, or a deployment host: `-
 `MLCWB_CPU` / `MLCWB_CPU_FEATURES`), with what this host lacks to run that code."""
 from __future__ import annotations
 
+import enum
 import functools
 import logging
 import os
@@ -11,6 +12,7 @@ __all__ = [
     "make_target",
     "host_cpu",
     "host_cores",
+    "TargetKind",
     "TARGET_KINDS",
     "CPU_ENV",
     "CPU_FEATURES_ENV",
@@ -29,13 +31,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# LLVM tuning flags every AVX-512 target gets: with AVX-512, LLVM's own loop vectorizer turns loops
-# no schedule rule took whose index arithmetic it cannot prove contiguous (a reshape's // and %, a
-# kernel with a symbolic batch) into vgatherqps/vscatterqps, slow on Zen 4, where AVX2 code moves
-# contiguous vectors: tiny_transformer's layer-norm pieces and AlexNet's reshape and softmax made
-# the AVX-512 default slower than the host's AVX2 code. tiny_transformer, 1 thread, alternating:
-# 15.5 us default, 13.3 us AVX2, 12.4 us with these (576 gathers/scatters -> 0). Not features:
-# the manifest's "features" and the tuning key leave them out.
+# LLVM tuning flags every AVX-512 target gets: LLVM's own vectorizer turns loops no schedule rule
+# took (a reshape's // and %, a symbolic batch) into gathers/scatters, slower than the AVX2 code's
+# contiguous vectors (docs/performance.md: NO_GATHER). Not features: the manifest's "features" and
+# the tuning key leave them out.
 NO_GATHER = ("+prefer-no-gather", "+prefer-no-scatter")
 
 # The environment's default CPU to compile for (an LLVM CPU name, or "host") and its feature
@@ -44,7 +43,33 @@ NO_GATHER = ("+prefer-no-gather", "+prefer-no-scatter")
 CPU_ENV = "MLCWB_CPU"
 CPU_FEATURES_ENV = "MLCWB_CPU_FEATURES"
 
-TARGET_KINDS = ("cpu", "cuda")
+
+class TargetKind(enum.StrEnum):
+    """What code is built for: the CPU (LLVM) or an NVIDIA GPU (CUDA, the CPU as its host). The
+    values are the words of the CLI (`--target cpu`) and of the manifest, so JSON stays the same."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+    @classmethod
+    def parse(cls, value) -> "TargetKind":
+        """`value` ('cpu', 'cuda' or a TargetKind) as a TargetKind, refused in one sentence naming it otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            from ..errors import WorkbenchError
+
+            raise WorkbenchError(f"unknown target '{value}': choose one of {', '.join(TARGET_KINDS)}.") from None
+
+    @classmethod
+    def of(cls, target) -> "TargetKind":
+        """The kind of a tvm Target (a GPU one is CUDA, the only GPU kind built here), or of a kind's name."""
+        if isinstance(target, str):
+            return cls.parse(target)
+        return cls.CUDA if "gpu" in target.keys else cls.CPU
+
+
+TARGET_KINDS = tuple(k.value for k in TargetKind)
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,7 +88,7 @@ def host_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr=None, cores: int | None = None):
+def make_target(kind: TargetKind | str = TargetKind.CPU, cuda_arch: str = "sm_80", *, mcpu: str | None = None, mattr=None, cores: int | None = None):
     """A tvm.target.Target for 'cpu' (LLVM) or 'cuda' (with the CPU as host).
 
     The CPU is `mcpu` (an LLVM CPU name; "host": this machine's) with the feature changes `mattr`
@@ -74,8 +99,7 @@ def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None
     from the machine compiling. An unknown CPU or feature name is refused in one sentence."""
     import tvm
 
-    from ..errors import WorkbenchError
-
+    kind = TargetKind.parse(kind)  # an unknown kind is refused before anything is built
     if mcpu is None:
         mcpu = os.environ.get(CPU_ENV, "").strip() or None
         if mattr is None:
@@ -88,11 +112,9 @@ def make_target(kind: str = "cpu", cuda_arch: str = "sm_80", *, mcpu: str | None
     cpu = tvm.target.Target(spec)
     if "avx512f" in _features(cpu):
         cpu = tvm.target.Target({**spec, "mattr": [*features, *NO_GATHER]})
-    if kind == "cpu":
-        return cpu
-    if kind == "cuda":
+    if kind is TargetKind.CUDA:
         return tvm.target.Target({"kind": "cuda", "arch": cuda_arch}, host=cpu)
-    raise WorkbenchError(f"unknown target '{kind}': choose one of {', '.join(TARGET_KINDS)}.")
+    return cpu
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,12 +3,8 @@
 Both grow linearly with the model: kernel lineage was quadratic twice (one kernel's lineage, and
 realigning `main` after FuseOps: core.compiler.pipeline.lineage), LegalizeOps built a PrimFunc per call
 (now once per distinct call: core.compiler.passes.legalize_cache), lowering propagated every stage's
-lineage whether shown or not (now on first use). CPU seconds of the CLI process on a chain of Relu
-(2-core AMD EPYC Zen 4 shared with other work, load average 8-11, so wall time was 4-8x longer):
-
-    nodes     compile              lower
-    20,000        -                15 s  (before these changes: 32 s)
-    60,000     36 s  (before: 53 s)   39 s  (before: 84 s)
+lineage whether shown or not (now on first use); docs/performance.md: "Model size limit" has
+the figures.
 
 So both stop at once beyond 60,000 nodes (about 40 s of one core, under a minute on a quiet
 machine), with one sentence saying so, instead of running for minutes; MLCWB_MAX_NODES sets one

@@ -1,8 +1,7 @@
 """The workbench's parallel launch for compiled CPU code (native_pool.c), built and loaded before TVM.
 
-TVM's own pool costs ~2-3 us a parallel region on a 2-vCPU KVM guest (both sides poll with one
-sched_yield system call per look, see benchmarks/parallel_launch.py) and gives task i to thread
-i, so a worker whose core another process holds delays every kernel. native_pool.c defines
+TVM's own pool polls with a sched_yield system call per look (slow on a VM; docs/performance.md:
+"The workbench's parallel launch") and gives task i to thread i, so a worker whose core another process holds delays every kernel. native_pool.c defines
 TVMBackendParallelLaunch with workers that poll with the pause instruction and tasks that any
 thread may take. Loaded with RTLD_GLOBAL before libtvm_runtime.so, it is the definition the
 dynamic linker gives libtvm_runtime's own reference to that symbol, which is what every compiled

@@ -86,8 +86,8 @@ def _cpu_count() -> int:
 
 class _ProcCounts:
     """/proc/loadavg and this process's task states, read through descriptors kept open (os.pread):
-    opening the files afresh cost ~30 us a check, kept open ~13 us (the workbench's
-    core.compiler.runtime.threads.ProcCounts, which this mirrors: run.py needs no workbench)."""
+    cheaper than opening them afresh (the workbench's core.compiler.runtime.threads.ProcCounts,
+    which this mirrors: run.py needs no workbench)."""
 
     def __init__(self, loadavg: str = "/proc/loadavg", tasks: str = "/proc/self/task"):
         self.loadavg, self.tasks = loadavg, tasks
@@ -106,7 +106,7 @@ class _ProcCounts:
 
     def elsewhere(self) -> int:
         """Threads runnable outside this process: the kernel's instantaneous count less this
-        process's own runnable threads (TVM's workers yield-spin ~10 ms after a run and must not
+        process's own runnable threads (TVM's workers yield-spin a while after a run and must not
         count as another process's work)."""
         if self.pid != os.getpid():  # a forked child: the parent's descriptors name the parent's tasks
             for fd in self.task_fds.values():
@@ -148,8 +148,7 @@ def _runnable_elsewhere() -> int:
 def _load_thread_pool(manifest: dict):
     """The workbench's parallel launch shipped in the folder (manifest thread_pool), loaded before
     TVM so that TVM's runtime takes its TVMBackendParallelLaunch: workers that poll with the pause
-    instruction (TVM's poll with a system call per look, ~2-3 us a parallel region on a loaded
-    2-core VM) and tasks any thread may take. None (TVM's own pool) when the folder has none, it
+    instruction (TVM's poll with a system call per look) and tasks any thread may take. None (TVM's own pool) when the folder has none, it
     will not load, or WORKBENCH_NATIVE_POOL=0."""
     import ctypes
 
@@ -271,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     # unless TVM_NUM_THREADS says otherwise; it must be set before TVM's pool starts.
     os.environ.setdefault("TVM_NUM_THREADS", str(_cpu_count()))
     # Workers not pinned to one core (on a busy machine every parallel kernel would wait for a
-    # pinned one), yield-spinning ~10 ms when idle and then sleeping: awake for the run's next
+    # pinned one), yield-spinning a while when idle and then sleeping: awake for the run's next
     # parallel kernel, out of the way after it (the workbench's own default, core.compiler.target).
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
