@@ -450,7 +450,7 @@ class MainWindow(QMainWindow):
         self._load_result = None
         self._set_busy(True, f"Opening {Path(path).name}")
         job = self._load_job = start_job(
-            work, f"Opening {Path(path).name}", self, progressed=self._progress,
+            work, f"Opening {Path(path).name}", self, progressed=lambda p: self._progress(p.fraction, p.message),
             done=lambda res: self._load_done(job, path, res, t0), failed=lambda exc: self._load_failed(job, path, error_text(exc, job.title)),
             cancelled=lambda: self._load_cancelled(job), delete_later=True,
         )

@@ -2,8 +2,10 @@
 
 A `Job` runs a plain Python function `work(job)` on its own thread; `start_job` makes one, wires
 its signals to the owner's slots and starts it (the one place that wiring is written). The function may call
-`job.report(fraction, text)` and must poll `job.cancelled` (or pass `job.is_cancelled` to
-core functions that take a `cancel` callback). Results come back to the UI thread through queued
+`job.report(fraction, text)`, or `job.report(event)` with a core.progress.Progress (what compile and
+lowering report: which step, whether a cancel now stops at once), and must poll `job.cancelled` (or
+pass `job.is_cancelled` to core functions that take a `cancel` callback). The owner's `progressed`
+slot receives a Progress either way. Results come back to the UI thread through queued
 signals: `done(result)`, `failed(exception)`, `cancelled()`. A failure hands over the exception
 object itself, so a panel reads its fields (`node_name`, `stages`) instead of parsing text;
 `error_text(exc, title)` is the one line to show for it. Work functions create no Qt objects
@@ -19,6 +21,7 @@ from typing import Any
 from PySide6.QtCore import QThread, Signal
 
 from core.errors import Cancelled, WorkbenchError
+from core.progress import Progress
 
 __all__ = ["Job", "JobCancelled", "cancel_all", "start_job", "error_text"]
 
@@ -58,13 +61,13 @@ class Job(QThread):
     done = Signal(object)
     failed = Signal(object)  # the exception
     cancelled = Signal()
-    progressed = Signal(float, str)
+    progressed = Signal(object)  # a core.progress.Progress
     # what the worker thread emits; forwarded to the public signals on the UI thread unless the
     # owner has gone in between (a queued call cannot be taken back once posted)
     _done = Signal(object)
     _failed = Signal(object)
     _cancelled = Signal()
-    _progressed = Signal(float, str)
+    _progressed = Signal(object)
 
     def __init__(self, work: Callable[["Job"], Any], title: str = "", parent=None):
         super().__init__(None)
@@ -77,7 +80,7 @@ class Job(QThread):
         self._done.connect(lambda r: self._orphaned or self.done.emit(r))
         self._failed.connect(lambda m: self._orphaned or self.failed.emit(m))
         self._cancelled.connect(lambda: self._orphaned or self.cancelled.emit())
-        self._progressed.connect(lambda f, t: self._orphaned or self.progressed.emit(f, t))
+        self._progressed.connect(lambda p: self._orphaned or self.progressed.emit(p))
         if parent is not None:
             # the owner going away cancels the work and silences the job: its slots belong to
             # an object that no longer exists
@@ -114,8 +117,12 @@ class Job(QThread):
     def cancel(self) -> None:
         self._cancel = True
 
-    def report(self, fraction: float, text: str = "") -> None:
-        self._progressed.emit(float(fraction), text or self.title)
+    def report(self, progress: Progress | float, text: str = "") -> None:
+        """Report progress: a core.progress.Progress as it is, or a fraction and a text (the
+        job's title when none), which is one that a cancel stops at once."""
+        if not isinstance(progress, Progress):
+            progress = Progress(float(progress), text or self.title)
+        self._progressed.emit(progress)
 
     def check(self) -> None:
         """Raise JobCancelled when cancel was requested."""
@@ -149,7 +156,7 @@ def start_job(
     done: Callable[[Any], None] | None = None,
     failed: Callable[[BaseException], None] | None = None,
     cancelled: Callable[[], None] | None = None,
-    progressed: Callable[[float, str], None] | None = None,
+    progressed: Callable[[Progress], None] | None = None,
     ended: Callable[[Job], None] | None = None,
     wanted: Callable[[], bool] | None = None,
     delete_later: bool = False,
@@ -177,7 +184,7 @@ def start_job(
     job.failed.connect(lambda exc: outcome(failed, exc))
     job.cancelled.connect(lambda: outcome(cancelled))
     if progressed is not None:
-        job.progressed.connect(lambda f, t: (wanted is None or wanted()) and progressed(f, t))
+        job.progressed.connect(lambda p: (wanted is None or wanted()) and progressed(p))
     if delete_later:
         job.finished.connect(job.deleteLater)
     if start:

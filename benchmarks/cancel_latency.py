@@ -44,7 +44,7 @@ def _timeline(graph, verify: bool) -> list[tuple[str, float]]:
 
     marks: list[tuple[str, float]] = []
     t0 = time.perf_counter()
-    compile_model(graph, "cpu", verify=verify, progress=lambda step, frac: marks.append((step, time.perf_counter() - t0)))
+    compile_model(graph, "cpu", verify=verify, progress=lambda event: marks.append((event.message, time.perf_counter() - t0)))
     return [(name, marks[i + 1][1] - t) for i, (name, t) in enumerate(marks[:-1])]
 
 
@@ -53,8 +53,8 @@ def _cancel_in(graph, step: str, delay: float, verify: bool) -> tuple[float, flo
 
     flag = {"at": None}
 
-    def progress(name, frac):
-        if name == step and flag["at"] is None:
+    def progress(event):
+        if event.message == step and flag["at"] is None:
             def fire():
                 flag["at"] = time.perf_counter()
             threading.Timer(delay, fire).start()

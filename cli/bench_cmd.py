@@ -5,14 +5,14 @@ import json
 import os
 import sys
 
-from cli.compile_cmd import add_cpu_arguments
+from cli.compile_cmd import add_cpu_arguments, add_target_argument
 
 HELP = "measure latency, memory and per-kernel time of a compiled model (optionally beside onnxruntime)"
 
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file (compiled first) or an exported artifact folder (its compiled library is executed: use only artifacts you built or trust)")
-    p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="target when compiling a model (cuda needs a GPU to run)")
+    add_target_argument(p, "target when compiling a model (cuda needs a GPU to run)")
     add_cpu_arguments(p)
     p.add_argument("--runs", type=int, default=20, metavar="N", help="timed runs after warm-up (default 20)")
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed warm-up runs (default 3)")

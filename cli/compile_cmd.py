@@ -1,6 +1,7 @@
 """`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -9,7 +10,7 @@ HELP = "compile a model for CPU or CUDA, check it against onnxruntime, and expor
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--target", choices=["cpu", "cuda"], default="cpu", help="cpu (LLVM for this host) or cuda (no GPU needed to compile)")
+    add_target_argument(p, "cpu (LLVM for this host) or cuda (no GPU needed to compile)")
     p.add_argument("-o", "--output", required=True, metavar="ARTIFACT_DIR", help="folder to write the artifact into")
     add_cpu_arguments(p)
     p.add_argument("--tune-trials", type=int, default=0, metavar="N", help="tune, with N MetaSchedule trials per kernel after the template search (cuda: on a GPU here, search only; budget 10 minutes unless --tune-minutes)")
@@ -24,6 +25,25 @@ def add_arguments(p) -> None:
     p.add_argument("--no-verify", action="store_true", help="skip the check against onnxruntime (not recommended)")
     p.add_argument("--bench-runs", type=int, default=0, metavar="N", help="also measure N runs and record latency and memory in the manifest")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _target_kind(text: str):
+    """--target's text as a core.compiler.target.TargetKind, parsed once here; argparse reports an
+    unknown one with TargetKind's sentence naming it (exit 2)."""
+    from core.compiler.target import TargetKind
+    from core.errors import WorkbenchError
+
+    try:
+        return TargetKind.parse(text)
+    except WorkbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_target_argument(p, text: str) -> None:
+    """--target cpu|cuda (default cpu), a TargetKind in `args.target` (compile, lower, bench)."""
+    from core.compiler.target import TargetKind
+
+    p.add_argument("--target", type=_target_kind, choices=list(TargetKind), default=TargetKind.CPU.value, help=text)
 
 
 def add_cpu_arguments(p) -> None:
@@ -69,12 +89,13 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
 
 
 def run(args) -> int:
+    from core.compiler.target import TargetKind
     from core.errors import WorkbenchError
 
     parse_dims(args.dim)  # a malformed value is refused before anything is loaded; the names once it is
     if args.tune_trials < 0:
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
-    if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target == "cuda":
+    if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target is TargetKind.CUDA:
         from core.compiler.target import gpu_present
 
         if not gpu_present():
@@ -101,9 +122,9 @@ def run(args) -> int:
     graph = load_model(args.model)
     dims = parse_dims(args.dim, graph)
 
-    def progress(step: str, frac: float) -> None:
+    def progress(event) -> None:  # a core.progress.Progress
         if not args.json:
-            print(f"[{frac * 100:5.1f}%] {step}", file=sys.stderr)
+            print(f"[{event.fraction * 100:5.1f}%] {event.detail or event.message}", file=sys.stderr)
 
     art = compile_model(
         graph,
@@ -122,7 +143,7 @@ def run(args) -> int:
         atol=atol,
     )
     measured = None
-    if args.bench_runs > 0 and args.target == "cpu":
+    if args.bench_runs > 0 and args.target is TargetKind.CPU:
         art.check_runs_here()
         from core.compiler.measure.bench import benchmark, measured_for_manifest
 

@@ -12,14 +12,14 @@ import json
 import sys
 from pathlib import Path
 
-from cli.compile_cmd import add_cpu_arguments
+from cli.compile_cmd import add_cpu_arguments, add_target_argument
 
 HELP = "step the model down through TVM's abstraction levels, printing (and dumping) every stage"
 
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--target", choices=("cpu", "cuda"), default="cpu", help="target (default: cpu; cuda needs no GPU)")
+    add_target_argument(p, "target (default: cpu; cuda needs no GPU)")
     add_cpu_arguments(p)
     p.add_argument("--dump", metavar="DIR", help="write one numbered text file per stage into DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object: {model, target, stages: [...]}")
@@ -66,8 +66,8 @@ def _progress(args):
     if args.json or not sys.stderr.isatty():
         return None
 
-    def report(done: int, total: int, name: str) -> None:
-        print(f"[{done}/{total}] {name}", file=sys.stderr, flush=True)
+    def report(event) -> None:  # a core.progress.Progress, as each step starts
+        print(f"[{event.fraction:4.0%}] {event.message}", file=sys.stderr, flush=True)
 
     return report
 

@@ -54,7 +54,7 @@ class SceneBuilder:
 
         self.busyChanged.emit(True, "Laying out the graph")
         job = self._job = start_job(
-            work, "Laying out the graph", self, progressed=self.progressed.emit,
+            work, "Laying out the graph", self, progressed=lambda p: self.progressed.emit(p.fraction, p.message),
             done=lambda res: self._layout_done(job, view, res[0], res[1], state, t0),
             failed=lambda exc: self._job_ended(job, error_text(exc, job.title)), cancelled=lambda: self._job_ended(job, ""), delete_later=True,
         )

@@ -80,6 +80,8 @@ from app.panels.cpu_choice import CpuChoice
 from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
 from core import WorkbenchError
+from core.compiler.target import TargetKind
+from core.progress import Progress
 
 __all__ = ["create_panel", "CompilePanel", "AREA"]
 
@@ -87,6 +89,12 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 _HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
+
+
+def _as_compile(event: Progress) -> Progress:
+    """compile_model's event as part of Compile & Run: the first 70 % of the bar (measuring takes
+    the rest), the message headed "compile: " unless it is tuning's own (which says "tuning")."""
+    return event.within(0.0, 0.7, "" if event.stops_after else "compile: ")
 
 
 class _StatusLabel(QLabel):
@@ -115,8 +123,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.result = None
         self.stale = False
         self._tuning_job = False  # the running (or last) compile tunes
-        self._tuning_now = ""  # its latest progress came from tuning ("tuning") or the Winograd choice ("choice")
-        self._step_now, self._step_started = "", 0.0  # the progress text now, and since when
+        self._event: Progress | None = None  # the running job's latest progress: what a cancel now waits for
+        self._step_started = 0.0  # when its step started
         self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
         self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
@@ -124,8 +132,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
-        self.target.addItem("CPU (LLVM)", "cpu")
-        self.target.addItem("CUDA (GPU code; runs where a GPU is)", "cuda")
+        self.target.addItem("CPU (LLVM)", TargetKind.CPU)
+        self.target.addItem("CUDA (GPU code; runs where a GPU is)", TargetKind.CUDA)
         self.cpu = CpuChoice()
         self.runs = QSpinBox()
         self.runs.setRange(1, 1000)
@@ -334,6 +342,10 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
     # -- compile + bench ------------------------------------------------------------------
 
 
+    def target_kind(self) -> TargetKind:
+        """The target chosen in the combo box (its item data: a TargetKind's value)."""
+        return TargetKind.parse(self.target.currentData())
+
     def _shortcut(self) -> None:
         if self.dock is not None:
             self.dock.show()
@@ -344,7 +356,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         graph = self.window.document.graph
         if graph is None or (self.job is not None and self.job.isRunning()):
             return
-        target = self.target.currentData()
+        target = self.target_kind()
         cpu, cpu_features = self.cpu.choice()
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
@@ -376,15 +388,15 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
-                progress=lambda step, frac: job.report(0.7 * frac, f"compile: {step}"), verify_dims=dims or None, **check, **tuning,
+                progress=lambda event: job.report(_as_compile(event)), verify_dims=dims or None, **check, **tuning,
             )
-            if target == "cuda" and not gpu_present():
+            if target is TargetKind.CUDA and not gpu_present():
                 return art, None
             if foreign_code(art.manifest["target"]["cpu"]):  # compiled for a CPU this one cannot stand in for
                 return art, None
             res = benchmark(
                 art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled, dims=dims or None,
-                progress=lambda step, frac: job.report(0.7 + 0.3 * frac, f"measure: {step}"),
+                progress=lambda step, frac: job.report(Progress(0.7 + 0.3 * frac, f"measure: {step}", step="measure")),
             )
             art.manifest["measured"] = measured_for_manifest(res)
             return art, res
@@ -407,13 +419,10 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             self.status.setStyleSheet("")
             self.status.setText(status)
         self.job = start_job(
-            work, title, self, progressed=progressed or self._progress, ended=lambda _job: self._busy(False),
+            work, title, self, progressed=progressed or (lambda p: self._progress(p.fraction, p.message)), ended=lambda _job: self._busy(False),
             done=done, failed=self._failed, cancelled=self._cancelled,
             wanted=(lambda: generation == self.generation) if for_model else None,
         )
-
-    # compile steps that poll cancel inside (core.compiler.backend.codegen): they stop within a fraction of a second
-    _STOPS_AT_ONCE = ("ScheduleTIR", "code generation", "check against onnxruntime", "import to Relax")
 
     def cancel(self) -> None:
         if self.job is not None:
@@ -421,15 +430,16 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             self.status.setText(self.cancel_text())
 
     def cancel_text(self) -> str:
-        """What Cancel will wait for: at once in the steps that poll it; otherwise the TVM pass
-        running now, which cannot be interrupted, with the time it has left by the last compile."""
-        if self._tuning_now == "choice":
-            return "Cancelling: the Winograd choice stops after the conv being measured…"
-        if self._tuning_now:
-            return "Cancelling: tuning stops after the measuring round in progress…"
-        step = self._step_now.removeprefix("compile: ") if self._step_now.startswith("compile: ") else ""
-        if not step or step.startswith(self._STOPS_AT_ONCE) or self._step_now.startswith("measure"):
+        """What Cancel will wait for, read from the latest progress event: nothing in a step that
+        polls it (`cancellable`); the round in progress in a step that stops in rounds (tuning:
+        `stops_after`); otherwise the TVM pass running now, which cannot be interrupted, with the
+        time it has left by the last compile."""
+        event = self._event
+        if event is None or event.cancellable:
             return "Cancelling…"
+        if event.stops_after:
+            return f"Cancelling: {event.step} stops after {event.stops_after}…"
+        step = event.step or event.message
         took = self._step_seconds.get(step)
         if took is None:
             return f"Cancelling: {step} is one TVM pass and cannot be interrupted; the compile stops when it ends…"
@@ -461,7 +471,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         if on:
             self.progress.setValue(0)
         else:
-            self._tuning_now = ""
+            self._event = None
+            self.cancel_btn.setToolTip("")
         # a flag, not job.isRunning(): the thread outlives the signal that ends the work
         self._busy_now = on
         self._update_compile_button()
@@ -474,28 +485,23 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.progress.setFormat(shown.replace("%", "%%"))
         self.progress.setToolTip(text)
 
-    def _compile_progress(self, frac: float, text: str) -> None:
-        """The bar, and while tuning also the status line: a tuning step lasts minutes and its
-        message (kernel, trials so far) is longer than the bar shows."""
-        if text != self._step_now:
-            self._step_now, self._step_started = text, time.perf_counter()
-        tuning = "tuning" if text.startswith("compile: tuning") else "choice" if text.startswith("compile: Winograd choice: ") else ""
-        if tuning == "tuning":
-            # "compile: tuning: tuning K: 32 trials" (compile's step, then tuning's own message)
-            message = text.removeprefix("compile: tuning").lstrip(": ") or "starting"
-            detail = message.removeprefix("tuning ")
-            text = f"tuning {detail}" if detail != message else f"tuning: {message}"
-            stops = "after the current measuring round"
-        elif tuning == "choice":
-            # "compile: Winograd choice: conv 2 of 5: conv2d 1x4x56x56x16 ..." (core.compiler.tuning.winograd_choice):
-            # the bar says which of how many, the status line and the tooltip which conv
-            text = detail = text.removeprefix("compile: ")
-            short = "Winograd" + text.split(":")[1]  # "Winograd conv 2 of 5"
-            stops = "after the conv being measured"
-        if tuning and not self.job.is_cancelled():
-            self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {detail}. Cancel stops it {stops}.")
-        self._progress(frac, text, short if tuning == "choice" else None)
-        self._tuning_now = tuning
+    def _compile_progress(self, event: Progress) -> None:
+        """The bar (the message; the detail in its tooltip), Cancel's tooltip from the event's
+        `cancellable`, and in a step that stops in rounds (tuning, the Winograd choice: minutes,
+        with a message longer than the bar shows) also the status line."""
+        if self._event is None or event.step != self._event.step:
+            self._step_started = time.perf_counter()
+        self._event = event
+        if event.cancellable:
+            self.cancel_btn.setToolTip("Cancel stops the job at once.")
+        elif event.stops_after:
+            self.cancel_btn.setToolTip(f"Cancel stops the job after {event.stops_after}.")
+        else:
+            self.cancel_btn.setToolTip(f"{event.step or event.message} cannot be interrupted: Cancel stops the job when it ends.")
+        if event.stops_after and self._tuning_job and not self.job.is_cancelled():
+            self.status.setText(f"Tuning (budget {self.tune_minutes.value():g} min): {event.detail or event.message}. "
+                                f"Cancel stops it after {event.stops_after}.")
+        self._progress(event.fraction, event.detail or event.message, event.message)
 
     def _done(self, result) -> None:
         self.artifact, self.result = result
@@ -555,7 +561,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         if res is None:
             from core.compiler.target import foreign_code
 
-            foreign = art.target == "cpu" and foreign_code(m.get("target", {}).get("cpu"))
+            foreign = art.target == TargetKind.CPU and foreign_code(m.get("target", {}).get("cpu"))
             where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
                      else "No GPU here to run it: Export the artifact and run it where a GPU is.")
             self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
@@ -654,7 +660,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
     def _schedule_kernel(self, kernel: dict) -> None:
         """Double-clicked bar: open the kernel in the Schedule panel (on the open model, CPU)."""
         panel = getattr(self.window, "schedule_panel", None)
-        if panel is not None and self.target.currentData() == "cpu":
+        if panel is not None and self.target_kind() is TargetKind.CPU:
             panel.open_from_model(kernel["name"])
 
     def _select_kernel(self, kernel: dict) -> None:

@@ -16,6 +16,8 @@ from PySide6.QtWidgets import (
     QSpinBox,
 )
 
+from core.compiler.target import TargetKind
+
 __all__ = ["TuneControls"]
 
 _TUNE_CPU_ONLY = ("Tuning for CUDA measures every candidate on a GPU, and this machine has none; CUDA compiles here use "
@@ -77,7 +79,7 @@ class TuneControls:
 
     def tuning_available(self) -> bool:
         """CPU always; CUDA where a GPU is here to measure on."""
-        if self.target.currentData() == "cpu":
+        if self.target_kind() is TargetKind.CPU:
             return True
         from core.compiler.target import gpu_present
 

@@ -43,7 +43,10 @@ from PySide6.QtWidgets import (
 
 from core.errors import Cancelled, WorkbenchError
 from core.compiler.lowering import LoweringCache, Stage, lower
+from core.compiler.levels import Level
 from core.compiler.pipeline.pass_list import PASSES, PassSpec, default_pipeline, validate
+from core.compiler.target import TargetKind
+from core.progress import Progress
 
 from app.ir_view import IRView
 from app.workers import Job, error_text, start_job
@@ -54,7 +57,7 @@ logger = logging.getLogger(__name__)
 
 AREA = "bottom"
 LINEAGE_COLOR = "#c026d3"
-LEVEL_COLORS = {"graph": "#3f73b0", "tensor program": "#4e9a45", "target code": "#b8621c"}
+LEVEL_COLORS = {Level.GRAPH: "#3f73b0", Level.TENSOR_PROGRAM: "#4e9a45", Level.TARGET_CODE: "#b8621c"}
 
 
 class LoweringPanel(QWidget):
@@ -75,7 +78,7 @@ class LoweringPanel(QWidget):
 
         # -- stages
         self.target_box = QComboBox()
-        self.target_box.addItems(["cpu", "cuda"])
+        self.target_box.addItems(list(TargetKind))
         self.target_box.setToolTip("Target: CPU (LLVM) or CUDA (CUDA C is generated without a GPU)")
         self.target_box.currentTextChanged.connect(self._target_changed)
         self.lower_button = QPushButton("Lower")
@@ -198,6 +201,10 @@ class LoweringPanel(QWidget):
         window.document.graphReplaced.connect(self._model_replaced)
 
     # ---- pipeline editing --------------------------------------------------------------------
+    def target_kind(self) -> TargetKind:
+        """The target chosen in the combo box (its text is a TargetKind's value)."""
+        return TargetKind.parse(self.target_box.currentText())
+
     def specs(self) -> list[PassSpec]:
         """The pipeline as the pass list shows it (order and ticks)."""
         out = []
@@ -222,7 +229,7 @@ class LoweringPanel(QWidget):
         self._passes_edited()
 
     def reset_passes(self) -> None:
-        self.set_specs(default_pipeline(self.target_box.currentText()))
+        self.set_specs(default_pipeline(self.target_kind()))
 
     def _target_changed(self, target: str) -> None:
         self.reset_passes()
@@ -231,7 +238,7 @@ class LoweringPanel(QWidget):
         specs = self.specs()
         document = getattr(self.window, "document", None)
         if document is not None:  # what a compile for this target builds with
-            document.set_pipeline(self.target_box.currentText(), specs)
+            document.set_pipeline(self.target_kind(), specs)
         problems = validate(specs)
         self.pass_status.setText(problems[0] if problems else "")
         self.pass_status.setStyleSheet("color: #b00020;" if problems else "")
@@ -259,15 +266,12 @@ class LoweringPanel(QWidget):
                 # stage list, IR and passes need room; the canvas (which draws the stage) keeps the larger part
                 self.window.resizeDocks([self.dock], [max(340, int(self.window.height() * 0.4))], Qt.Vertical)
         snapshot = graph.clone()  # the user may keep editing while this runs
-        target = self.target_box.currentText()
+        target = self.target_kind()
         cache = self.cache
 
         def work(job: Job):
-            def progress(done, total, name):
-                job.report(done / max(total, 1), f"Lowering: {name}")
-
             try:
-                stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=progress)
+                stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=job.report)
                 return stages, ""
             except Cancelled as e:
                 return e.stages, "Cancelled."
@@ -292,9 +296,9 @@ class LoweringPanel(QWidget):
             self.job.cancel()
             self.status.setText("Cancelling after the current step…")
 
-    def _progressed(self, fraction: float, text: str) -> None:
-        self.progress.setValue(int(fraction * 1000))
-        self.status.setText(text)
+    def _progressed(self, event: Progress) -> None:
+        self.progress.setValue(int(event.fraction * 1000))
+        self.status.setText(f"Lowering: {event.message}")
 
     def _finish_job(self) -> None:
         self.job = None
@@ -534,7 +538,7 @@ class LoweringPanel(QWidget):
 
         panel = getattr(self.window, "schedule_panel", None)
         stage = self.current
-        if panel is None or stage is None or self.target_box.currentText() != "cpu":
+        if panel is None or stage is None or self.target_kind() is not TargetKind.CPU:
             return
         found = kernel_to_schedule(self.stages, stage, kernel)
         if found is None:

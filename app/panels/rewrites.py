@@ -233,7 +233,7 @@ class RewritesPanel(QWidget):
         self._busy(title)
         job = start_job(
             work, title, self, ended=ended, done=after(done), failed=after(lambda exc: self._job_failed(title, error_text(exc, title))),
-            cancelled=after(lambda: self._cancelled(attr)), progressed=lambda f, t: self.status.setText(t), start=False,
+            cancelled=after(lambda: self._cancelled(attr)), progressed=lambda p: self.status.setText(p.message), start=False,
         )
         self._jobs.add(job)
         job.finished.connect(lambda: self._jobs.discard(job))

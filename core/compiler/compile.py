@@ -30,13 +30,14 @@ from typing import Any
 
 from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
+from ..progress import Progress, ProgressCallback
 from .runtime.artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
 from .backend.codegen import BuildCancelled, cancel_scope
 from .backend.cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .pipeline.lineage import KernelLineageTap
 from .check.reference import ATOL, RTOL, compare_outputs, random_feeds
 from .pipeline.size_limit import check_size
-from .target import gpu_present
+from .target import TargetKind, gpu_present
 from .check.verification import CompiledMismatchError, verify_artifact
 from .tuning.winograd_choice import WINOGRAD_SHARE
 
@@ -45,6 +46,8 @@ __all__ = [
     "import_relax",
     "CompileCancelled",
     "CUDA_TUNING_NEEDS_GPU",
+    "TUNING_STEP",
+    "CHOICE_STEP",
     # re-exported: what a compile hands back and how it is checked
     "Artifact",
     "TensorSpec",
@@ -56,7 +59,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Progress = Callable[[str, float], None]
+# the steps compile inserts when tuning (core.compiler.tuning): each stops in rounds, so a cancel
+# waits for the round in progress (their progress events say so: Progress.stops_after)
+TUNING_STEP, CHOICE_STEP = "MetaSchedule tuning", "Winograd choice"
+_TUNING_STOPS, _CHOICE_STOPS = "the measuring round in progress", "the conv being measured"
 
 
 # the one cancel error of core (core.errors.Cancelled), under the name older callers import
@@ -97,11 +103,6 @@ def import_relax(graph) -> Imported:
     return Imported(result.mod, lineage, time.perf_counter() - t0, result.code_names)
 
 
-# Passes from here on turn scheduled Relax+TIR into VM code; compile keeps the module before them
-# (the scheduled module: memory estimate, lineage).
-VM_LOWERING_START = "DataflowLowering"
-
-
 @contextlib.contextmanager
 def _cancelled_as_compile(cancel: Callable[[], bool] | None):
     """A pass that polled `cancel` (core.compiler.backend.codegen.cancel_scope) stopped: the compile is
@@ -124,7 +125,7 @@ def _check_cancel(cancel: Callable[[], bool] | None) -> None:
 
 def compile_model(
     graph_or_path,
-    target: str = "cpu",
+    target: TargetKind | str = TargetKind.CPU,
     *,
     pipeline=None,
     verify: bool = True,
@@ -137,7 +138,7 @@ def compile_model(
     tune_rpc: str | None = None,
     cpu: str | None = None,
     cpu_features=None,
-    progress: Progress | None = None,
+    progress: ProgressCallback | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
     atol: float = ATOL,
@@ -168,47 +169,51 @@ def compile_model(
     changes such as "-avx512f"; default: MLCWB_CPU / MLCWB_CPU_FEATURES, else this host; see
     core.compiler.target.make_target). Code this machine cannot run (AVX-512 code on an AVX2 host)
     compiles and exports, but is not verified here, and is tuned only on RPC devices.
-    `progress(step, fraction)` is called between steps; `cancel()` returning True stops the
-    compile with core.errors.Cancelled at the next step.
+    `progress(event)` hears a core.progress.Progress as each step starts (and as tuning goes on):
+    its `cancellable` says whether a cancel now stops at once; `cancel()` returning True stops the
+    compile with core.errors.Cancelled at the next step, or within the steps that poll it.
     """
     from .runtime import prepare
 
     prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     import tvm
 
+    from .levels import Level
     from .pipeline.runner import Pipeline, Step, StepResult
-    from .target import TARGET_KINDS, foreign_code, make_target, target_cpu
+    from .target import foreign_code, make_target, target_cpu
 
-    if target not in TARGET_KINDS:
-        raise WorkbenchError(f"unknown target '{target}': choose one of {', '.join(TARGET_KINDS)}.")
+    target = TargetKind.parse(target)
+    cpu_kind = target is TargetKind.CPU
     tune_budget = _check_tuning_options(target, tune_trials, tune_budget_s)
-    cuda_arch = (host_cuda_arch() or "sm_80") if target == "cuda" else "sm_80"
+    cuda_arch = (host_cuda_arch() or "sm_80") if not cpu_kind else "sm_80"
     tvm_target = make_target(target, cuda_arch=cuda_arch, mcpu=cpu, mattr=cpu_features)
     built_for = target_cpu(tvm_target)
-    foreign = foreign_code(built_for) if target == "cpu" else None
+    foreign = foreign_code(built_for) if cpu_kind else None
     if foreign and (tune_trials > 0 or tune_budget_s is not None) and not tune_rpc:
         raise WorkbenchError(f"cannot tune here: tuning measures every candidate on this machine, and {foreign}; "
                              "tune on such devices through an RPC tracker (--tune-rpc), or compile without tuning.")
-    report = progress or (lambda step, frac: None)
+    report = progress or (lambda event: None)
     t_start = time.perf_counter()
     graph = _resolve_graph(graph_or_path)
     check_size(graph, "compiling")
     proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
-    if target == "cuda" and gpu_present():
+    if not cpu_kind and gpu_present():
         prefer_nvcc_for_jit()
     pipe = Pipeline(tvm_target, pipeline)
     passes_applied: list[dict] = []
 
-    report("import to Relax", 0.02)
+    report(Progress(0.02, "import to Relax", step="import to Relax"))
     _check_cancel(cancel)
     imported = import_relax(graph)
     passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(imported.seconds, 4)})
 
-    # the steps up to the scheduled module, tuning before ScheduleTIR; then the VM lowering
+    # the steps up to the scheduled module, tuning before the scheduling step; then the VM
+    # lowering (kept apart: the module before it is the scheduled one, for the memory estimate
+    # and lineage). Steps are found by their passes' flags (PassInfo), not by name.
     steps = pipe.steps()
-    cut = next((i for i, s in enumerate(steps) if s.name == VM_LOWERING_START), len(steps))
+    cut = next((i for i, s in enumerate(steps) if s.info.vm_lowering), len(steps))
     front, back = steps[:cut], steps[cut:]
     tuning_step = tune_at = choice_at = None
     tune = tune_trials > 0 or tune_budget_s is not None
@@ -218,10 +223,10 @@ def compile_model(
             from .tuning.tune import parse_rpc_address, rpc_runner
 
             runner = rpc_runner(*parse_rpc_address(tune_rpc))
-        tune_at = next((i for i, s in enumerate(front) if s.name == "ScheduleTIR"), len(front))
+        tune_at = next((i for i, s in enumerate(front) if s.info.schedules), len(front))
         rest = front[tune_at:] + back
         build = None
-        if tune and target == "cpu" and not foreign and not tune_rpc:
+        if tune and cpu_kind and not foreign and not tune_rpc:
             # the model-level A/B after tuning compiles the fused module the rest of the way, here
             def build(mod):
                 built = Artifact(library=pipe.codegen(pipe.run(mod, rest), cancel=cancel), target=target, inputs=inputs,
@@ -232,28 +237,33 @@ def compile_model(
         # in its own step before LegalizeOps, on a share of the budget (core.compiler.tuning.winograd_choice)
         from .tuning.winograd_choice import winograd_choice_pass
 
-        legalize_at = next((i for i, s in enumerate(front) if s.name == "LegalizeOps"), None)
-        choice_s = WINOGRAD_SHARE * tune_budget if tune and target == "cpu" and not foreign and not tune_rpc else None
+        legalize_at = next((i for i, s in enumerate(front) if s.info.legalizes), None)
+        choice_s = WINOGRAD_SHARE * tune_budget if tune and cpu_kind and not foreign and not tune_rpc else None
         if choice_s is not None and legalize_at is not None:
             choice_at = legalize_at  # the choice is tuned: its step gets its share of the bar
         tuning_step = _TuningStep(tvm_target, tune_trials, tune_db, tune_budget if tune else None, report, cancel, runner=runner, build=build,
                                   start=_tuning_start(choice_at))
-        front.insert(tune_at, Step("MetaSchedule tuning", "tensor program", lambda: tuning_step))
+        front.insert(tune_at, Step(TUNING_STEP, Level.TENSOR_PROGRAM, lambda: tuning_step, stops_after=_TUNING_STOPS))
         if legalize_at is not None:
             db = str(tune_db) if tune_db is not None else None
             choice_progress = _choice_progress(report)
-            front.insert(legalize_at, Step("Winograd choice", "graph", lambda: winograd_choice_pass(
-                tvm_target, db, choice_s, cancel, progress=choice_progress, spent=tuning_step.spend, applied=tuning_step.winograd_choices)))
+            front.insert(legalize_at, Step(CHOICE_STEP, Level.GRAPH, lambda: winograd_choice_pass(
+                tvm_target, db, choice_s, cancel, progress=choice_progress, spent=tuning_step.spend, applied=tuning_step.winograd_choices),
+                stops_after=_CHOICE_STOPS))
             tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
 
+    # code generation polls cancel between groups of kernels on CPU; a CUDA build is one piece
+    def codegen_progress(message: str = "code generation") -> Progress:
+        return Progress(0.62, message, step="code generation", cancellable=cpu_kind)
+
     def before(i: int, step: Step) -> None:
         _check_cancel(cancel)
         if i < len(front):
-            report(step.name, _step_fraction(i, len(front), tune_at, choice_at))
-        elif i == len(front):
-            report("code generation", 0.62)
+            report(step.progress(_step_fraction(i, len(front), tune_at, choice_at)))
+        elif i == len(front):  # the VM lowering: quick, shown as the start of code generation
+            report(codegen_progress())
 
     def after(r: StepResult) -> None:
         tap(r)
@@ -266,14 +276,14 @@ def compile_model(
     scheduled = kept.get("scheduled", imported.mod)
     _check_cancel(cancel)
     if not back:
-        report("code generation", 0.62)
+        report(codegen_progress())
     t0 = time.perf_counter()
     with _cancelled_as_compile(cancel):
-        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(msg, 0.62)), final)
-    passes_applied.append({"name": f"codegen ({'LLVM' if target == 'cpu' else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
+        ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(codegen_progress(msg))), final)
+    passes_applied.append({"name": f"codegen ({'LLVM' if cpu_kind else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
-    cuda_src = cuda_source_of(ex) if target == "cuda" else None
+    cuda_src = cuda_source_of(ex) if not cpu_kind else None
     from .frontend.converters import fixes_applied
 
     manifest = {
@@ -285,7 +295,7 @@ def compile_model(
         "source_model_sha256": hashlib.sha256(model_bytes).hexdigest(),
         "source_path": str(graph.path) if getattr(graph, "path", None) else None,
         "target": {"kind": target, "tvm_target": _target_json(tvm_target), "cpu": built_for},
-        "device": "cuda" if target == "cuda" else "cpu",
+        "device": "cpu" if cpu_kind else "cuda",
         "tvm_version": tvm.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": [s.to_json() for s in inputs],
@@ -297,7 +307,7 @@ def compile_model(
         "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
         "kernel_lineage": lineage,
     }
-    if target == "cpu":
+    if cpu_kind:
         manifest["parallel_kernels"] = parallel_kernel_count(scheduled)
     art = Artifact(
         library=ex,
@@ -321,14 +331,14 @@ def compile_model(
         logger.exception("memory estimate failed")
     if verify and foreign:
         manifest["verification"] = {"checked": False, "reason": foreign}
-    elif verify and (target == "cpu" or gpu_present()):
+    elif verify and (cpu_kind or gpu_present()):
         _check_cancel(cancel)
-        report("check against onnxruntime", 0.8)
+        report(Progress(0.8, "check against onnxruntime", step="check against onnxruntime"))
         manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
     else:
         manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
     manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
-    report("done", 1.0)
+    report(Progress(1.0, "done"))
     return art
 
 
@@ -399,7 +409,7 @@ _TUNE_START, _TUNE_END, _AFTER_TUNE_END = 0.05, 0.55, 0.60
 _CHOICE_END = _TUNE_START + WINOGRAD_SHARE * (_TUNE_END - _TUNE_START)
 
 
-def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
+def _check_tuning_options(target: TargetKind, tune_trials, tune_budget_s) -> float:
     """The tuning budget in seconds, after checking the options; one sentence when one is wrong."""
     import math
     import numbers
@@ -415,7 +425,7 @@ def _check_tuning_options(target: str, tune_trials, tune_budget_s) -> float:
             budget = float("nan")
         if isinstance(tune_budget_s, bool) or not math.isfinite(budget) or budget <= 0:
             raise WorkbenchError(f"the tuning budget must be a positive number of seconds, not {tune_budget_s!r}.")
-    if (tune_trials > 0 or tune_budget_s is not None) and target == "cuda" and not gpu_present():
+    if (tune_trials > 0 or tune_budget_s is not None) and target is TargetKind.CUDA and not gpu_present():
         raise WorkbenchError(CUDA_TUNING_NEEDS_GPU)
     return budget
 
@@ -432,17 +442,18 @@ class _TuningStep:
     report's one-line summary and, after the pass, how many kernels got a schedule from the
     tuning database (counted, not taken from the report)."""
 
-    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: Progress, cancel: Callable[[], bool] | None,
+    def __init__(self, tvm_target, trials: int, db, budget_s: float | None, report: ProgressCallback, cancel: Callable[[], bool] | None,
                  runner=None, build=None, start: float = _TUNE_START):
         self.summary: str | None = None
         self.model_ab: dict | None = None  # the model-level A/B's outcome (core.compiler.tuning.ab)
         self.kernels = self.from_database = 0
 
-        def progress(frac, msg=""):
+        def progress(frac, msg=""):  # tuning's own (fraction, message), as compile's events
             frac = min(max(float(frac), 0.0), 1.0)
             if frac >= 1.0 and msg:
                 self.summary = msg
-            report(f"tuning: {msg}" if msg else "tuning", start + (_TUNE_END - start) * frac)
+            text = msg if msg.startswith("tuning ") else f"tuning: {msg}" if msg else "tuning"
+            report(Progress(frac, text, step=TUNING_STEP, cancellable=False, stops_after=_TUNING_STOPS).within(start, _TUNE_END))
 
         try:
             from .tuning.ab import tuning_pass
@@ -503,7 +514,12 @@ def _tuning_start(choice_at: int | None) -> float:
     return _TUNE_START if choice_at is None else _CHOICE_END
 
 
-def _choice_progress(report: Progress):
-    """The Winograd choice's progress(fraction, message) as compile's: "Winograd choice: conv 2
-    of 5: <conv>" over 5-15 %."""
-    return lambda frac, msg: report(f"Winograd choice: {msg}", _TUNE_START + (_CHOICE_END - _TUNE_START) * min(max(frac, 0.0), 1.0))
+def _choice_progress(report: ProgressCallback):
+    """The Winograd choice's progress(fraction, message) as compile's events over 5-15 %: the
+    message which conv of how many ("Winograd conv 2 of 5"), the detail which conv."""
+    def progress(frac: float, msg: str) -> None:
+        event = Progress(frac, f"Winograd {msg.split(': ', 1)[0]}", step=CHOICE_STEP, cancellable=False,
+                         stops_after=_CHOICE_STOPS, detail=f"{CHOICE_STEP}: {msg}")
+        report(event.within(_TUNE_START, _CHOICE_END))
+
+    return progress

@@ -19,7 +19,8 @@ Editing the pipeline and lowering again reuses a `LoweringCache`: a stage is key
 bytes, the target and the enabled passes up to it, so disabling pass k recomputes from k on.
 `cancel()` is polled between steps, and within the long ones: the CPU schedules between kernels,
 their weight prepacking and the target code between groups of kernels (core.compiler.backend.codegen);
-other single TVM passes run to their end. `progress(done, total, name)` reports each step.
+other single TVM passes run to their end. `progress(event)` hears a core.progress.Progress as each
+step starts, its `cancellable` telling which kind of step it is (the pass's flag).
 """
 from __future__ import annotations
 
@@ -31,7 +32,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ..errors import Cancelled, UnsupportedOpError, WorkbenchError
+from ..progress import Progress
 from ..views.viewgraph import ViewGraph
+from .levels import Level
+from .target import TargetKind
 
 __all__ = ["Stage", "LoweringCache", "LoweringError", "LoweringCancelled", "lower", "onnx_text", "stage_filename", "kernel_to_schedule"]
 
@@ -57,7 +61,7 @@ class Stage:
 
     index: int
     name: str  # 'ONNX graph', 'Relax import', a pass name, 'LLVM IR', 'CUDA C', 'Assembly'
-    level: str  # 'graph' | 'tensor program' | 'target code'
+    level: Level
     pass_name: str  # the pass or step that made this stage
     text: str
     language: str  # 'onnx' | 'tvmscript' | 'llvm' | 'asm' | 'cuda'
@@ -67,6 +71,7 @@ class Stage:
     changed: bool = True  # text differs from the previous stage's
     cached: bool = False  # reused from a LoweringCache
     mod: Any = None  # the tvm IRModule after this step (None for ONNX and target code)
+    info: Any = None  # the PassInfo of the pass that made it (its role flags); None for import and target code
     _view: ViewGraph | None = field(default=None, repr=False)
     _view_builder: Callable[[], ViewGraph] | None = field(default=None, repr=False)
 
@@ -141,9 +146,9 @@ def stage_filename(stage: Stage) -> str:
 def kernel_to_schedule(stages: list[Stage], stage: Stage, kernel: str):
     """(module, ONNX node ids) to schedule TIR kernel `kernel` of `stage` by hand, or None.
 
-    The kernel is taken as it stands before ScheduleTIR (this stage when it comes before it, else
-    the last stage before it), so hand steps start from the unscheduled loop nest; the node ids
-    are the stage's lineage of the kernel."""
+    The kernel is taken as it stands before the scheduling step (ScheduleTIR, found by its flag:
+    this stage when it comes before it, else the last stage before it), so hand steps start from
+    the unscheduled loop nest; the node ids are the stage's lineage of the kernel."""
     import tvm
 
     if stage.mod is None:
@@ -151,8 +156,7 @@ def kernel_to_schedule(stages: list[Stage], stage: Stage, kernel: str):
     func = next((f for gv, f in stage.mod.functions_items() if gv.name_hint == kernel), None)
     if not isinstance(func, tvm.tirx.PrimFunc):
         return None
-    names = [s.name for s in stages]
-    cut = names.index("ScheduleTIR") if "ScheduleTIR" in names else len(stages)
+    cut = next((i for i, s in enumerate(stages) if s.info is not None and s.info.schedules), len(stages))
     base = stage if stage.index < cut else next((s for s in reversed(stages[:cut]) if s.mod is not None), None)
     if base is None:
         return None
@@ -211,7 +215,7 @@ def _onnx_stage(graph) -> Stage:
         if isinstance(node.id, int):
             node.data["line"] = line_of.get(node.id)
     view.data["stage"] = "ONNX graph"
-    return Stage(index=0, name="ONNX graph", level="graph", pass_name="onnx", text=text, language="onnx",
+    return Stage(index=0, name="ONNX graph", level=Level.GRAPH, pass_name="onnx", text=text, language="onnx",
                  seconds=time.perf_counter() - t0, lineage={str(n.id): [n.id] for n in graph.nodes}, _view=view)
 
 
@@ -323,7 +327,8 @@ def _target_code(mod, target, with_asm: bool, cancel=None) -> list[tuple[str, st
     from .backend.codegen import BuildCancelled
     from .target import host_cores
 
-    if "gpu" not in target.keys:
+    gpu = TargetKind.of(target) is TargetKind.CUDA
+    if not gpu:
         n_funcs = sum(1 for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc))
         # more chunks than threads: a cancel leaves at most one small chunk per thread running
         parts = min(max(host_cores(), n_funcs // 4), n_funcs)
@@ -337,7 +342,7 @@ def _target_code(mod, target, with_asm: bool, cancel=None) -> list[tuple[str, st
     ex = tvm.compile(mod, target, relax_pipeline=None)
     lib = ex.mod
     out = []
-    if "gpu" in target.keys:
+    if gpu:
         cuda = _find_modules(lib, ("cuda",))
         if not cuda:
             raise LoweringError("the CUDA build produced no CUDA module to show.")
@@ -369,16 +374,16 @@ def _first_line(e: BaseException) -> str:
 
 def lower(
     graph,
-    target: Any = "cpu",
+    target: Any = TargetKind.CPU,
     specs: list | None = None,
     *,
     cache: LoweringCache | None = None,
     cancel: Callable[[], bool] | None = None,
-    progress: Callable[[int, int, str], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
     target_code: bool = True,
     assembly: bool = False,
 ) -> list[Stage]:
-    """The stages of lowering `graph` for `target` ('cpu', 'cuda' or a tvm Target) through `specs`.
+    """The stages of lowering `graph` for `target` (a TargetKind, 'cpu', 'cuda' or a tvm Target) through `specs`.
 
     Raises UnsupportedOpError / LoweringError (with `.stages`: the stages before the failing step,
     at least the ONNX graph) and core.errors.Cancelled (with `.stages`) when `cancel()` turns true.
@@ -397,11 +402,14 @@ def lower(
     total = 2 + len(steps) + (1 if target_code else 0)
     stages: list[Stage] = []
 
-    def step(name: str) -> None:
+    def report(event: Progress) -> None:  # a step starts: cancel is checked first
         if cancel is not None and cancel():
             raise Cancelled("lowering cancelled.", stages)
         if progress is not None:
-            progress(len(stages), total, name)
+            progress(event)
+
+    def step(name: str) -> None:  # lowering's own steps: short, or polling cancel (target code)
+        report(Progress(len(stages) / total, name, step=name))
 
     step("ONNX graph")
     stages.append(_onnx_stage(graph))
@@ -413,11 +421,11 @@ def lower(
     fp = _fingerprint(graph) if cache is not None else ""  # keys only the cache (serializes the whole graph)
     key: tuple = (fp, str(tgt))
 
-    def relax_stage(name, level, pass_name, mod, lineage, seconds, times) -> Stage:
+    def relax_stage(name, level, pass_name, mod, lineage, seconds, times, info=None) -> Stage:
         text = mod.script(show_meta=False)
         prev = stages[-1]
         stage = Stage(index=len(stages), name=name, level=level, pass_name=pass_name, text=text, language="tvmscript",
-                      seconds=seconds, lineage=lineage, pass_seconds=times, changed=text != prev.text, mod=mod)
+                      seconds=seconds, lineage=lineage, pass_seconds=times, changed=text != prev.text, mod=mod, info=info)
         title = f"{stage.index}. {name}"
         stage._view_builder = lambda m=mod, t=text, ln=lineage, ti=title: module_view(m, t, ln, ti)
         return stage
@@ -440,7 +448,7 @@ def lower(
         except UnsupportedOpError as e:
             e.stages = stages
             raise
-        stage = relax_stage("Relax import", "graph", "relax.frontend.onnx.from_onnx", result.mod,
+        stage = relax_stage("Relax import", Level.GRAPH, "relax.frontend.onnx.from_onnx", result.mod,
                             deferred_lineage(lambda m=result.mod, n=result.lineage: import_lineage(m, n)),
                             result.seconds, [("from_onnx", result.seconds, 0)])
         stage.changed = True
@@ -460,7 +468,7 @@ def lower(
     def snapshot(r: StepResult) -> None:
         prev = stages[-1]
         lineage = deferred_lineage(lambda m=r.mod, pl=prev.lineage, pm=prev.mod: propagate_lineage(m, pl, pm))
-        stage = relax_stage(r.step.name, r.step.level, r.step.name, r.mod, lineage, r.seconds, r.pass_seconds)
+        stage = relax_stage(r.step.name, r.step.level, r.step.name, r.mod, lineage, r.seconds, r.pass_seconds, r.step.info)
         stages.append(stage)
         if cache is not None:
             cache.put(keys[r.index], stage)
@@ -474,7 +482,8 @@ def lower(
     from .backend.codegen import BuildCancelled, cancel_scope
 
     with cancel_scope(cancel):
-        pipe.run(stages[-1].mod, steps, before=lambda i, s: step(s.name), reuse=cached, after=snapshot, on_error=failed)
+        pipe.run(stages[-1].mod, steps, before=lambda i, s: report(s.progress(len(stages) / total)), reuse=cached, after=snapshot,
+                 on_error=failed)
 
     with tgt:
         if target_code:
@@ -500,11 +509,11 @@ def lower(
                     raise LoweringError(f"building target code failed: {_first_line(e)}.", stages) from e
                 made = []
                 for k, (name, language, text) in enumerate(codes):
-                    s = Stage(index=len(stages), name=name, level="target code",
+                    s = Stage(index=len(stages), name=name, level=Level.TARGET_CODE,
                               pass_name="tvm.compile (TIR pipeline + codegen)", text=text, language=language,
                               seconds=seconds if k == 0 else 0.0, lineage=last.lineage,
                               pass_seconds=times if k == 0 else [], changed=True)
-                    if language == "llvm" and k == 0 and "gpu" not in tgt.keys:
+                    if language == "llvm" and k == 0 and TargetKind.of(tgt) is TargetKind.CPU:
                         s.pass_name = "TIR pipeline + LLVM codegen (tvm.tirx.build)"
                     title = f"{s.index}. {name}"
                     s._view_builder = (lambda b=base, code=text, lang=language, ti=title:
@@ -514,5 +523,5 @@ def lower(
                 if cache is not None:
                     cache.put(code_key, made)
     if progress is not None:
-        progress(total, total, "done")
+        progress(Progress(1.0, "done"))
     return stages

@@ -122,15 +122,17 @@ def _fake_tuning_compile(monkeypatch, calls: list):
     import time
 
     import core.compiler.compile as core_compile
+    from core.progress import Progress
 
     def fake(model, target, **kwargs):
         calls.append(kwargs)
         progress, cancel = kwargs["progress"], kwargs["cancel"]
-        progress("MetaSchedule tuning", 0.05)
+        rounds = dict(step="MetaSchedule tuning", cancellable=False, stops_after="the measuring round in progress")
+        progress(Progress(0.05, "MetaSchedule tuning", **rounds))
         trials = 0
         while not cancel():
             trials += 16
-            progress(f"tuning: tuning fused_conv2d_add_relu: {trials} trials", 0.05 + 0.5 * min(trials / 1000, 0.9))
+            progress(Progress(0.05 + 0.5 * min(trials / 1000, 0.9), f"tuning fused_conv2d_add_relu: {trials} trials", **rounds))
             time.sleep(0.02)
         raise core_compile.CompileCancelled("compile cancelled.")
 

@@ -61,7 +61,7 @@ def test_the_winograd_choice_reports_each_conv_and_cancel_stops_after_it(window,
     assert panel.status.text().startswith(f"Tuning (budget 2 min): Winograd choice: conv 1 of {total}: conv2d ")
     assert "Cancel stops it after the conv being measured." in panel.status.text()
     panel.cancel()
-    assert panel.status.text() == "Cancelling: the Winograd choice stops after the conv being measured…"
+    assert panel.status.text() == "Cancelling: Winograd choice stops after the conv being measured…"
     qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=60_000)
     assert panel.progress.format() == "cancelled" and panel.result is None
     assert len(measured) == 1  # no conv after the cancelled one

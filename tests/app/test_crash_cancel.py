@@ -35,7 +35,7 @@ def test_cancel_while_measuring_stops_the_benchmark(window, qtbot):
     texts = []
     panel.job = None
     panel.start()
-    panel.job.progressed.connect(lambda f, t: texts.append(t))
+    panel.job.progressed.connect(lambda p: texts.append(p.message))
     qtbot.waitUntil(lambda: any(t.startswith("measure:") for t in texts) or panel.compile_btn.isEnabled(), timeout=120_000)
     assert any(t.startswith("measure:") for t in texts), texts[-3:]
     panel.cancel()

@@ -36,14 +36,20 @@ def _endless_compile(monkeypatch, started: list):
     and runs until it is cancelled."""
     import core.compiler.compile as core_compile
 
+    from core.progress import Progress
+
     def fake(model, target, **kwargs):
         started.append(kwargs)
         progress, cancel = kwargs["progress"], kwargs["cancel"]
-        step = "tuning" if kwargs.get("tune_budget_s") else "build"
+        tuning = bool(kwargs.get("tune_budget_s"))
         n = 0
         while not cancel():
             n += 1
-            progress(f"{step}: tuning fused_conv2d: {n} trials" if step == "tuning" else step, 0.3)
+            if tuning:
+                progress(Progress(0.3, f"tuning fused_conv2d: {n} trials", step="MetaSchedule tuning", cancellable=False,
+                                  stops_after="the measuring round in progress"))
+            else:
+                progress(Progress(0.3, "build", step="build"))
             time.sleep(0.02)
         raise core_compile.CompileCancelled("compile cancelled.")
 

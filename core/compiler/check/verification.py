@@ -26,6 +26,7 @@ import numpy as np
 
 from ...errors import Cancelled, WorkbenchError
 from ..runtime.artifact import Artifact
+from ..target import TargetKind
 from .reference import ATOL, RTOL, SCALE_RTOL, compare_outputs, random_feeds, reference_run
 
 __all__ = [
@@ -133,7 +134,7 @@ def verify_artifact(
     out_scale = _scale(ref[bad]) if 0 <= bad < len(ref) else float("nan")
     head = (f"the compiled model disagrees with {reference} on output '{out_name}' (max abs error {err:.3g} where its values "
             f"reach {out_scale:.3g}) on {_inputs_text(feeds, user=inputs is not None)}")
-    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == "cpu" else None
+    culprit = locate_mismatch(art.model_bytes, art.target, feeds, rtol, atol, art.pipeline) if art.target == TargetKind.CPU else None
     if culprit is not None:
         rel = _relative(culprit.max_abs_err, culprit.scale)
         where = (f"the first difference appears at {culprit.op_type} node '{culprit.node_name}', off by up to "

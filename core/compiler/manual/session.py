@@ -323,7 +323,7 @@ def list_kernels(graph_or_path, target="cpu") -> list[KernelInfo]:
     prepare()  # TVM's thread settings and the workbench's pool, before TVM is first imported (a no-op once done)
     from ...model.graph import Graph
     from ...model.onnx_io import load_model
-    from ..compile import VM_LOWERING_START, import_relax
+    from ..compile import import_relax
     from ..pipeline.lineage import KernelLineageTap
     from ..pipeline.runner import Pipeline
 
@@ -331,11 +331,10 @@ def list_kernels(graph_or_path, target="cpu") -> list[KernelInfo]:
     pipe = Pipeline(_target(target))
     # the default pipeline's steps up to the VM lowering, without scheduling: what tuning receives
     steps = pipe.steps()
-    names = [s.name for s in steps]
-    front = steps[: names.index(VM_LOWERING_START) if VM_LOWERING_START in names else len(steps)]
+    front = steps[: next((i for i, s in enumerate(steps) if s.info.vm_lowering), len(steps))]
     imported = import_relax(graph)
     tap = KernelLineageTap(imported.mod)
-    mod = pipe.run(imported.mod, [s for s in front if s.name != "ScheduleTIR"], after=tap)
+    mod = pipe.run(imported.mod, [s for s in front if not s.info.schedules], after=tap)
     try:
         lineage = tap.kernel_lineage(imported.lineage, graph, mod)
     except Exception as exc:  # noqa: BLE001 - lineage is a help, never a reason to fail the listing

@@ -30,6 +30,8 @@ from .alternation import alternate, flatten
 from ..runtime.artifact import Artifact
 from ..check.reference import compare_outputs, random_feeds
 from ...errors import Cancelled, WorkbenchError
+from ..levels import Level
+from ..target import TargetKind
 
 __all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning",
            "threads_text"]
@@ -195,18 +197,18 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
     mod = art.scheduled_mod
     sym = sorted({d for s in art.inputs for d in s.shape if isinstance(d, str)})
     bound = {name: int((dims or {}).get(name, 1)) for name in sym}
-    target = make_target(art.target) if art.target == "cpu" else None
+    target = make_target(art.target) if art.target == TargetKind.CPU else None
     # the module names a dim by its C identifier (manifest's code_names); dims the import left
     # unnamed are not in it
     code = art.manifest.get("code_names") or {}
     defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
     in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
     # the pipeline's own VM-lowering steps, up to and then through memory planning
-    steps = [Step("BindSymbolicVars", "tensor program", lambda: relax.transform.BindSymbolicVars(in_module))] if in_module else []
-    steps += [Step(name, "tensor program", (lambda name=name: make_pass(PassSpec(name), target)))
+    steps = [Step("BindSymbolicVars", Level.TENSOR_PROGRAM, lambda: relax.transform.BindSymbolicVars(in_module))] if in_module else []
+    steps += [Step(name, Level.TENSOR_PROGRAM, (lambda name=name: make_pass(PassSpec(name), target)))
               for name in ("DataflowLowering", "CallTIRRewrite")]
     unplanned_mod = run_steps(mod, steps, target)
-    planned_mod = run_steps(unplanned_mod, [Step("StaticPlanBlockMemory", "tensor program",
+    planned_mod = run_steps(unplanned_mod, [Step("StaticPlanBlockMemory", Level.TENSOR_PROGRAM,
                                                  lambda: make_pass(PassSpec("StaticPlanBlockMemory"), target))], target)
     unplanned, _, dyn = _allocation_bytes(unplanned_mod)
     _, planned, dyn2 = _allocation_bytes(planned_mod)
@@ -237,7 +239,7 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
     acc: dict[str, float] = {}
     calls: dict[str, int] = {}
     starts: list[float] = []
-    sync = art.target == "cuda"
+    sync = art.target == TargetKind.CUDA
 
     def instrument(func, name, before_run, ret_value, *rest):
         if name.startswith("vm.builtin.") or name == "shape_func" or name.startswith("__"):
@@ -421,7 +423,7 @@ def benchmark(
 def _threads_used(art: Artifact, ort_threads: int | None) -> dict | None:
     """What ran the CPU runs: the threads of the last one (the governor's choice) and whose thread
     pool launched its parallel kernels (core.compiler.runtime.native_pool); None on a GPU."""
-    if art.target == "cuda":
+    if art.target == TargetKind.CUDA:
         return None
     from ..runtime import native_pool
 

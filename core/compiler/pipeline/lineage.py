@@ -40,7 +40,8 @@ _GENERIC_VAR = re.compile(r"^(lv|gv)\d*$")
 
 class KernelLineageTap:
     """An `after` hook for core.compiler.pipeline.runner that keeps the modules `kernel_lineage` reads:
-    the one before FuseOps and the one after it (after LegalizeOps when FuseOps is off)."""
+    the one before the fusing step (FuseOps) and the one after it (after the legalizing step,
+    LegalizeOps, when fusing is off). The steps are found by their passes' flags, not by name."""
 
     def __init__(self, imported_mod):
         self.prev = imported_mod
@@ -48,10 +49,11 @@ class KernelLineageTap:
         self.fused = None
 
     def __call__(self, result) -> None:
-        name = result.step.name
-        if name == "FuseOps":
+        info = result.step.info  # None: a step compile inserted (tuning), neither fuses nor legalizes
+        fuses = info is not None and info.fuses
+        if fuses:
             self.prefused = self.prev
-        if name == "FuseOps" or (self.fused is None and name == "LegalizeOps"):
+        if fuses or (self.fused is None and info is not None and info.legalizes):
             self.fused = result.mod
         self.prev = result.mod
 

@@ -17,7 +17,11 @@ Lowering panel shows is what gets compiled. `build_relax_pipeline(specs, target)
 one pass for code that calls `tvm.compile(mod, target, relax_pipeline=...)` itself. Specs marked `required` are needed to
 produce a runnable module (the VM lowering); `validate(specs)` explains what a given edit breaks.
 
-Adding a pass: one entry in `PASSES` (name, level, factory(target) -> tvm Pass, description).
+A pass's role is a flag of its `PassInfo` (`legalizes`, `fuses`, `schedules`, `vm_lowering`,
+`cancellable`, ...): lowering, lineage, compile and `validate` ask the flag, so a step is found by
+what it does; names are for display and for the user's pass list.
+
+Adding a pass: one entry in `PASSES` (name, level, factory(target) -> tvm Pass, description, flags).
 """
 from __future__ import annotations
 
@@ -27,12 +31,13 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import WorkbenchError
+from ..levels import Level
+from ..target import TargetKind
 
 __all__ = [
     "PassSpec",
     "PassInfo",
     "PASSES",
-    "LEVELS",
     "default_pipeline",
     "make_pass",
     "build_relax_pipeline",
@@ -41,8 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-LEVELS = ("graph", "tensor program", "target code")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ class PassSpec:
             raise WorkbenchError(f"unknown pass '{self.name}': choose one of {', '.join(PASSES)}.") from None
 
     @property
-    def level(self) -> str:
+    def level(self) -> Level:
         return self.info.level
 
     @property
@@ -73,11 +76,22 @@ class PassSpec:
 
 @dataclass(frozen=True)
 class PassInfo:
+    """A registered pass: its level, how to make it, what it does, and the flags that say what
+    role it plays in the chain (what lowering, lineage, compile and `validate` ask)."""
+
     name: str
-    level: str  # one of LEVELS
+    level: Level
     factory: Callable  # factory(target) -> tvm.transform.Pass
     description: str
     required: bool = False  # the module cannot be built without it
+    legalizes: bool = False  # high-level ops become TIR kernels (call_tir): kernels exist from here on
+    annotates: bool = False  # tags each kernel's op pattern, which the fusing step reads
+    fuses: bool = False  # groups calls into fused Relax functions (lineage reads the modules around it)
+    merges: bool = False  # merges each fused group into one TIR kernel: after the fusing step
+    needs_kernels: bool = False  # works on TIR kernels: after the legalizing step
+    schedules: bool = False  # schedules the kernels (tuning runs before it; hand scheduling starts before it)
+    vm_lowering: bool = False  # scheduled Relax+TIR towards VM code (compile keeps the module before the first)
+    cancellable: bool = False  # polls cancel while it runs: a cancel stops it within a fraction of a second
 
 
 # ---- the workbench's own passes -------------------------------------------------------------------
@@ -314,66 +328,73 @@ def _register(info: PassInfo) -> None:
 
 
 for _info in [
-    PassInfo("DecomposeOpsForInference", "graph", _relax("DecomposeOpsForInference"),
+    PassInfo("DecomposeOpsForInference", Level.GRAPH, _relax("DecomposeOpsForInference"),
              "batch_norm, layer_norm and friends become elementwise arithmetic (inference semantics)."),
-    PassInfo("CanonicalizeBindings", "graph", _relax("CanonicalizeBindings"),
+    PassInfo("CanonicalizeBindings", Level.GRAPH, _relax("CanonicalizeBindings"),
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
-    PassInfo("FoldWeights", "graph", fold_weights_pass,
+    PassInfo("FoldWeights", Level.GRAPH, fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
-    PassInfo("FuseLayerNorm", "graph", _own("passes.fuse_layer_norm", "fuse_layer_norm_pass"),
+    PassInfo("FuseLayerNorm", Level.GRAPH, _own("passes.fuse_layer_norm", "fuse_layer_norm_pass"),
              "a layer norm written out op by op (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) "
              "becomes one layer_norm: one row kernel instead of three (core.compiler.passes.fuse_layer_norm)."),
-    PassInfo("PadAttentionKeys", "graph", _own("passes.pad_attention", "pad_attention_keys_pass"),
+    PassInfo("PadAttentionKeys", Level.GRAPH, _own("passes.pad_attention", "pad_attention_keys_pass"),
              "attention over a key count no vector width divides (a ViT's 197) runs over keys padded to whole "
              "vectors, the padding masked out of the softmax with -inf (CPU; core.compiler.passes.pad_attention)."),
-    PassInfo("FoldLinearReshape", "graph", _own("passes.fold_linear_reshape", "fold_linear_reshape_pass"),
+    PassInfo("FoldLinearReshape", Level.GRAPH, _own("passes.fold_linear_reshape", "fold_linear_reshape_pass"),
              "Reshape -> Gemm -> Reshape around a linear layer (GPT-2's Conv1D) becomes one matmul on the 3-D "
              "activation, so what follows (GELU, residual add) fuses into it (core.compiler.passes.fold_linear_reshape)."),
-    PassInfo("CombineParallelMatmul", "graph", _own("passes.combine_matmul", "combine_parallel_matmul_pass"),
+    PassInfo("CombineParallelMatmul", Level.GRAPH, _own("passes.combine_matmul", "combine_parallel_matmul_pass"),
              "linear layers reading one activation (an attention layer's Q, K and V projections) become one matmul "
              "over their weights side by side, each output a column slice that fuses into the heads' reshape/transpose: "
              "two kernels fewer per layer; a split of one such matmul (GPT-2's c_attn) becomes the same slices (CPU; "
              "core.compiler.passes.combine_matmul)."),
-    PassInfo("FoldScaleIntoConv", "graph", _own("passes.fold_conv_scale", "fold_conv_scale_pass"),
+    PassInfo("FoldScaleIntoConv", Level.GRAPH, _own("passes.fold_conv_scale", "fold_conv_scale_pass"),
              "per-channel scales and shifts after a conv (inference batch norm) folded into its weight: one bias add left."),
-    PassInfo("ConvertLayoutNCHWc", "graph", _convert_layout,
+    PassInfo("ConvertLayoutNCHWc", Level.GRAPH, _convert_layout,
              "convs and the ops between them in channel-blocked NCHW[x]c (x = the vector width: 16 AVX-512, 8 AVX2), "
              "converted once at the entry and exit of each blocked region (core.compiler.passes.layout.nchwc)."),
-    PassInfo("FuseLRN", "graph", _own("passes.lrn", "fuse_lrn_pass"),
+    PassInfo("FuseLRN", Level.GRAPH, _own("passes.lrn", "fuse_lrn_pass"),
              "a local response normalization (LRN: seven ops, two layout copies, a libm pow per element) becomes one "
              "kernel in the model's own layout, reading its input once (CPU; core.compiler.passes.lrn)."),
-    PassInfo("WidenConvRows", "graph", _own("passes.layout.conv_width", "widen_conv_rows_pass"),
+    PassInfo("WidenConvRows", Level.GRAPH, _own("passes.layout.conv_width", "widen_conv_rows_pass"),
              "a channel-blocked conv whose output rows have no register tile (a prime width: zfnet512's 109) "
              "computes one more column, cut off after its bias and ReLU (CPU; core.compiler.passes.layout.conv_width)."),
-    PassInfo("FoldConstant", "graph", _relax("FoldConstant"),
+    PassInfo("FoldConstant", Level.GRAPH, _relax("FoldConstant"),
              "TVM's constant folding: evaluates remaining all-constant calls by compiling them."),
-    PassInfo("LibraryDispatch", "graph", _dispatch,
+    PassInfo("LibraryDispatch", Level.GRAPH, _dispatch,
              "routes sampling/sort/scan ops to library kernels (TVM's default dispatch).", required=True),
-    PassInfo("LegalizeOps", "tensor program", _legalize,
-             "every high-level Relax op becomes a call_tir into a TIR tensor program (Relax + TIR).", required=True),
-    PassInfo("AnnotateTIROpPattern", "tensor program", _relax("AnnotateTIROpPattern"),
-             "tags each TIR function as elementwise/broadcast/injective/reduction/out-fusable for FuseOps."),
-    PassInfo("FoldConstantTIR", "tensor program", _relax("FoldConstant"),
+    PassInfo("LegalizeOps", Level.TENSOR_PROGRAM, _legalize,
+             "every high-level Relax op becomes a call_tir into a TIR tensor program (Relax + TIR).", required=True,
+             legalizes=True),
+    PassInfo("AnnotateTIROpPattern", Level.TENSOR_PROGRAM, _relax("AnnotateTIROpPattern"),
+             "tags each TIR function as elementwise/broadcast/injective/reduction/out-fusable for FuseOps.",
+             annotates=True, needs_kernels=True),
+    PassInfo("FoldConstantTIR", Level.TENSOR_PROGRAM, _relax("FoldConstant"),
              "constant folding again, now over call_tir (TVM's default pipeline runs it here)."),
-    PassInfo("FuseOps", "tensor program", _relax("FuseOps"),
-             "groups neighbouring calls (conv + bias + relu, ...) into fused Relax functions."),
-    PassInfo("FuseTIR", "tensor program", _relax("FuseTIR"),
-             "merges each fused group's TIR functions into one TIR kernel.", required=True),
-    PassInfo("DeadCodeElimination", "tensor program", _relax("DeadCodeElimination"),
+    PassInfo("FuseOps", Level.TENSOR_PROGRAM, _relax("FuseOps"),
+             "groups neighbouring calls (conv + bias + relu, ...) into fused Relax functions.", fuses=True),
+    PassInfo("FuseTIR", Level.TENSOR_PROGRAM, _relax("FuseTIR"),
+             "merges each fused group's TIR functions into one TIR kernel.", required=True, merges=True,
+             needs_kernels=True),
+    PassInfo("DeadCodeElimination", Level.TENSOR_PROGRAM, _relax("DeadCodeElimination"),
              "drops unused bindings and functions."),
-    PassInfo("ScheduleTIR", "tensor program", _schedule,
-             "schedules every kernel for the target (core.compiler.schedules): tiling, threads or vectors."),
-    PassInfo("DataflowLowering", "tensor program", _seq("RewriteDataflowReshape", "ToNonDataflow", "RemovePurityChecking"),
-             "reshapes become views, dataflow blocks become plain bindings, purity checks go.", required=True),
-    PassInfo("CallTIRRewrite", "tensor program", _relax("CallTIRRewrite"),
-             "call_tir becomes explicit output allocation + a call in destination-passing style.", required=True),
-    PassInfo("StaticPlanBlockMemory", "tensor program", _relax("StaticPlanBlockMemory"),
-             "memory planning: allocations with disjoint lifetimes share storage."),
-    PassInfo("RewriteCUDAGraph", "tensor program", _relax("RewriteCUDAGraph"),
-             "captures static parts of the graph as CUDA graphs (CUDA only)."),
-    PassInfo("VMFinalize", "tensor program",
+    PassInfo("ScheduleTIR", Level.TENSOR_PROGRAM, _schedule,
+             "schedules every kernel for the target (core.compiler.schedules): tiling, threads or vectors.",
+             schedules=True, needs_kernels=True, cancellable=True),
+    PassInfo("DataflowLowering", Level.TENSOR_PROGRAM, _seq("RewriteDataflowReshape", "ToNonDataflow", "RemovePurityChecking"),
+             "reshapes become views, dataflow blocks become plain bindings, purity checks go.", required=True,
+             vm_lowering=True),
+    PassInfo("CallTIRRewrite", Level.TENSOR_PROGRAM, _relax("CallTIRRewrite"),
+             "call_tir becomes explicit output allocation + a call in destination-passing style.", required=True,
+             needs_kernels=True, vm_lowering=True),
+    PassInfo("StaticPlanBlockMemory", Level.TENSOR_PROGRAM, _relax("StaticPlanBlockMemory"),
+             "memory planning: allocations with disjoint lifetimes share storage.", vm_lowering=True),
+    PassInfo("RewriteCUDAGraph", Level.TENSOR_PROGRAM, _relax("RewriteCUDAGraph"),
+             "captures static parts of the graph as CUDA graphs (CUDA only).", vm_lowering=True),
+    PassInfo("VMFinalize", Level.TENSOR_PROGRAM,
              _seq("LowerAllocTensor", "KillAfterLastUse", "LowerRuntimeBuiltin", "ComputePrimValue", "VMShapeLower", "AttachGlobalSymbol"),
-             "VM builtins for allocation, frees after last use, shape computation, global symbols.", required=True),
+             "VM builtins for allocation, frees after last use, shape computation, global symbols.", required=True,
+             vm_lowering=True),
 ]:
     _register(_info)
 
@@ -412,7 +433,7 @@ _OFF_BY_DEFAULT = {"FoldConstant"}
 
 
 def default_pipeline(target) -> list[PassSpec]:
-    """The default chain for `target` (a tvm Target or 'cpu'/'cuda')."""
+    """The default chain for `target` (a tvm Target, a TargetKind or 'cpu'/'cuda')."""
     names = list(_DEFAULT)
     if _is_gpu(target):
         names.remove("ConvertLayoutNCHWc")  # a CPU layout (the CUDA rules are dlight's)
@@ -425,9 +446,7 @@ def default_pipeline(target) -> list[PassSpec]:
 
 
 def _is_gpu(target) -> bool:
-    if isinstance(target, str):
-        return target == "cuda"
-    return "gpu" in target.keys
+    return TargetKind.of(target) is TargetKind.CUDA
 
 
 def make_pass(spec: PassSpec, target):
@@ -442,16 +461,26 @@ def validate(specs: list[PassSpec]) -> list[str]:
         _ = s.info  # unknown names raise
         if s.required and not s.enabled:
             problems.append(f"{s.name} is required to build a runnable module; it cannot be disabled.")
-    order = [s.name for s in specs if s.enabled]
-    if "FuseOps" in order and "FuseTIR" in order and order.index("FuseTIR") < order.index("FuseOps"):
-        problems.append("FuseTIR must come after FuseOps.")
-    if "FuseOps" in order and "AnnotateTIROpPattern" not in order[: order.index("FuseOps")]:
-        problems.append("FuseOps needs AnnotateTIROpPattern before it (it fuses by the kernels' patterns).")
-    if "LegalizeOps" in order:
-        li = order.index("LegalizeOps")
-        for name in ("AnnotateTIROpPattern", "FuseTIR", "ScheduleTIR", "CallTIRRewrite"):
-            if name in order and order.index(name) < li:
-                problems.append(f"{name} works on TIR kernels and must come after LegalizeOps.")
+    # the order the passes' roles need, by their flags (the sentences name the passes)
+    order = [s.info for s in specs if s.enabled]
+
+    def first(role: Callable[[PassInfo], bool]) -> int | None:
+        return next((i for i, info in enumerate(order) if role(info)), None)
+
+    fuse = first(lambda info: info.fuses)
+    if fuse is not None:
+        for info in order[:fuse]:
+            if info.merges:
+                problems.append(f"{info.name} must come after {order[fuse].name}.")
+        tag = first(lambda info: info.annotates)
+        if tag is None or tag > fuse:
+            tagger = next((n for n, info in PASSES.items() if info.annotates), "a pass tagging the kernels' op patterns")
+            problems.append(f"{order[fuse].name} needs {tagger} before it (it fuses by the kernels' patterns).")
+    legalize = first(lambda info: info.legalizes)
+    if legalize is not None:
+        for info in order[:legalize]:
+            if info.needs_kernels:
+                problems.append(f"{info.name} works on TIR kernels and must come after {order[legalize].name}.")
     return problems
 
 

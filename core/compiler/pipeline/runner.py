@@ -5,7 +5,7 @@ steps through is what compile builds and what bench measures:
 
 * `core.compiler.lowering.lower` snapshots the module after every step (the `after` hook) and
   reuses cached steps (the `reuse` hook);
-* `core.compiler.compile.compile_model` inserts its tuning step before ScheduleTIR, keeps the
+* `core.compiler.compile.compile_model` inserts its tuning step before the scheduling step, keeps the
   scheduled module (memory estimate, lineage) and generates code with `codegen`;
 * `core.compiler.measure.bench.estimate_memory` runs the pipeline's own VM-lowering steps on that module;
 * `core.compiler.check.verification.locate_mismatch` builds its probe with `Pipeline.build`.
@@ -13,7 +13,9 @@ steps through is what compile builds and what bench measures:
 A step is one enabled `PassSpec` of core.compiler.pipeline.pass_list (or a step a caller inserts, such as
 tuning), run inside the target's context and timed with a tvm PassInstrument (the nested passes'
 times come with it). Code generation is `tvm.compile` with no Relax pipeline of its own: every
-Relax pass has run as a step before it.
+Relax pass has run as a step before it. A step's `info` is its pass's PassInfo, whose flags say
+what role it plays (the scheduling step, the legalizing one); its `progress(fraction)` is the
+typed event (core.progress.Progress) a caller reports when the step starts.
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import WorkbenchError
+from ...progress import Progress
+from ..target import TargetKind
+from ..levels import Level
 
 __all__ = ["Step", "StepResult", "Pipeline", "run_steps", "run_timed"]
 
@@ -35,12 +40,25 @@ class Step:
     """One step of a run: a name, its abstraction level and how to make its tvm Pass.
 
     `make()` builds the pass when the step runs (a cached step never builds it); `spec` is the
-    PassSpec it came from (None for a step a caller inserted, e.g. compile's tuning)."""
+    PassSpec it came from (None for a step a caller inserted, e.g. compile's tuning).
+    `cancellable`: the step polls cancel while it runs (a pass's flag); otherwise a cancel waits
+    for `stops_after` (a caller's step that stops in rounds) or for the step's end."""
 
     name: str
-    level: str
+    level: Level
     make: Callable[[], Callable]
     spec: Any = None
+    cancellable: bool = False
+    stops_after: str = ""
+
+    @property
+    def info(self):
+        """The PassInfo of this step's pass (its role flags), None for a step a caller inserted."""
+        return self.spec.info if self.spec is not None else None
+
+    def progress(self, fraction: float) -> Progress:
+        """The event that says this step starts, `fraction` of the way through the run's job."""
+        return Progress(fraction, self.name, step=self.name, cancellable=self.cancellable, stops_after=self.stops_after)
 
 
 @dataclass
@@ -135,12 +153,12 @@ def run_steps(
 class Pipeline:
     """A pass list (core.compiler.pipeline.pass_list PassSpecs) for one target, ready to run.
 
-    `target`: 'cpu', 'cuda' or a tvm Target. `specs`: default_pipeline(target) when None.
+    `target`: a TargetKind ('cpu', 'cuda') or a tvm Target. `specs`: default_pipeline(target) when None.
     With `check` (the default) a list that cannot build is refused in one sentence; lowering
     passes check=False and reads `problems` itself (it shows the ONNX stage first).
     """
 
-    def __init__(self, target: Any = "cpu", specs: list | None = None, *, check: bool = True):
+    def __init__(self, target: Any = TargetKind.CPU, specs: list | None = None, *, check: bool = True):
         from .pass_list import default_pipeline, validate
         from ..target import make_target
 
@@ -155,7 +173,8 @@ class Pipeline:
         from .pass_list import make_pass
 
         tgt = self.target
-        return [Step(s.name, s.level, (lambda s=s: make_pass(s, tgt)), s) for s in self.specs if s.enabled]
+        return [Step(s.name, s.level, (lambda s=s: make_pass(s, tgt)), s, cancellable=s.info.cancellable)
+                for s in self.specs if s.enabled]
 
     @staticmethod
     def import_graph(graph):

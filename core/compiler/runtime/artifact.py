@@ -28,7 +28,7 @@ import numpy as np
 
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
-from ..target import cannot_run_here, gpu_present
+from ..target import TargetKind, cannot_run_here, gpu_present
 
 __all__ = [
     "Artifact",
@@ -163,14 +163,14 @@ class Artifact:
     def device(self):
         import tvm
 
-        return tvm.cuda(0) if self.target == "cuda" else tvm.cpu(0)
+        return tvm.cuda(0) if self.target == TargetKind.CUDA else tvm.cpu(0)
 
     def vm(self):
         """The Relax VM (created on first use)."""
         if self._vm is None:
             from tvm import relax
 
-            if self.target == "cuda" and not gpu_present():
+            if self.target == TargetKind.CUDA and not gpu_present():
                 raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
             self.check_runs_here()
             self._vm = relax.VirtualMachine(self.library, self.device)
@@ -180,7 +180,7 @@ class Artifact:
         """Refuse (one sentence) CPU code this machine cannot execute: built for a CPU with
         features this one lacks (AVX-512 code on an AVX2 host), it would die of an illegal
         instruction. The manifest records the CPU (core.compiler.target.target_cpu)."""
-        if self.target == "cpu":
+        if self.target == TargetKind.CPU:
             why = cannot_run_here((self.manifest.get("target") or {}).get("cpu"))
             if why:
                 raise WorkbenchError(why)
@@ -188,7 +188,7 @@ class Artifact:
     def to_device(self, feeds: dict[str, np.ndarray]) -> list:
         import tvm
 
-        if self.target == "cuda" and not gpu_present():
+        if self.target == TargetKind.CUDA and not gpu_present():
             raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
 
         args = []
@@ -214,7 +214,7 @@ class Artifact:
         nothing."""
         if self._main is None:
             self._main = self.vm()["main"]
-        if self.target != "cuda" and self.manifest.get("parallel_kernels") != 0:
+        if self.target != TargetKind.CUDA and self.manifest.get("parallel_kernels") != 0:
             if self._governor is None:
                 from .threads import ThreadGovernor
 
@@ -251,7 +251,7 @@ class Artifact:
         if self.folder is not None and (self.folder / LIBRARY).exists():
             if self.folder.resolve() != folder.resolve():
                 shutil.copy2(self.folder / LIBRARY, lib_path)
-        elif self.target == "cuda":
+        elif self.target == TargetKind.CUDA:
             with quiet_tvm_scope_warnings():
                 export_cuda_library(self.library, lib_path, self.manifest)
         else:
@@ -265,7 +265,7 @@ class Artifact:
             os.replace(tmp, folder / SOURCE_MODEL)
         runner = Path(__file__).with_name("run_template.py")
         shutil.copy2(runner, folder / RUNNER)
-        if self.target != "cuda":
+        if self.target != TargetKind.CUDA:
             self._export_thread_pool(folder)
         if measured:
             self.manifest["measured"] = measured
@@ -324,7 +324,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     folder = Path(folder)
     manifest, lib_path = check_artifact_folder(folder)
     target = manifest.get("target", {}).get("kind", "cpu")
-    if target == "cuda":
+    if target == TargetKind.CUDA:
         if not gpu_present():
             raise WorkbenchError(
                 f"{folder} holds a CUDA artifact; loading it needs a CUDA GPU and apache-tvm with CUDA support, and this machine has no usable GPU."

@@ -123,12 +123,17 @@ def test_cancel_stops_the_compile():
 
 
 def test_progress_reports_each_step():
-    steps = []
-    compile_model(sample("mlp"), "cpu", verify=False, progress=lambda s, f: steps.append((s, f)))
-    names = [s for s, _ in steps]
+    """Each step is one typed event; `cancellable` comes from the pass's flag (ScheduleTIR polls
+    cancel, LegalizeOps runs to its end), not from its name."""
+    events = []
+    compile_model(sample("mlp"), "cpu", verify=False, progress=events.append)
+    names = [e.message for e in events]
     assert names[0] == "import to Relax" and names[-1] == "done" and "code generation" in names
-    fracs = [f for _, f in steps]
+    fracs = [e.fraction for e in events]
     assert fracs == sorted(fracs)
+    by_step = {e.step: e for e in events if e.step}
+    assert by_step["ScheduleTIR"].cancellable and not by_step["LegalizeOps"].cancellable
+    assert by_step["code generation"].cancellable  # CPU kernels build in groups, cancel polled between
 
 
 def test_compare_outputs_tells_float32_summation_noise_from_wrong_results():
@@ -187,13 +192,16 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
     monkeypatch.setattr(tuning, "tuning_pass", fake_tuning_pass)
     steps = []
     art = compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_budget_s=90, tune_db=tmp_path,
-                        progress=lambda s, f: steps.append((s, f)), cancel=lambda: False)
+                        progress=steps.append, cancel=lambda: False)
     assert seen["trials"] == 8 and seen["budget_s"] == 90.0 and seen["database"] == str(tmp_path) and callable(seen["cancel"])
-    fracs = [f for _, f in steps]
+    fracs = [e.fraction for e in steps]
     assert fracs == sorted(fracs)
     # 15-55 %: the Winograd choice step before LegalizeOps owns 5-15 % (none to make in an MLP)
-    assert ("tuning: tuning fused_matmul_add: 16 trials", pytest.approx(0.35)) in steps
-    assert ("Winograd choice", pytest.approx(0.05)) in steps
+    tuning = next(e for e in steps if e.message == "tuning fused_matmul_add: 16 trials")
+    assert tuning.fraction == pytest.approx(0.35) and tuning.step == "MetaSchedule tuning"
+    assert not tuning.cancellable and tuning.stops_after == "the measuring round in progress"  # cancel waits for the round
+    choice = next(e for e in steps if e.step == "Winograd choice")
+    assert choice.fraction == pytest.approx(0.05) and choice.stops_after == "the conv being measured"
     tuning = art.manifest["tuning"]
     assert tuning["trials"] == 8 and tuning["budget_s"] == 90.0 and tuning["database"].startswith(str(tmp_path))
     assert tuning["summary"].startswith("1/2 kernels tuned") and tuning["kernels"] >= 1 and tuning["kernels_from_database"] == 0

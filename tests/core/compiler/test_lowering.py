@@ -119,8 +119,8 @@ def test_cancel_between_steps_keeps_done_stages():
 
     seen = []
 
-    def progress(done, total, name):
-        seen.append(name)
+    def progress(event):
+        seen.append(event.message)
 
     with pytest.raises(LoweringCancelled) as info:
         lower(load_model(sample("mlp")), "cpu", cancel=lambda: len(seen) >= 4, progress=progress)

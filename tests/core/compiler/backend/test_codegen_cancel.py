@@ -72,8 +72,8 @@ def test_compile_cancelled_in_code_generation_stops_fast():
 
     flag = {"at": None}
 
-    def progress(step, frac):
-        if step == "code generation" and flag["at"] is None:
+    def progress(event):
+        if event.step == "code generation" and flag["at"] is None:
             threading.Timer(0.05, lambda: flag.__setitem__("at", time.perf_counter())).start()
 
     with pytest.raises(Cancelled):
@@ -107,8 +107,8 @@ def test_lowering_cancelled_in_target_code_keeps_its_stages():
 
     flag = {"at": None}
 
-    def progress(done, total, name):
-        if name == "target code" and flag["at"] is None:
+    def progress(event):
+        if event.step == "target code" and flag["at"] is None:
             threading.Timer(0.05, lambda: flag.__setitem__("at", time.perf_counter())).start()
 
     with pytest.raises(Cancelled) as e:
