@@ -160,7 +160,7 @@ def build_blocked_case(kind: str, c: int, size: int, k: int, stride: int, target
     started = False
     with target:
         for spec in default_pipeline(target):
-            started = started or spec.name == "LegalizeOps"
+            started = started or spec.info.legalizes
             if spec.enabled and started:
                 mod = make_pass(spec, target)(mod)
     fn = relax.VirtualMachine(tvm.compile(mod, target), tvm.cpu())["main"]

@@ -174,7 +174,7 @@ def scheduled_module(proto, target):
         graph = load_model(path)
         pipe = Pipeline(target)
         steps = pipe.steps()
-        last = next(i for i, s in enumerate(steps) if s.name == "ScheduleTIR")
+        last = next(i for i, s in enumerate(steps) if s.info.schedules)
         return pipe.run(pipe.import_graph(graph).mod, steps=steps[: last + 1])
 
 
