@@ -25,6 +25,7 @@ import onnx
 
 from .errors import WorkbenchError
 from .model.graph import INFERRED
+from .tolerances import ATOL, RTOL, judge
 
 __all__ = [
     "VerificationError",
@@ -41,8 +42,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
+DEFAULT_ATOL = ATOL  # the tolerances and the judgement are core.tolerances', shared with the compile's check
+DEFAULT_RTOL = RTOL
 
 
 class VerificationError(WorkbenchError):
@@ -142,7 +143,7 @@ class OutputDiff:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The result of comparing two runs; `ok` is numpy.isclose semantics over every element."""
+    """The result of comparing two runs; `ok`: every output matches (core.tolerances.judge)."""
 
     outputs: tuple[OutputDiff, ...]
     atol: float
@@ -193,27 +194,9 @@ class Comparison:
         }
 
 
-def _diff(name: str, a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> OutputDiff:
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.shape != b.shape:
-        return OutputDiff(name, math.inf, math.inf, False, f"shape {list(a.shape)} versus {list(b.shape)}")
-    if a.dtype != b.dtype:
-        return OutputDiff(name, math.inf, math.inf, False, f"dtype {a.dtype} versus {b.dtype}")
-    if a.size == 0:
-        return OutputDiff(name, 0.0, 0.0, True)
-    if not (np.issubdtype(a.dtype, np.number) or a.dtype == np.bool_):
-        same = bool(np.array_equal(a, b))
-        return OutputDiff(name, 0.0 if same else math.inf, 0.0 if same else math.inf, same, "" if same else "values differ")
-    af = a.astype(np.float64)
-    bf = b.astype(np.float64)
-    close = np.isclose(af, bf, atol=atol, rtol=rtol, equal_nan=True)
-    finite = np.isfinite(af) & np.isfinite(bf)
-    err = np.abs(af - bf)
-    err = np.where(finite, err, np.where(close, 0.0, np.inf))
-    max_abs = float(err.max())
-    max_rel = float((err / (np.abs(bf) + atol)).max()) if finite.any() else (0.0 if close.all() else math.inf)
-    return OutputDiff(name, max_abs, max_rel, bool(close.all()))
+def _diff(name: str, reference: np.ndarray, ours: np.ndarray, atol: float, rtol: float) -> OutputDiff:
+    j = judge(ours, reference, rtol=rtol, atol=atol)
+    return OutputDiff(name, j.max_abs, j.max_rel, j.ok, j.problem)
 
 
 def compare(
@@ -223,7 +206,8 @@ def compare(
     rtol: float = DEFAULT_RTOL,
     seed: int = 0,
 ) -> Comparison:
-    """Compare two runs output by output (by name for dicts, by position for lists)."""
+    """Compare two runs output by output (by name for dicts, by position for lists); `outputs_a` is
+    the reference (the model before a rewrite), whose values scale the judgement."""
     if isinstance(outputs_a, dict) and isinstance(outputs_b, dict):
         names = list(outputs_a)
         diffs = []

@@ -1,4 +1,7 @@
-"""The reference side of every numerical check: seeded random inputs, onnxruntime runs, output comparison."""
+"""The reference side of every numerical check: seeded random inputs, onnxruntime runs, output comparison.
+
+The tolerances and how an output is judged are core.tolerances' (RTOL, ATOL, SCALE_RTOL are
+re-exported here for the compile's callers)."""
 from __future__ import annotations
 
 import logging
@@ -7,6 +10,7 @@ import re
 import numpy as np
 
 from ...errors import WorkbenchError
+from ...tolerances import ATOL, RTOL, SCALE_RTOL, judge
 from ..runtime.artifact import TensorSpec
 
 __all__ = [
@@ -24,15 +28,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-RTOL = 1e-3
-
-
-ATOL = 1e-4
-
-
-SCALE_RTOL = 1e-4  # see compare_outputs
 
 
 def random_feeds(
@@ -70,42 +65,16 @@ def random_feeds(
 def compare_outputs(
     ours: list[np.ndarray], reference: list[np.ndarray], rtol: float = RTOL, atol: float = ATOL, scale_rtol: float = SCALE_RTOL
 ) -> tuple[bool, float, int]:
-    """(all close, max abs error, index of the first output that differs or -1).
-
-    An output matches when every element is close (rtol, atol), or when its largest error is
-    below `scale_rtol` of the output's own magnitude (max |reference|): long float32 reductions
-    (VGG-19's 25088-wide Gemm with random weights: outputs up to ~4000) summed in another order
-    differ by ~1e-2 on elements that happen to be near zero, which is float32 rounding, not a
-    wrong conversion; a wrong conversion errs on the scale of the values themselves."""
-    worst = 0.0
-    first_bad = -1
+    """(all match, max abs error, index of the first output that differs or -1), each output
+    judged by core.tolerances.judge (the judgement the rewrite check, core.verify, uses too)."""
     if len(ours) != len(reference):
         return False, float("inf"), 0
+    worst = 0.0
+    first_bad = -1
     for i, (a, b) in enumerate(zip(ours, reference)):
-        a = np.asarray(a)
-        b = np.asarray(b)
-        if a.shape != b.shape:
-            return False, float("inf"), i
-        if a.size == 0:
-            continue
-        if a.dtype == np.bool_ or b.dtype == np.bool_:
-            err = float(np.count_nonzero(a != b))
-            close = err == 0
-        else:
-            af = a.astype(np.float64)
-            bf = b.astype(np.float64)
-            both_nan = np.isnan(af) & np.isnan(bf)
-            diff = np.where(both_nan, 0.0, np.abs(af - bf))
-            err = float(np.nanmax(diff)) if diff.size else 0.0
-            if np.isnan(diff).any():
-                err = float("inf")
-            close = bool(np.all(both_nan | np.isclose(af, bf, rtol=rtol, atol=atol)))
-            if not close and np.isfinite(err):
-                finite = bf[np.isfinite(bf)]
-                scale = float(np.abs(finite).max()) if finite.size else 0.0
-                close = err <= atol + scale_rtol * scale
-        worst = max(worst, err)
-        if not close and first_bad < 0:
+        j = judge(a, b, rtol, atol, scale_rtol)
+        worst = max(worst, j.max_abs)
+        if not j.ok and first_bad < 0:
             first_bad = i
     return first_bad < 0, worst, first_bad
 
