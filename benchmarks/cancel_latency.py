@@ -19,10 +19,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
+import benchmarks.common  # noqa: E402,F401 - first: it prepares the process before anything imports tvm
 
 GOAL_S = 0.5
 
@@ -88,7 +88,7 @@ def _codegen_side_by_side(graph, repeats: int) -> None:
     feeds = random_feeds(inputs, seed=0)
 
     def first_run(ex) -> None:  # LLVM makes machine code at the first lookup: count it on both sides
-        Artifact(library=ex, target="cpu", inputs=inputs, outputs=outputs, manifest={}).run(feeds)
+        Artifact(library=ex, target="cpu", inputs=inputs, outputs=outputs).run(feeds)
 
     rows = []
     for _ in range(repeats):

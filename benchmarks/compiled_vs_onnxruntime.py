@@ -42,60 +42,24 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+if not __package__:  # run as a file: the repository root, for the benchmarks package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import core  # noqa: E402,F401 - before tvm: its parallel launch (core.compiler.runtime.native_pool) must load first
+from benchmarks.common import (  # noqa: E402 - first: it prepares the process before anything imports tvm
+    BackgroundLoad,
+    benchmark_models,
+    feeds_for,
+    host_description,
+    host_has_avx512,
+    load_proto,
+    ours_runner,
+)
+from benchmarks.core_pair import core_pair_speedup  # noqa: E402
 
-from benchmarks.core_pair import core_pair_speedup  # noqa: E402 - after the path set-up
-
-__all__ = ["light_models", "sample_models", "build_vm", "ours_runner", "BackgroundLoad", "host_description", "host_has_avx512", "main"]
+# host_has_avx512 is looked up here by main() (tests fake the host through this module)
+__all__ = ["build_vm", "build_vm_workbench", "compile_workbench", "host_has_avx512", "main", "relax_to_fused_tir"]
 
 RTOL, ATOL = 1e-3, 1e-4
-
-
-def light_models() -> dict[str, Path]:
-    import onnx
-
-    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-    return {p.stem.removeprefix("light_"): p for p in sorted(folder.glob("light_*.onnx"))}
-
-
-def sample_models() -> dict:
-    from core.model import samples
-
-    return {name: fn for name, fn in samples.SAMPLES.items()} if hasattr(samples, "SAMPLES") else {}
-
-
-def architecture_models() -> dict:
-    from benchmarks.architectures import ARCHITECTURES
-
-    return dict(ARCHITECTURES)
-
-
-def _load(model):
-    import onnx
-
-    return onnx.load(str(model)) if isinstance(model, (str, Path)) else model()
-
-
-def _feeds(proto, dims: dict[str, int] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    import onnx
-
-    rng = np.random.default_rng(seed)
-    init_names = {i.name for i in proto.graph.initializer}
-    feeds = {}
-    for vi in proto.graph.input:
-        if vi.name in init_names:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else (dims or {}).get(d.dim_param, 1) for d in vi.type.tensor_type.shape.dim]
-        if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64:
-            # token ids and attention masks: 0 and 1 are valid for both (a mask with padding)
-            feeds[vi.name] = rng.integers(0, 2, shape).astype(np.int64)
-        else:
-            feeds[vi.name] = rng.standard_normal(shape).astype(np.float32)
-    return feeds
 
 
 def relax_to_fused_tir(proto):
@@ -155,7 +119,7 @@ def build_vm_workbench(proto, target, database: str | None = None):
     choosing threads for a model without one)."""
     art = compile_workbench(proto, target, database)
     vm = art.vm()
-    vm.parallel_kernels = art.manifest.get("parallel_kernels")
+    vm.parallel_kernels = art.manifest.parallel_kernels
     return vm
 
 
@@ -197,117 +161,10 @@ def _to_numpy(out):
     return [o.numpy() for o in out]
 
 
-def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
-    """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
-    thread count is chosen as Artifact.run_device chooses it (core.compiler.runtime.threads: the cores
-    other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
-    model without a parallel kernel (`vm.parallel_kernels` 0, see build_vm_workbench), as there;
-    else exactly `threads` of TVM's pool (the same executable, see
-    core.compiler.target.runtime_threads), or the pool as it is when None."""
-    import contextlib
-
-    import tvm
-
-    from core.compiler.runtime.native_pool import run_threads
-    from core.compiler.target import runtime_threads
-    from core.compiler.runtime.threads import ThreadGovernor
-
-    args = [tvm.runtime.tensor(v) for v in feeds.values()]
-    fn = vm["main"]
-    governed = adaptive and getattr(vm, "parallel_kernels", None) != 0
-    governor = ThreadGovernor(max_threads=threads, enabled=True) if governed else None
-
-    def run(n: int) -> list[float]:
-        times = []
-        with runtime_threads(threads) if threads and governor is None else contextlib.nullcontext():
-            for _ in range(n):
-                t0 = time.perf_counter()
-                if governor is not None:
-                    used = governor.before_run()
-                    if used < (threads or 0):
-                        if used < run_threads():  # the pool measured one thread faster
-                            run.one_thread += 1
-                        else:  # the governor saw other work
-                            run.fewer_threads += 1
-                    try:
-                        fn(*args)
-                    finally:
-                        governor.after_run()
-                else:
-                    fn(*args)
-                times.append((time.perf_counter() - t0) * 1e3)
-        run.runs += n
-        return times
-
-    run.fewer_threads = 0  # runs the governor gave fewer than `threads` threads (it saw other work)
-    run.one_thread = 0  # runs the pool gave one thread because one measured faster (core.compiler.runtime.threads)
-    run.runs = 0
-    return run
-
-
 def _spread(times: list[float]) -> str:
     """'median (p10-p90)' in ms."""
     a = np.asarray(times)
     return f"{np.median(a):.3g} ({np.percentile(a, 10):.3g}-{np.percentile(a, 90):.3g})"
-
-
-def _busy(stop) -> None:  # pragma: no cover - runs in a child process
-    x = 0
-    while not stop.is_set():
-        x += 1
-
-
-class BackgroundLoad:
-    """N processes that keep one core each busy (pure Python spin), for measurements under load."""
-
-    def __init__(self, n: int):
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        self._stop = ctx.Event()
-        self._procs = [ctx.Process(target=_busy, args=(self._stop,), daemon=True) for _ in range(n)]
-
-    def __enter__(self):
-        for p in self._procs:
-            p.start()
-        time.sleep(0.5 if self._procs else 0)
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for p in self._procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.kill()
-
-
-def host_description(target) -> str:
-    """'AMD EPYC 9xxx (znver4, AVX-512)': the CPU's model name, LLVM's name for it, its widest ISA."""
-    import platform
-
-    from tvm.target import codegen
-
-    from core.compiler.target import host_cpu
-
-    name = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    isa = "AVX-512" if codegen.target_has_features("avx512f", target) else "AVX2" if codegen.target_has_features("avx2", target) else "SSE/other"
-    return f"{name or 'unknown CPU'} ({host_cpu()}, {isa})"
-
-
-def host_has_avx512() -> bool:
-    """Whether this host's CPU has AVX-512 (LLVM's view of it, as host_description's)."""
-    from tvm.target import codegen
-
-    from core.compiler.target import make_target
-
-    return bool(codegen.target_has_features("avx512f", make_target("cpu", mcpu="host")))
 
 
 def _check(vm, ort_proc, feeds) -> float:
@@ -386,8 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from core.compiler.measure.alternation import alternate, flatten
 
-    # `import core` sized TVM's pool to the host's cores already; ours runs on --threads of them
-    # (core.compiler.target.runtime_threads), as many as onnxruntime gets
+    # benchmarks.common's set-up sized TVM's pool to the host's cores already; ours runs on --threads of them
+    # (core.compiler.runtime.threads.runtime_threads), as many as onnxruntime gets
     from core.compiler.measure.ort_worker import OrtProcess
 
     hide_avx512 = args.as_avx2 and host_has_avx512()  # on an AVX2 host both run AVX2 code as they are
@@ -401,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu_features is None:
             args.cpu_features = "-avx512f"
     target = make_target("cpu", mcpu=args.cpu, mattr=args.cpu_features)
-    models: dict[str, object] = dict(light_models())
-    models.update(sample_models())
-    models.update(architecture_models())
+    models: dict[str, object] = benchmark_models()
     if args.models:
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         models = {k: v for k, v in models.items() if k in wanted}
@@ -460,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     single: dict[str, list[float]] = {"x": [], "ours": [], "ort": [], "ours_p10": [], "ort_p10": []}
     tuned_ratios = []
     for name, model in models.items():
-        proto = _load(model)
-        feeds = _feeds(proto)
+        proto = load_proto(model)
+        feeds = feeds_for(proto)
         t0 = time.perf_counter()
         build = build_vm_workbench if args.pipeline == "workbench" else build_vm
         vm = build(proto, target)
@@ -475,15 +330,17 @@ def main(argv: list[str] | None = None) -> int:
                 # tuned (when asked) and compiled in one go, on the workbench's own kernels; with
                 # --tune-minutes 0 the records already in the database are only applied
                 artifact = compile_workbench(proto, target, args.tune_db, tune_s, args.tune_trials if tune_s else 0)
-                tuning = artifact.manifest.get("tuning") or {}
-                if tuning.get("summary"):
-                    print(f"  tuning {name}: {tuning['summary']}", flush=True)
-                if tuning.get("model_ab"):
+                from core.compiler.runtime.manifest import TuningRecord
+
+                tuning = artifact.manifest.tuning or TuningRecord()
+                if tuning.summary:
+                    print(f"  tuning {name}: {tuning.summary}", flush=True)
+                if tuning.model_ab:
                     from core.compiler.tuning.ab import describe_ab
 
-                    print(f"  tuning {name}: {describe_ab(tuning['model_ab'])}", flush=True)
-                covered, kernels = int(tuning.get("kernels_from_database", 0)), int(tuning.get("kernels", 0))
-                chosen = int(tuning.get("winograd_choices_from_database", 0))  # convs direct/Winograd otherwise than the rule
+                    print(f"  tuning {name}: {describe_ab(tuning.model_ab)}", flush=True)
+                covered, kernels = tuning.kernels_from_database, tuning.kernels
+                chosen = tuning.winograd_choices_from_database  # convs direct/Winograd otherwise than the rule
                 tvm_tuned = artifact.vm() if covered or chosen else None
             else:
                 if tune_s:

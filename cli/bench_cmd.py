@@ -54,27 +54,26 @@ def run(args) -> int:
             print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
         art = compile_model(graph, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
-    d = res.to_json()
     if args.json:
-        print(json.dumps(d))
+        print(json.dumps(res.to_json()))
         return 0
-    lat = d["latency_ms"]
-    print(f"latency ({art.target}, {lat['runs']} runs): median {lat['median']:.3f} ms, p10-p90 {lat['p10']:.3f}-{lat['p90']:.3f} ms, min {lat['min']:.3f} ms")
+    lat = res.latency_ms
+    print(f"latency ({art.target}, {lat.runs} runs): median {lat.median:.3f} ms, p10-p90 {lat.p10:.3f}-{lat.p90:.3f} ms, min {lat.min:.3f} ms")
     if res.threads:
-        print(f"threads: {threads_text(res.threads)}" + (f"; onnxruntime {res.threads['ort']}" if "ort" in res.threads else ""))
+        print(f"threads: {threads_text(res.threads)}" + (f"; onnxruntime {res.threads.ort}" if res.threads.ort is not None else ""))
     if spread_warning(lat):
         print(f"  warning: {spread_warning(lat)}")
     if res.ort_latency_ms is not None:
         o = res.ort_latency_ms
-        print(f"onnxruntime (CPU):       median {o['median']:.3f} ms, p10-p90 {o['p10']:.3f}-{o['p90']:.3f} ms, min {o['min']:.3f} ms")
+        print(f"onnxruntime (CPU):       median {o.median:.3f} ms, p10-p90 {o.p10:.3f}-{o.p90:.3f} ms, min {o.min:.3f} ms")
         if spread_warning(o):
             print(f"  warning (onnxruntime): {spread_warning(o)}")
         print(f"ratio ours/onnxruntime: {res.ratio}x; outputs {'match' if res.outputs_match_ort else 'DIFFER'} (max abs error {res.max_abs_err_vs_ort:.3g})")
-    m = d["memory"]
-    print(f"memory: params {_mb(m['params_bytes'])}, activations planned {_mb(m['planned_bytes'])} vs unplanned {_mb(m['unplanned_bytes'])}, peak RSS {_mb(m['peak_rss_bytes'])}")
-    if d["kernels"]:
+    m = res.memory
+    print(f"memory: params {_mb(m.params_bytes)}, activations planned {_mb(m.planned_bytes)} vs unplanned {_mb(m.unplanned_bytes)}, peak RSS {_mb(m.peak_rss_bytes)}")
+    if res.kernels:
         print("kernels (ms per run, share, ONNX nodes):")
-        for k in d["kernels"][: args.top]:
-            nodes = ", ".join(k["onnx_nodes"][:4]) + (" ..." if len(k["onnx_nodes"]) > 4 else "")
-            print(f"  {k['ms']:9.3f}  {k['share'] * 100:5.1f}%  {k['name']}  [{nodes}]")
+        for k in res.kernels[: args.top]:
+            nodes = ", ".join(k.onnx_nodes[:4]) + (" ..." if len(k.onnx_nodes) > 4 else "")
+            print(f"  {k.ms:9.3f}  {k.share * 100:5.1f}%  {k.name}  [{nodes}]")
     return 0

@@ -151,31 +151,23 @@ def run(args) -> int:
     folder = art.export(args.output, measured=measured)
     m = art.manifest
     if args.json:
-        print(json.dumps({
-            "artifact": str(folder),
-            "target": args.target,
-            "cpu": m["target"].get("cpu"),
-            "files": m.get("files", []),
-            "verification": m.get("verification"),
-            "compile_seconds": m.get("compile_seconds"),
-            "memory_estimate": m.get("memory_estimate"),
-            "measured": m.get("measured"),
-            "tuning": m.get("tuning"),
-        }))
+        d = m.to_json()  # the manifest's own records, as manifest.json holds them
+        print(json.dumps({"artifact": str(folder), "target": args.target, "cpu": m.target.cpu, "files": m.files, "verification": d.get("verification"),
+                          "compile_seconds": m.compile_seconds, "memory_estimate": d.get("memory_estimate"), "measured": d.get("measured"),
+                          "tuning": d["tuning"]}))
     else:
-        v = m.get("verification", {})
-        check = f"matches {v.get('reference', 'onnxruntime')} on {v.get('inputs', 'seeded random')} inputs (max abs error {v['max_abs_err']:.3g})" if v.get("checked") else f"not checked against onnxruntime ({v.get('reason')})"
-        cpu = m["target"].get("cpu") or {}
-        built = " ".join([cpu.get("name", ""), *cpu.get("features", [])]).strip()
-        print(f"compiled {args.model} for {args.target} ({built}) in {m.get('compile_seconds')} s; {check}")
-        tuning = m.get("tuning")
+        v = m.verification
+        check = (f"matches {v.reference} on {v.inputs} inputs (max abs error {v.max_abs_err:.3g})" if v is not None and v.checked
+                 else f"not checked against onnxruntime ({v.reason if v is not None else 'no record'})")
+        print(f"compiled {args.model} for {args.target} ({m.built_for}) in {m.compile_seconds} s; {check}")
+        tuning = m.tuning
         if tuning:
-            done = f"{tuning['summary']}; " if tuning.get("summary") else ""
-            print(f"tuning: {done}{tuning['kernels_from_database']}/{tuning['kernels']} kernels use tuned schedules (database {tuning['database']})")
-            if tuning.get("model_ab"):
+            done = f"{tuning.summary}; " if tuning.summary else ""
+            print(f"tuning: {done}{tuning.kernels_from_database}/{tuning.kernels} kernels use tuned schedules (database {tuning.database})")
+            if tuning.model_ab:
                 from core.compiler.tuning.ab import describe_ab
 
-                print(describe_ab(tuning["model_ab"]))
-        print(f"artifact: {folder} ({', '.join(m.get('files', []))})")
+                print(describe_ab(tuning.model_ab))
+        print(f"artifact: {folder} ({', '.join(m.files)})")
         print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
     return 0

@@ -128,7 +128,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self._step_seconds: dict[str, float] = {}  # seconds per compile step, from the last compile
         self._busy_now = False
         self.spread_note = ""  # why the last measurement is not to be trusted ("" when it is)
-        self.heat_kernels: list[dict] = []  # the kernels the heat map shows (last compile, or a loaded artifact of this model)
+        self.heat_kernels: list = []  # the KernelTime rows the heat map shows (last compile, or a loaded artifact of this model)
         self.generation = 0  # bumped when another model is opened: a compile of the old one is dropped
 
         self.target = QComboBox()
@@ -392,13 +392,13 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             )
             if target is TargetKind.CUDA and not gpu_present():
                 return art, None
-            if foreign_code(art.manifest["target"]["cpu"]):  # compiled for a CPU this one cannot stand in for
+            if foreign_code(art.manifest.target.cpu):  # compiled for a CPU this one cannot stand in for
                 return art, None
             res = benchmark(
                 art, runs=runs, vs_ort=vs_ort, cancel=job.is_cancelled, dims=dims or None,
                 progress=lambda step, frac: job.report(Progress(0.7 + 0.3 * frac, f"measure: {step}", step="measure")),
             )
-            art.manifest["measured"] = measured_for_manifest(res)
+            art.manifest.measured = measured_for_manifest(res)
             return art, res
 
         if tuning:
@@ -507,7 +507,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.artifact, self.result = result
         art = self.artifact
         if art is not None:  # how long each step took: what a cancel in that step waits for next time
-            self._step_seconds = {p["name"]: float(p["seconds"]) for p in art.manifest.get("passes", []) if "seconds" in p}
+            self._step_seconds = {p.name: float(p.seconds) for p in art.manifest.passes if p.seconds is not None}
         self.stale = False
         self._busy(False)
         self.progress.setValue(1000)
@@ -543,35 +543,35 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
     def _show_results(self) -> None:
         art, res = self.artifact, self.result
         m = art.manifest
-        v = m.get("verification", {})
+        v = m.verification
         self.status.setStyleSheet("")
-        if v.get("checked"):
-            check = f"outputs match {v.get('reference', 'onnxruntime')} (max abs error {v['max_abs_err']:.2g})"
+        if v is not None and v.checked:
+            check = f"outputs match {v.reference} (max abs error {v.max_abs_err:.2g})"
         else:
-            check = f"not checked against onnxruntime: {v.get('reason')}"
-        fixes = m.get("converter_fixes") or []
+            check = f"not checked against onnxruntime: {v.reason if v is not None else 'no record'}"
+        fixes = m.converter_fixes
         extra = f"; converter fixes used: {', '.join(fixes)}" if fixes else ""
-        tuning = m.get("tuning") or {}
-        if tuning.get("kernels"):
-            extra += f"; {tuning.get('kernels_from_database', 0)} of {tuning['kernels']} kernels on tuned schedules"
-        if tuning.get("model_ab"):
+        tuning = m.tuning
+        if tuning and tuning.kernels:
+            extra += f"; {tuning.kernels_from_database} of {tuning.kernels} kernels on tuned schedules"
+        if tuning and tuning.model_ab:
             from core.compiler.tuning.ab import describe_ab
 
-            extra += f"; {describe_ab(tuning['model_ab'])}"
+            extra += f"; {describe_ab(tuning.model_ab)}"
         if res is None:
             from core.compiler.target import foreign_code
 
-            foreign = art.target == TargetKind.CPU and foreign_code(m.get("target", {}).get("cpu"))
+            foreign = art.target == TargetKind.CPU and foreign_code(m.target.cpu)
             where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
                      else "No GPU here to run it: Export the artifact and run it where a GPU is.")
-            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.get('compile_seconds')} s; {check}{extra}. {where}")
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.compile_seconds} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
-            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims(res.dims)} in {m.get('compile_seconds')} s; "
+            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims(res.dims)} in {m.compile_seconds} s; "
                                 f"{check}{ratio}{extra}.")
-        rows = result_rows(res, None if res is not None else dict(m.get("memory_estimate") or {}))
-        rows.append(("Compile time", f"{m.get('compile_seconds')} s", ""))
-        rows += tuning_rows(m.get("tuning"))
+        rows = result_rows(res, None if res is not None else m.memory_estimate)
+        rows.append(("Compile time", f"{m.compile_seconds} s", ""))
+        rows += tuning_rows(m.tuning)
         self._fill_table(rows)
         self._warn_spread(res)
         self.chart.set_kernels(res.kernels if res is not None else [])
@@ -637,10 +637,10 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         values = {by_label[l]: ms for l, ms in nodes.items() if l in by_label}
         shown = []
         for g in groups:
-            ids = [by_label[l] for l in g["onnx_nodes"] if l in by_label]
+            ids = [by_label[l] for l in g.onnx_nodes if l in by_label]
             if ids:
-                tip = f"{g['name']}: {g['ms']:.3g} ms, from {len(ids)} ONNX node{'s' if len(ids) != 1 else ''}: " + ", ".join(g["onnx_nodes"][:8])
-                shown.append({"ids": ids, "value": g["ms"], "label": g["name"], "tooltip": tip})
+                tip = f"{g.name}: {g.ms:.3g} ms, from {len(ids)} ONNX node{'s' if len(ids) != 1 else ''}: " + ", ".join(g.onnx_nodes[:8])
+                shown.append({"ids": ids, "value": g.ms, "label": g.name, "tooltip": tip})
         return values, shown
 
     def heat_values(self) -> dict[int, float]:
@@ -652,21 +652,21 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         values, groups = self._heat() if self.heat.isChecked() else ({}, [])
         if values and getattr(canvas, "mode", "model") == "model":
             # the scale's top is the chart's top bar, so a colour reads the same in both
-            top = max((k["ms"] for k in self.heat_kernels), default=None)
+            top = max((k.ms for k in self.heat_kernels), default=None)
             canvas.set_overlay(values, _HEAT_LEGEND, groups=groups, max_value=top, unit="ms")
         elif canvas.has_overlay:
             canvas.set_overlay(None)
 
-    def _schedule_kernel(self, kernel: dict) -> None:
-        """Double-clicked bar: open the kernel in the Schedule panel (on the open model, CPU)."""
+    def _schedule_kernel(self, kernel) -> None:
+        """Double-clicked bar (a KernelTime): open the kernel in the Schedule panel (on the open model, CPU)."""
         panel = getattr(self.window, "schedule_panel", None)
         if panel is not None and self.target_kind() is TargetKind.CPU:
-            panel.open_from_model(kernel["name"])
+            panel.open_from_model(kernel.name)
 
-    def _select_kernel(self, kernel: dict) -> None:
-        ids = self._node_ids(kernel.get("onnx_nodes") or [])
+    def _select_kernel(self, kernel) -> None:
+        ids = self._node_ids(kernel.onnx_nodes)
         if not ids:
-            self.status.setText(f"Kernel {kernel['name']} has no recorded ONNX lineage.")
+            self.status.setText(f"Kernel {kernel.name} has no recorded ONNX lineage.")
             return
         self.window.document.set_selection(ids)
         self.window.canvas.center_on(ids[0])

@@ -27,7 +27,7 @@ class ArtifactActions:
 
         def work(job: Job):
             job.report(0.1, "exporting")
-            return str(art.export(folder, measured=art.manifest.get("measured")))
+            return str(art.export(folder, measured=art.manifest.measured))
 
         def exported(path):
             self._busy(False)
@@ -149,7 +149,7 @@ class ArtifactActions:
         # kernels' lineage names the open model's nodes); otherwise the old heat would lie
         graph = self.window.document.graph
         labels = {n.label for n in graph.nodes} if graph is not None else set()
-        traced = [l for k in res.kernels for l in (k.get("onnx_nodes") or [])]
+        traced = [l for k in res.kernels for l in k.onnx_nodes]
         same_model = bool(traced) and all(l in labels for l in traced)
         self.heat_kernels = list(res.kernels) if same_model else []
         self._apply_heat()
@@ -159,6 +159,6 @@ class ArtifactActions:
         if res.outputs_match_ort is not None:
             match = "; outputs match onnxruntime" if res.outputs_match_ort else "; outputs DIFFER from onnxruntime"
         self.status.setText(
-            f"Artifact {art.folder} ({art.target.upper()}): median {format_ms(res.latency_ms.get('median'))} over "
-            f"{res.latency_ms.get('runs')} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
+            f"Artifact {art.folder} ({art.target.upper()}): median {format_ms(res.latency_ms.median)} over "
+            f"{res.latency_ms.runs} runs on seeded random inputs{f' ({dims})' if dims else ''}{match}.{heat_note}"
         )

@@ -11,22 +11,23 @@ __all__ = ["KernelChart"]
 
 
 class KernelChart(QWidget):
-    """Horizontal bars: per-kernel time, largest first. Clicking a bar emits its kernel row."""
+    """Horizontal bars: per-kernel time (core.compiler.measure.bench.KernelTime rows), largest
+    first. Clicking a bar emits its row."""
 
-    kernelClicked = Signal(dict)
-    kernelActivated = Signal(dict)  # double-click: schedule this kernel by hand
+    kernelClicked = Signal(object)
+    kernelActivated = Signal(object)  # double-click: schedule this kernel by hand
 
     BAR_H = 18
     GAP = 4
 
     def __init__(self, parent=None):
         super().__init__(parent)
-        self.kernels: list[dict] = []
+        self.kernels: list = []  # KernelTime
         self.selected = -1
         self.setMinimumHeight(120)
         self.setMouseTracking(True)
 
-    def set_kernels(self, kernels: list[dict], top: int = 16) -> None:
+    def set_kernels(self, kernels: list, top: int = 16) -> None:
         self.kernels = list(kernels[:top])
         self.selected = -1
         self.setMinimumHeight(max(60, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
@@ -41,10 +42,10 @@ class KernelChart(QWidget):
         return min(max((fm.horizontalAdvance(self._label(k)) for k in self.kernels), default=80) + 12, int(self.width() * 0.5))
 
     @staticmethod
-    def _label(k: dict) -> str:
-        nodes = k.get("onnx_nodes") or []
+    def _label(k) -> str:
+        nodes = k.onnx_nodes
         where = f"  ({nodes[0]}{' …' if len(nodes) > 1 else ''})" if nodes else ""
-        return f"{k['name']}{where}"
+        return f"{k.name}{where}"
 
     def paintEvent(self, event) -> None:
         p = QPainter(self)
@@ -59,7 +60,7 @@ class KernelChart(QWidget):
         lw = self._label_width()
         vw = fm.horizontalAdvance("0000.000 ms  100.0%") + 8
         bar_w = max(40, self.width() - lw - vw - 16)
-        top_ms = max(k["ms"] for k in self.kernels) or 1.0
+        top_ms = max(k.ms for k in self.kernels) or 1.0
         p.setPen(pal.text().color())
         p.drawText(QRectF(4, 2, self.width() - 8, 18), Qt.AlignLeft | Qt.AlignVCenter, "Where the time goes (ms per run, by kernel)")
         for i, k in enumerate(self.kernels):
@@ -67,11 +68,11 @@ class KernelChart(QWidget):
             label = fm.elidedText(self._label(k), Qt.ElideMiddle, lw - 8)
             p.setPen(pal.text().color())
             p.drawText(QRectF(4, y, lw - 8, self.BAR_H), Qt.AlignRight | Qt.AlignVCenter, label)
-            w = max(1.0, bar_w * k["ms"] / top_ms)
-            color = QColor("#d62728") if i == self.selected else QColor.fromHsvF(0.08 * (1 - k["ms"] / top_ms), 0.75, 0.95)
+            w = max(1.0, bar_w * k.ms / top_ms)
+            color = QColor("#d62728") if i == self.selected else QColor.fromHsvF(0.08 * (1 - k.ms / top_ms), 0.75, 0.95)
             p.fillRect(QRectF(lw, y + 2, w, self.BAR_H - 4), color)
             p.setPen(pal.text().color())
-            p.drawText(QRectF(lw + w + 6, y, vw, self.BAR_H), Qt.AlignLeft | Qt.AlignVCenter, f"{k['ms']:.3f} ms  {k['share'] * 100:.1f}%")
+            p.drawText(QRectF(lw + w + 6, y, vw, self.BAR_H), Qt.AlignLeft | Qt.AlignVCenter, f"{k.ms:.3f} ms  {k.share * 100:.1f}%")
 
     def index_at(self, y: float) -> int:
         i = int((y - 22) // (self.BAR_H + self.GAP))
@@ -93,7 +94,7 @@ class KernelChart(QWidget):
         i = self.index_at(event.position().y())
         if i >= 0:
             k = self.kernels[i]
-            nodes = ", ".join(k.get("onnx_nodes") or []) or "(no ONNX lineage)"
-            self.setToolTip(f"{k['name']}\n{k['ms']:.3f} ms per run, {k['share'] * 100:.1f}%, {k.get('calls', 1)} call(s)\nONNX nodes: {nodes}")
+            nodes = ", ".join(k.onnx_nodes) or "(no ONNX lineage)"
+            self.setToolTip(f"{k.name}\n{k.ms:.3f} ms per run, {k.share * 100:.1f}%, {k.calls} call(s)\nONNX nodes: {nodes}")
         else:
             self.setToolTip("")

@@ -32,6 +32,7 @@ from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
 from ..progress import Progress, ProgressCallback
 from .runtime.artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
+from .runtime.manifest import Manifest, ManifestTarget, PassRecord, TuningRecord, Verification
 from .backend.codegen import BuildCancelled, cancel_scope
 from .backend.cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .pipeline.lineage import KernelLineageTap
@@ -202,12 +203,12 @@ def compile_model(
     if not cpu_kind and gpu_present():
         prefer_nvcc_for_jit()
     pipe = Pipeline(tvm_target, pipeline)
-    passes_applied: list[dict] = []
+    passes_applied: list[PassRecord] = []
 
     report(Progress(0.02, "import to Relax", step="import to Relax"))
     _check_cancel(cancel)
     imported = import_relax(graph)
-    passes_applied.append({"name": "ONNX import (Relax)", "seconds": round(imported.seconds, 4)})
+    passes_applied.append(PassRecord("ONNX import (Relax)", round(imported.seconds, 4)))
 
     # the steps up to the scheduled module, tuning before the scheduling step; then the VM
     # lowering (kept apart: the module before it is the scheduled one, for the memory estimate
@@ -230,7 +231,7 @@ def compile_model(
             # the model-level A/B after tuning compiles the fused module the rest of the way, here
             def build(mod):
                 built = Artifact(library=pipe.codegen(pipe.run(mod, rest), cancel=cancel), target=target, inputs=inputs,
-                                 outputs=outputs, manifest={"target": {"cpu": built_for}})
+                                 outputs=outputs, manifest=Manifest(target=ManifestTarget(cpu=built_for)))
                 args = built.to_device(random_feeds(inputs, dims=verify_dims, model=proto))
                 return lambda: built.run_device(args)
         # the choice of direct or Winograd per 3x3 conv is made when legalizing: tuned and applied
@@ -269,7 +270,7 @@ def compile_model(
         tap(r)
         if r.index == len(front) - 1:
             kept["scheduled"] = r.mod
-        passes_applied.append({"name": r.step.name, "seconds": round(r.seconds, 4)})
+        passes_applied.append(PassRecord(r.step.name, round(r.seconds, 4)))
 
     with _cancelled_as_compile(cancel), cancel_scope(cancel):
         final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
@@ -280,35 +281,35 @@ def compile_model(
     t0 = time.perf_counter()
     with _cancelled_as_compile(cancel):
         ex = _tvm_step("code generation", lambda m: pipe.codegen(m, cancel=cancel, progress=lambda msg: report(codegen_progress(msg))), final)
-    passes_applied.append({"name": f"codegen ({'LLVM' if cpu_kind else 'CUDA + LLVM host'})", "seconds": round(time.perf_counter() - t0, 4)})
+    passes_applied.append(PassRecord(f"codegen ({'LLVM' if cpu_kind else 'CUDA + LLVM host'})", round(time.perf_counter() - t0, 4)))
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
     cuda_src = cuda_source_of(ex) if not cpu_kind else None
     from .frontend.converters import fixes_applied
 
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "name": graph.name or (Path(graph.path).stem if getattr(graph, "path", None) else "model"),
-        "library": LIBRARY,
-        "runner": RUNNER,
-        "source_model": SOURCE_MODEL,
-        "source_model_sha256": hashlib.sha256(model_bytes).hexdigest(),
-        "source_path": str(graph.path) if getattr(graph, "path", None) else None,
-        "target": {"kind": target, "tvm_target": _target_json(tvm_target), "cpu": built_for},
-        "device": "cpu" if cpu_kind else "cuda",
-        "tvm_version": tvm.__version__,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "inputs": [s.to_json() for s in inputs],
-        "outputs": [s.to_json() for s in outputs],
-        "code_names": dict(imported.code_names or {}),
-        "rewrites": list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
-        "converter_fixes": fixes_applied(proto),
-        "passes": passes_applied,
-        "tuning": _tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
-        "kernel_lineage": lineage,
-    }
+    manifest = Manifest(
+        format_version=FORMAT_VERSION,
+        name=graph.name or (Path(graph.path).stem if getattr(graph, "path", None) else "model"),
+        library=LIBRARY,
+        runner=RUNNER,
+        source_model=SOURCE_MODEL,
+        source_model_sha256=hashlib.sha256(model_bytes).hexdigest(),
+        source_path=str(graph.path) if getattr(graph, "path", None) else None,
+        target=ManifestTarget(kind=target, tvm_target=_target_json(tvm_target), cpu=built_for),
+        device="cpu" if cpu_kind else "cuda",
+        tvm_version=tvm.__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        inputs=list(inputs),
+        outputs=list(outputs),
+        code_names=dict(imported.code_names or {}),
+        rewrites=list(rewrites if rewrites is not None else getattr(graph, "applied_rewrites", []) or []),
+        converter_fixes=fixes_applied(proto),
+        passes=passes_applied,
+        tuning=_tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
+        kernel_lineage=lineage,
+    )
     if cpu_kind:
-        manifest["parallel_kernels"] = parallel_kernel_count(scheduled)
+        manifest.parallel_kernels = parallel_kernel_count(scheduled)
     art = Artifact(
         library=ex,
         target=target,
@@ -324,20 +325,20 @@ def compile_model(
     try:
         from .measure.bench import estimate_memory
 
-        manifest["memory_estimate"] = estimate_memory(art, dims=verify_dims)
+        manifest.memory_estimate = estimate_memory(art, dims=verify_dims)
     except WorkbenchError:
         raise
     except Exception:  # noqa: BLE001 - an estimate is a figure, not a reason to fail a compile
         logger.exception("memory estimate failed")
     if verify and foreign:
-        manifest["verification"] = {"checked": False, "reason": foreign}
+        manifest.verification = Verification(checked=False, reason=foreign)
     elif verify and (cpu_kind or gpu_present()):
         _check_cancel(cancel)
         report(Progress(0.8, "check against onnxruntime", step="check against onnxruntime"))
-        manifest["verification"] = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
+        manifest.verification = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
     else:
-        manifest["verification"] = {"checked": False, "reason": "verification off" if not verify else "no GPU on the compiling machine"}
-    manifest["compile_seconds"] = round(time.perf_counter() - t_start, 3)
+        manifest.verification = Verification(checked=False, reason="verification off" if not verify else "no GPU on the compiling machine")
+    manifest.compile_seconds = round(time.perf_counter() - t_start, 3)
     report(Progress(1.0, "done"))
     return art
 
@@ -374,22 +375,22 @@ def _tvm_step(name: str, fn, mod):
         raise better from e
 
 
-def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> dict | None:
+def _tuning_manifest(step: "_TuningStep | None", trials: int, budget_s: float | None, db, tvm_target) -> TuningRecord | None:
     """The manifest's record of tuning: options, database folder, and what it gave this compile."""
     if step is None:
         return None
     from .tuning.tune import database_dir
 
-    return {
-        "trials": int(trials),
-        "budget_s": budget_s,
-        "database": str(database_dir(db, tvm_target)),
-        "summary": step.summary,
-        "kernels": step.kernels,
-        "kernels_from_database": step.from_database,
-        "winograd_choices_from_database": len(step.winograd_choices),  # core.compiler.tuning.winograd_choice
-        "model_ab": step.model_ab,
-    }
+    return TuningRecord(
+        trials=int(trials),
+        budget_s=budget_s,
+        database=str(database_dir(db, tvm_target)),
+        summary=step.summary,
+        kernels=step.kernels,
+        kernels_from_database=step.from_database,
+        winograd_choices_from_database=len(step.winograd_choices),  # core.compiler.tuning.winograd_choice
+        model_ab=step.model_ab,
+    )
 
 
 def _target_json(t) -> dict:

@@ -106,8 +106,8 @@ def test_the_check_reaches_compile_and_the_refusals_atol_is_offered(window, qtbo
     assert not panel.accept_btn.isVisible()
     _wait_done(panel, qtbot)
     assert panel.progress.format() == "done", panel.status.text()
-    v = panel.artifact.manifest["verification"]
-    assert v["atol"] == atol and v["rtol"] == RTOL and v["inputs"] == "seeded random"
+    v = panel.artifact.manifest.verification
+    assert v.atol == atol and v.rtol == RTOL and v.inputs == "seeded random"
     assert panel.check_label.text() == f"check: random, atol {atol:g}"
     # the user's inputs with the default tolerances: refused on those inputs, the dialog pre-fills the new atol
     inputs = tmp_path / "in.npz"
@@ -129,8 +129,8 @@ def test_the_check_reaches_compile_and_the_refusals_atol_is_offered(window, qtbo
     panel.start()
     _wait_done(panel, qtbot)
     assert panel.progress.format() == "done", panel.status.text()
-    v = panel.artifact.manifest["verification"]
-    assert v["inputs"] == "user-supplied" and v["atol"] == suggested
+    v = panel.artifact.manifest.verification
+    assert v.inputs == "user-supplied" and v.atol == suggested
 
 
 def test_the_panel_fits_a_1280_px_window(window):

@@ -26,7 +26,7 @@ def test_compile_and_run_fills_table_chart_and_heat(window, qtbot, tmp_path):
     row = labels.index("Latency median")
     assert panel.table.item(row, 1).text().endswith("ms") and panel.table.item(row, 2).text().endswith("ms")
     assert "match onnxruntime" in panel.status.text()
-    assert panel.chart.kernels and panel.chart.kernels[0]["ms"] >= panel.chart.kernels[-1]["ms"]
+    assert panel.chart.kernels and panel.chart.kernels[0].ms >= panel.chart.kernels[-1].ms
     heat = panel.heat_values()
     conv_ids = {n.id for n in window.document.graph.nodes if n.op_type == "Conv"}
     assert conv_ids <= set(heat)
@@ -34,16 +34,16 @@ def test_compile_and_run_fills_table_chart_and_heat(window, qtbot, tmp_path):
     # a fused kernel's time is the kernel's: every node of it shows all of it, under one outline
     from app.graph_items import ChipItem, GroupItem
 
-    fused = next(k for k in panel.chart.kernels if len(k["onnx_nodes"]) > 1)
-    ids = panel._node_ids(fused["onnx_nodes"])
-    assert all(heat[i] >= fused["ms"] for i in ids)
+    fused = next(k for k in panel.chart.kernels if len(k.onnx_nodes) > 1)
+    ids = panel._node_ids(fused.onnx_nodes)
+    assert all(heat[i] >= fused.ms for i in ids)
     assert sum(isinstance(it, GroupItem) for it in window.canvas._group_items) >= 4
     assert any(isinstance(it, ChipItem) and it.text.endswith("ms") for it in window.canvas._group_items)
     # the scale's top is the chart's top bar
-    assert window.canvas._overlay_max == panel.chart.kernels[0]["ms"]
+    assert window.canvas._overlay_max == panel.chart.kernels[0].ms
     # clicking the top bar selects the ONNX nodes its kernel came from
     panel._select_kernel(panel.chart.kernels[0])
-    assert set(window.document.selection) == set(panel._node_ids(panel.chart.kernels[0]["onnx_nodes"]))
+    assert set(window.document.selection) == set(panel._node_ids(panel.chart.kernels[0].onnx_nodes))
     panel.heat.setChecked(False)
     assert window.canvas._overlay is None
     # export on the worker, with the measured figures in the manifest
@@ -201,25 +201,27 @@ def test_tune_controls_are_disabled_for_cuda_without_a_gpu(window):
 def test_results_table_reports_tuning(window):
     from types import SimpleNamespace
 
+    from core.compiler.runtime.manifest import Manifest, TuningRecord
+
     panel = _panel(window)
-    tuning = {"trials": 64, "budget_s": 600.0, "database": "/db/llvm", "kernels": 23, "kernels_from_database": 12,
-              "summary": "5/23 kernels tuned (7 reused from the database), 600 s, budget spent"}
-    panel.artifact = SimpleNamespace(target="cuda", manifest={"compile_seconds": 1.0, "verification": {}, "tuning": tuning})
+    tuning = TuningRecord(trials=64, budget_s=600.0, database="/db/llvm", kernels=23, kernels_from_database=12,
+                          summary="5/23 kernels tuned (7 reused from the database), 600 s, budget spent")
+    panel.artifact = SimpleNamespace(target="cuda", manifest=Manifest(compile_seconds=1.0, tuning=tuning))
     panel.result = None
     panel._show_results()
     rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text() for r in range(panel.table.rowCount())}
-    assert rows["Tuning"] == tuning["summary"]
+    assert rows["Tuning"] == tuning.summary
     assert rows["Kernels on tuned schedules"].startswith("12 of 23")
     assert "12 of 23 kernels on tuned schedules" in panel.status.text()
     assert "Model-level A/B" not in rows
     # the model-level A/B after tuning: its line in the status and the table
-    tuning["model_ab"] = {"records": ["k1"], "candidates": {"k1": "template", "k2": "search"}, "untuned_ms": 9.5,
+    tuning.model_ab = {"records": ["k1"], "candidates": {"k1": "template", "k2": "search"}, "untuned_ms": 9.5,
                           "tuned_ms": 8.75, "untuned_p10_ms": 9.0, "tuned_p10_ms": 8.5}
     panel._show_results()
     rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text() for r in range(panel.table.rowCount())}
     assert rows["Model-level A/B"] == "untuned 9.5 ms, tuned 8.75 ms (p10 9 vs 8.5 ms), kept 1 of 2 records"
     assert "model-level A/B: untuned 9.5 ms, tuned 8.75 ms" in panel.status.text()
-    panel.artifact.manifest["tuning"] = None
+    panel.artifact.manifest.tuning = None
     panel._show_results()
     assert not any(panel.table.item(r, 0).text().startswith("Tuning") for r in range(panel.table.rowCount()))
 
@@ -275,15 +277,13 @@ def test_heat_comes_back_with_the_model_after_a_stage_was_shown(window, qtbot):
 
 
 def test_a_wide_spread_is_shown_with_the_median(window):
-    from types import SimpleNamespace
-
     from app.panels.compile_results import result_rows
-    from core.compiler.measure.bench import latency_stats
+    from core.compiler.measure.bench import BenchResult, latency_stats
 
     panel = _panel(window)
-    res = SimpleNamespace(
-        latency_ms=latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0]),
-        ort_latency_ms=latency_stats([1.0, 1.01, 0.99, 1.0]), ratio=11.6, memory={}, kernels=[],
+    res = BenchResult(
+        target="cpu", dims={}, latency_ms=latency_stats([0.57, 0.6, 11.0, 11.6, 12.0, 11.9, 14.0, 0.9, 11.7, 20.0]),
+        ort_latency_ms=latency_stats([1.0, 1.01, 0.99, 1.0]), ratio=11.6,
     )
     panel._fill_table(result_rows(res))
     panel._warn_spread(res)

@@ -50,7 +50,7 @@ def test_compile_for_a_named_cpu_runs_and_records_it(window, qtbot):
     assert not panel.cpu.isEnabled()
     qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=120_000)
     assert panel.result is not None and panel.cpu.isEnabled()
-    assert panel.artifact.manifest["target"]["cpu"]["name"] == "haswell"
+    assert panel.artifact.manifest.target.cpu["name"] == "haswell"
     assert "Compiled for CPU (haswell)" in panel.status.text() and "match onnxruntime" in panel.status.text()
 
 

@@ -117,7 +117,9 @@ def test_compile_chart_double_click_opens_the_kernel(window, qtbot):
     assert window.open_model(str(sample("mm_relu")), wait=True)
     compile_panel = window.panels["compile"].panel
     # the compiled model names the kernel as the scheduled stages do (fused_matmul_relu1)
-    compile_panel.chart.kernelActivated.emit({"name": "fused_matmul_relu1", "ms": 1.0, "share": 1.0})
+    from core.compiler.measure.bench import KernelTime
+
+    compile_panel.chart.kernelActivated.emit(KernelTime("fused_matmul_relu1", 1.0, 1.0))
     panel = window.schedule_panel
     qtbot.waitUntil(lambda: panel.session is not None and panel.job is None, timeout=LONG)
     assert panel.session.name == KERNEL and panel.tree.topLevelItemCount() == 2

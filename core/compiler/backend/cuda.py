@@ -184,8 +184,9 @@ def _host_triple() -> str:
     return str(triple).strip()
 
 
-def export_cuda_library(lib, path: Path, manifest: dict) -> None:
-    """export_library, with the CUDA module's source swapped for an nvcc fatbin.
+def export_cuda_library(lib, path: Path) -> dict:
+    """export_library, with the CUDA module's source swapped for an nvcc fatbin; returns the
+    manifest's record of how the kernels ship (its 'cuda').
 
     The import tree (host code, CUDA module, weights) is packed into the library as an LLVM
     object, as TVM does by default: TVM's alternative, a C file with every byte written out as a
@@ -208,15 +209,13 @@ def export_cuda_library(lib, path: Path, manifest: dict) -> None:
             return out
 
         lib.export_library(str(path), fpack_imports=pack_imports)
-    manifest.setdefault("cuda", {}).update(
-        {
-            "kernels": "fatbin" if fatbin else "none",
-            "fatbin_bytes": len(fatbin),
-            "architectures": list(_CUDA_GENCODES) + [_CUDA_PTX + " (PTX, JIT-compiled by the driver on newer GPUs)"],
-            "needs_at_load": "an NVIDIA driver and apache-tvm with CUDA support; no compiler",
-            "source": CUDA_SOURCE,
-        }
-    )
+    return {
+        "kernels": "fatbin" if fatbin else "none",
+        "fatbin_bytes": len(fatbin),
+        "architectures": list(_CUDA_GENCODES) + [_CUDA_PTX + " (PTX, JIT-compiled by the driver on newer GPUs)"],
+        "needs_at_load": "an NVIDIA driver and apache-tvm with CUDA support; no compiler",
+        "source": CUDA_SOURCE,
+    }
 
 
 def prefer_nvcc_for_jit() -> None:

@@ -26,8 +26,10 @@ import numpy as np
 
 from ...errors import Cancelled, WorkbenchError
 from ..runtime.artifact import Artifact
+from ..runtime.manifest import Verification
 from ..target import TargetKind
-from .reference import ATOL, RTOL, SCALE_RTOL, compare_outputs, random_feeds, reference_run
+from ...tolerances import ATOL, RTOL, SCALE_RTOL
+from .reference import compare_outputs, random_feeds, reference_run
 
 __all__ = [
     "CompiledMismatchError",
@@ -83,10 +85,10 @@ def verify_artifact(
     atol: float = ATOL,
     cancel: Callable[[], bool] | None = None,
     inputs: dict[str, np.ndarray] | None = None,
-) -> dict:
+) -> Verification:
     """Run ours and the reference on the same inputs (`inputs`, or seeded random ones valid for
     the model's ops); raise CompiledMismatchError naming the first op that differs when they
-    disagree. Returns the check's figures for the manifest."""
+    disagree. Returns the check's record for the manifest."""
     import onnx
 
     proto = onnx.ModelProto()
@@ -107,19 +109,9 @@ def verify_artifact(
     ours = art.run(feeds)
     check()
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
-    if ok:
-        bad_dtype = next((i for i, (a, b) in enumerate(zip(ours, ref)) if np.asarray(a).dtype != np.asarray(b).dtype), -1)
-        if bad_dtype >= 0:
-            name = art.outputs[bad_dtype].name if bad_dtype < len(art.outputs) else "?"
-            raise CompiledMismatchError(
-                f"the compiled model returns output '{name}' as {np.asarray(ours[bad_dtype]).dtype} where {reference} gives "
-                f"{np.asarray(ref[bad_dtype]).dtype}; refusing to hand back a wrong type."
-            )
     scale = max((float(np.abs(r).max()) for r in ref if r.size and np.issubdtype(r.dtype, np.number)), default=0.0)
-    result = {
-        "checked": True, "inputs": kind, "reference": reference, "dims": dims or {}, "rtol": rtol, "atol": atol,
-        "scale_rtol": SCALE_RTOL, "max_abs_err": err, "output_scale": scale,
-    }
+    result = Verification(checked=True, inputs=kind, reference=reference, dims=dict(dims or {}), rtol=rtol, atol=atol,
+                          scale_rtol=SCALE_RTOL, max_abs_err=err, output_scale=scale)
     if ok:
         return result
     if cancel is not None and cancel():
@@ -130,6 +122,11 @@ def verify_artifact(
             f"the compiled model returns output '{out_name}' with shape {list(np.shape(ours[bad]))} where {reference} gives "
             f"{list(np.shape(ref[bad]))}; refusing to hand back a wrong result.",
             max_abs_err=err,
+        )
+    if 0 <= bad < min(len(ours), len(ref)) and np.asarray(ours[bad]).dtype != np.asarray(ref[bad]).dtype:
+        raise CompiledMismatchError(
+            f"the compiled model returns output '{out_name}' as {np.asarray(ours[bad]).dtype} where {reference} gives "
+            f"{np.asarray(ref[bad]).dtype}; refusing to hand back a wrong type."
         )
     out_scale = _scale(ref[bad]) if 0 <= bad < len(ref) else float("nan")
     head = (f"the compiled model disagrees with {reference} on output '{out_name}' (max abs error {err:.3g} where its values "

@@ -21,22 +21,60 @@ import logging
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .alternation import alternate, flatten
 from ..runtime.artifact import Artifact
+from ..runtime.manifest import LatencyStats, Measured, MemoryEstimate, MemoryUse
 from ..check.reference import compare_outputs, random_feeds
 from ...errors import Cancelled, WorkbenchError
 from ..levels import Level
 from ..target import TargetKind
 
-__all__ = ["BenchResult", "benchmark", "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning",
-           "threads_text"]
+__all__ = ["BenchResult", "KernelTime", "KernelGroup", "ThreadsUsed", "LatencyStats", "MemoryUse", "MemoryEstimate", "benchmark",
+           "estimate_memory", "latency_stats", "profile_kernels", "node_heat", "kernel_heat", "spread_warning", "threads_text",
+           "measured_for_manifest"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class KernelTime:
+    """One kernel's time per model run (ms), its share of all kernel time, its calls per run and
+    the ONNX nodes it came from (the compile's lineage)."""
+
+    name: str
+    ms: float
+    share: float = 0.0
+    calls: int = 1
+    onnx_nodes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "ms": self.ms, "share": self.share, "calls": self.calls, "onnx_nodes": list(self.onnx_nodes)}
+
+
+@dataclass
+class KernelGroup:
+    """Kernels made from the same ONNX nodes, as the heat map outlines them (`kernel_heat`)."""
+
+    name: str
+    ms: float
+    onnx_nodes: list[str]
+
+
+@dataclass
+class ThreadsUsed:
+    """What ran the CPU runs: threads of the last timed run, whose pool launched the parallel
+    kernels ("workbench" or "tvm"), and onnxruntime's threads when it ran beside."""
+
+    ours: int
+    pool: str
+    ort: int | None = None
+
+    def to_json(self) -> dict:
+        return {"ours": self.ours, "pool": self.pool, **({"ort": self.ort} if self.ort is not None else {})}
 
 
 @dataclass
@@ -45,48 +83,51 @@ class BenchResult:
 
     target: str
     dims: dict[str, int]
-    latency_ms: dict
-    memory: dict
-    kernels: list[dict] = field(default_factory=list)
-    ort_latency_ms: dict | None = None
+    latency_ms: LatencyStats
+    memory: MemoryUse = field(default_factory=MemoryUse)
+    kernels: list[KernelTime] = field(default_factory=list)
+    ort_latency_ms: LatencyStats | None = None
     ratio: float | None = None
     max_abs_err_vs_ort: float | None = None
     outputs_match_ort: bool | None = None
-    threads: dict | None = None  # CPU: {"ours": threads of the last timed run, "pool": "workbench" or "tvm", "ort": its threads}
+    threads: ThreadsUsed | None = None  # CPU only
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        if self.ort_latency_ms is None:
-            for k in ("ort_latency_ms", "ratio", "max_abs_err_vs_ort", "outputs_match_ort"):
-                d.pop(k)
+        """The `bench --json` object; the onnxruntime figures only when it ran."""
+        d = {"target": self.target, "dims": dict(self.dims), "latency_ms": self.latency_ms.to_json(), "memory": self.memory.to_json(),
+             "kernels": [k.to_json() for k in self.kernels]}
+        if self.ort_latency_ms is not None:
+            d.update(ort_latency_ms=self.ort_latency_ms.to_json(), ratio=self.ratio, max_abs_err_vs_ort=self.max_abs_err_vs_ort,
+                     outputs_match_ort=self.outputs_match_ort)
+        d["threads"] = self.threads.to_json() if self.threads is not None else None
         return d
 
 
-def latency_stats(times_ms: list[float]) -> dict:
+def latency_stats(times_ms: list[float]) -> LatencyStats:
     """median / p10 / p90 / min / max / runs of a list of times in ms."""
     if not times_ms:
-        return {"median": None, "p10": None, "p90": None, "min": None, "max": None, "runs": 0}
+        return LatencyStats()
     a = np.asarray(times_ms, dtype=np.float64)
-    return {
-        "median": round(float(np.median(a)), 4),
-        "p10": round(float(np.percentile(a, 10)), 4),
-        "p90": round(float(np.percentile(a, 90)), 4),
-        "min": round(float(a.min()), 4),
-        "max": round(float(a.max()), 4),
-        "runs": int(a.size),
-    }
+    return LatencyStats(
+        median=round(float(np.median(a)), 4),
+        p10=round(float(np.percentile(a, 10)), 4),
+        p90=round(float(np.percentile(a, 90)), 4),
+        min=round(float(a.min()), 4),
+        max=round(float(a.max()), 4),
+        runs=int(a.size),
+    )
 
 
 SPREAD_WIDE = 0.5  # p10-p90 wider than half the median ...
 MEDIAN_OVER_MIN = 2.0  # ... or a median more than twice the best run: the figure is not reliable
 
 
-def spread_warning(stats: dict) -> str:
+def spread_warning(stats: LatencyStats) -> str:
     """One sentence when the runs disagree too much for their median to mean much ("" when not):
     the p10-p90 range wider than SPREAD_WIDE x the median, or the median above MEDIAN_OVER_MIN x
     the best run (other processes took the cores, or too few runs)."""
-    med, lo, hi, best = (stats.get(k) for k in ("median", "p10", "p90", "min"))
-    if not med or stats.get("runs", 0) < 2:
+    med, lo, hi, best = stats.median, stats.p10, stats.p90, stats.min
+    if not med or stats.runs < 2:
         return ""
     reasons = []
     if lo is not None and hi is not None and hi - lo > SPREAD_WIDE * med:
@@ -179,15 +220,14 @@ def _params_bytes(mod) -> int:
     return total
 
 
-def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
+def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> MemoryEstimate:
     """params / planned / unplanned bytes of the compiled module, symbolic dims bound to `dims`
     (default 1). Needs the in-memory compile (an Artifact straight from compile_model); a loaded
     artifact reports the estimate its manifest recorded."""
     if art.scheduled_mod is None:
-        est = dict(art.manifest.get("memory_estimate") or {})
-        if not est:
+        if art.manifest.memory_estimate is None:
             raise WorkbenchError("this artifact carries no memory estimate (it was exported without one).")
-        return est
+        return art.manifest.memory_estimate
     from tvm import relax
 
     from ..pipeline.pass_list import PassSpec, make_pass
@@ -200,7 +240,7 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
     target = make_target(art.target) if art.target == TargetKind.CPU else None
     # the module names a dim by its C identifier (manifest's code_names); dims the import left
     # unnamed are not in it
-    code = art.manifest.get("code_names") or {}
+    code = art.manifest.code_names
     defined = {v.name for v in relax.analysis.defined_symbolic_vars(mod["main"])}
     in_module = {code.get(name, name): n for name, n in bound.items() if code.get(name, name) in defined}
     # the pipeline's own VM-lowering steps, up to and then through memory planning
@@ -212,13 +252,8 @@ def estimate_memory(art: Artifact, dims: dict[str, int] | None = None) -> dict:
                                                  lambda: make_pass(PassSpec("StaticPlanBlockMemory"), target))], target)
     unplanned, _, dyn = _allocation_bytes(unplanned_mod)
     _, planned, dyn2 = _allocation_bytes(planned_mod)
-    return {
-        "params_bytes": _params_bytes(mod),
-        "planned_bytes": planned,
-        "unplanned_bytes": unplanned,
-        "dims": bound,
-        "dynamic_allocations": max(dyn, dyn2),
-    }
+    return MemoryEstimate(params_bytes=_params_bytes(mod), planned_bytes=planned, unplanned_bytes=unplanned, dims=bound,
+                          dynamic_allocations=max(dyn, dyn2))
 
 
 def peak_rss_bytes() -> int:
@@ -229,7 +264,7 @@ def peak_rss_bytes() -> int:
 # kernels
 
 
-def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
+def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[KernelTime]:
     """Per-kernel time (ms per model run, averaged over `repeats` runs), largest first, with the
     ONNX nodes each kernel came from. VM builtins (allocation, shape checks) are left out."""
     from tvm import relax
@@ -259,52 +294,42 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[dict]:
     for _ in range(max(1, repeats)):
         vm["main"](*args)
     total = sum(acc.values()) or 1.0
-    rows = []
-    for name, ms in sorted(acc.items(), key=lambda kv: -kv[1]):
-        rows.append(
-            {
-                "name": name,
-                "ms": round(ms / repeats, 4),
-                "share": round(ms / total, 4),
-                "calls": calls[name] // max(1, repeats),
-                "onnx_nodes": list(art.kernel_lineage.get(name, [])),
-            }
-        )
-    return rows
+    return [KernelTime(name=name, ms=round(ms / repeats, 4), share=round(ms / total, 4), calls=calls[name] // max(1, repeats),
+                       onnx_nodes=list(art.kernel_lineage.get(name, [])))
+            for name, ms in sorted(acc.items(), key=lambda kv: -kv[1])]
 
 
-def kernel_heat(kernels: list[dict]) -> tuple[dict[str, float], list[dict]]:
+def kernel_heat(kernels: list[KernelTime]) -> tuple[dict[str, float], list[KernelGroup]]:
     """Heat by kernel, for a graph view: nothing is split.
 
     A fused kernel's time belongs to the kernel as a whole, not a share to each node it came from
     (a Relu fused into a convolution costs nothing of its own). Returns (node ms, groups): each
     ONNX node label with the time of the slowest kernel it is part of, and each kernel with
-    lineage as {name, ms, onnx_nodes} (slowest first), which the canvas outlines as one group.
+    lineage as a KernelGroup (slowest first), which the canvas outlines as one group.
     Kernels made from the very same nodes (a Conv's padding and the convolution) are one group
     with their times added and their names joined by " + "."""
-    by_nodes: dict[tuple, dict] = {}
+    by_nodes: dict[tuple, KernelGroup] = {}
     for k in kernels:
-        labels = list(dict.fromkeys(k.get("onnx_nodes") or []))
+        labels = list(dict.fromkeys(k.onnx_nodes))
         if not labels:
             continue
-        g = by_nodes.setdefault(tuple(sorted(labels)), {"name": "", "ms": 0.0, "onnx_nodes": labels})
-        g["name"] = f"{g['name']} + {k['name']}" if g["name"] else k["name"]
-        g["ms"] += k["ms"]
-    groups = sorted(by_nodes.values(), key=lambda g: -g["ms"])
+        g = by_nodes.setdefault(tuple(sorted(labels)), KernelGroup("", 0.0, labels))
+        g.name = f"{g.name} + {k.name}" if g.name else k.name
+        g.ms += k.ms
+    groups = sorted(by_nodes.values(), key=lambda g: -g.ms)
     nodes: dict[str, float] = {}
     for g in groups:
-        for n in g["onnx_nodes"]:
-            nodes[n] = max(nodes.get(n, 0.0), g["ms"])
+        for n in g.onnx_nodes:
+            nodes[n] = max(nodes.get(n, 0.0), g.ms)
     return nodes, groups
 
 
-def node_heat(kernels: list[dict]) -> dict[str, float]:
+def node_heat(kernels: list[KernelTime]) -> dict[str, float]:
     """ms per ONNX node label: each kernel's time split evenly over the nodes it came from."""
     heat: dict[str, float] = {}
     for k in kernels:
-        nodes = k.get("onnx_nodes") or []
-        for n in nodes:
-            heat[n] = heat.get(n, 0.0) + k["ms"] / len(nodes)
+        for n in k.onnx_nodes:
+            heat[n] = heat.get(n, 0.0) + k.ms / len(k.onnx_nodes)
     return heat
 
 
@@ -388,13 +413,12 @@ def benchmark(
             target=art.target,
             dims={d: int((dims or {}).get(d, 1)) for s in art.inputs for d in s.shape if isinstance(d, str)},
             latency_ms=latency_stats(ours_ms),
-            memory={},
             threads=_threads_used(art, host_cores() if ort_proc is not None else None),
         )
         if ort_proc is not None:
             result.ort_latency_ms = latency_stats(ort_ms)
-            if result.ort_latency_ms["median"]:
-                result.ratio = round(result.latency_ms["median"] / result.ort_latency_ms["median"], 3)
+            if result.ort_latency_ms.median:
+                result.ratio = round(result.latency_ms.median / result.ort_latency_ms.median, 3)
             ours_out = art.run(feeds)
             ok, err, _ = compare_outputs(ours_out, ort_proc.outputs())
             result.max_abs_err_vs_ort = err
@@ -406,12 +430,7 @@ def benchmark(
     stop()
     report("memory", 0.75)
     mem = estimate_memory(art, dims=dims)
-    result.memory = {
-        "params_bytes": mem.get("params_bytes"),
-        "planned_bytes": mem.get("planned_bytes"),
-        "unplanned_bytes": mem.get("unplanned_bytes"),
-        "peak_rss_bytes": peak_rss_bytes(),
-    }
+    result.memory = MemoryUse(mem.params_bytes, mem.planned_bytes, mem.unplanned_bytes, peak_rss_bytes())
     if kernels:
         stop()
         report("per-kernel time", 0.85)
@@ -420,7 +439,7 @@ def benchmark(
     return result
 
 
-def _threads_used(art: Artifact, ort_threads: int | None) -> dict | None:
+def _threads_used(art: Artifact, ort_threads: int | None) -> ThreadsUsed | None:
     """What ran the CPU runs: the threads of the last one (the governor's choice) and whose thread
     pool launched its parallel kernels (core.compiler.runtime.native_pool); None on a GPU."""
     if art.target == TargetKind.CUDA:
@@ -428,28 +447,21 @@ def _threads_used(art: Artifact, ort_threads: int | None) -> dict | None:
     from ..runtime import native_pool
 
     pool = native_pool.pool()
-    d: dict[str, Any] = {"ours": native_pool.run_threads(), "pool": "workbench" if pool is not None and pool.enabled() else "tvm"}
-    if ort_threads is not None:
-        d["ort"] = ort_threads
-    return d
+    return ThreadsUsed(native_pool.run_threads(), "workbench" if pool is not None and pool.enabled() else "tvm", ort_threads)
 
 
-def threads_text(threads: dict | None) -> str:
+def threads_text(threads: ThreadsUsed | None) -> str:
     """One cell for `bench` and the Compile & Run table: "2 (workbench pool)": the threads and whose
     pool launched the parallel kernels (core.compiler.runtime.native_pool; "TVM pool" when it is not loaded)."""
     if not threads:
         return ""
-    return f"{threads['ours']} ({'workbench' if threads.get('pool') == 'workbench' else 'TVM'} pool)"
+    return f"{threads.ours} ({'workbench' if threads.pool == 'workbench' else 'TVM'} pool)"
 
 
-def measured_for_manifest(res: BenchResult) -> dict[str, Any]:
+def measured_for_manifest(res: BenchResult) -> Measured:
     """The figures an exported manifest records under 'measured'."""
-    d = {"latency_ms": res.latency_ms, "memory": res.memory, "dims": res.dims}
-    if res.ort_latency_ms is not None:
-        d["ort_latency_ms"] = res.ort_latency_ms
-        d["ratio_vs_ort"] = res.ratio
-    d["measured_on"] = _machine()
-    return d
+    return Measured(latency_ms=res.latency_ms, memory=res.memory, dims=dict(res.dims), ort_latency_ms=res.ort_latency_ms,
+                    ratio_vs_ort=res.ratio if res.ort_latency_ms is not None else None, measured_on=_machine())
 
 
 def _machine() -> str:

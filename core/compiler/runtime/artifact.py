@@ -5,7 +5,8 @@ An exported artifact folder holds:
 * `model.so`: the compiled library (weights embedded as constants; for CUDA the kernels are
   compiled to a fatbin by nvcc at export, so nothing is compiled at load);
 * `manifest.json`: inputs/outputs (shapes with symbolic dims, dtypes), target, TVM version, source
-  model sha256, rewrites and passes applied, verification and measured figures;
+  model sha256, rewrites and passes applied, verification and measured figures (read and written
+  as a core.compiler.runtime.manifest.Manifest);
 * `run.py`: a runner that needs only `apache-tvm` and `numpy`;
 * `model.onnx`: the model that was compiled (the optimized one when rewrites were applied), so
   `bench ARTIFACT --vs-ort` can compare against onnxruntime later;
@@ -29,9 +30,11 @@ import numpy as np
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from ..target import TargetKind, cannot_run_here, gpu_present
+from .manifest import FORMAT_VERSION, Manifest, Measured, TensorSpec
 
 __all__ = [
     "Artifact",
+    "Manifest",
     "TensorSpec",
     "load_artifact",
     "check_artifact_folder",
@@ -58,28 +61,6 @@ RUNNER = "run.py"
 
 
 SOURCE_MODEL = "model.onnx"
-
-
-FORMAT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """A model input or output: name, shape (ints, or names of symbolic dims), dtype."""
-
-    name: str
-    shape: tuple[int | str, ...]
-    dtype: str
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-
-    @staticmethod
-    def from_json(d: dict) -> "TensorSpec":
-        return TensorSpec(d["name"], tuple(d["shape"]), d["dtype"])
-
-    def concrete_shape(self, dims: dict[str, int] | None = None, default: int = 1) -> tuple[int, ...]:
-        return tuple(d if isinstance(d, int) else int((dims or {}).get(d, default)) for d in self.shape)
 
 
 @contextlib.contextmanager
@@ -146,7 +127,7 @@ class Artifact:
     target: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    manifest: dict = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)
     scheduled_mod: Any = None  # Relax+TIR IRModule before VM lowering (for the memory estimate)
     model_bytes: bytes | None = None  # the ONNX model that was compiled
     cuda_source: str | None = None
@@ -181,7 +162,7 @@ class Artifact:
         features this one lacks (AVX-512 code on an AVX2 host), it would die of an illegal
         instruction. The manifest records the CPU (core.compiler.target.target_cpu)."""
         if self.target == TargetKind.CPU:
-            why = cannot_run_here((self.manifest.get("target") or {}).get("cpu"))
+            why = cannot_run_here(self.manifest.target.cpu)
             if why:
                 raise WorkbenchError(why)
 
@@ -214,7 +195,7 @@ class Artifact:
         nothing."""
         if self._main is None:
             self._main = self.vm()["main"]
-        if self.target != TargetKind.CUDA and self.manifest.get("parallel_kernels") != 0:
+        if self.target != TargetKind.CUDA and self.manifest.parallel_kernels != 0:
             if self._governor is None:
                 from .threads import ThreadGovernor
 
@@ -241,7 +222,7 @@ class Artifact:
 
     # -- export --------------------------------------------------------------------------
 
-    def export(self, folder: str | os.PathLike, measured: dict | None = None) -> Path:
+    def export(self, folder: str | os.PathLike, measured: Measured | None = None) -> Path:
         """Write the deployable folder (library, manifest, runner, source model, CUDA source)."""
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
@@ -253,7 +234,7 @@ class Artifact:
                 shutil.copy2(self.folder / LIBRARY, lib_path)
         elif self.target == TargetKind.CUDA:
             with quiet_tvm_scope_warnings():
-                export_cuda_library(self.library, lib_path, self.manifest)
+                self.manifest.cuda = export_cuda_library(self.library, lib_path)
         else:
             with quiet_tvm_scope_warnings():
                 self.library.export_library(str(lib_path))
@@ -267,11 +248,10 @@ class Artifact:
         shutil.copy2(runner, folder / RUNNER)
         if self.target != TargetKind.CUDA:
             self._export_thread_pool(folder)
-        if measured:
-            self.manifest["measured"] = measured
-        self.manifest["files"] = sorted(p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST)
-        self.manifest["files"] = sorted(set(self.manifest["files"]) | {MANIFEST})
-        (folder / MANIFEST).write_text(json.dumps(self.manifest, indent=2) + "\n")
+        if measured is not None:
+            self.manifest.measured = measured
+        self.manifest.files = sorted({p.name for p in folder.iterdir() if p.is_file()} | {MANIFEST})
+        (folder / MANIFEST).write_text(json.dumps(self.manifest.to_json(), indent=2) + "\n")
         self.folder = folder
         return folder
 
@@ -287,9 +267,9 @@ class Artifact:
         except OSError as e:
             logger.warning("the artifact runs on TVM's thread pool: the workbench's could not be built (%s)", e)
             dest.unlink(missing_ok=True)
-            self.manifest.pop("thread_pool", None)
+            self.manifest.thread_pool = None
             return
-        self.manifest["thread_pool"] = native_pool.ARTIFACT_FILE
+        self.manifest.thread_pool = native_pool.ARTIFACT_FILE
 
 
 def flatten_outputs(out) -> list[np.ndarray]:
@@ -323,7 +303,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
 
     folder = Path(folder)
     manifest, lib_path = check_artifact_folder(folder)
-    target = manifest.get("target", {}).get("kind", "cpu")
+    target = manifest.target.kind
     if target == TargetKind.CUDA:
         if not gpu_present():
             raise WorkbenchError(
@@ -335,7 +315,7 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
             lib = tvm.runtime.load_module(str(lib_path))
     except Exception as e:  # noqa: BLE001
         raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
-    src_model = _inside(folder, folder / MANIFEST, manifest, "source_model", SOURCE_MODEL, "source model")
+    src_model = folder / manifest.source_model  # inside the folder: check_artifact_folder saw to it
     model_bytes = src_model.read_bytes() if src_model.is_file() else None
     if model_bytes is not None:
         _check_source_model(src_model, model_bytes, manifest)
@@ -343,21 +323,22 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     return Artifact(
         library=lib,
         target=target,
-        inputs=[TensorSpec.from_json(d) for d in manifest.get("inputs", [])],
-        outputs=[TensorSpec.from_json(d) for d in manifest.get("outputs", [])],
+        inputs=list(manifest.inputs),
+        outputs=list(manifest.outputs),
         manifest=manifest,
         model_bytes=model_bytes,
         cuda_source=cuda_src.read_text() if cuda_src.is_file() else None,
-        kernel_lineage=manifest.get("kernel_lineage", {}),
+        kernel_lineage=manifest.kernel_lineage,
         folder=folder,
     )
 
 
-def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
+def check_artifact_folder(folder: str | os.PathLike) -> tuple[Manifest, Path]:
     """The manifest and library path of an artifact folder, checked without loading anything.
 
     Reads only JSON and file metadata, so a GUI can refuse a bad folder before it asks the user
-    whether to run the native code inside; `load_artifact` runs the same checks.
+    whether to run the native code inside; `load_artifact` runs the same checks. The paths the
+    manifest names are checked first (confined to the folder), then every field (Manifest.from_json).
     """
     folder = Path(folder)
     man_path = folder / MANIFEST
@@ -381,9 +362,10 @@ def check_artifact_folder(folder: str | os.PathLike) -> tuple[dict, Path]:
         raise WorkbenchError(f"{man_path} lists its files as {type(files).__name__}, not a list of file names.")
     for name in files:
         _inside(folder, man_path, {"file": name}, "file", "", "file")
+    checked = Manifest.from_json(manifest, man_path)
     if not lib_path.is_file():
         raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
-    return manifest, lib_path
+    return checked, lib_path
 
 
 def _inside(folder: Path, man_path: Path, manifest: dict, key: str, default: str, what: str) -> Path:
@@ -398,13 +380,13 @@ def _inside(folder: Path, man_path: Path, manifest: dict, key: str, default: str
     return path
 
 
-def _check_source_model(path: Path, data: bytes, manifest: dict) -> None:
+def _check_source_model(path: Path, data: bytes, manifest: Manifest) -> None:
     """The source model must be the one compiled: an ONNX file whose hash the manifest records
     (onnxruntime would otherwise fail later with an internal error, or compare another model)."""
     import hashlib
 
-    want = manifest.get("source_model_sha256")
-    if isinstance(want, str) and want and hashlib.sha256(data).hexdigest() != want:
+    want = manifest.source_model_sha256
+    if want and hashlib.sha256(data).hexdigest() != want:
         raise WorkbenchError(f"{path} is not the model this artifact was compiled from (its sha256 differs from the manifest's).")
     import onnx
 

@@ -42,12 +42,12 @@ def test_mlp_dynamic_batch_matches_onnxruntime(mlp_art, batch):
 @pytest.mark.isa
 def test_compile_records_passes_and_verification(mlp_art):
     m = mlp_art.manifest
-    names = [p["name"] for p in m["passes"]]
+    names = [p.name for p in m.passes]
     assert names[0] == "ONNX import (Relax)"
     assert "LegalizeOps" in names and "FuseTIR" in names and "ScheduleTIR" in names
-    assert m["verification"]["checked"] is True and m["verification"]["max_abs_err"] < 1e-4
-    assert m["inputs"] == [{"name": "input", "shape": ["batch", 784], "dtype": "float32"}]
-    assert len(m["source_model_sha256"]) == 64
+    assert m.verification.checked is True and m.verification.max_abs_err < 1e-4
+    assert [s.to_json() for s in m.inputs] == [{"name": "input", "shape": ["batch", 784], "dtype": "float32"}]
+    assert len(m.source_model_sha256) == 64
 
 
 @pytest.mark.isa
@@ -202,19 +202,19 @@ def test_tuning_budget_reaches_the_tuning_pass_and_the_manifest(monkeypatch, tmp
     assert not tuning.cancellable and tuning.stops_after == "the measuring round in progress"  # cancel waits for the round
     choice = next(e for e in steps if e.step == "Winograd choice")
     assert choice.fraction == pytest.approx(0.05) and choice.stops_after == "the conv being measured"
-    tuning = art.manifest["tuning"]
-    assert tuning["trials"] == 8 and tuning["budget_s"] == 90.0 and tuning["database"].startswith(str(tmp_path))
-    assert tuning["summary"].startswith("1/2 kernels tuned") and tuning["kernels"] >= 1 and tuning["kernels_from_database"] == 0
-    assert "MetaSchedule tuning" in [p["name"] for p in art.manifest["passes"]]
+    tuning = art.manifest.tuning
+    assert tuning.trials == 8 and tuning.budget_s == 90.0 and tuning.database.startswith(str(tmp_path))
+    assert tuning.summary.startswith("1/2 kernels tuned") and tuning.kernels >= 1 and tuning.kernels_from_database == 0
+    assert "MetaSchedule tuning" in [p.name for p in art.manifest.passes]
     # the default budget is the 10 minutes per model
     compile_model(sample("mlp"), "cpu", verify=False, tune_trials=8, tune_db=tmp_path)
     assert seen["budget_s"] == 600.0
     # a budget alone tunes too (template search only, no MetaSchedule trials)...
     art = compile_model(sample("mlp"), "cpu", verify=False, tune_budget_s=120, tune_db=tmp_path)
-    assert seen["trials"] == 0 and seen["budget_s"] == 120.0 and art.manifest["tuning"]["budget_s"] == 120.0
+    assert seen["trials"] == 0 and seen["budget_s"] == 120.0 and art.manifest.tuning.budget_s == 120.0
     # ...and a database alone is only applied
     art = compile_model(sample("mlp"), "cpu", verify=False, tune_db=tmp_path)
-    assert seen["trials"] == 0 and seen["budget_s"] is None and art.manifest["tuning"]["budget_s"] is None
+    assert seen["trials"] == 0 and seen["budget_s"] is None and art.manifest.tuning.budget_s is None
 
 
 @pytest.mark.parametrize(
@@ -243,7 +243,7 @@ def test_exporter_style_names_compile_and_run_by_the_users_names(tmp_path):
     model = exporter_names_model()
     onnx.save(model, tmp_path / "names.onnx")
     art = compile_model(tmp_path / "names.onnx", "cpu", verify_dims={"batch:0": 3})
-    assert art.manifest["verification"]["checked"]
-    assert [s["name"] for s in art.manifest["inputs"]] == ["a.b", "a/b", "a_b", "input-1", "0"]
-    assert art.manifest["code_names"]["batch:0"] == "batch_0" and art.manifest["memory_estimate"]["dims"] == {"batch:0": 3}
+    assert art.manifest.verification.checked
+    assert [s.name for s in art.manifest.inputs] == ["a.b", "a/b", "a_b", "input-1", "0"]
+    assert art.manifest.code_names["batch:0"] == "batch_0" and art.manifest.memory_estimate.dims == {"batch:0": 3}
     _check(art, tmp_path / "names.onnx", dims={"batch:0": 5})

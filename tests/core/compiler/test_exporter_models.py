@@ -30,7 +30,7 @@ def test_bert_encoder_as_torch_onnx_writes_it_compiles_and_matches_with_a_paddin
     ops = {n.op_type for n in model.graph.node}
     assert {"ConstantOfShape", "Expand", "Where", "LayerNormalization", "ReduceSum", "Div", "Concat"} <= ops
     art = _compile(model, "bert", {"batch": 2, "sequence": 8})
-    assert art.manifest["verification"]["checked"] and art.manifest["verification"]["reference"] == "onnxruntime"
+    assert art.manifest.verification.checked and art.manifest.verification.reference == "onnxruntime"
     rng = np.random.default_rng(3)
     # another sequence length than the check's, and a padded second row
     feeds = {"input_ids": rng.integers(0, 100, (2, 11)).astype(np.int64),
@@ -57,7 +57,7 @@ def test_gpt2_with_position_ids_from_a_range_over_the_sequence_length_compiles_a
     model = gpt2_block(layers=1)
     assert {"Range", "Trilu", "ConstantOfShape"} <= {n.op_type for n in model.graph.node}
     art = _compile(model, "gpt2", {"batch": 2, "sequence": 8})
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     feeds = {"input_ids": np.random.default_rng(5).integers(0, 100, (3, 13)).astype(np.int64)}
     np.testing.assert_allclose(art.run(feeds)[0], ort_run(model.SerializeToString(), feeds)[0], rtol=1e-3, atol=1e-4)
 
@@ -73,7 +73,7 @@ def test_gpt2_blocks_exported_with_dynamic_axes_compile_and_match_at_two_sequenc
     np.testing.assert_allclose(ort_run(model.SerializeToString(), {"inputs_embeds": x})[0],
                                ort_run(gpt2_blocks(**kw).SerializeToString(), {"inputs_embeds": x})[0], rtol=1e-5, atol=1e-5)
     art = _compile(model, "gpt2_dynamic", {"batch": 2, "sequence": 12})
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     for shape in [(1, 32, 64), (3, 7, 64)]:
         x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
         ours = art.run({"inputs_embeds": x})[0]

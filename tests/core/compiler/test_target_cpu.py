@@ -135,9 +135,9 @@ def test_compile_for_this_host_without_avx512_runs_and_matches(tmp_path):
     from core.compiler.compile import compile_model
 
     art = compile_model(sample("mlp"), "cpu", cpu="host", cpu_features="-avx512f", verify_dims={"batch": 2})
-    cpu = art.manifest["target"]["cpu"]
+    cpu = art.manifest.target.cpu
     assert cpu["features"] == ["-avx512f"] and "avx512f" not in cpu["requires"]
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     folder = art.export(tmp_path / "art")
     r = subprocess.run([sys.executable, "run.py", "--dim", "batch=2"], cwd=folder, capture_output=True, text=True, timeout=120, env=_clean_env())
     assert r.returncode == 0, r.stderr

@@ -27,8 +27,8 @@ SMALL = {
 def test_small_transformer_compiles_and_matches_onnxruntime(name):
     model = SMALL[name]()
     art = compile_model(load_model_bytes(model.SerializeToString(), f"{name}.onnx"), "cpu")
-    verification = art.manifest["verification"]
-    assert verification["checked"] and verification["reference"] == "onnxruntime", verification
+    verification = art.manifest.verification
+    assert verification.checked and verification.reference == "onnxruntime", verification
     feeds = random_feeds(model, seed=5)
     if "attention_mask" in feeds:
         feeds["attention_mask"] = np.array([[1] * 17 + [0] * 7], np.int64)  # padding at the end

@@ -60,9 +60,8 @@ def test_grouped_build_runs_like_tvm_compile(scheduled):
     graph = load_model(sample("tiny_transformer"))
     inputs, outputs = specs_from_proto(graph.to_proto())
     feeds = random_feeds(inputs, seed=0, dims={"batch": 2})
-    ours = Artifact(library=build_executable(mod, pipe.target), target="cpu", inputs=inputs, outputs=outputs, manifest={}).run(feeds)
-    ref = Artifact(library=tvm.compile(mod, pipe.target, relax_pipeline=None), target="cpu", inputs=inputs, outputs=outputs,
-                   manifest={}).run(feeds)
+    ours = Artifact(library=build_executable(mod, pipe.target), target="cpu", inputs=inputs, outputs=outputs).run(feeds)
+    ref = Artifact(library=tvm.compile(mod, pipe.target, relax_pipeline=None), target="cpu", inputs=inputs, outputs=outputs).run(feeds)
     for a, b in zip(ours, ref):
         np.testing.assert_array_equal(a, b)
 

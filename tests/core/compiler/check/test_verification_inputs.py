@@ -60,7 +60,7 @@ def test_compile_checks_on_the_users_inputs_and_says_so(tmp_path):
     g = load_model_bytes(m.SerializeToString(), "gather.onnx")
     feeds = {"data": np.arange(6, dtype=np.float32).reshape(2, 3), "idx": np.array([2, 0, 1, 2], np.int64)}
     art = compile_model(g, "cpu", verify_inputs=feeds)
-    assert art.manifest["verification"]["inputs"] == "user-supplied"
+    assert art.manifest.verification.inputs == "user-supplied"
     with pytest.raises(WorkbenchError, match="'idy', which is not an input of the model"):
         compile_model(g, "cpu", verify_inputs={**feeds, "idy": feeds["idx"]})
 
@@ -90,7 +90,7 @@ def test_opset_6_model_is_checked_against_onnx_reference_evaluator():
     m = onnx.load(case / "model.onnx")
     assert m.opset_import[0].version < 7
     art = compile_model(load_model_bytes(m.SerializeToString(), "prelu.onnx"), "cpu")
-    assert art.manifest["verification"]["reference"] == ONNX_REFERENCE
+    assert art.manifest.verification.reference == ONNX_REFERENCE
     x = numpy_helper.to_array(onnx.load_tensor(case / "test_data_set_0" / "input_0.pb"))
     expected = numpy_helper.to_array(onnx.load_tensor(case / "test_data_set_0" / "output_0.pb"))
     np.testing.assert_allclose(art.run({art.inputs[0].name: x})[0], expected, rtol=1e-3, atol=1e-4)

@@ -58,7 +58,7 @@ def test_a_difference_tiny_against_the_values_is_reported_without_blaming_tvm(tm
     atol = float(text.split("--atol ")[1].rstrip("."))
     assert atol >= e.value.max_abs_err and e.value.accepting_atol == atol  # what the GUI's Accept offers
     art = compile_model(str(path), "cpu", atol=atol)
-    assert art.manifest["verification"]["max_abs_err"] == pytest.approx(e.value.max_abs_err)
+    assert art.manifest.verification.max_abs_err == pytest.approx(e.value.max_abs_err)
 
 
 def test_on_the_users_inputs_the_cli_refuses_in_one_line_and_takes_atol(tmp_path, shifted_relu, capsys):

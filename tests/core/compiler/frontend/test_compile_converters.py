@@ -32,7 +32,7 @@ def test_pow_with_integer_exponent(tmp_path):
     art = compile_model(p, "cpu")
     x = np.linspace(-2, 2, 16).astype(np.float32)
     np.testing.assert_allclose(art.run({"x": x})[0], ort_run(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
-    assert art.manifest["converter_fixes"] == ["Pow"]
+    assert art.manifest.converter_fixes == ["Pow"]
 
 
 def test_resize_with_sizes_and_empty_scales(tmp_path):

@@ -117,7 +117,7 @@ def test_local_functions_from_rewrites_are_inlined_with_lineage_to_the_call_node
     kernels = {name: ids for name, ids in fuse_tir.lineage.as_dict().items() if name.startswith("@fused") and "relu" in name}
     assert sorted(ids for ids in kernels.values()) == sorted([[n.id] for n in fused])
     art = compile_model(g, "cpu")
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     assert sorted(v for k, v in art.kernel_lineage.items() if "relu" in k) == sorted([[n.label] for n in fused])
 
     t = load_model(sample("tiny_transformer"))
@@ -125,7 +125,7 @@ def test_local_functions_from_rewrites_are_inlined_with_lineage_to_the_call_node
     gelu = next(n for n in t.nodes if n.op_type == "Gelu")
     assert gelu.domain == "mlc.workbench"
     art = compile_model(t, "cpu")
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     assert any(gelu.label in names and "erf" in kernel for kernel, names in art.kernel_lineage.items())
 
 

@@ -192,8 +192,8 @@ def test_a_filed_trace_is_what_compile_applies_when_fastest(tmp_path):
     record_schedule(s.base, target, s.trace(), 0.01, tmp_path, default_ms=5.0)
     assert database_choice(s.base, target, tmp_path)[0] == "search"
     art = compile_model(MM_RELU, "cpu", tune_db=tmp_path)
-    assert art.manifest["tuning"]["kernels_from_database"] == 1
-    assert art.manifest["verification"]["checked"]  # and it still matches onnxruntime
+    assert art.manifest.tuning.kernels_from_database == 1
+    assert art.manifest.verification.checked  # and it still matches onnxruntime
     kernel = next(f for gv, f in art.scheduled_mod.functions_items() if gv.name_hint.startswith(KERNEL))
     text = kernel.script()
     assert 'T.sblock("matmul_init")' in text and "i1_0" in text and "T.parallel(T.int64(128))" in text

@@ -60,7 +60,7 @@ def test_folded_model_matches_onnxruntime(reverse_sub):
     from core.compiler.compile import compile_model
 
     artifact = compile_model(_save(_bn_model(reverse_sub=reverse_sub)), "cpu", verify=True)  # raises on a mismatch
-    assert artifact.manifest["verification"]["checked"]  # compared, not skipped (code this host cannot run is not)
+    assert artifact.manifest.verification.checked  # compared, not skipped (code this host cannot run is not)
 
 
 @pytest.mark.isa

@@ -26,7 +26,7 @@ def test_compiling_the_stages_lower_shows_gives_the_same_kernels():
     graph = load_model(sample("small_cnn"))
     stages = lower(graph, "cpu", target_code=False)
     art = compile_model(graph, "cpu", verify=False)
-    assert [p["name"] for p in art.manifest["passes"][1:-1]] == [s.name for s in stages[2:]]
+    assert [p.name for p in art.manifest.passes[1:-1]] == [s.name for s in stages[2:]]
     shown = _kernels(next(s for s in stages if s.name == "ScheduleTIR").mod)
     compiled = _kernels(art.scheduled_mod)
     assert shown and sorted(shown) == sorted(compiled)

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from core.compiler.runtime.artifact import load_artifact
+from core.compiler.runtime.manifest import LatencyStats, Measured
 
 from core.compiler.compile import compile_model
 
@@ -45,7 +46,7 @@ ISOLATED = textwrap.dedent(
 def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("art") / "mlp"
     art = compile_model(sample("mlp"), "cpu", verify_dims={"batch": 2})
-    art.export(folder, measured={"latency_ms": {"median": 1.0, "p90": 1.0, "min": 1.0, "runs": 1}})
+    art.export(folder, measured=Measured(latency_ms=LatencyStats(median=1.0, p90=1.0, min=1.0, runs=1)))
     return art, folder
 
 
@@ -170,14 +171,14 @@ def test_a_model_without_parallel_kernels_runs_without_choosing_threads():
     time; a model with split convs keeps it, and so does an artifact whose manifest does not say."""
     tiny = compile_model(sample("tiny_transformer"), "cpu", verify=False)
     cnn = compile_model(sample("small_cnn"), "cpu", verify=False)
-    assert tiny.manifest["parallel_kernels"] == 0 and cnn.manifest["parallel_kernels"] >= 1
+    assert tiny.manifest.parallel_kernels == 0 and cnn.manifest.parallel_kernels >= 1
     def zeros(art):
         return {s.name: np.zeros([d if isinstance(d, int) else 1 for d in s.shape], s.dtype) for s in art.inputs}
 
     for art in (tiny, cnn):
         art.run(zeros(art))
     assert tiny._governor is None and cnn._governor is not None
-    del tiny.manifest["parallel_kernels"]  # an artifact exported before the count existed
+    tiny.manifest.parallel_kernels = None  # an artifact exported before the count existed
     tiny.run(zeros(tiny))
     assert tiny._governor is not None
 
@@ -211,7 +212,7 @@ def test_run_py_chooses_threads_only_for_a_model_with_parallel_kernels(exported,
     import importlib.util
 
     cnn = compile_model(sample("small_cnn"), "cpu", verify=False)
-    assert exported[0].manifest["parallel_kernels"] == 0 and cnn.manifest["parallel_kernels"] >= 1
+    assert exported[0].manifest.parallel_kernels == 0 and cnn.manifest.parallel_kernels >= 1
     cnn_folder = tmp_path / "cnn"
     cnn.export(cnn_folder)
     monkeypatch.delenv("WORKBENCH_ADAPTIVE_THREADS", raising=False)

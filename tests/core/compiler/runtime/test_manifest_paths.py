@@ -74,3 +74,27 @@ def test_bench_vs_ort_of_an_intact_artifact_from_another_folder(exported, tmp_pa
                        capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr[-1500:]
     assert json.loads(r.stdout)["outputs_match_ort"] is True
+
+
+@pytest.mark.parametrize("damage", ["inputs a dict", "inputs missing"])
+def test_run_and_bench_refuse_a_damaged_manifest_in_one_sentence(exported, tmp_path, damage):
+    folder = _tampered(exported, tmp_path, inputs={"x": [1, 3, 8, 8]})
+    if damage == "inputs missing":
+        man = json.loads((folder / "manifest.json").read_text())
+        del man["inputs"]
+        (folder / "manifest.json").write_text(json.dumps(man))
+    said = "its 'inputs' is an object, not a list of tensors" if damage == "inputs a dict" else "it has no 'inputs' (a list of tensors)"
+    for args in (("run", folder, "--inputs", tmp_path / "in.npz"), ("bench", folder, "--runs", "1")):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args[0], r.stderr)
+        assert f"manifest.json is not a valid artifact manifest: {said}." in r.stderr, (args[0], r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_exported_manifest_reads_back_into_the_same_json(exported):
+    from core.compiler.runtime.manifest import Manifest
+
+    written = json.loads((exported / "manifest.json").read_text())
+    m = Manifest.from_json(written, exported / "manifest.json")
+    assert m.verification.checked and m.inputs and m.passes and m.memory_estimate.params_bytes > 0
+    assert m.to_json() == written and not m.extra

@@ -64,7 +64,7 @@ def test_gpt2_block_with_avx2_six_row_tiles_matches_onnxruntime():
     for text in dense:
         assert "T.unroll(T.int64(6))" in text and re.search(r"T\.min\(v_\w+, T\.int64\(63\)\)", text), text[:2000]
     art = compile_model(load_model_bytes(model.SerializeToString(), "gpt2.onnx"), "cpu", cpu_features="-avx512f")
-    assert art.manifest["verification"]["checked"]
+    assert art.manifest.verification.checked
     feeds = random_feeds(model, seed=7)
     for ours, ref in zip(art.run(feeds), ort_run(model.SerializeToString(), feeds)):
         np.testing.assert_allclose(ours, ref, rtol=1e-3, atol=1e-4)

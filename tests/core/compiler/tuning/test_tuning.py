@@ -322,7 +322,7 @@ def test_compile_tunes_through_an_rpc_tracker_with_two_servers(tmp_path, monkeyp
     from core.compiler.tuning.tune import TEMPLATES_FILE, database_dir
 
     # the conv (in NCHW16c or NCHW8c, core.compiler.passes.layout.nchwc; the two layout copies around it have no template)
-    assert re.match(r"1/(1|3) kernels tuned", art.manifest["tuning"]["summary"]), art.manifest["tuning"]
+    assert re.match(r"1/(1|3) kernels tuned", art.manifest.tuning.summary), art.manifest.tuning
     (record,) = json.loads((database_dir(tmp_path / "db", make_target("cpu")) / TEMPLATES_FILE).read_text()).values()
     measured = [ms for _config, ms in record["measured"] if ms is not None]
     assert len(measured) > 3 and record["ms"] > 0  # candidates timed on the tracker's devices

@@ -277,7 +277,7 @@ def test_chosen_winograd_with_folded_padding_matches_onnxruntime(tmp_path, monke
     key, _call = _only_conv(_before_legalize(model, target))
     _write(tmp_path / "db", target, {key: {"choice": "winograd4"}})
     art = compile_model(str(path), "cpu", verify=True, tune_db=str(tmp_path / "db"))
-    assert art.manifest["tuning"]["winograd_choices_from_database"] == 1  # the rule leaves a 7x7 map direct
+    assert art.manifest.tuning.winograd_choices_from_database == 1  # the rule leaves a 7x7 map direct
     funcs = _prim_funcs(art.scheduled_mod)
     kernel = next(f for n, f in funcs.items() if "winograd4" in n)
     assert ("winograd_pad" in kernel.script()) is not fold
