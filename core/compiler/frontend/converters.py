@@ -6,7 +6,7 @@ own shape (`_impl_vN(bb, inputs, attr, params)`), registered in `FIXES` under th
 `from_onnx_fixed` imports a model with TVM's converter map overlaid by `FIXES`.
 
 Importing this module registers every fix with `core.compiler.frontend.registry.register_converter` (the import
-hook lowering and compile share; tvm_import imports this module before its first import), so the
+hook lowering and compile share; onnx_import imports this module before its first import), so the
 Lowering panel and compile see the same conversion. `from_onnx_fixed` is the same conversion for
 code that wants TVM's plain `from_onnx` (no lineage).
 

@@ -302,7 +302,7 @@ int TVMBackendParallelLaunch(FTVMParallelLambda flambda, void* cdata, int num_ta
    * the caller the first rows, worker w the (w + 1)-th share. Fixed owners, not first come: claimed
    * first come, the shares swapped from kernel to kernel whenever a worker saw the launch before the
    * caller claimed, and resnet50 and inception_v1 ran 4-6% slower at 2 threads than with TVM's pool
-   * (parallel_split tvm-pool). */
+   * (benchmarks/parallel.py --mode split, variant tvm-pool). */
   int nruns = helpers + 1;
   for (int r = 0; r < nruns; ++r) {
     uint32_t lo = (uint32_t)((int64_t)r * num_task / nruns), hi = (uint32_t)((int64_t)(r + 1) * num_task / nruns);

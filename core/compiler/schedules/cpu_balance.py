@@ -13,7 +13,7 @@ rows copied twice cost nothing measurable (halo_min_rows), and as few as make th
 (the code is the same whatever the host's core count: a model built here runs on a 16-core host
 as well) such a loop splits no worse than the channel blocks alone.
 
-benchmarks/parallel_balance.py lists every kernel's split for the benchmark models.
+benchmarks/parallel.py --mode balance lists every kernel's split for the benchmark models.
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ FULL_WIDTH_AVX512_CPUS = frozenset({"znver5"})
 # a tile of two channel blocks of 6 or more accumulators where one exists (pair_tile from 6).
 # (docs/performance.md: MIN_ACCUMULATORS)
 MIN_ACCUMULATORS = 6
-AVX2_TWO_BLOCKS = True  # (benchmarks/parallel_split.py's variant one-block sets it False)
+AVX2_TWO_BLOCKS = True  # (benchmarks/parallel.py --mode split's variant one-block sets it False)
 # Columns of the two-block tile a stride-1 unpadded 1x1 conv takes over its flat plane (its H x W
 # pixels as one row, `flat_1x1`) with 16 registers, where its rows have no two-block tile of as
 # many pixels (7, 13, 14, 27, 28 or 56 wide); the last tile's pixels past the plane are predicated
@@ -104,7 +104,7 @@ GROUP_WEIGHT_BYTES = 256 << 10
 # that stay in L2 beside the rows (larger ones: LARGE_WEIGHT_BANDS). (docs/performance.md:
 # ROWS_FIRST_MAX_WEIGHT_BYTES and ROWS_FIRST)
 ROWS_FIRST_MAX_WEIGHT_BYTES = 256 << 10
-ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
+ROWS_FIRST = True  # (benchmarks/parallel.py --mode split's variant chunks-first sets it False)
 # A conv with larger weights is split over this many bands of rows first (n, band, oc_chunk | the
 # band's rows ...), where they divide its rows: each thread streams the weights once per band and
 # reads mostly rows its own core wrote. (docs/performance.md: LARGE_WEIGHT_BANDS)

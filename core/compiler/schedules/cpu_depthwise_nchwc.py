@@ -104,7 +104,7 @@ INLINE_PADDING_MAX_WIDTH = 14
 # it); smaller maps would get bands of one or two rows. Within a band each channel block's rows are
 # still walked in order. (docs/performance.md: ROWS_FIRST_MIN_ROWS)
 ROWS_FIRST_MIN_ROWS = 28
-ROWS_FIRST = True  # (benchmarks/parallel_split.py's variant chunks-first sets it False)
+ROWS_FIRST = True  # (benchmarks/parallel.py --mode split's variant chunks-first sets it False)
 
 
 def row_bands(rows: int) -> int:
