@@ -345,7 +345,7 @@ def compile_model(
 
 def parallel_kernel_count(mod) -> int:
     """How many of `mod`'s kernels have a parallel loop (0: the thread count never matters, and
-    Artifact.run_device skips choosing it; ResNet-50's 32 kernels take ~30 ms to print)."""
+    Artifact.run_device skips choosing it). Counted once, at compile: printing every kernel is slow."""
     return sum(1 for _, func in mod.functions_items() if type(func).__name__ == "PrimFunc" and "T.parallel" in func.script())
 
 

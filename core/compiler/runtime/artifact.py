@@ -136,7 +136,7 @@ class Artifact:
     pipeline: Any = None  # the core.compiler.pipeline.pass_list PassSpecs it was built with (None: the default)
     _vm: Any = None
     _governor: Any = None  # core.compiler.runtime.threads.ThreadGovernor, on first CPU run
-    _main: Any = None  # the VM's "main", looked up once (a lookup took 1.5 us, a tenth of the mlp sample's run)
+    _main: Any = None  # the VM's "main", looked up once (a lookup is a sizeable part of a tiny model's run)
 
     # -- running -------------------------------------------------------------------------
 
@@ -191,8 +191,7 @@ class Artifact:
         """One call of main on device tensors; returns the raw VM result (for timing loops).
         On the CPU, as many threads as the cores other processes leave free
         (core.compiler.runtime.threads), unless no kernel has a parallel loop (the manifest's
-        parallel_kernels is 0): choosing then costs ~0.3 us a run (2.5% of a 12 us model) for
-        nothing."""
+        parallel_kernels is 0): choosing would then cost a tiny model a few percent for nothing."""
         if self._main is None:
             self._main = self.vm()["main"]
         if self.target != TargetKind.CUDA and self.manifest.parallel_kernels != 0:
