@@ -26,6 +26,23 @@ SAMPLES_DIR = ROOT / "resources" / "models"
 SAMPLE_MODELS = sorted(p.name for p in SAMPLES_DIR.glob("*.onnx"))
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's units of work: a test file each, as `--dist loadfile` gives (module fixtures
+    built once), except the GUI tests (tests/app/), which go to one worker as one unit, first
+    (the largest unit is handed out first). Opening a model in the app ends with a full garbage
+    collection over the whole process (app.main_window.open_model), so a GUI test is as slow as
+    the heap its worker has piled up: run after hundreds of compile tests, they took 5-8 times as
+    long as alone."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesAndGui(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/app" if path.startswith("tests/app/") else path
+
+    return FilesAndGui(config, log)
+
+
 @pytest.fixture(scope="session")
 def light_dir() -> Path:
     return LIGHT_DIR
@@ -44,3 +61,4 @@ def light(name: str) -> Path:
 def sample(name: str) -> Path:
     """Path of a bundled sample model, e.g. sample('mlp')."""
     return SAMPLES_DIR / f"{name}.onnx"
+
