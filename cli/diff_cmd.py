@@ -1,14 +1,16 @@
-"""`diff A.onnx B.onnx [--json]`: which nodes two models share, and what differs.
+"""`diff A.onnx B.onnx [--json]`: what differs between two models, above and in their nodes.
 
-Nodes are matched by name, then by structure (op type and matched inputs), as the GUI's Compare
-view does (core.views.diff). Prints added, removed and changed nodes; with --json one object
-`{"added": [...], "removed": [...], "changed": [{"node", "what"}], "matched": N}`.
+First the model-level differences (opsets, IR version, producer, metadata, graph inputs and outputs;
+core.views.model_diff), then the nodes, matched by name and then by structure as the GUI's Compare
+window does (core.views.diff): added, removed and changed nodes. "(identical)" only when both agree.
+With --json one object `{"identical": bool, "model": [{"field", "key", "a", "b", "what"}],
+"added": [...], "removed": [...], "changed": [{"node", "what"}], "matched": N}`.
 """
 from __future__ import annotations
 
 import json
 
-HELP = "compare two ONNX models: nodes added, removed and changed (attributes, shapes, dtypes)"
+HELP = "compare two ONNX models: opsets, IR version, producer, metadata, inputs/outputs; nodes added, removed and changed"
 
 
 def add_arguments(p) -> None:
@@ -27,6 +29,8 @@ def run(args) -> int:
         print(json.dumps(obj))
         return 0
     print(f"A {args.a}\nB {args.b}")
+    for c in obj["model"]:
+        print(f"model: {c['what']}")
     print(d.summary() + ("  (identical)" if d.identical else ""))
     for name in obj["removed"]:
         print(f"- {name}")

@@ -1,17 +1,23 @@
 """What differs between two graphs: nodes matched by name, then by structure.
 
 Two models on disk, a model before and after its rewrites, two lowering stages: the question is
-always which nodes are the same node, and what happened to the rest. Matching runs in passes:
+always which nodes are the same node, and what happened to the rest. Matching runs as a diff tool's:
 
 1. by name: a name that occurs once on each side, on nodes of the same op type;
-2. by structure, forwards: an unmatched node whose op type and inputs (producers already matched,
-   the same graph input, or a constant) equal an unmatched node's on the other side;
-3. by structure, backwards: the same with the nodes that read its outputs, for what step 2 cannot
-   reach (a node whose producer was replaced), then forwards again.
+2. by structure: an unmatched node is paired with the unmatched node of its op type on the other
+   side that has the most evidence of being it (inputs from the same values: matched producers,
+   the same graph input or initializer; outputs read by matched nodes at the same input slot; the
+   same graph output). Each pairing queues its neighbours again, so matches spread forwards from
+   the inputs and backwards from the outputs until nothing more matches, and an edit in the middle
+   stops neither. Ties go to equal attributes, then more equal facts, then position.
 
 Matched nodes are compared (attributes, output shapes and dtypes, input count, and inputs wired to a
-different matched producer); the unmatched ones are removed (only in A) or added (only in B).
-The passes use dictionaries keyed by structure, so a diff is linear in the graphs' sizes.
+different producer); the unmatched ones are removed (only in A) or added (only in B). An input
+rewired around a removed node (or through an added one) is part of that removal, not a change:
+deleting one node and reconnecting its readers reads as one removed node.
+
+For ONNX models, `diff_graphs` first lists the model-level differences (core.views.model_diff:
+opsets, IR version, producer, metadata, graph inputs and outputs); "identical" needs those equal too.
 
 The same algorithm serves ONNX graphs (`diff_graphs`, ids are the Graphs' node ids) and any two
 ViewGraphs (`diff_views`, e.g. Relax stages of the Lowering panel; ids are view node ids).
@@ -19,9 +25,11 @@ ViewGraphs (`diff_views`, e.g. Relax stages of the Lowering panel; ids are view 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+
+from .model_diff import ModelChange, model_changes
 
 __all__ = ["NodeRecord", "GraphDiff", "match_records", "records_from_graph", "records_from_view", "diff_graphs", "diff_views"]
 
@@ -33,8 +41,9 @@ class NodeRecord:
     """One node as the matcher sees it.
 
     `inputs` holds one key per input: ("node", producer id, output index), ("input", name) for a
-    graph input, ("const",) for a constant, ("none",) for an omitted optional input. `facts` maps
-    what is compared ('attribute alpha', 'output 0 shape') to its text."""
+    graph input, ("const", name) for a constant (name "" where it has none), ("none",) for an
+    omitted optional input. `facts` maps what is compared ('attribute alpha', 'output 0 shape') to
+    its text; `graph_outputs` lists (output index, graph output name) for outputs the graph returns."""
 
     id: Hashable
     name: str
@@ -42,6 +51,7 @@ class NodeRecord:
     inputs: list[tuple] = field(default_factory=list)
     facts: dict[str, str] = field(default_factory=dict)
     label: str = ""  # how reports name it: the node name, or 'Op#position'
+    graph_outputs: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass
@@ -55,14 +65,18 @@ class GraphDiff:
     labels_a: dict[Hashable, str]
     labels_b: dict[Hashable, str]
     by: dict[str, int] = field(default_factory=dict)  # how many matched by name / structure
+    model: list[ModelChange] = field(default_factory=list)  # model-level differences (ONNX models)
 
     @property
     def identical(self) -> bool:
-        return not (self.added or self.removed or self.changed)
+        return not (self.added or self.removed or self.changed or self.model)
 
     def to_json(self) -> dict:
-        """The CLI's object: added / removed node labels, changed nodes with what changed, matched count."""
+        """The CLI's object: whether identical, the model-level differences, added / removed node
+        labels, changed nodes with what changed, and the matched count."""
         return {
+            "identical": self.identical,
+            "model": [c.to_json() for c in self.model],
             "added": [self.labels_b[i] for i in self.added],
             "removed": [self.labels_a[i] for i in self.removed],
             "changed": [{"node": self.labels_b[i], "what": "; ".join(w)} for i, w in self.changed.items()],
@@ -73,138 +87,218 @@ class GraphDiff:
         return f"{len(self.matched)} matched, {len(self.changed)} changed, {len(self.removed)} removed, {len(self.added)} added"
 
 
-def _forward_key(r: NodeRecord, producer_map: dict | None):
-    """(op, inputs) with producers translated through `producer_map` (B -> A); None if one is unmatched."""
-    keys = []
-    for k in r.inputs:
+_STRONG, _WEAK = 2, 1  # evidence weights: a matched neighbour or a graph input/output by name; an initializer by name
+_SOURCE_BUDGET = 64  # values looked through when explaining a rewired input
+
+
+def _anchor(k: tuple) -> bool:
+    """Whether an input key can be the same value on both sides before any node is matched."""
+    return k[0] == "input" or (k[0] == "const" and len(k) > 1 and bool(k[1]))
+
+
+class _Matcher:
+    """The state of one matching: both sides' records, the pairs found, and the indexes evidence
+    is looked up in. Every lookup is a dictionary access, so a diff is linear in the graphs' edges
+    (times the fan-out of a value read by several nodes of one op type at one input slot)."""
+
+    def __init__(self, a: list[NodeRecord], b: list[NodeRecord]):
+        self.a, self.b = a, b
+        self.rec_a = {r.id: r for r in a}
+        self.rec_b = {r.id: r for r in b}
+        self.pos_a = {r.id: i for i, r in enumerate(a)}
+        self.pos_b = {r.id: i for i, r in enumerate(b)}
+        self.a_to_b: dict[Hashable, Hashable] = {}
+        self.b_to_a: dict[Hashable, Hashable] = {}
+        self.by = {"name": 0, "structure": 0}
+        # A's readers by (value, input slot, op): a B node's inputs are looked up here (forwards)
+        self.readers_a: dict[tuple, list[Hashable]] = defaultdict(list)
+        for r in a:
+            for i, k in enumerate(r.inputs):
+                if k[0] == "node" or _anchor(k):
+                    self.readers_a[(k, i, r.op)].append(r.id)
+        # B's readers of each node: (reader, input slot, output index), for backward evidence
+        self.readers_b: dict[Hashable, list[tuple]] = defaultdict(list)
+        for r in b:
+            for i, k in enumerate(r.inputs):
+                if k[0] == "node":
+                    self.readers_b[k[1]].append((r.id, i, k[2]))
+        self.sinks_a = {(name, k, r.op): r.id for r in a for k, name in r.graph_outputs}
+        self._attrs: dict[tuple[str, Hashable], tuple] = {}
+
+    def pair(self, aid: Hashable, bid: Hashable, how: str) -> None:
+        self.a_to_b[aid] = bid
+        self.b_to_a[bid] = aid
+        self.by[how] += 1
+
+    def to_a(self, k: tuple) -> tuple | None:
+        """A B input key in A's terms (a matched producer's A id); None where there is no such value."""
         if k[0] == "node":
-            if producer_map is not None:
-                a = producer_map.get(k[1])
-                if a is None:
-                    return None
-                k = ("node", a, k[2])
-        keys.append(k)
-    return (r.op, tuple(keys))
+            aid = self.b_to_a.get(k[1])
+            return None if aid is None else ("node", aid, k[2])
+        return k if _anchor(k) else None
+
+    # ---- 1. names --------------------------------------------------------------------------------
+    def by_name(self) -> None:
+        def unique(records):
+            count: dict[str, int] = defaultdict(int)
+            for r in records:
+                if r.name:
+                    count[r.name] += 1
+            return {r.name: r for r in records if r.name and count[r.name] == 1}
+
+        names_a = unique(self.a)
+        for name, rb in unique(self.b).items():
+            ra = names_a.get(name)
+            if ra is not None and ra.op == rb.op:
+                self.pair(ra.id, rb.id, "name")
+
+    # ---- 2. structure, propagated from what is matched -------------------------------------------
+    def by_structure(self) -> None:
+        """Unmatched B nodes in topological order, each paired with its best-supported A node;
+        a pairing queues the pair's unmatched neighbours again, so matches spread forwards from the
+        inputs and backwards from the outputs until nothing more matches."""
+        pending = deque(r.id for r in self.b if r.id not in self.b_to_a)
+        queued = set(pending)
+        while pending:
+            bid = pending.popleft()
+            queued.discard(bid)
+            if bid in self.b_to_a:
+                continue
+            rb = self.rec_b[bid]
+            aid = self._best(rb)
+            if aid is None:
+                continue
+            self.pair(aid, bid, "structure")
+            around = [k[1] for k in rb.inputs if k[0] == "node"] + [c for c, _i, _k in self.readers_b.get(bid, ())]
+            for nb in around:
+                if nb not in self.b_to_a and nb not in queued:
+                    queued.add(nb)
+                    pending.append(nb)
+
+    def _best(self, rb: NodeRecord) -> Hashable | None:
+        """The unmatched A node of rb's op with the most evidence: inputs from the same values
+        (matched producers, graph inputs, initializers, slot by slot), outputs read by matched nodes
+        at the same slots, the same graph outputs. Ties: equal attributes, more equal facts, the
+        position nearest to where a matched neighbour puts it, then the earliest."""
+        score: dict[Hashable, int] = defaultdict(int)
+        offset: dict[Hashable, int] = {}
+        free = self.a_to_b
+        for i, k in enumerate(rb.inputs):
+            ka = self.to_a(k)
+            if ka is None:
+                continue
+            w = _STRONG if ka[0] != "const" else _WEAK
+            for aid in self.readers_a.get((ka, i, rb.op), ()):
+                if aid not in free:
+                    score[aid] += w
+                    if ka[0] == "node":
+                        offset.setdefault(aid, self.pos_a[ka[1]] - self.pos_b[k[1]])
+        for cid, i, out in self.readers_b.get(rb.id, ()):
+            ca = self.b_to_a.get(cid)
+            if ca is None:
+                continue
+            ins = self.rec_a[ca].inputs
+            if i < len(ins) and ins[i][0] == "node" and ins[i][2] == out:
+                aid = ins[i][1]
+                if aid not in free and self.rec_a[aid].op == rb.op:
+                    score[aid] += _STRONG
+                    offset.setdefault(aid, self.pos_a[ca] - self.pos_b[cid])
+        for out, name in rb.graph_outputs:
+            aid = self.sinks_a.get((name, out, rb.op))
+            if aid is not None and aid not in free:
+                score[aid] += _STRONG
+        if not score:
+            return None
+        top = max(score.values())
+        best = [aid for aid, s in score.items() if s == top]
+        if len(best) == 1:
+            return best[0]
+        pb, sig_b = self.pos_b[rb.id], self._attr_sig("b", rb)
+
+        def rank(aid):
+            ra = self.rec_a[aid]
+            same = sum(1 for key, v in rb.facts.items() if ra.facts.get(key) == v)
+            near = abs(self.pos_a[aid] - pb - offset.get(aid, 0))
+            return (self._attr_sig("a", ra) == sig_b, same, -near, -self.pos_a[aid])
+
+        return max(best, key=rank)
+
+    def _attr_sig(self, side: str, r: NodeRecord) -> tuple:
+        key = (side, r.id)
+        sig = self._attrs.get(key)
+        if sig is None:
+            sig = self._attrs[key] = tuple(sorted((k, v) for k, v in r.facts.items() if k.startswith("attribute ")))
+        return sig
+
+    # ---- 3. what differs between matched nodes ---------------------------------------------------
+    def compare(self, ra: NodeRecord, rb: NodeRecord) -> list[str]:
+        what: list[str] = []
+        for key in list(ra.facts) + [k for k in rb.facts if k not in ra.facts]:
+            va, vb = ra.facts.get(key), rb.facts.get(key)
+            if va != vb:
+                if va is None:
+                    what.append(f"{key} {vb} added")
+                elif vb is None:
+                    what.append(f"{key} {va} removed")
+                else:
+                    what.append(f"{key} {va} → {vb}")
+        if len(ra.inputs) != len(rb.inputs):
+            what.append(f"inputs {len(ra.inputs)} → {len(rb.inputs)}")
+            return what
+        for i, (ka, kb) in enumerate(zip(ra.inputs, rb.inputs)):
+            if ka[0] in ("const", "none") and kb[0] == ka[0]:
+                continue  # an initializer's name is no identity (exporters number them)
+            if self.to_a(kb) == ka or self._rewired(ka, kb):
+                continue
+            if ka[0] == "node" and kb[0] == "node":
+                la, lb = self.rec_a[ka[1]].label, self.rec_b[kb[1]].label
+                what.append(f"input {i} comes from another node: {lb or kb[1]} instead of {la or ka[1]}")
+            else:
+                what.append(f"input {i} is {_input_text(kb)} instead of {_input_text(ka)}")
+        return what
+
+    def _rewired(self, ka: tuple, kb: tuple) -> bool:
+        """Whether an input differs only by a removed node taken out of its path or an added one
+        put into it (the reconnection is part of that edit, not a change of this node): the values
+        it reads, looking through unmatched producers, meet on both sides."""
+        return not self._sources(ka, "a").isdisjoint(self._sources(kb, "b"))
+
+    def _sources(self, k: tuple, side: str) -> set:
+        rec, matched = (self.rec_a, self.a_to_b) if side == "a" else (self.rec_b, self.b_to_a)
+        out: set = set()
+        todo = [k]
+        while todo and len(out) < _SOURCE_BUDGET:
+            k = todo.pop()
+            if k[0] == "node" and k[1] not in matched:
+                if ("unmatched", side) + k not in out:
+                    out.add(("unmatched", side) + k)
+                    todo.extend(rec[k[1]].inputs)
+            elif k[0] in ("node", "input"):
+                out.add(k if side == "a" else self.to_a(k))
+        return out
 
 
 def match_records(a: list[NodeRecord], b: list[NodeRecord]) -> GraphDiff:
     """Match two graphs' nodes (lists in topological order) and compare the matched pairs."""
-    b_to_a: dict[Hashable, Hashable] = {}
-    a_to_b: dict[Hashable, Hashable] = {}
-    by = {"name": 0, "structure": 0}
-
-    def pair(ra: NodeRecord, rb: NodeRecord, how: str) -> None:
-        a_to_b[ra.id] = rb.id
-        b_to_a[rb.id] = ra.id
-        by[how] += 1
-
-    # 1. names unique on both sides, same op
-    def unique(records):
-        count: dict[str, int] = defaultdict(int)
-        for r in records:
-            if r.name:
-                count[r.name] += 1
-        return {r.name: r for r in records if r.name and count[r.name] == 1}
-
-    names_a, names_b = unique(a), unique(b)
-    for name, rb in names_b.items():
-        ra = names_a.get(name)
-        if ra is not None and ra.op == rb.op:
-            pair(ra, rb, "name")
-
-    def forward() -> None:
-        index: dict[tuple, list[NodeRecord]] = defaultdict(list)
-        for ra in a:
-            if ra.id not in a_to_b:
-                index[_forward_key(ra, None)].append(ra)
-        for rb in b:
-            if rb.id in b_to_a:
-                continue
-            key = _forward_key(rb, b_to_a)
-            cands = index.get(key) if key is not None else None
-            while cands:
-                ra = cands.pop(0)
-                if ra.id not in a_to_b:
-                    pair(ra, rb, "structure")
-                    break
-
-    def consumers_of(records) -> dict:
-        out: dict[Hashable, list[tuple]] = defaultdict(list)
-        for r in records:
-            for i, k in enumerate(r.inputs):
-                if k[0] == "node":
-                    out[k[1]].append((r.id, i, k[2]))
-        return out
-
-    def backward() -> None:
-        cons_a, cons_b = consumers_of(a), consumers_of(b)
-        index: dict[tuple, list[NodeRecord]] = defaultdict(list)
-        for ra in a:
-            if ra.id not in a_to_b and cons_a.get(ra.id):
-                index[(ra.op, frozenset(cons_a[ra.id]))].append(ra)
-        for rb in reversed(b):
-            if rb.id in b_to_a or not cons_b.get(rb.id):
-                continue
-            uses = []
-            for cid, i, k in cons_b[rb.id]:
-                ca = b_to_a.get(cid)
-                if ca is None:
-                    break
-                uses.append((ca, i, k))
-            else:
-                cands = index.get((rb.op, frozenset(uses)))
-                while cands:
-                    ra = cands.pop(0)
-                    if ra.id not in a_to_b:
-                        pair(ra, rb, "structure")
-                        break
-
-    forward()
-    backward()
-    forward()
-
-    rec_a = {r.id: r for r in a}
+    m = _Matcher(a, b)
+    m.by_name()
+    m.by_structure()
     changed: dict[Hashable, list[str]] = {}
     for rb in b:
-        aid = b_to_a.get(rb.id)
-        if aid is None:
-            continue
-        what = _compare(rec_a[aid], rb, b_to_a)
-        if what:
-            changed[rb.id] = what
+        aid = m.b_to_a.get(rb.id)
+        if aid is not None:
+            what = m.compare(m.rec_a[aid], rb)
+            if what:
+                changed[rb.id] = what
     return GraphDiff(
-        matched={ra.id: a_to_b[ra.id] for ra in a if ra.id in a_to_b},
-        added=[r.id for r in b if r.id not in b_to_a],
-        removed=[r.id for r in a if r.id not in a_to_b],
+        matched={ra.id: m.a_to_b[ra.id] for ra in a if ra.id in m.a_to_b},
+        added=[r.id for r in b if r.id not in m.b_to_a],
+        removed=[r.id for r in a if r.id not in m.a_to_b],
         changed=changed,
         labels_a={r.id: r.label or r.name or str(r.id) for r in a},
         labels_b={r.id: r.label or r.name or str(r.id) for r in b},
-        by=by,
+        by=m.by,
     )
-
-
-def _compare(ra: NodeRecord, rb: NodeRecord, b_to_a: dict) -> list[str]:
-    what: list[str] = []
-    for key in list(ra.facts) + [k for k in rb.facts if k not in ra.facts]:
-        va, vb = ra.facts.get(key), rb.facts.get(key)
-        if va != vb:
-            if va is None:
-                what.append(f"{key} {vb} added")
-            elif vb is None:
-                what.append(f"{key} {va} removed")
-            else:
-                what.append(f"{key} {va} → {vb}")
-    if len(ra.inputs) != len(rb.inputs):
-        what.append(f"inputs {len(ra.inputs)} → {len(rb.inputs)}")
-    else:
-        for i, (ka, kb) in enumerate(zip(ra.inputs, rb.inputs)):
-            if ka[0] == "node" and kb[0] == "node":
-                mapped = b_to_a.get(kb[1])
-                if mapped is not None and (mapped, kb[2]) != (ka[1], ka[2]):
-                    what.append(f"input {i} comes from another node")
-            elif ka[0] != kb[0] or (ka[0] == "input" and ka != kb):
-                what.append(f"input {i} is {_input_text(kb)} instead of {_input_text(ka)}")
-    return what
 
 
 def _input_text(k: tuple) -> str:
@@ -218,6 +312,7 @@ def records_from_graph(graph) -> list[NodeRecord]:
     from .viewgraph import _attr_text
 
     consts = graph.constant_values()
+    returned = {v.name for v in graph.outputs if v.name}
     producer: dict[str, tuple] = {}
     out: list[NodeRecord] = []
     for pos, n in enumerate(graph.nodes):
@@ -228,17 +323,21 @@ def records_from_graph(graph) -> list[NodeRecord]:
             elif v.name in producer:
                 inputs.append(producer[v.name])
             elif v.name in consts:
-                inputs.append(("const",))
+                inputs.append(("const", v.name))
             else:
                 inputs.append(("input", v.name))
         facts = {f"attribute {k}": _attr_text(v) for k, v in n.attributes.items()}
+        sinks = []
         for i, v in enumerate(n.output_values):
             facts[f"output {i} shape"] = v.shape_text
             facts[f"output {i} dtype"] = v.dtype
             if v.name:
                 producer[v.name] = ("node", n.id, i)
+                if v.name in returned:
+                    sinks.append((i, v.name))
         op = n.op_type if not n.domain or n.domain == "ai.onnx" else f"{n.domain}.{n.op_type}"
-        out.append(NodeRecord(id=n.id, name=n.name, op=op, inputs=inputs, facts=facts, label=n.name or f"{op}#{pos}"))
+        out.append(NodeRecord(id=n.id, name=n.name, op=op, inputs=inputs, facts=facts, label=n.name or f"{op}#{pos}",
+                              graph_outputs=tuple(sinks)))
     return out
 
 
@@ -268,8 +367,9 @@ def records_from_view(view) -> list[NodeRecord]:
 
 
 def diff_graphs(a, b) -> GraphDiff:
-    """Diff two ONNX Graphs (`core.model.graph.Graph`)."""
+    """Diff two ONNX Graphs (`core.model.graph.Graph`): model-level differences, then nodes."""
     d = match_records(records_from_graph(a), records_from_graph(b))
+    d.model = model_changes(a, b)
     logger.debug("diff: %s (%s)", d.summary(), d.by)
     return d
 
