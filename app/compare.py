@@ -1,9 +1,13 @@
 """Two graphs side by side, in step, with their differences marked.
 
-A Compare window holds two canvases. Nodes are matched by name, then by structure
-(core.views.diff); what only the left graph has is drawn faded with a red dashed border, what only
-the right one has with a green dashed border, matched nodes that changed (attributes, shapes,
-dtypes, wiring) get an orange ring, and a collapsed group holding any of these gets the same ring.
+A Compare window holds two canvases under two lines: the node counts, and the model-level
+differences (opsets, IR version, producer, metadata, graph inputs and outputs; core.views.model_diff).
+Nodes are matched by name, then by structure (core.views.diff); what only the left graph has is
+drawn faded with a red dashed border, what only the right one has with a green dashed border,
+matched nodes that changed (attributes, shapes, dtypes, wiring) get an orange ring, and a collapsed
+group holding any of these gets the same ring. Zoomed out, these marks are rings of a fixed
+on-screen size (GraphCanvas.paint_marks). Escape closes the window; it opens no larger than the
+screen it is on has room for.
 Zoom, pan, selection and opening groups follow from one side to the other: panning keeps the node
 nearest the centre of one side at the centre of the other (the two layouts differ, so scrollbar
 positions would not line up).
@@ -13,13 +17,14 @@ disk (File ▸ Compare with Model on Disk…), two lowering stages (`compare_vie
 """
 from __future__ import annotations
 
+import html
 import logging
 import time
 from collections.abc import Hashable
 from pathlib import Path
 
-from PySide6.QtCore import QPointF, Qt, QTimer
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QPointF, QRect, Qt, QTimer
+from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import QLabel, QMainWindow, QSplitter, QVBoxLayout, QWidget
 
 from core.views.diff import GraphDiff, diff_graphs, diff_views
@@ -27,6 +32,7 @@ from core.views.scopes import is_scope_id
 
 from .canvas import GraphCanvas
 from .document import Document
+from .graph_items import GHOST_COLORS
 from .scopes import ScopeController
 
 __all__ = ["CompareWindow", "CHANGED_COLOR"]
@@ -34,12 +40,17 @@ __all__ = ["CompareWindow", "CHANGED_COLOR"]
 logger = logging.getLogger(__name__)
 
 CHANGED_COLOR = "#f08c00"
+PREFERRED_SIZE = (1500, 900)
+SCREEN_MARGIN = 24  # kept free around the window, and room for its title bar above
+TITLE_BAR = 32
+MODEL_LINE_ITEMS = 6  # model-level differences spelt out in the line; the rest in its tooltip
 
 
 class _Side:
     def __init__(self, parent: QWidget, title: str):
         self.document = Document(parent)
         self.canvas = GraphCanvas(self.document, parent)
+        self.canvas.ring_roles = {"changed"}
         self.scopes = ScopeController(self.canvas)
         self.title = QLabel(title, parent)
         self.title.setStyleSheet("QLabel { font-weight: bold; padding: 4px 8px; }")
@@ -61,7 +72,6 @@ class CompareWindow(QMainWindow):
         super().__init__(parent)
         self.setAttribute(Qt.WA_DeleteOnClose, True)
         self.setWindowTitle("Compare")
-        self.resize(1500, 900)
         self.diff: GraphDiff | None = None
         self.timings: dict[str, float] = {}
         self.left = _Side(self, "A")
@@ -72,11 +82,16 @@ class CompareWindow(QMainWindow):
         split.setSizes([750, 750])
         self.summary = QLabel("", self)
         self.summary.setStyleSheet("QLabel { padding: 4px 8px; }")
+        self.model_line = QLabel("", self)  # the model-level differences (ONNX models only)
+        self.model_line.setStyleSheet("QLabel { padding: 0px 8px 4px 8px; }")
+        self.model_line.setWordWrap(True)
+        self.model_line.hide()
         central = QWidget(self)
         lay = QVBoxLayout(central)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(0)
         lay.addWidget(self.summary)
+        lay.addWidget(self.model_line)
         lay.addWidget(split, 1)
         self.setCentralWidget(central)
         self._syncing = False
@@ -86,6 +101,29 @@ class CompareWindow(QMainWindow):
             a.canvas.verticalScrollBar().valueChanged.connect(lambda _v, a=a, b=b: self._sync_pan(a, b))
             a.canvas.viewSelectionChanged.connect(lambda ids, a=a, b=b: self._sync_selection(a, b, ids))
             a.canvas.viewShown.connect(lambda _v, a=a, b=b: self._shown(a, b))
+        self.fit_to_screen()
+
+    def fit_to_screen(self, available: QRect | None = None) -> None:
+        """PREFERRED_SIZE, or less where the screen's available area (the parent's screen, else the
+        primary one) is smaller, with its title bar, centred in that area."""
+        if available is None:
+            parent = self.parentWidget()
+            screen = (parent.screen() if parent is not None else None) or QGuiApplication.primaryScreen()
+            if screen is None:
+                self.resize(*PREFERRED_SIZE)
+                return
+            available = screen.availableGeometry()
+        w = max(320, min(PREFERRED_SIZE[0], available.width() - 2 * SCREEN_MARGIN))
+        h = max(240, min(PREFERRED_SIZE[1], available.height() - 2 * SCREEN_MARGIN - TITLE_BAR))
+        self.resize(w, h)
+        # centred: the TITLE_BAR left over splits above and below, so a frame placed at this point fits too
+        self.move(available.x() + (available.width() - w) // 2, available.y() + (available.height() - h) // 2)
+
+    def keyPressEvent(self, event) -> None:
+        if event.key() == Qt.Key_Escape:  # reaches here when the focused canvas has no use for it (find bar closed)
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     @property
     def sides(self) -> tuple[_Side, _Side]:
@@ -98,6 +136,7 @@ class CompareWindow(QMainWindow):
         self.diff = diff_graphs(a, b)
         self.timings = {"diff": time.perf_counter() - t}
         self._set_titles(title_a, title_b)
+        self._set_model_line()
         self._prepare_marks()
         t = time.perf_counter()
         self.left.document.set_graph(a.clone(), a.path)
@@ -122,9 +161,25 @@ class CompareWindow(QMainWindow):
         self.summary.setText(
             f"{len(d.matched)} nodes matched ({d.by.get('name', 0)} by name, {d.by.get('structure', 0)} by structure) · "
             f"<span style='color:{CHANGED_COLOR}'>{len(d.changed)} changed</span> · "
-            f"<span style='color:#c62828'>{len(d.removed)} only in A</span> · "
-            f"<span style='color:#2e9e44'>{len(d.added)} only in B</span>"
+            f"<span style='color:{GHOST_COLORS['removed']}'>{len(d.removed)} only in A</span> · "
+            f"<span style='color:{GHOST_COLORS['added']}'>{len(d.added)} only in B</span>"
         )
+
+    def _set_model_line(self) -> None:
+        """Model-level differences (opset, IR version, producer, metadata, inputs and outputs), or
+        that there are none: nodes alike can still behave differently under another opset."""
+        changes = self.diff.model
+        if not changes:
+            text, tip = "Model: same opsets, IR version, producer, metadata, inputs and outputs", ""
+        else:
+            shown = [html.escape(c.text) for c in changes[:MODEL_LINE_ITEMS]]
+            more = len(changes) - len(shown)
+            text = (f"<b style='color:{CHANGED_COLOR}'>Model: {len(changes)} difference{'s' if len(changes) > 1 else ''}</b> — "
+                    + " · ".join(shown) + (f" · … {more} more" if more else ""))
+            tip = "\n".join(c.text for c in changes)
+        self.model_line.setText(text)
+        self.model_line.setToolTip(tip)
+        self.model_line.show()
 
     def _prepare_marks(self) -> None:
         d = self.diff

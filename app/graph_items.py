@@ -22,7 +22,8 @@ from app.box_sizes import BADGE_MAX_WIDTH, BADGE_SEP, BODY_MARK, PAD_X, PAD_Y, S
 from app.style import HIGHLIGHT_COLORS, category_colors, node_fonts
 
 # node_size (app.box_sizes) stays importable from here, where the items it sizes live
-__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "item_fonts", "node_size", "outline_pen", "text_colors", "BADGE_MAX_WIDTH"]
+__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "item_fonts", "node_size", "outline_pen", "text_colors", "BADGE_MAX_WIDTH",
+           "GHOST_COLORS"]
 
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
@@ -55,13 +56,14 @@ def _chip_font():
     return _CHIP_FONT
 
 
+GHOST_COLORS = {"removed": "#c62828", "added": "#2e9e44"}  # only in the old / the new graph
+
+
 def outline_pen(ghost: str | None, selected: bool, accent, width: float) -> QPen:
     """A box's outline: dashed green / red for a node only in the new / old graph of a preview or
     comparison, the selection colour when selected, else the category accent `width` wide."""
-    if ghost == "added":
-        return QPen(QColor("#2e9e44"), 2.0, Qt.DashLine)
-    if ghost == "removed":
-        return QPen(QColor("#c62828"), 2.0, Qt.DashLine)
+    if ghost in GHOST_COLORS:
+        return QPen(QColor(GHOST_COLORS[ghost]), 2.0, Qt.DashLine)
     if selected:
         return QPen(QColor(HIGHLIGHT_COLORS["selection"]), 2.5)
     return QPen(accent, width)

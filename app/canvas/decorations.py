@@ -2,6 +2,9 @@
 
 Highlights (outlines per role, which stack: "rewrite-match", "lineage", "search", "tensor"), the
 heat overlay ({id: value} with a legend) and the rewrite preview's ghosts (removed / added).
+Zoomed out (below TEXT_LOD), ghosts and the highlight roles in `ring_roles` also get a ring drawn
+over the scene with a cosmetic pen and a minimum on-screen size (`paint_marks`): there a box is a
+few pixels tall and its own dashed outline a fraction of one.
 `Decorations` is a mixin of `GraphCanvas`: it owns `_highlights`, `_overlay`, `_ghosts`.
 """
 from __future__ import annotations
@@ -10,15 +13,19 @@ import logging
 from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
 
-from PySide6.QtCore import QPointF, QRectF
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QPainter, QPen
 
-from app.graph_items import ChipItem, EdgeItem, GroupItem, NodeItem
+from app.graph_items import GHOST_COLORS, TEXT_LOD, ChipItem, EdgeItem, GroupItem, NodeItem
 from app.style import HIGHLIGHT_COLORS
 
-__all__ = ["Decorations", "heat_color"]
+__all__ = ["MARK_MIN_PX", "MARK_PEN_PX", "Decorations", "heat_color"]
 
 logger = logging.getLogger(__name__)
+
+MARK_MIN_PX = 14.0  # a marked box's ring is at least this wide and tall on screen
+MARK_PEN_PX = 2.5  # its line width on screen, at every zoom (a cosmetic pen)
+MARK_GAP_PX = 3.0  # between the box and its ring
 
 
 def heat_color(t: float) -> QColor:
@@ -45,6 +52,7 @@ class Decorations:
         self._overlay_scale: float | None = None
         self._group_items: list = []
         self._overlay_unit = ""
+        self.ring_roles: set[str] = set()  # highlight roles ringed like ghosts (the Compare window's "changed")
 
     def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
         self._highlights[role] = (set(ids), QColor(color))
@@ -84,6 +92,45 @@ class Decorations:
 
     def clear_ghosts(self) -> None:
         self.set_ghosts((), ())
+
+    def mark_rects(self) -> list[tuple[Hashable, QRectF, QColor]]:
+        """(node id, ring in scene coordinates, colour) of every ghost and ring-role node drawn now:
+        the box grown by MARK_GAP_PX on screen, and at least MARK_MIN_PX square on screen. None
+        from TEXT_LOD on, where the boxes draw their own outlines and rings legibly."""
+        if self.layout_result is None or self.zoom() >= TEXT_LOD:
+            return []
+        px = 1.0 / max(self.zoom(), 1e-6)
+        boxes = self.layout_result.boxes
+        marks: list[tuple[Hashable, QColor]] = []
+        for role in sorted(self.ring_roles):
+            ids, color = self._highlights.get(role, ((), None))
+            marks += [(nid, color) for nid in ids]
+        for ghost, ids in zip(("removed", "added"), self._ghosts):
+            marks += [(nid, QColor(GHOST_COLORS[ghost])) for nid in ids]
+        out = []
+        for nid, color in marks:
+            b = boxes.get(nid)
+            if b is None:
+                continue
+            w = max(b.w + 2 * MARK_GAP_PX * px, MARK_MIN_PX * px)
+            h = max(b.h + 2 * MARK_GAP_PX * px, MARK_MIN_PX * px)
+            out.append((nid, QRectF(b.x - w / 2, b.y - h / 2, w, h), color))
+        return out
+
+    def paint_marks(self, painter: QPainter) -> None:
+        """Draw `mark_rects` (the canvas's drawForeground calls this with the scene transform)."""
+        marks = self.mark_rects()
+        if not marks:
+            return
+        painter.save()
+        painter.setRenderHint(QPainter.Antialiasing, True)
+        painter.setBrush(Qt.NoBrush)
+        for _nid, rect, color in marks:
+            pen = QPen(color, MARK_PEN_PX)
+            pen.setCosmetic(True)
+            painter.setPen(pen)
+            painter.drawRoundedRect(rect, 3 / max(self.zoom(), 1e-6), 3 / max(self.zoom(), 1e-6))
+        painter.restore()
 
     # ---- decorations -------------------------------------------------------------------------
     def _decorate_node(self, item: NodeItem) -> None:
@@ -133,9 +180,12 @@ class Decorations:
 
     def _apply_highlights(self) -> None:
         self._redecorate()
+        if self.ring_roles:
+            self.viewport().update()  # rings reach beyond the items' own areas
 
     def _apply_ghosts(self) -> None:
         self._redecorate()
+        self.viewport().update()
 
     def _apply_overlay(self) -> None:
         values, legend = self._overlay if self._overlay else ({}, "")

@@ -244,6 +244,7 @@ class SceneBuilder:
         if self.view is None and self.empty_message:
             self._draw_empty(painter)
             return
+        self.paint_marks(painter)
         if self._lazy is None or not self.overview_active() or self.layout_result is None:
             return
         # the overview image has no selection or highlights: mark those nodes on top of it

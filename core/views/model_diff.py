@@ -38,10 +38,10 @@ class ModelChange:
         """One line, e.g. "opset ai.onnx 17 → 13", "input 'x' float32 [1, 3] → float16 [1, 3]"."""
         label = _LABELS[self.field] + (f" '{self.key}'" if self.field in _QUOTED else f" {self.key}" if self.key else "")
         if self.a is None:
-            return f"{label} {self.b} only in B"
+            return f"{label} {_shown(self.b)} only in B"
         if self.b is None:
-            return f"{label} {self.a} only in A"
-        return f"{label} {self.a} → {self.b}"
+            return f"{label} {_shown(self.a)} only in A"
+        return f"{label} {_shown(self.a)} → {_shown(self.b)}"
 
     def to_json(self) -> dict:
         return {"field": self.field, "key": self.key, "a": self.a, "b": self.b, "what": self.text}
@@ -82,6 +82,10 @@ def model_changes(a, b) -> list[ModelChange]:
     if out:
         logger.debug("model-level differences: %s", "; ".join(c.text for c in out))
     return out
+
+
+def _shown(v: int | str) -> str:
+    return '""' if v == "" else str(v)
 
 
 def _opsets(g) -> dict[str, int]:

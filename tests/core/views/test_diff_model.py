@@ -57,6 +57,8 @@ def test_opset_domains_ir_version_and_producer():
     assert _changes(_model(), b) == [
         ("ir_version", "", 8, 7), ("opset", "com.microsoft", None, 1),
         ("producer_name", "", "pytorch", "tf2onnx"), ("producer_version", "", "2.5", "1.16")]
+    b.producer_version = ""
+    assert model_changes(_graph(_model()), _graph(b))[-1].text == 'producer version 2.5 → ""'
     # '' and 'ai.onnx' name one domain
     c = _model()
     c.opset_import[0].domain = "ai.onnx"
