@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 HELP = ("run an exported artifact on inputs from a .npz file and write the outputs by name "
         "(loading an artifact executes its compiled library: run only artifacts you built or trust)")
@@ -19,19 +18,15 @@ def run(args) -> int:
     import numpy as np
 
     from core.compiler.runtime.artifact import load_artifact
+    from core.compiler.runtime.artifact_check import ArtifactRefused, check_feeds, read_npz
     from core.errors import WorkbenchError
 
     art = load_artifact(args.artifact)
-    if not os.path.isfile(args.inputs):
-        raise WorkbenchError(f"{args.inputs}: no such file.")
-    try:
-        with np.load(args.inputs, allow_pickle=False) as data:
-            feeds = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
-        raise WorkbenchError(f"{args.inputs} cannot be read as a numpy .npz file ({str(e).splitlines()[0] if str(e) else type(e).__name__}).") from None
-    unknown = sorted(set(feeds) - {s.name for s in art.inputs})
-    if unknown:
-        raise WorkbenchError(f"{args.inputs} holds '{unknown[0]}', which is not an input of the model (inputs: {', '.join(s.name for s in art.inputs)}).")
+    try:  # the checks and sentences of the artifact's own run.py: a file that is no input is refused too
+        feeds = read_npz(args.inputs)
+        check_feeds(art.inputs, feeds, args.inputs)
+    except ArtifactRefused as e:
+        raise WorkbenchError(str(e)) from None
     outputs = art.run(feeds)
     names = [s.name for s in art.outputs]
     if args.output:

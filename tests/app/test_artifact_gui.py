@@ -88,6 +88,48 @@ def test_library_outside_the_folder_is_refused(window, messages, tmp_path):
     assert len(messages) == 1 and "outside the artifact folder" in messages[0] and panel.job is None
 
 
+def _open_through_the_file_menu(window, monkeypatch, folder) -> None:
+    from PySide6.QtWidgets import QFileDialog
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+    next(a for a in window.file_menu.actions() if a.text() == "Open Compiled &Artifact…").trigger()
+
+
+def test_a_damaged_artifact_is_refused_with_its_sentence_before_anything_is_asked(window, monkeypatch, messages, artifact_folder, tmp_path):
+    """A model.so cut short (an interrupted copy) died of a bus error when loaded: the size and
+    hash the manifest records are checked first, and the message names the file."""
+    import shutil
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(artifact_folder, damaged)
+    lib = damaged / "model.so"
+    lib.write_bytes(lib.read_bytes()[:1000])
+    panel = window.panels["compile"].widget()
+    calls = _record_loads(monkeypatch)
+    monkeypatch.setattr(type(panel), "confirm_load", lambda self, folder: pytest.fail("asked about a damaged folder"))
+    _open_through_the_file_menu(window, monkeypatch, damaged)
+    assert len(messages) == 1 and messages[0].startswith(f"{lib} is not the file this artifact was built with: 1,000 bytes where the manifest says ")
+    assert messages[0].endswith("(a copy cut short?).") and calls == [] and panel.job is None
+
+
+def test_a_manifest_that_does_not_match_its_library_fails_the_run_in_one_sentence(window, qtbot, monkeypatch, artifact_folder, tmp_path):
+    import json
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(artifact_folder, edited)
+    man = json.loads((edited / "manifest.json").read_text())
+    man["inputs"][0]["shape"] = ["batch", 100]
+    (edited / "manifest.json").write_text(json.dumps(man))
+    panel = window.panels["compile"].widget()
+    panel.runs.setValue(1)
+    _answer("Load and Run", [])
+    _open_through_the_file_menu(window, monkeypatch, edited)
+    qtbot.waitUntil(lambda: panel.progress.format() == "failed", timeout=30_000)
+    assert panel.status.text().startswith(f"{edited / 'manifest.json'} does not match the compiled library model.so: ")
+    assert "\n" not in panel.status.text()
+
+
 def test_file_menu_opens_the_panels_dialog(window, monkeypatch):
     from PySide6.QtWidgets import QFileDialog
 

@@ -374,6 +374,8 @@ def benchmark(
         if cancel is not None and cancel():
             raise Cancelled("benchmark cancelled.")
 
+    art.run_device(args)  # once before onnxruntime starts: inputs the library refuses (a manifest edited after export) are named as such
+    stop()
     ort_proc = None
     if vs_ort:
         if art.model_bytes is None:

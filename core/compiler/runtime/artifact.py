@@ -7,17 +7,23 @@ An exported artifact folder holds:
 * `manifest.json`: inputs/outputs (shapes with symbolic dims, dtypes), target, TVM version, source
   model sha256, rewrites and passes applied, verification and measured figures (read and written
   as a core.compiler.runtime.manifest.Manifest);
-* `run.py`: a runner that needs only `apache-tvm` and `numpy`;
+* `run.py`: a runner that needs only `apache-tvm` and `numpy`, and `artifact_check.py`, the
+  checks it shares with the workbench (core.compiler.runtime.artifact_check);
 * `model.onnx`: the model that was compiled (the optimized one when rewrites were applied), so
   `bench ARTIFACT --vs-ort` can compare against onnxruntime later;
 * `kernels.cu` for CUDA: the generated CUDA source, for reading.
+
+The manifest records every other file's size and sha256, and nothing in a folder is loaded before
+they are checked (`check_artifact_folder`): loading a shared library runs its code.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -30,7 +36,8 @@ import numpy as np
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from ..target import TargetKind, cannot_run_here, gpu_present
-from .manifest import FORMAT_VERSION, Manifest, Measured, TensorSpec
+from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, file_checksum, run_failure
+from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, TensorSpec
 
 __all__ = [
     "Artifact",
@@ -45,22 +52,11 @@ __all__ = [
     "LIBRARY",
     "RUNNER",
     "SOURCE_MODEL",
+    "CHECK_MODULE",
     "FORMAT_VERSION",
 ]
 
 logger = logging.getLogger(__name__)
-
-
-MANIFEST = "manifest.json"
-
-
-LIBRARY = "model.so"
-
-
-RUNNER = "run.py"
-
-
-SOURCE_MODEL = "model.onnx"
 
 
 @contextlib.contextmanager
@@ -172,88 +168,99 @@ class Artifact:
         if self.target == TargetKind.CUDA and not gpu_present():
             raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
 
-        args = []
-        for spec in self.inputs:
-            if spec.name not in feeds:
-                raise WorkbenchError(f"input '{spec.name}' is missing (the model needs {', '.join(s.name for s in self.inputs)}).")
-            # np.asarray(order="C"), not np.ascontiguousarray: the latter makes a 0-d scalar shape (1,)
-            a = np.asarray(feeds[spec.name], order="C")
-            if a.dtype != np.dtype(spec.dtype):
-                raise WorkbenchError(f"input '{spec.name}' has dtype {a.dtype}, the model needs {spec.dtype}.")
-            if a.ndim != len(spec.shape) or any(isinstance(d, int) and d != n for d, n in zip(spec.shape, a.shape)):
-                raise WorkbenchError(
-                    f"input '{spec.name}' has shape {list(a.shape)}, the model needs {list(spec.shape)}."
-                )
-            args.append(tvm.runtime.tensor(a, self.device))
-        return args
+        try:
+            arrays = check_feeds(self.inputs, feeds)  # the checks run.py makes, with its sentences
+        except ArtifactRefused as e:
+            raise WorkbenchError(str(e)) from None
+        return [tvm.runtime.tensor(a, self.device) for a in arrays]
 
     def run_device(self, args: list):
         """One call of main on device tensors; returns the raw VM result (for timing loops).
         On the CPU, as many threads as the cores other processes leave free
         (core.compiler.runtime.threads), unless no kernel has a parallel loop (the manifest's
-        parallel_kernels is 0): choosing would then cost a tiny model a few percent for nothing."""
+        parallel_kernels is 0): choosing would then cost a tiny model a few percent for nothing.
+        A failure in the VM (a kernel's or the parameters' runtime check) is one sentence
+        (artifact_check.run_failure, run.py's too)."""
         if self._main is None:
             self._main = self.vm()["main"]
-        if self.target != TargetKind.CUDA and self.manifest.parallel_kernels != 0:
-            if self._governor is None:
-                from .threads import ThreadGovernor
+        try:
+            if self.target != TargetKind.CUDA and self.manifest.parallel_kernels != 0:
+                if self._governor is None:
+                    from .threads import ThreadGovernor
 
-                self._governor = ThreadGovernor()
-            self._governor.before_run()
-            try:
-                return self._main(*args)
-            finally:
-                self._governor.after_run()
-        return self._main(*args)
+                    self._governor = ThreadGovernor()
+                self._governor.before_run()
+                try:
+                    return self._main(*args)
+                finally:
+                    self._governor.after_run()
+            return self._main(*args)
+        except WorkbenchError:
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM's runtime checks raise several types
+            man_path = str(self.folder / MANIFEST) if self.folder is not None else None
+            raise WorkbenchError(run_failure(e, man_path, self.manifest.library)) from e
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order."""
-        args = self.to_device(feeds)
-        try:
-            out = self.run_device(args)
-        except WorkbenchError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a kernel's runtime check (shape, bounds) failed on these inputs
-            from ...errors import brief_reason
-
-            raise WorkbenchError(f"the compiled model fails on these inputs at run time ({brief_reason(e)}); check the inputs' shapes and values.") from e
-        return flatten_outputs(out)
+        return flatten_outputs(self.run_device(self.to_device(feeds)))
 
     # -- export --------------------------------------------------------------------------
 
     def export(self, folder: str | os.PathLike, measured: Measured | None = None) -> Path:
-        """Write the deployable folder (library, manifest, runner, source model, CUDA source)."""
+        """Write the deployable folder (library, manifest, runner and its checks, source model,
+        CUDA source); the manifest records every other file's size and sha256.
+
+        The files are written into a hidden folder beside `folder` and put in place once all are
+        written, so a failure (a full disk: an OSError naming the path) leaves nothing behind and
+        an earlier artifact there as it was. A new folder is renamed into place; an earlier
+        artifact's folder that holds only its own files is swapped for the new one; any other
+        existing folder gets the new files moved in one by one, the manifest last."""
         folder = Path(folder)
         if folder.exists() and not folder.is_dir():
             raise WorkbenchError(f"{folder} exists and is not a folder; choose another export location.")
-        folder.mkdir(parents=True, exist_ok=True)
+        made = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = _hidden_beside(folder, "export")
+        try:
+            self._write_files(staging, measured)
+            _put_in_place(staging, folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            for parent in made:  # innermost first: the folders this export created, if still empty
+                with contextlib.suppress(OSError):
+                    parent.rmdir()
+            raise
+        self.folder = folder
+        return folder
+
+    def _write_files(self, folder: Path, measured: Measured | None) -> None:
+        """Every file of the artifact into the empty `folder`, the manifest last."""
         lib_path = folder / LIBRARY
-        if self.folder is not None and (self.folder / LIBRARY).exists():
-            if self.folder.resolve() != folder.resolve():
+        with _disk_errors(lib_path):
+            if self.folder is not None and (self.folder / LIBRARY).exists():
                 shutil.copy2(self.folder / LIBRARY, lib_path)
-        elif self.target == TargetKind.CUDA:
-            with quiet_tvm_scope_warnings():
-                self.manifest.cuda = export_cuda_library(self.library, lib_path)
-        else:
-            with quiet_tvm_scope_warnings():
-                self.library.export_library(str(lib_path))
+            elif self.target == TargetKind.CUDA:
+                with quiet_tvm_scope_warnings():
+                    self.manifest.cuda = export_cuda_library(self.library, lib_path)
+            else:
+                with quiet_tvm_scope_warnings():
+                    self.library.export_library(str(lib_path))
         if self.cuda_source:
             (folder / CUDA_SOURCE).write_text(self.cuda_source)
         if self.model_bytes is not None:
-            tmp = folder / (SOURCE_MODEL + ".tmp")
-            tmp.write_bytes(self.model_bytes)
-            os.replace(tmp, folder / SOURCE_MODEL)
-        runner = Path(__file__).with_name("run_template.py")
-        shutil.copy2(runner, folder / RUNNER)
+            (folder / SOURCE_MODEL).write_bytes(self.model_bytes)
+        here = Path(__file__).parent
+        shutil.copy2(here / "run_template.py", folder / RUNNER)
+        shutil.copy2(here / CHECK_MODULE, folder / CHECK_MODULE)  # run.py's manifest reader and file checks
         if self.target != TargetKind.CUDA:
             self._export_thread_pool(folder)
         if measured is not None:
             self.manifest.measured = measured
-        self.manifest.files = sorted({p.name for p in folder.iterdir() if p.is_file()} | {MANIFEST})
+        written = sorted(p.name for p in folder.iterdir() if p.is_file())
+        self.manifest.files = sorted({*written, MANIFEST})
+        self.manifest.checksums = {name: FileChecksum(**file_checksum(folder / name)) for name in written}
         (folder / MANIFEST).write_text(json.dumps(self.manifest.to_json(), indent=2) + "\n")
-        self.folder = folder
-        return folder
-
 
     def _export_thread_pool(self, folder: Path) -> None:
         """The workbench's parallel launch (core.compiler.runtime.native_pool) as a library of the folder,
@@ -292,8 +299,9 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     """Load an exported artifact folder (manifest + library) for running and measuring.
 
     Loading runs native code: the library is a shared object the dynamic loader maps and whose
-    initializers run at once, so only load artifacts you built or trust (a GUI path that loads one must ask first). The
-    library must lie inside the folder; a manifest naming one elsewhere is refused.
+    initializers run at once, so only load artifacts you built or trust (a GUI path that loads one
+    must ask first). Nothing is loaded before `check_artifact_folder` has passed: every path in
+    the folder, every field, and every file's size and sha256 as the manifest records them.
     """
     from .setup import prepare
 
@@ -312,12 +320,12 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
     try:
         with quiet_tvm_scope_warnings():
             lib = tvm.runtime.load_module(str(lib_path))
-    except Exception as e:  # noqa: BLE001
-        raise WorkbenchError(f"{lib_path} cannot be loaded by the TVM runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}.") from None
-    src_model = folder / manifest.source_model  # inside the folder: check_artifact_folder saw to it
+    except Exception as e:  # noqa: BLE001 - TVM raises several types
+        raise WorkbenchError(cannot_load(lib_path, e)) from None
+    src_model = folder / manifest.source_model  # inside the folder, and its hash checked, by check_artifact_folder
     model_bytes = src_model.read_bytes() if src_model.is_file() else None
     if model_bytes is not None:
-        _check_source_model(src_model, model_bytes, manifest)
+        _check_source_model(src_model, model_bytes)
     cuda_src = folder / CUDA_SOURCE
     return Artifact(
         library=lib,
@@ -335,61 +343,92 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
 def check_artifact_folder(folder: str | os.PathLike) -> tuple[Manifest, Path]:
     """The manifest and library path of an artifact folder, checked without loading anything.
 
-    Reads only JSON and file metadata, so a GUI can refuse a bad folder before it asks the user
-    whether to run the native code inside; `load_artifact` runs the same checks. The paths the
-    manifest names are checked first (confined to the folder), then every field (Manifest.from_json).
+    Reads the JSON and hashes the files, so a GUI can refuse a bad folder before it asks the user
+    whether to run the native code inside; `load_artifact` runs the same checks, and so does the
+    exported run.py (artifact_check.check_folder): the paths the manifest names (confined to the
+    folder), then every field, then every file against its recorded size and sha256.
     """
-    folder = Path(folder)
-    man_path = folder / MANIFEST
-    if not folder.is_dir():
-        raise WorkbenchError(f"{folder} is not an artifact folder (expected a folder with {MANIFEST} and {LIBRARY}).")
-    if not man_path.is_file():
-        raise WorkbenchError(f"{folder} has no {MANIFEST}; it is not an exported artifact.")
     try:
-        manifest = json.loads(man_path.read_text())
-    except (OSError, ValueError) as e:
-        raise WorkbenchError(f"{man_path} cannot be read as JSON ({e}).") from None
-    if not isinstance(manifest, dict):
-        raise WorkbenchError(f"{man_path} is not an artifact manifest (expected a JSON object).")
-    lib_path = _inside(folder, man_path, manifest, "library", LIBRARY, "library")
-    _inside(folder, man_path, manifest, "source_model", SOURCE_MODEL, "source model")
-    _inside(folder, man_path, manifest, "runner", RUNNER, "runner")
-    if "thread_pool" in manifest:
-        _inside(folder, man_path, manifest, "thread_pool", "", "thread pool library")
-    files = manifest.get("files", [])
-    if not isinstance(files, list):
-        raise WorkbenchError(f"{man_path} lists its files as {type(files).__name__}, not a list of file names.")
-    for name in files:
-        _inside(folder, man_path, {"file": name}, "file", "", "file")
-    checked = Manifest.from_json(manifest, man_path)
-    if not lib_path.is_file():
-        raise WorkbenchError(f"{folder} has no compiled library '{lib_path.name}'.")
-    return checked, lib_path
+        values, _man_path, lib_path = check_folder(Path(folder))
+    except ArtifactRefused as e:
+        raise WorkbenchError(str(e)) from None
+    return Manifest.from_checked(values), Path(lib_path)
 
 
-def _inside(folder: Path, man_path: Path, manifest: dict, key: str, default: str, what: str) -> Path:
-    """The path `manifest[key]` names, refused unless it is a plain relative name inside the
-    artifact folder: a manifest must not make the workbench read or load files elsewhere."""
-    value = manifest.get(key, default)
-    if not isinstance(value, str) or not value.strip():
-        raise WorkbenchError(f"{man_path} names the {what} as {json.dumps(value)}, which is not a file name.")
-    path = folder / value
-    if os.path.isabs(value) or not path.resolve().is_relative_to(folder.resolve()):
-        raise WorkbenchError(f"{man_path} names the {what} '{value}', outside the artifact folder; refusing to read it.")
-    return path
-
-
-def _check_source_model(path: Path, data: bytes, manifest: Manifest) -> None:
-    """The source model must be the one compiled: an ONNX file whose hash the manifest records
-    (onnxruntime would otherwise fail later with an internal error, or compare another model)."""
-    import hashlib
-
-    want = manifest.source_model_sha256
-    if want and hashlib.sha256(data).hexdigest() != want:
-        raise WorkbenchError(f"{path} is not the model this artifact was compiled from (its sha256 differs from the manifest's).")
+def _check_source_model(path: Path, data: bytes) -> None:
+    """The source model, the file the manifest vouches for, must parse as ONNX (onnxruntime
+    would otherwise fail later with an internal error)."""
     import onnx
 
     try:
         onnx.ModelProto().ParseFromString(data)
     except Exception:  # noqa: BLE001 - protobuf raises several types on garbage
         raise WorkbenchError(f"{path} is not an ONNX model.") from None
+
+
+def _hidden_beside(folder: Path, tag: str) -> Path:
+    """A new, empty, hidden folder beside `folder` (same parent, so a rename moves it into place)."""
+    while True:
+        path = folder.parent / f".{folder.name}.{tag}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()  # not tempfile.mkdtemp: its mode 0700 would become the artifact's
+            return path
+        except FileExistsError:
+            continue
+
+
+def _artifact_files(folder: Path) -> set[str] | None:
+    """The files an existing artifact folder's manifest lists (None: no readable manifest)."""
+    try:
+        data = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return None
+    sums = data.get("checksums")
+    return {str(n) for n in data["files"]} | (set(map(str, sums)) if isinstance(sums, dict) else set()) | {MANIFEST}
+
+
+def _put_in_place(staging: Path, folder: Path) -> None:
+    """Move the complete artifact in `staging` to `folder` (see Artifact.export)."""
+    if not folder.exists() and not folder.is_symlink():
+        os.rename(staging, folder)
+        return
+    old = _artifact_files(folder)
+    if old is not None and not folder.is_symlink() and {p.name for p in folder.iterdir()} <= old:
+        aside = _hidden_beside(folder, "replaced")
+        aside.rmdir()
+        os.rename(folder, aside)
+        try:
+            os.rename(staging, folder)
+        except OSError:
+            os.rename(aside, folder)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+        return
+    names = sorted(p.name for p in staging.iterdir())
+    for name in names:
+        if (folder / name).is_dir() and not (folder / name).is_symlink():
+            raise WorkbenchError(f"{folder / name} is a folder where the artifact's file '{name}' goes; choose another export location.")
+    (folder / MANIFEST).unlink(missing_ok=True)  # no longer an artifact until the new manifest is in
+    for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
+        os.replace(staging / name, folder / name)
+    for name in (old or set()) - set(names):  # the earlier artifact's files the new one does not have
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
+    staging.rmdir()
+
+
+@contextlib.contextmanager
+def _disk_errors(path: Path):
+    """A full disk while TVM or nvcc writes `path` as an OSError naming it: their errors are
+    RuntimeErrors carrying the compiler's message, which is the only place the cause shows."""
+    try:
+        yield
+    except OSError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised as it was unless the disk is full
+        for code, text in ((errno.ENOSPC, "No space left on device"), (errno.EDQUOT, "Disk quota exceeded"), (errno.EFBIG, "File too large")):
+            if text in str(e):
+                raise OSError(code, os.strerror(code), str(path)) from e
+        raise

@@ -3,7 +3,10 @@
 
 This file is copied as `run.py` into every exported artifact folder, next to `model.so` and
 `manifest.json`. It imports nothing but the standard library, numpy and TVM's runtime (no onnx,
-no Qt, no workbench code), so the folder runs wherever those two packages install.
+no Qt, no workbench code), so the folder runs wherever those two packages install. Before it loads
+anything it checks the folder with `artifact_check.py`, which export copies beside it: the
+workbench's own reader of manifests, files and inputs, so run.py refuses what `main.py run`
+refuses, in the same sentence (one line on stderr, exit status 2).
 
     python run.py --inputs IN.npz -o OUT.npz      # inputs by name; outputs written by name
     python run.py                                   # random inputs; prints output shapes
@@ -13,7 +16,6 @@ no Qt, no workbench code), so the folder runs wherever those two packages instal
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -26,9 +28,17 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _load_manifest() -> dict:
-    with open(os.path.join(HERE, "manifest.json")) as f:
-        return json.load(f)
+def _load_checks():
+    """artifact_check.py of this folder, loaded by its path (never another module of that name)."""
+    import importlib.util
+
+    path = os.path.join(HERE, "artifact_check.py")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing; re-export the artifact (run.py checks the folder with it).")
+    spec = importlib.util.spec_from_file_location("mlcwb_artifact_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
@@ -231,6 +241,21 @@ def _missing_cpu_features(tvm, manifest: dict) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the model; a refusal (artifact_check.ArtifactRefused) is one line on stderr, exit status 2."""
+    args = _parse(argv)
+    try:
+        checks = _load_checks()
+    except FileNotFoundError as e:
+        return _fail(str(e))
+    try:
+        return _main(args, checks)
+    except checks.ArtifactRefused as e:
+        return _fail(str(e))
+    except OSError as e:  # writing the outputs: a full disk, a folder that is not there
+        return _fail(f"{e.filename or 'a file'} cannot be written or read ({e.strerror or e}).")
+
+
+def _parse(argv: list[str] | None):
     parser = argparse.ArgumentParser(
         prog="run.py",
         description="Run the compiled model in this folder with the TVM runtime (needs only apache-tvm and numpy).",
@@ -241,14 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for random inputs (repeatable)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--bench", type=int, default=0, metavar="N", help="time N runs after 3 warm-up runs")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def _main(args, checks) -> int:
     import numpy as np
 
-    try:
-        manifest = _load_manifest()
-    except (OSError, ValueError) as e:
-        return _fail(f"cannot read manifest.json next to run.py ({e}).")
+    # the paths, the fields and every file's size and sha256, before anything here is loaded
+    manifest, man_path, lib_path = checks.check_folder(HERE)
     dims = {}
     for item in args.dim:
         name, _, value = item.partition("=")
@@ -257,13 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         dims[name] = int(value)
 
     if args.inputs:
-        try:
-            with np.load(args.inputs, allow_pickle=False) as data:
-                feeds = {k: data[k] for k in data.files}
-        except (OSError, ValueError) as e:
-            return _fail(f"{args.inputs} cannot be read as a numpy .npz file ({e}).")
+        feeds = checks.read_npz(args.inputs)
+        arrays = checks.check_feeds(manifest["inputs"], feeds, args.inputs)
     else:
-        feeds = _random_inputs(np, manifest, dims, args.seed)
+        arrays = checks.check_feeds(manifest["inputs"], _random_inputs(np, manifest, dims, args.seed))
 
     # TVM's thread pool starts half as many threads as there are CPUs on x86 (it assumes
     # hyperthread pairs): one on a 2-CPU machine. Run as many as the machine gives this process,
@@ -288,25 +310,18 @@ def main(argv: list[str] | None = None) -> int:
                      f"{' and more' if len(missing) > 4 else ''}; run it on such a CPU, or compile it for this one.")
     if kind == "cuda" and not dev.exist:
         return _fail("this artifact runs on CUDA and no CUDA GPU is visible here.")
-    library = manifest.get("library", "model.so")
-    lib_path = os.path.realpath(os.path.join(HERE, str(library)))
-    if os.path.isabs(str(library)) or os.path.commonpath([lib_path, os.path.realpath(HERE)]) != os.path.realpath(HERE):
-        return _fail(f"manifest.json names the library '{library}', outside the artifact folder; refusing to load it.")
-    lib = _load_module(tvm, lib_path)
+    try:
+        lib = _load_module(tvm, lib_path)
+    except Exception as e:  # noqa: BLE001 - TVM raises several types
+        return _fail(checks.cannot_load(lib_path, e))
     vm = relax.VirtualMachine(lib, dev)
+    args_dev = [tvm.runtime.tensor(a, dev) for a in arrays]
 
-    args_dev = []
-    for spec in manifest["inputs"]:
-        name = spec["name"]
-        if name not in feeds:
-            return _fail(f"input '{name}' is missing (the model needs {', '.join(s['name'] for s in manifest['inputs'])}).")
-        a = np.asarray(feeds[name], order="C")  # not ascontiguousarray: it makes a 0-d input shape (1,)
-        if a.dtype != np.dtype(spec["dtype"]):
-            return _fail(f"input '{name}' has dtype {a.dtype}, the model needs {spec['dtype']}.")
-        shape = spec["shape"]
-        if a.ndim != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(shape, a.shape)):
-            return _fail(f"input '{name}' has shape {list(a.shape)}, the model needs {shape}.")
-        args_dev.append(tvm.runtime.tensor(a, dev))
+    def call():  # the VM's main; its runtime checks' failures in one sentence, as the workbench words them
+        try:
+            return vm["main"](*args_dev)
+        except Exception as e:  # noqa: BLE001 - TVM raises several types
+            raise checks.ArtifactRefused(checks.run_failure(e, man_path, manifest["library"])) from None
 
     try:
         pool_size = int(os.environ["TVM_NUM_THREADS"])
@@ -318,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     before_run, after_run = _pool_governor(tvm, pool_size, pool) if governed else ((lambda: None), (lambda: None))
     before_run()
     try:
-        outputs = flatten_outputs(vm["main"](*args_dev))
+        outputs = flatten_outputs(call())
     finally:
         after_run()
     names = [o["name"] for o in manifest["outputs"]]
@@ -332,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             before_run()
             try:
-                vm["main"](*args_dev)
+                call()
             finally:
                 after_run()
         dev.sync()
@@ -341,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             before_run()
             try:
-                vm["main"](*args_dev)
+                call()
                 dev.sync()
             finally:
                 after_run()
@@ -355,4 +370,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        _fail("interrupted.")
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - one line, as the workbench's CLI reports its own errors
+        if os.environ.get("RUN_PY_DEBUG"):
+            raise
+        print(f"run.py: internal error: {type(e).__name__}: {e} (set RUN_PY_DEBUG=1 for the traceback).", file=sys.stderr)
+        sys.exit(1)

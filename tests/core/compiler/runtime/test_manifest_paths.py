@@ -57,10 +57,10 @@ def test_bench_vs_ort_with_a_source_model_elsewhere_exits_2(exported, tmp_path):
 def test_a_replaced_source_model_is_refused(exported, tmp_path):
     folder = _tampered(exported, tmp_path)
     (folder / "model.onnx").write_bytes(b"/etc/hostname is not a model")
-    with pytest.raises(WorkbenchError, match="is not the model this artifact was compiled from"):
+    with pytest.raises(WorkbenchError, match="model.onnx is not the file this artifact was built with"):
         load_artifact(folder)
     r = run_cli("bench", folder, "--runs", "1", "--vs-ort")
-    assert r.returncode == 2 and "not the model this artifact was compiled from" in r.stderr
+    assert r.returncode == 2 and "model.onnx is not the file this artifact was built with" in r.stderr
 
 
 def test_run_py_refuses_a_library_outside_its_folder(exported, tmp_path):
