@@ -25,6 +25,7 @@ ViewGraphs (`diff_views`, e.g. Relax stages of the Lowering panel; ids are view 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ class GraphDiff:
 
 _STRONG, _WEAK = 2, 1  # evidence weights: a matched neighbour or a graph input/output by name; an initializer by name
 _SOURCE_BUDGET = 64  # values looked through when explaining a rewired input
+_HUB = 48  # from this many readers of one value at one slot with one op, only the nearest this many are weighed
 
 
 def _anchor(k: tuple) -> bool:
@@ -98,8 +100,10 @@ def _anchor(k: tuple) -> bool:
 
 class _Matcher:
     """The state of one matching: both sides' records, the pairs found, and the indexes evidence
-    is looked up in. Every lookup is a dictionary access, so a diff is linear in the graphs' edges
-    (times the fan-out of a value read by several nodes of one op type at one input slot)."""
+    is looked up in. Every lookup is a dictionary access, so a diff is linear in the graphs' edges;
+    a value read by many nodes of one op at one slot (a graph input or shared constant read all
+    over) is a hub, whose readers are kept unmatched-only, in order, and weighed only near the
+    position a neighbour predicts, so hubs do not make it quadratic."""
 
     def __init__(self, a: list[NodeRecord], b: list[NodeRecord]):
         self.a, self.b = a, b
@@ -124,11 +128,21 @@ class _Matcher:
                     self.readers_b[k[1]].append((r.id, i, k[2]))
         self.sinks_a = {(name, k, r.op): r.id for r in a for k, name in r.graph_outputs}
         self._attrs: dict[tuple[str, Hashable], tuple] = {}
+        self.hub_keys: dict[Hashable, list[tuple]] = defaultdict(list)  # A id -> the hub lists holding it
+        for key, ids in self.readers_a.items():
+            if len(ids) > _HUB:
+                for aid in ids:
+                    self.hub_keys[aid].append(key)
 
     def pair(self, aid: Hashable, bid: Hashable, how: str) -> None:
         self.a_to_b[aid] = bid
         self.b_to_a[bid] = aid
         self.by[how] += 1
+        for key in self.hub_keys.get(aid, ()):
+            hub = self.readers_a[key]
+            j = bisect_left(hub, self.pos_a[aid], key=self.pos_a.__getitem__)
+            if j < len(hub) and hub[j] == aid:
+                del hub[j]
 
     def to_a(self, k: tuple) -> tuple | None:
         """A B input key in A's terms (a matched producer's A id); None where there is no such value."""
@@ -156,17 +170,24 @@ class _Matcher:
     def by_structure(self) -> None:
         """Unmatched B nodes in topological order, each paired with its best-supported A node;
         a pairing queues the pair's unmatched neighbours again, so matches spread forwards from the
-        inputs and backwards from the outputs until nothing more matches."""
+        inputs and backwards from the outputs until nothing more matches. A node whose candidates
+        only position tells apart waits until nothing unambiguous is left (as a diff anchors on
+        unique lines first): by then a neighbour matched from the other end may decide it."""
         pending = deque(r.id for r in self.b if r.id not in self.b_to_a)
         queued = set(pending)
-        while pending:
-            bid = pending.popleft()
+        waiting: deque = deque()
+        while pending or waiting:
+            settle = not pending
+            bid = pending.popleft() if pending else waiting.popleft()
             queued.discard(bid)
             if bid in self.b_to_a:
                 continue
             rb = self.rec_b[bid]
-            aid = self._best(rb)
+            aid, ambiguous = self._best(rb)
             if aid is None:
+                continue
+            if ambiguous and not settle:
+                waiting.append(bid)
                 continue
             self.pair(aid, bid, "structure")
             around = [k[1] for k in rb.inputs if k[0] == "node"] + [c for c, _i, _k in self.readers_b.get(bid, ())]
@@ -175,21 +196,27 @@ class _Matcher:
                     queued.add(nb)
                     pending.append(nb)
 
-    def _best(self, rb: NodeRecord) -> Hashable | None:
+    def _best(self, rb: NodeRecord) -> tuple[Hashable | None, bool]:
         """The unmatched A node of rb's op with the most evidence: inputs from the same values
         (matched producers, graph inputs, initializers, slot by slot), outputs read by matched nodes
         at the same slots, the same graph outputs. Ties: equal attributes, more equal facts, the
-        position nearest to where a matched neighbour puts it, then the earliest."""
+        position nearest to where a matched neighbour puts it, then the earliest. Also returns
+        whether only position decided."""
         score: dict[Hashable, int] = defaultdict(int)
         offset: dict[Hashable, int] = {}
-        free = self.a_to_b
+        taken = self.a_to_b
         for i, k in enumerate(rb.inputs):
             ka = self.to_a(k)
             if ka is None:
                 continue
             w = _STRONG if ka[0] != "const" else _WEAK
-            for aid in self.readers_a.get((ka, i, rb.op), ()):
-                if aid not in free:
+            readers = self.readers_a.get((ka, i, rb.op), ())
+            if len(readers) > _HUB:
+                shift = self.pos_a[ka[1]] - self.pos_b[k[1]] if ka[0] == "node" else self._shift(rb)
+                at = bisect_left(readers, self.pos_b[rb.id] + shift, key=self.pos_a.__getitem__)
+                readers = readers[max(0, at - _HUB // 2):at + _HUB // 2]
+            for aid in readers:
+                if aid not in taken:
                     score[aid] += w
                     if ka[0] == "node":
                         offset.setdefault(aid, self.pos_a[ka[1]] - self.pos_b[k[1]])
@@ -200,19 +227,19 @@ class _Matcher:
             ins = self.rec_a[ca].inputs
             if i < len(ins) and ins[i][0] == "node" and ins[i][2] == out:
                 aid = ins[i][1]
-                if aid not in free and self.rec_a[aid].op == rb.op:
+                if aid not in taken and self.rec_a[aid].op == rb.op:
                     score[aid] += _STRONG
                     offset.setdefault(aid, self.pos_a[ca] - self.pos_b[cid])
         for out, name in rb.graph_outputs:
             aid = self.sinks_a.get((name, out, rb.op))
-            if aid is not None and aid not in free:
+            if aid is not None and aid not in taken:
                 score[aid] += _STRONG
         if not score:
-            return None
+            return None, False
         top = max(score.values())
         best = [aid for aid, s in score.items() if s == top]
         if len(best) == 1:
-            return best[0]
+            return best[0], False
         pb, sig_b = self.pos_b[rb.id], self._attr_sig("b", rb)
 
         def rank(aid):
@@ -221,7 +248,19 @@ class _Matcher:
             near = abs(self.pos_a[aid] - pb - offset.get(aid, 0))
             return (self._attr_sig("a", ra) == sig_b, same, -near, -self.pos_a[aid])
 
-        return max(best, key=rank)
+        ranked = sorted(best, key=rank, reverse=True)
+        return ranked[0], rank(ranked[0])[:2] == rank(ranked[1])[:2]
+
+    def _shift(self, rb: NodeRecord) -> int:
+        """Where A has rb's neighbourhood relative to B (A position - B position of a matched
+        neighbour), 0 when none is matched."""
+        for k in rb.inputs:
+            if k[0] == "node" and k[1] in self.b_to_a:
+                return self.pos_a[self.b_to_a[k[1]]] - self.pos_b[k[1]]
+        for cid, _i, _k in self.readers_b.get(rb.id, ()):
+            if cid in self.b_to_a:
+                return self.pos_a[self.b_to_a[cid]] - self.pos_b[cid]
+        return 0
 
     def _attr_sig(self, side: str, r: NodeRecord) -> tuple:
         key = (side, r.id)

@@ -170,3 +170,27 @@ def test_the_same_model_matches_itself_whole_and_ties_break_the_same_way_every_t
     d = diff_graphs(_graph(m), _graph(m))
     assert d.identical and [k for k in d.matched] == [v for v in d.matched.values()]
     assert diff_graphs(_graph(m), _graph(m)).matched == d.matched
+
+
+def test_a_value_read_by_hundreds_of_nodes_of_one_op():
+    """A hub (graph input and a shared constant read by 300 Adds / Relus at one slot) is weighed
+    near the position a neighbour predicts (core.views.diff._HUB), not over all its readers."""
+    def hub(n, drop=None):
+        nodes, prev = [], "x"
+        for i in range(n):
+            if i != drop:
+                nodes += [helper.make_node("Relu", ["x"], [f"r{i}"]), helper.make_node("Add", [f"r{i}", "one"], [f"a{i}"])]
+        nodes.append(helper.make_node("Sum", [f"a{i}" for i in range(n) if i != drop], ["y"]))
+        g = helper.make_graph(nodes, "hub", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.ones(2, np.float32), "one")])
+        return _graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+    a = hub(300)
+    d = diff_graphs(a, hub(300))
+    assert d.identical and all(k == v for k, v in d.matched.items())  # the same graph: each node with itself
+    # one unit dropped: one Relu and one Add removed (which of 300 alike units cannot be told: the
+    # Sum's inputs shift by one slot after the gap), the Sum has one input fewer
+    j = diff_graphs(a, hub(300, drop=150)).to_json()
+    assert sorted(r.split("#")[0] for r in j["removed"]) == ["Add", "Relu"] and j["added"] == [], j
+    assert j["changed"] == [{"node": "Sum#598", "what": "inputs 300 → 299"}] and j["matched"] == 599
