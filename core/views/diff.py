@@ -90,7 +90,7 @@ class GraphDiff:
 
 _STRONG, _WEAK = 2, 1  # evidence weights: a matched neighbour or a graph input/output by name; an initializer by name
 _SOURCE_BUDGET = 64  # values looked through when explaining a rewired input
-_HUB = 48  # from this many readers of one value at one slot with one op, only the nearest this many are weighed
+_HUB = 48  # beyond this many readers of one value, slot and op, only the nearest are weighed (docs/performance.md: Graph diff hubs)
 
 
 def _anchor(k: tuple) -> bool:
