@@ -37,7 +37,8 @@ from PySide6.QtWidgets import QMessageBox
 
 from core import WorkbenchError, load_model, save_model
 from core.model import journal
-from core.model.external_data import content_fingerprint, referenced_files
+from core.files import atomic_write
+from core.model.external_data import content_fingerprint, data_files, referenced_files
 
 __all__ = ["Autosaver", "Recovery", "autosave_dir", "pending_recoveries", "offer_recovery", "recover", "DEFAULT_INTERVAL_MS", "FAILED"]
 
@@ -239,7 +240,7 @@ class Autosaver(QObject):
 
     def discard(self) -> None:
         """Remove this session's autosave (the edits were saved or dropped, or the window closed)."""
-        _remove_files(self.model_path, self.model_path.with_name(self.model_path.name + ".data"), self.info_path,
+        _remove_files(self.model_path, *data_files(self.model_path), self.info_path,
                       self.journal_path, self.blobs_path)
         self._blobs = None
         self._encoded.clear()
@@ -270,7 +271,7 @@ class Recovery:
     @property
     def files(self) -> list[Path]:
         stem = self.model.with_suffix("")
-        return [self.model, self.info, self.model.with_name(self.model.name + ".data"),
+        return [self.model, self.info, *data_files(self.model),
                 stem.with_name(stem.name + ".journal.json"), stem.with_name(stem.name + ".blobs")]
 
     def remove(self, keep: set[Path] | frozenset = frozenset()) -> None:
@@ -292,9 +293,7 @@ class Recovery:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data).encode())
 
 
 def _remove_files(*paths: Path) -> None:

@@ -5,7 +5,6 @@ import contextlib
 import gc
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import onnx
@@ -127,36 +126,18 @@ def validate_graph(graph: Graph, path: str | os.PathLike | None = None, proto: o
 
 
 def save_model(graph: Graph, path: str | os.PathLike, *, external: str = "copy") -> SaveResult:
-    """Write the graph as an ONNX file, atomically (temporary file, then rename); returns where
-    the weights went (`SaveResult.describe()` says it in one sentence).
+    """Write the graph as an ONNX file, atomically; returns where the weights went
+    (`SaveResult.describe()` says it in one sentence).
 
     External data (core.model.external_data): with `external="copy"` weights whose file lies
     outside the destination folder are copied into `<file>.data` beside it (the graph then reads
     them from there); with `"reference"` (autosaves) they are referenced by absolute path, not
-    copied. Models over 2 GB keep their in-memory weights in `<file>.data` too.
+    copied. Models over 2 GB keep their in-memory weights in `<file>.data` too. The model and its
+    data file are replaced as a pair: a kill leaves the old pair or the new one. A full disk, a
+    missing permission or a read-only file system raise a WorkbenchError naming `path` (core.files).
     """
+    from ..files import new_folders
+
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return write_model(graph, p, external, _write_atomically)
-
-
-def _write_atomically(proto: onnx.ModelProto, p: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(proto.SerializeToString(deterministic=True))
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file 0600; give it the mode a plain open() would (or keep the old file's)
-        try:
-            mode = p.stat().st_mode & 0o777
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with new_folders(p.parent, named=p):  # a failed save leaves no folder it made
+        return write_model(graph, p, external)
