@@ -157,8 +157,8 @@ class Document(QObject):
         if target is None:
             raise WorkbenchError("The model has no file name yet; use Save As.")
         try:
-            self.last_save = save_model(self.graph, target)
-        except OSError as e:
+            self.last_save = save_model(self.graph, target)  # a full disk or a permission: its WorkbenchError
+        except OSError as e:  # another system error: still one sentence, and the edits stay unsaved
             raise WorkbenchError(f"{target} cannot be written: {e.strerror or e}.") from None
         if target != self.path:
             self.path = target

@@ -36,6 +36,11 @@ def error_text(exc: BaseException, title: str = "") -> str:
     error of the job named `title` (its traceback is in the log)."""
     if isinstance(exc, WorkbenchError):
         return str(exc)
+    from core.files import user_error
+
+    mine = user_error(exc)  # a full disk, a permission, a read-only folder: the user's, named by its path
+    if mine is not None:
+        return str(mine)
     return f"{title or 'The background job'} failed with an internal error: {type(exc).__name__}: {exc}"
 
 

@@ -4,8 +4,8 @@ Each subcommand is one module in this package with `HELP`, `add_arguments(parser
 `run(args) -> int`; register it in COMMANDS. Command modules import heavy libraries (TVM, Qt)
 inside `run`, so that `inspect` and `--help` start fast.
 
-Exit status: 0 success, 2 bad input (one sentence on stderr naming the file, node or op),
-1 internal error.
+Exit status: 0 success, 2 bad input (one sentence on stderr naming the file, node or op; a full
+disk, a missing permission or a read-only folder too: core.files), 1 internal error.
 """
 from __future__ import annotations
 
@@ -99,6 +99,11 @@ def run_cli(argv: list[str]) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:  # noqa: BLE001 - the one place internal errors are reported
+        from core.files import user_error
+
+        mine = user_error(e)  # a full disk, a permission, a read-only folder: the user's, named by the OSError's path
+        if mine is not None:
+            return _fail(str(mine), 2)
         if os.environ.get("MLCWB_DEBUG"):
             traceback.print_exc()
         return _fail(f"internal error in '{args.command}': {type(e).__name__}: {e} (set MLCWB_DEBUG=1 for the traceback).", 1)

@@ -88,6 +88,15 @@ def parse_tune_minutes(text: str | None, trials: int) -> float | None:
     return minutes * 60.0
 
 
+def _artifact_lower_bound(model: str, graph) -> int:
+    """Bytes the artifact needs at least: its model.onnx holds the model with every weight inline."""
+    import os
+
+    from core.model.external_data import external_tensors
+
+    return os.path.getsize(model) + sum(t.length or 0 for _, t in external_tensors(graph.model))
+
+
 def run(args) -> int:
     from core.compiler.target import TargetKind
     from core.errors import WorkbenchError
@@ -118,13 +127,23 @@ def run(args) -> int:
 
     from core import load_model
     from core.compiler.compile import compile_model
+    from core.files import check_writable, writing
 
     graph = load_model(args.model)
     dims = parse_dims(args.dim, graph)
+    # a folder that cannot take the artifact is refused before minutes of compiling, not after
+    check_writable(args.output, needed=_artifact_lower_bound(args.model, graph))
+    if args.tune_db is not None and (args.tune_trials > 0 or args.tune_minutes is not None):
+        check_writable(args.tune_db)
+    finished = []
 
     def progress(event) -> None:  # a core.progress.Progress
-        if not args.json:
-            print(f"[{event.fraction * 100:5.1f}%] {event.detail or event.message}", file=sys.stderr)
+        if args.json:
+            return
+        if event.fraction >= 1.0:
+            finished.append(event)  # "done" is said once the artifact is in place
+            return
+        print(f"[{event.fraction * 100:5.1f}%] {event.detail or event.message}", file=sys.stderr)
 
     art = compile_model(
         graph,
@@ -148,7 +167,10 @@ def run(args) -> int:
         from core.compiler.measure.bench import benchmark, measured_for_manifest
 
         measured = measured_for_manifest(benchmark(art, runs=args.bench_runs, dims=dims or None, vs_ort=True, kernels=False))
-    folder = art.export(args.output, measured=measured)
+    with writing(args.output):  # the linker's "No space left on device" too
+        folder = art.export(args.output, measured=measured)
+    for event in finished:
+        print(f"[{event.fraction * 100:5.1f}%] {event.detail or event.message}", file=sys.stderr)
     m = art.manifest
     if args.json:
         d = m.to_json()  # the manifest's own records, as manifest.json holds them

@@ -30,6 +30,7 @@ def add_arguments(p) -> None:
 
 def _report(args, stages, error: str | None) -> None:
     from core.compiler.lowering import stage_filename
+    from core.files import atomic_write
 
     files: dict[int, str] = {}
     if args.dump:
@@ -37,7 +38,7 @@ def _report(args, stages, error: str | None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         for s in stages:
             path = out / stage_filename(s)
-            path.write_text(s.text, encoding="utf-8")
+            atomic_write(path, s.text.encode("utf-8"))  # a full disk: one sentence naming the file, no half of one
             files[s.index] = str(path)
     rows = []
     for s in stages:

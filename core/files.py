@@ -105,6 +105,16 @@ def free_bytes(path: str | os.PathLike) -> int | None:
     return blocks * st.f_frsize
 
 
+def _free_inodes(path: str | os.PathLike) -> int | None:
+    try:
+        st = os.statvfs(_existing(Path(path)))
+    except OSError:
+        return None
+    if st.f_files == 0:  # the file system does not count them (btrfs, some network ones)
+        return None
+    return st.f_ffree if os.geteuid() == 0 else st.f_favail
+
+
 def write_error(path: str | os.PathLike, exc: BaseException, needed: int | None = None) -> WorkbenchError | None:
     """The one sentence for a failed write of `path` when the user can fix its cause (full disk,
     permission, read-only file system, ...), naming what was needed and what is free where that is
@@ -117,6 +127,10 @@ def write_error(path: str | os.PathLike, exc: BaseException, needed: int | None 
     reason = _REASONS[code]
     if code in _SPACE_ERRNOS:
         free = free_bytes(path)
+        if code == errno.ENOSPC and (_free_inodes(path) == 0 or (needed is not None and free is not None and free >= needed)):
+            # the bytes would fit: the file system ran out of files (inodes) or of whole blocks
+            return WorkbenchError(f"cannot write {path}: the file system is out of room ({describe_size(free or 0)} free, "
+                                  "but no more files or blocks for this one).")
         if needed is not None and free is not None:
             reason += f" (needs {describe_size(needed)}, {describe_size(free)} free)"
         elif free is not None:

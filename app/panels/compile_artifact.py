@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QMessageBox
 from app.panels.compile_results import format_ms, result_rows
 from app.workers import Job
 from core import WorkbenchError, save_model
+from core.files import writing
 
 __all__ = ["ArtifactActions"]
 
@@ -27,7 +28,8 @@ class ArtifactActions:
 
         def work(job: Job):
             job.report(0.1, "exporting")
-            return str(art.export(folder, measured=art.manifest.measured))
+            with writing(folder):  # the linker's "No space left on device" too: one sentence naming the folder
+                return str(art.export(folder, measured=art.manifest.measured))
 
         def exported(path):
             self._busy(False)

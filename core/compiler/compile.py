@@ -352,9 +352,13 @@ def parallel_kernel_count(mod) -> int:
 def _tvm_failure(name: str, e: Exception) -> Exception | None:
     """The refusal for TVM's own failure in step `name` (None: a WorkbenchError, raised as it is)."""
     from ..errors import UnsupportedOpError, brief_reason
+    from ..files import user_error
 
     if isinstance(e, WorkbenchError):
         return None
+    mine = user_error(e)  # a full disk or a read-only folder (tuning records) is the user's, not TVM's
+    if mine is not None:
+        return mine
     logger.debug("TVM step %s failed", name, exc_info=e)
     return UnsupportedOpError(
         f"TVM cannot compile this model: its {name} step fails ({brief_reason(e)}); simplify or replace the op involved, "

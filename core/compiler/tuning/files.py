@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 
 from ...errors import WorkbenchError
+from ...files import atomic_write
 
 __all__ = [
     "MODEL_AB_FILE",
@@ -193,6 +194,4 @@ def save_records(folder: Path, name: str, records: dict[str, dict]) -> None:
         path.replace(_set_aside(path))
         logger.warning("The corrupt tuning database file %s is kept as %s; a new one is written.", path, _set_aside(path))
     data = {**getattr(records, "malformed", {}), **records}
-    tmp = folder / (name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True).encode())  # a full disk is one sentence naming it
