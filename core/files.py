@@ -101,6 +101,8 @@ def free_bytes(path: str | os.PathLike) -> int | None:
         st = os.statvfs(_existing(Path(path)))
     except OSError:
         return None
+    if st.f_blocks == 0:  # a file system without blocks (sysfs, procfs): it says nothing of space
+        return None
     blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
     return blocks * st.f_frsize
 

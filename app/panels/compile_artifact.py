@@ -68,7 +68,7 @@ class ArtifactActions:
         try:
             save_model(graph, path)
         except WorkbenchError as e:
-            QMessageBox.warning(self, "Save ONNX", str(e))
+            QMessageBox.warning(self, "Save ONNX", f"The optimized model was not saved: {e}")
             return
         except OSError as e:
             QMessageBox.warning(self, "Save ONNX", f"The optimized model was not saved: {path} cannot be written ({e.strerror or e}).")

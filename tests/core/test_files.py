@@ -97,3 +97,15 @@ def test_a_read_only_or_unwritable_target_is_refused_early(tmp_path, monkeypatch
     monkeypatch.setattr(files.os, "access", lambda path, mode: False)
     with pytest.raises(WorkbenchError, match=r"cannot write .*art: permission denied\."):
         files.check_writable(tmp_path / "new" / "art")
+
+
+def test_a_file_system_without_blocks_says_nothing_of_space():
+    """sysfs reports 0 blocks: that is no space figure, so a write there is refused for what it is
+    (permission denied), not as a full disk."""
+    import os
+
+    from core.files import free_bytes
+
+    if not os.path.isdir("/sys") or os.statvfs("/sys").f_blocks != 0:
+        pytest.skip("no block-less file system mounted at /sys here")
+    assert free_bytes("/sys/mlp.onnx") is None
