@@ -267,14 +267,15 @@ class Artifact:
         which run.py loads before TVM; without it (no C compiler here) run.py uses TVM's pool."""
         from . import native_pool
 
-        dest = folder / native_pool.ARTIFACT_FILE
         try:
-            shutil.copy2(native_pool.build(), dest)
+            built = native_pool.build()
         except OSError as e:
             logger.warning("the artifact runs on TVM's thread pool: the workbench's could not be built (%s)", e)
-            dest.unlink(missing_ok=True)
             self.manifest.thread_pool = None
             return
+        # a failed copy (a full disk) fails the export, as any other file of the folder would: the
+        # artifact is not written without the pool it was measured with
+        shutil.copy2(built, folder / native_pool.ARTIFACT_FILE)
         self.manifest.thread_pool = native_pool.ARTIFACT_FILE
 
 

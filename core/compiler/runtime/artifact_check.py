@@ -11,7 +11,8 @@ Open Artifact and run.py refuse the same things with the same sentences:
 2. a file that is missing, cut short or replaced: its size and sha256 differ from the manifest's
    `checksums` (`check_files`). Loading a shared library runs its code, and a truncated one dies
    of a bus error in the dynamic loader, so the library and the thread pool are loaded only when
-   the manifest vouches for them;
+   the manifest vouches for them, and only when they hold every byte their ELF headers name
+   (`check_library`: a manifest edited to vouch for a cut file);
 3. inputs a model does not take: missing, extra, of another dtype or shape (`check_feeds`);
 4. a run that fails in the VM (`run_failure`): inputs that pass 3 but that the library refuses mean
    the manifest does not describe the library.
@@ -41,6 +42,7 @@ __all__ = [
     "inside",
     "check_paths",
     "check_files",
+    "check_library",
     "check_folder",
     "file_checksum",
     "read_npz",
@@ -163,10 +165,18 @@ class Fields:
         return [Fields(v, self.source, f"{name}[{i}]") for i, v in enumerate(values)]
 
 
+# the largest size a manifest may give one dim (int32's): a negative or larger one is taken as
+# damage, since random inputs made for it (bench's, run.py's) fail in numpy with an internal error
+MAX_DIM = 2**31 - 1
+
+
 def _tensor(f: Fields) -> dict:
     dtype = f.get("dtype", _is_dtype, "a numpy dtype name")
     shape = f.get("shape", lambda v: isinstance(v, list) and all(_is_int(x) or isinstance(x, str) for x in v),
                   "a list of sizes and dim names")
+    for i, d in enumerate(shape):
+        if _is_int(d) and not 0 <= d <= MAX_DIM:
+            f.fail(f"shape[{i}]", f"a size from 0 to {MAX_DIM:,}", d)
     return {"name": f.get("name", lambda v: isinstance(v, str), "a text"), "shape": list(shape), "dtype": dtype}
 
 
@@ -271,6 +281,8 @@ def load_manifest(folder) -> tuple[dict, str]:
             data = json.load(f)
     except (OSError, ValueError) as e:
         raise ArtifactRefused(f"{man_path} cannot be read as JSON ({e}).") from None
+    except RecursionError:  # lists or objects nested thousands deep: json's parser recurses
+        raise ArtifactRefused(f"{man_path} cannot be read as JSON (it nests lists or objects too deeply).") from None
     if not isinstance(data, dict):
         raise ArtifactRefused(f"{man_path} is not an artifact manifest (expected a JSON object).")
     return data, man_path
@@ -349,6 +361,59 @@ def check_files(folder, man_path: str, manifest: dict) -> None:
         if have["sha256"] != want["sha256"]:
             raise ArtifactRefused(f"{path} is not the file this artifact was built with: its sha256 differs from the manifest's "
                                   f"(changed after export?).")
+    for name in [manifest["library"], manifest["thread_pool"]]:
+        if name and os.path.isfile(os.path.join(os.fspath(folder), name)):
+            check_library(os.path.join(os.fspath(folder), name))
+
+
+def _elf_ends(head: bytes, read) -> list[tuple[int, str]]:
+    """Where an ELF file's parts end (byte offset, what), from its header `head` (64 bytes) and
+    `read(offset, size)`: the program header table, every segment's bytes, the section header table."""
+    wide, order = head[4] == 2, "little" if head[5] == 1 else "big"
+
+    def word(data: bytes, at: int, size: int) -> int:
+        return int.from_bytes(data[at:at + size], order)
+
+    if wide:  # ELF64: e_phoff 32, e_shoff 40, e_phentsize 54, e_phnum 56, e_shentsize 58, e_shnum 60
+        phoff, shoff, phentsize, phnum, shentsize, shnum = (word(head, a, n) for a, n in ((32, 8), (40, 8), (54, 2), (56, 2), (58, 2), (60, 2)))
+    else:  # ELF32: e_phoff 28, e_shoff 32, e_phentsize 42, e_phnum 44, e_shentsize 46, e_shnum 48
+        phoff, shoff, phentsize, phnum, shentsize, shnum = (word(head, a, n) for a, n in ((28, 4), (32, 4), (42, 2), (44, 2), (46, 2), (48, 2)))
+    ends = [(phoff + phnum * phentsize, "program header table")]
+    if shoff:
+        ends.append((shoff + shnum * shentsize, "section header table"))
+    table = read(phoff, phnum * phentsize) if phnum and phentsize >= (56 if wide else 32) else b""
+    for i in range(len(table) // phentsize if table else 0):
+        entry = table[i * phentsize:(i + 1) * phentsize]
+        offset, filesz = (word(entry, 8, 8), word(entry, 32, 8)) if wide else (word(entry, 4, 4), word(entry, 16, 4))
+        if filesz:
+            ends.append((offset + filesz, f"segment {i}"))
+    return ends
+
+
+def check_library(path) -> None:
+    """Refuse an ELF shared library that ends before its own tables or segments do: the dynamic
+    loader maps such a file and dies of a bus error where it reads past the end. The checksums
+    catch a library cut short after export; this catches one the manifest was edited to vouch
+    for. A file that is not ELF is left to the loader, which refuses it in words."""
+    path = os.fspath(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 6 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+                return
+
+            def read(offset: int, count: int) -> bytes:
+                f.seek(offset)
+                return f.read(min(count, 1 << 20))
+
+            ends = _elf_ends(head, read) if len(head) >= (64 if head[4] == 2 else 52) else [(64 if head[4] == 2 else 52, "ELF header")]
+    except OSError as e:
+        raise ArtifactRefused(f"{path} cannot be read ({e.strerror or e}).") from None
+    end, what = max(ends)
+    if end > size:
+        raise ArtifactRefused(f"{path} is not a complete shared library: it has {size:,} bytes and its {what} ends at byte {end:,} "
+                              f"(a copy cut short?).")
 
 
 def check_folder(folder) -> tuple[dict, str, str]:
