@@ -103,15 +103,17 @@ def _is_dims(v) -> bool:
 
 
 def _is_dtype(name) -> bool:
+    """A numpy dtype name of a kind TVM's runtime holds: bool, integers, floats (bfloat16 and
+    float8 where numpy knows them); a complex or text dtype failed in tvm.runtime.tensor."""
     if not isinstance(name, str):
         return False
     import numpy as np  # the one reader of dtype names; run.py has numpy too
 
     try:
-        np.dtype(name)
-    except TypeError:
+        dtype = np.dtype(name)
+    except (TypeError, ValueError):
         return False
-    return True
+    return dtype.kind in "biuf" or dtype.name.startswith(("bfloat16", "float8", "float4"))
 
 
 def _is_checksum(v) -> bool:
@@ -171,13 +173,23 @@ MAX_DIM = 2**31 - 1
 
 
 def _tensor(f: Fields) -> dict:
-    dtype = f.get("dtype", _is_dtype, "a numpy dtype name")
+    dtype = f.get("dtype", _is_dtype, "the numpy name of a bool, integer or float dtype")
     shape = f.get("shape", lambda v: isinstance(v, list) and all(_is_int(x) or isinstance(x, str) for x in v),
                   "a list of sizes and dim names")
     for i, d in enumerate(shape):
         if _is_int(d) and not 0 <= d <= MAX_DIM:
             f.fail(f"shape[{i}]", f"a size from 0 to {MAX_DIM:,}", d)
     return {"name": f.get("name", lambda v: isinstance(v, str), "a text"), "shape": list(shape), "dtype": dtype}
+
+
+def _cpu(f: Fields | None) -> dict | None:
+    """target.cpu (core.compiler.target.target_cpu's record) with its fields checked, as it is."""
+    if f is None:
+        return None
+    f.text("name")
+    for key in ("features", "requires"):
+        f.get(key, _is_str_list, "a list of texts", [])
+    return dict(f.data)
 
 
 def _latency(f: Fields | None) -> dict | None:
@@ -208,7 +220,7 @@ def read_manifest(data, source: str = MANIFEST) -> dict:
         "target": None if target is None else {
             "kind": target.get("kind", lambda v: v in TARGET_KINDS, kinds, "cpu"),
             "tvm_target": target.get("tvm_target", lambda v: isinstance(v, dict), "an object", {}),
-            "cpu": target.get("cpu", lambda v: isinstance(v, dict), "an object", None),
+            "cpu": _cpu(target.obj("cpu")),
         },
         "device": f.get("device", lambda v: v in TARGET_KINDS, kinds, "cpu"),
         "tvm_version": f.text("tvm_version"),

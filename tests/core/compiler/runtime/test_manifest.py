@@ -68,7 +68,7 @@ def test_measured_figures_are_written_as_bench_measured_them():
     ({"inputs": None}, "'inputs'", "is null, not a list of tensors"),
     ({"outputs": "logits"}, "'outputs'", 'is the text "logits", not a list of tensors'),
     ({"inputs": [{"name": "x", "shape": 784, "dtype": "float32"}]}, "'inputs[0].shape'", "is the number 784, not a list of sizes"),
-    ({"inputs": [{"name": "x", "shape": [1], "dtype": "float99"}]}, "'inputs[0].dtype'", "not a numpy dtype name"),
+    ({"inputs": [{"name": "x", "shape": [1], "dtype": "float99"}]}, "'inputs[0].dtype'", "not the numpy name of a bool, integer or float dtype"),
     ({"target": {"kind": "tpu"}}, "'target.kind'", 'is the text "tpu", not cpu or cuda'),
     ({"verification": {"checked": "yes"}}, "'verification.checked'", "not true or false"),
     ({"measured": {"latency_ms": {"median": "fast"}}}, "'measured.latency_ms.median'", "not a number"),
