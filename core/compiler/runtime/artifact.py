@@ -19,7 +19,6 @@ they are checked (`check_artifact_folder`): loading a shared library runs its co
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import os
@@ -429,7 +428,9 @@ def _disk_errors(path: Path):
     except OSError:
         raise
     except Exception as e:  # noqa: BLE001 - re-raised as it was unless the disk is full
-        for code, text in ((errno.ENOSPC, "No space left on device"), (errno.EDQUOT, "Disk quota exceeded"), (errno.EFBIG, "File too large")):
-            if text in str(e):
-                raise OSError(code, os.strerror(code), str(path)) from e
+        from ...files import user_errno
+
+        code = user_errno(e)
+        if code is not None:
+            raise OSError(code, os.strerror(code), str(path)) from e
         raise
