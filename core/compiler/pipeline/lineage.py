@@ -120,6 +120,8 @@ def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused
     final_names = [n for n in final_names if n is not None]
     rename = len(final_names) == len(calls)
     outer_name: dict[str, str] = {}  # var name in the fused main -> its name before FuseOps
+    body = fused_mod["main"].body
+    returned = body.body.name if isinstance(body, relax.SeqExpr) and isinstance(body.body, relax.Var) else None
 
     def original(key: tuple) -> str:
         # identical calls (q/k/v projections of one input) are taken in program order
@@ -152,6 +154,9 @@ def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused
             if trusted(var):
                 labels.update(var_lineage[var])
                 break
+        else:
+            if b.var.name == returned and returned in var_lineage:  # main's result keeps its generic name (`gv`) from the import on
+                labels.update(var_lineage[returned])
     order = {nid: i for i, nid in enumerate(graph.topological_order())}
     out: dict[str, list[str]] = {}
     for name, sites in result.items():
