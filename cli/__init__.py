@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "edit": "edit_cmd",
     "diff": "diff_cmd",
     "schedule": "schedule_cmd",
+    "debug": "debug_cmd",
 }
 
 # the subcommands that lower, compile or run compiled code: the process is readied for TVM
