@@ -24,7 +24,7 @@ import onnx_ir as ir
 
 from ..errors import WorkbenchError
 
-__all__ = ["NotExpressible", "ArrayStore", "INLINE_ELEMENTS", "EMBED_BYTES", "attr_source", "type_source", "shape_source", "literal"]
+__all__ = ["HELPERS", "SAVE", "NotExpressible", "ArrayStore", "INLINE_ELEMENTS", "EMBED_BYTES", "attr_source", "type_source", "shape_source", "literal"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,3 +177,48 @@ def attr_source(a: ir.Attr, store: ArrayStore, where: str) -> str:
     if a.type == ir.AttributeType.TENSOR:
         return f"ir.Attr({a.name!r}, ir.AttributeType.TENSOR, {tensor_source(a.value, store, what)}{doc})"
     raise NotExpressible(f"{what} is of type {a.type.name}, which the script does not write")
+
+
+HELPERS = {  # the script's helper functions, each written only when the script uses it
+    "values": '''def values(graph: ir.Graph) -> dict[str, ir.Value]:
+    """Every tensor of the graph by name: inputs, initializers, node outputs."""
+    found = {v.name: v for v in graph.inputs}
+    found.update(graph.initializers)
+    for node in graph:
+        found.update((o.name, o) for o in node.outputs)
+    return found
+''',
+    "embedded": '''def embedded(text: str) -> np.ndarray:
+    """An array written into this script (its .npy file, in base64)."""
+    return np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
+''',
+    "reorder": '''def reorder(graph: ir.Graph, order: list[int]) -> None:
+    """Put the graph's nodes in the order given (positions in the current order)."""
+    nodes = list(graph)
+    for node in nodes:
+        graph.remove(node)
+    graph.extend(nodes[i] for i in order)
+''',
+    "reorder_initializers": '''def reorder_initializers(graph: ir.Graph, names: list[str]) -> None:
+    """List the initializers in the order given, as the workbench writes them."""
+    held = [graph.initializers.pop(name) for name in names]
+    for value in held:
+        graph.register_initializer(value)
+''',
+    "rename_initializer": '''def rename_initializer(graph: ir.Graph, old: str, new: str) -> None:
+    """Rename an initializer where it stands (onnx-ir would list it last)."""
+    held = list(graph.initializers.values())
+    graph.initializers[old].name = new
+    reorder_initializers(graph, [value.name for value in held])
+''',
+}
+
+SAVE = '''def save(model: ir.Model, path: str, declared: set[str]) -> None:
+    """Write the model. onnx-ir declares a type (value_info) for every typed tensor; like the
+    workbench, keep only the declarations the source file had (renamed with their tensors)."""
+    proto = ir.to_proto(model)
+    keep = [vi for vi in proto.graph.value_info if vi.name in declared]
+    del proto.graph.value_info[:]
+    proto.graph.value_info.extend(keep)
+    onnx.save(proto, path)
+'''
