@@ -7,6 +7,10 @@ unnamed ones. A refused edit stops with its sentence (exit 2) and nothing is wri
 that fails validation is not written unless `--allow-invalid`; writing over MODEL itself needs
 `--overwrite` (the GUI asks the same question).
 
+`--emit-python FILE.py` writes the same edits as a script over onnx-ir (core.rewrite.as_python:
+`python FILE.py IN.onnx OUT.onnx` turns MODEL into the edited model, byte for byte, without the
+workbench); arrays too large to embed go beside it as `.npy` files. With it, `-o` is optional.
+
     mlcwb edit m.onnx -o out.onnx --delete-reconnect relu1 --set conv1 strides=2,2 \\
         --insert "LeakyRelu(gap_out) after=gap_out alpha=0.2" --input-shape input N,3,32,32
 """
@@ -31,7 +35,8 @@ class _Ordered(argparse.Action):
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("-o", "--output", required=True, help="where to write the edited model")
+    p.add_argument("-o", "--output", help="where to write the edited model (optional with --emit-python)")
+    p.add_argument("--emit-python", metavar="FILE.py", help="write the edits as a Python script over onnx-ir (runs without the workbench)")
     p.add_argument("--overwrite", action="store_true", help="allow OUTPUT to be MODEL itself")
     p.add_argument("--allow-invalid", action="store_true", help="write the model even when it fails validation")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -165,31 +170,71 @@ def run(args) -> int:
     from core.model.history import History
     from core.model.validation import refresh, save_checked
 
-    src, out = Path(args.model), Path(args.output)
-    if out.resolve() == src.resolve() and not args.overwrite:
+    src = Path(args.model)
+    out = Path(args.output) if args.output else None
+    emit = Path(args.emit_python) if args.emit_python else None
+    if out is None and emit is None:
+        raise WorkbenchError("edit needs -o OUT.onnx, --emit-python FILE.py or both.")
+    if out is not None and out.resolve() == src.resolve() and not args.overwrite:
         raise WorkbenchError(f"Refusing to overwrite {src} (the model being edited); pass --overwrite or choose another -o.")
+    if emit is not None and emit.resolve() == src.resolve():
+        raise WorkbenchError(f"Refusing to write the script over {src}, the model being edited; choose another --emit-python.")
     graph = load_model(src)
     nodes_before = len(graph)
-    history = History(graph)
+    script = None
+    if emit is not None:
+        from core.rewrite.as_python import PythonScript
+
+        script = PythonScript(graph)
+    history = script.history if script is not None else History(graph)
     applied = []
     for kind, vals in getattr(args, "ops", []):
         edit = _make_edit(graph, kind, vals)
         try:
             history.push(edit)
+            refresh(graph)
+            if script is not None:
+                script.record(edit.description)  # NotExpressible names the edit
         except WorkbenchError as e:
-            raise type(e)(f"{e.message.rstrip('.')} (edit {len(applied) + 1}: {edit.description}); nothing was written.") from None
-        refresh(graph)
+            where = "" if script is not None and isinstance(e, _not_expressible()) else f" (edit {len(applied) + 1}: {edit.description})"
+            raise type(e)(f"{e.message.rstrip('.')}{where}; nothing was written.") from None
         applied.append(edit.description)
-    problems = save_checked(graph, out, allow_invalid=args.allow_invalid)
+    problems = save_checked(graph, out, allow_invalid=args.allow_invalid) if out is not None else []
+    if script is not None:
+        _write_script(script, emit, src.name)
     if args.json:
         print(json.dumps({
-            "model": str(src), "output": str(out), "edits": applied, "nodes_before": nodes_before,
+            "model": str(src), "output": str(out) if out is not None else None, "edits": applied, "nodes_before": nodes_before,
             "nodes_after": len(graph), "problems": [p.sentence for p in problems],
+            "python": str(emit) if emit is not None else None,
+            "python_arrays": sorted(script.array_files) if script is not None else [],
         }))
     else:
         for d in applied:
             print(f"  {d}")
         for p in problems:
             print(f"  problem: {p.sentence}")
-        print(f"{len(applied)} edit{'s' if len(applied) != 1 else ''} applied, {nodes_before} -> {len(graph)} nodes; wrote {out}")
+        wrote = [str(p) for p in (out, emit) if p is not None]
+        print(f"{len(applied)} edit{'s' if len(applied) != 1 else ''} applied, {nodes_before} -> {len(graph)} nodes; wrote {' and '.join(wrote)}")
     return 0
+
+
+def _not_expressible():
+    from core.rewrite.as_python import NotExpressible
+
+    return NotExpressible
+
+
+def _write_script(script, path: Path, source_name: str) -> None:
+    """The script, and the .npy files it reads beside it (each written atomically)."""
+    import io
+
+    import numpy as np
+
+    from core.files import atomic_write
+
+    for name, array in script.array_files.items():
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        atomic_write(path.parent / name, buf.getvalue())
+    atomic_write(path, script.text(source_name).encode())

@@ -35,10 +35,14 @@ def run_script(script: PythonScript, src, tmp_path, name="edits.py"):
     path.write_text(script.text(src.name))
     for fname, array in script.array_files.items():
         np.save(folder / fname, array, allow_pickle=False)
-    out = tmp_path / "from_script.onnx"
+    return run_blocked(path, src, tmp_path / "from_script.onnx")
+
+
+def run_blocked(path, src, out):
+    """Run script `path` on `src`, writing `out`, with the workbench out of reach."""
     # a fresh interpreter, outside the repository, where importing the workbench fails (the venv
     # has it installed, so its packages are blocked by name)
-    r = subprocess.run([sys.executable, "-I", "-c", BLOCKED_RUN, str(path), str(src), str(out)], cwd=folder,
+    r = subprocess.run([sys.executable, "-I", "-c", BLOCKED_RUN, str(path), str(src), str(out)], cwd=path.parent,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     return out
