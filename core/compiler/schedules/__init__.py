@@ -38,11 +38,50 @@ Kernels already scheduled (by a MetaSchedule database, see core.compiler.tuning.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["cpu_rules", "default_schedule", "gpu_rules", "schedule_cpu_func", "schedule_gpu_func", "schedule_pass"]
+__all__ = ["KernelTrace", "cpu_rules", "default_schedule", "gpu_rules", "note_trace", "recording_traces", "schedule_cpu_func",
+           "schedule_gpu_func", "schedule_pass"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KernelTrace:
+    """How one kernel got its schedule: `source` in words ("schedule rule Matmul", "tuning database:
+    search 0.012 ms") and TVM's schedule trace (a tvm.s_tir.Trace; None where none was kept)."""
+
+    source: str
+    trace: Any = None
+
+
+_book = threading.local()
+
+
+@contextlib.contextmanager
+def recording_traces():
+    """Within, on this thread: every kernel a schedule rule or a tuning record schedules notes its
+    trace (`note_trace`) in the dict yielded, kernel name -> KernelTrace; a later note of the same
+    kernel replaces an earlier one (a model-level A/B's candidate builds come before the final)."""
+    previous = getattr(_book, "traces", None)
+    traces: dict[str, KernelTrace] = {}
+    _book.traces = traces
+    try:
+        yield traces
+    finally:
+        _book.traces = previous
+
+
+def note_trace(kernel: str | None, source: str, sch) -> None:
+    """Note that `kernel` got the schedule `sch` (a tvm.s_tir.Schedule) from `source`, when a
+    `recording_traces` is open on this thread (otherwise nothing: no cost outside compile)."""
+    traces = getattr(_book, "traces", None)
+    if traces is not None and kernel:
+        traces[kernel] = KernelTrace(source, getattr(sch, "trace", None))
 
 
 def cpu_rules() -> list:
@@ -63,8 +102,9 @@ def cpu_rules() -> list:
             RowReduction(), LRN(), DataMovement(), Generic()]
 
 
-def schedule_cpu_func(func, target, rules=None):
-    """(scheduled PrimFunc, rule name), or (None, None) when no rule applies to `func`."""
+def schedule_cpu_func(func, target, rules=None, kernel: str | None = None):
+    """(scheduled PrimFunc, rule name), or (None, None) when no rule applies to `func`; the
+    schedule's trace is noted under `kernel` (note_trace)."""
     for rule in rules if rules is not None else cpu_rules():
         try:
             sch = rule.apply(func, target)
@@ -72,6 +112,7 @@ def schedule_cpu_func(func, target, rules=None):
             logger.warning("schedule rule %s failed (%s); trying the next rule", rule.name, exc)
             continue
         if sch is not None:
+            note_trace(kernel, f"schedule rule {rule.name}", sch)
             return sch.mod["main"].with_attr("tirx.is_scheduled", True), rule.name
     return None, None
 
@@ -146,7 +187,7 @@ def _cpu_schedule_pass(target):
             rooted = with_root_block(func)
             if not _is_scheduled(func):
                 check_cancelled()
-                scheduled, _rule = schedule_cpu_func(rooted, target, rules)
+                scheduled, _rule = schedule_cpu_func(rooted, target, rules, kernel=gvar.name_hint)
                 rooted = scheduled if scheduled is not None else rooted
             if not rooted.same_as(func):
                 updated[gvar] = rooted

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import WorkbenchError
+from ..schedules import note_trace
 from .files import MODEL_AB_FILE, PROGRESS_FILE, SEARCH_CONFIRMED, SEARCH_FILES, TEMPLATES_FILE, RecordFile, check_json_lines, load_records, save_records
 
 __all__ = [
@@ -399,7 +400,10 @@ def _apply_template(func, target, record: dict, name: str):
     except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
         logger.warning("tuned config for %s does not apply: %s", name, exc)
         return None
-    return None if sch is None else sch.mod["main"]
+    if sch is None:
+        return None
+    note_trace(name, f"tuning database: template config of {record.get('rule')} {record['config']}", sch)
+    return sch.mod["main"]
 
 
 def _apply_search_record(record, task_mod, name: str):
@@ -408,6 +412,7 @@ def _apply_search_record(record, task_mod, name: str):
     except Exception as exc:  # noqa: BLE001 - a stale record: the default schedule will do
         logger.warning("tuning record for %s does not apply: %s", name, exc)
         return None
+    note_trace(name, "tuning database: a MetaSchedule record (searched, or a hand schedule filed by Use in compile)", sch)
     return sch.mod["main"]
 
 
