@@ -33,11 +33,13 @@ from ..model.external_data import self_contained_proto
 from ..progress import Progress, ProgressCallback
 from .runtime.artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
 from .runtime.manifest import Manifest, ManifestTarget, PassRecord, TuningRecord, Verification
+from .runtime.recipe import RecipeSource
 from .backend.codegen import BuildCancelled, cancel_scope
 from .backend.cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
 from .pipeline.lineage import KernelLineageTap
 from .check.reference import ATOL, RTOL, compare_outputs, random_feeds
 from .pipeline.size_limit import check_size
+from .schedules import recording_traces
 from .target import TargetKind, gpu_present
 from .check.verification import CompiledMismatchError, verify_artifact
 from .tuning.winograd_choice import WINOGRAD_SHARE
@@ -254,6 +256,7 @@ def compile_model(
             tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
+    stages: list[tuple[str, Any]] = [("Relax import", imported.mod)]  # the module after each step, for the recipe
 
     # code generation polls cancel between groups of kernels on CPU; a CUDA build is one piece
     def codegen_progress(message: str = "code generation") -> Progress:
@@ -268,11 +271,14 @@ def compile_model(
 
     def after(r: StepResult) -> None:
         tap(r)
+        if r.step.info is not None and r.step.info.legalizes:
+            kept.setdefault("relax", stages[-1][1])  # after the graph passes: the recipe's relax_module.py
+        stages.append((r.step.name, r.mod))
         if r.index == len(front) - 1:
             kept["scheduled"] = r.mod
         passes_applied.append(PassRecord(r.step.name, round(r.seconds, 4)))
 
-    with _cancelled_as_compile(cancel), cancel_scope(cancel):
+    with _cancelled_as_compile(cancel), cancel_scope(cancel), recording_traces() as traces:
         final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
     scheduled = kept.get("scheduled", imported.mod)
     _check_cancel(cancel)
@@ -321,6 +327,7 @@ def compile_model(
         cuda_source=cuda_src,
         kernel_lineage=lineage,
         pipeline=pipeline,
+        recipe=RecipeSource(tvm_target, final, kept.get("relax"), stages, traces),
     )
     try:
         from .measure.bench import estimate_memory

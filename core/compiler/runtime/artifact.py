@@ -11,9 +11,11 @@ An exported artifact folder holds:
   checks it shares with the workbench (core.compiler.runtime.artifact_check);
 * `model.onnx`: the model that was compiled (the optimized one when rewrites were applied), so
   `bench ARTIFACT --vs-ort` can compare against onnxruntime later;
-* `kernels.cu` for CUDA: the generated CUDA source, for reading.
+* `kernels.cu` for CUDA: the generated CUDA source, for reading;
+* `recipe/`: what rebuilds `model.so` with TVM alone (`recipe/rebuild.py`) and how it was made
+  (core.compiler.runtime.recipe).
 
-The manifest records every other file's size and sha256, and nothing in a folder is loaded before
+The manifest records every other file's size and sha256 (the recipe's as `recipe/NAME`), and nothing in a folder is loaded before
 they are checked (`check_artifact_folder`): loading a shared library runs its code.
 """
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compi
 from ..target import TargetKind, cannot_run_here, gpu_present
 from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, file_checksum, run_failure
 from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, TensorSpec
+from .recipe import RECIPE, RecipeSource, copy_recipe, write_recipe
 
 __all__ = [
     "Artifact",
@@ -129,6 +132,7 @@ class Artifact:
     kernel_lineage: dict[str, list[str]] = field(default_factory=dict)  # kernel -> ONNX node names
     folder: Path | None = None
     pipeline: Any = None  # the core.compiler.pipeline.pass_list PassSpecs it was built with (None: the default)
+    recipe: RecipeSource | None = None  # what export writes into recipe/ (compile keeps it; a loaded artifact copies its folder's)
     _vm: Any = None
     _governor: Any = None  # core.compiler.runtime.threads.ThreadGovernor, on first CPU run
     _main: Any = None  # the VM's "main", looked up once (a lookup is a sizeable part of a tiny model's run)
@@ -254,9 +258,13 @@ class Artifact:
         shutil.copy2(here / CHECK_MODULE, folder / CHECK_MODULE)  # run.py's manifest reader and file checks
         if self.target != TargetKind.CUDA:
             self._export_thread_pool(folder)
+        if self.recipe is not None:
+            write_recipe(folder, self.recipe, self.manifest)
+        elif self.folder is not None:  # a loaded artifact exported again: its recipe as it was
+            copy_recipe(self.folder, folder, self.manifest.files)
         if measured is not None:
             self.manifest.measured = measured
-        written = sorted(p.name for p in folder.iterdir() if p.is_file())
+        written = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
         self.manifest.files = sorted({*written, MANIFEST})
         self.manifest.checksums = {name: FileChecksum(**file_checksum(folder / name)) for name in written}
         (folder / MANIFEST).write_text(json.dumps(self.manifest.to_json(), indent=2) + "\n")
@@ -386,7 +394,8 @@ def _artifact_files(folder: Path) -> set[str] | None:
     if not isinstance(data, dict) or not isinstance(data.get("files"), list):
         return None
     sums = data.get("checksums")
-    return {str(n) for n in data["files"]} | (set(map(str, sums)) if isinstance(sums, dict) else set()) | {MANIFEST}
+    names = {str(n) for n in data["files"]} | (set(map(str, sums)) if isinstance(sums, dict) else set()) | {MANIFEST}
+    return names | {n.split("/", 1)[0] for n in names if n.startswith(RECIPE + "/")}
 
 
 def _put_in_place(staging: Path, folder: Path) -> None:
@@ -395,7 +404,8 @@ def _put_in_place(staging: Path, folder: Path) -> None:
         os.rename(staging, folder)
         return
     old = _artifact_files(folder)
-    if old is not None and not folder.is_symlink() and {p.name for p in folder.iterdir()} <= old:
+    recipe_ok = not (folder / RECIPE).exists() or _earlier_recipe(folder / RECIPE, old)
+    if old is not None and not folder.is_symlink() and {p.name for p in folder.iterdir()} <= old and recipe_ok:
         aside = _hidden_beside(folder, "replaced")
         aside.rmdir()
         os.rename(folder, aside)
@@ -408,15 +418,29 @@ def _put_in_place(staging: Path, folder: Path) -> None:
         return
     names = sorted(p.name for p in staging.iterdir())
     for name in names:
+        if name == RECIPE and _earlier_recipe(folder / name, old):
+            continue
         if (folder / name).is_dir() and not (folder / name).is_symlink():
             raise WorkbenchError(f"{folder / name} is a folder where the artifact's file '{name}' goes; choose another export location.")
     (folder / MANIFEST).unlink(missing_ok=True)  # no longer an artifact until the new manifest is in
     for name in [n for n in names if n != MANIFEST] + [MANIFEST]:
+        if name == RECIPE and (folder / name).is_dir():
+            shutil.rmtree(folder / name)  # the earlier artifact's recipe (_earlier_recipe)
         os.replace(staging / name, folder / name)
     for name in (old or set()) - set(names):  # the earlier artifact's files the new one does not have
+        if name == RECIPE or name.startswith(RECIPE + "/"):
+            continue  # the recipe folder was replaced as a whole
         with contextlib.suppress(OSError):
             (folder / name).unlink()
     staging.rmdir()
+
+
+def _earlier_recipe(path: Path, old: set[str] | None) -> bool:
+    """Whether `path` is a recipe folder holding only files of the earlier artifact's manifest
+    (`old`), which export may replace; any other folder there is the user's."""
+    if old is None or path.is_symlink() or not path.is_dir():
+        return False
+    return all(p.relative_to(path.parent).as_posix() in old for p in path.rglob("*") if not p.is_dir())
 
 
 @contextlib.contextmanager

@@ -123,8 +123,8 @@ def test_run_py_and_main_py_run_word_a_bad_input_the_same(exported, tmp_path, fe
 
 def test_the_manifest_vouches_for_every_file_of_the_folder(exported):
     m = json.loads((exported / "manifest.json").read_text())
-    on_disk = sorted(p.name for p in exported.iterdir())
-    assert m["files"] == on_disk and "artifact_check.py" in on_disk and "run.py" in on_disk
+    on_disk = sorted(p.relative_to(exported).as_posix() for p in exported.rglob("*") if p.is_file())  # the recipe's as recipe/NAME
+    assert m["files"] == on_disk and "artifact_check.py" in on_disk and "run.py" in on_disk and "recipe/rebuild.py" in on_disk
     assert sorted(m["checksums"]) == [n for n in on_disk if n != "manifest.json"]
     for name, want in m["checksums"].items():
         assert artifact_check.file_checksum(exported / name) == want

@@ -22,7 +22,7 @@ def compiled():
 
 
 def _snapshot(folder):
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}  # recipe/ included
 
 
 def _measured(ms: float) -> Measured:
@@ -46,7 +46,7 @@ def test_an_artifact_is_replaced_only_once_the_new_one_is_complete(compiled, tmp
     compiled.export(target, measured=_measured(2.0))
     assert seen["target then"] == before  # untouched while the new files were written
     parent, name, staged = seen["staging"]
-    assert parent == tmp_path and name.startswith(".art.") and staged == sorted(before)  # complete, beside it, hidden
+    assert parent == tmp_path and name.startswith(".art.") and staged == sorted({n.split("/")[0] for n in before})  # complete, beside it, hidden
     assert [p.name for p in tmp_path.iterdir()] == ["art"]  # no hidden folder left, and no old one
     assert json.loads((target / "manifest.json").read_text())["measured"]["latency_ms"]["median"] == 2.0
     check_artifact_folder(target)
