@@ -190,6 +190,11 @@ def run(args) -> int:
                 from core.compiler.tuning.ab import describe_ab
 
                 print(describe_ab(tuning.model_ab))
-        print(f"artifact: {folder} ({', '.join(m.files)})")
+        top = [n for n in m.files if "/" not in n]
+        recipe = [n for n in m.files if n.startswith("recipe/")]
+        listed = ", ".join(top + ([f"recipe/ ({len(recipe)} files)"] if recipe else []))
+        print(f"artifact: {folder} ({listed})")
         print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
+        if recipe:
+            print(f"rebuild it with TVM alone: python {folder}/recipe/rebuild.py -o NEW_FOLDER")
     return 0

@@ -32,7 +32,8 @@
   clicking a bar selects the ONNX nodes that kernel came from. "Heat on graph" colours the canvas
   by kernel time per ONNX node (each kernel's time split over its nodes, through lineage).
 * Export writes the artifact folder (library, manifest with the measured figures, run.py, the
-  compiled ONNX model, CUDA source); "Save ONNX…" saves the (rewritten) model itself.
+  compiled ONNX model, CUDA source, and recipe/: what rebuilds the library with TVM alone);
+  "Save ONNX…" saves the (rewritten) model itself.
 * "Open Artifact…" measures an exported artifact folder. Loading one runs the native code inside
   it (model.so), so the panel first refuses a bad folder (one sentence, nothing changes) and then
   asks, Cancel by default; only "Load and Run" loads it and times it on seeded random inputs.

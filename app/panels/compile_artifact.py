@@ -35,7 +35,8 @@ class ArtifactActions:
             self._busy(False)
             self.progress.setValue(1000)
             self.progress.setFormat("exported")
-            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz")
+            self.status.setText(f"Exported to {path}: run it with python {path}/run.py --inputs IN.npz -o OUT.npz; "
+                                f"rebuild it with TVM alone: python {path}/recipe/rebuild.py -o NEW_FOLDER")
 
         self._start_job(work, "Export", exported, None)
 

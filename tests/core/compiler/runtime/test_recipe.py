@@ -145,3 +145,17 @@ def test_an_exported_artifact_exported_again_keeps_its_recipe(exported, tmp_path
     old = json.loads((exported / "manifest.json").read_text())["checksums"]
     new = json.loads((tmp_path / "again" / "manifest.json").read_text())["checksums"]
     assert {k: v for k, v in new.items() if k.startswith("recipe/")} == {k: v for k, v in old.items() if k.startswith("recipe/")}
+
+
+def test_compile_on_the_command_line_writes_the_recipe_and_run_still_runs(tmp_path):
+    from tests.helpers import run_cli
+
+    r = run_cli("compile", sample("mm_relu"), "--target", "cpu", "-o", tmp_path / "art")
+    assert r.returncode == 0, r.stderr
+    assert "recipe/ (" in r.stdout and f"python {tmp_path / 'art'}/recipe/rebuild.py -o" in r.stdout
+    assert (tmp_path / "art" / "recipe" / "rebuild.py").is_file()
+    import numpy as np
+
+    np.savez(tmp_path / "in.npz", **{s.name: np.ones(s.concrete_shape(), s.dtype) for s in load_artifact(tmp_path / "art").inputs})
+    run = run_cli("run", tmp_path / "art", "--inputs", tmp_path / "in.npz", "-o", tmp_path / "out.npz")
+    assert run.returncode == 0, run.stderr
