@@ -113,12 +113,12 @@ def write_recipe(folder: Path, source: RecipeSource, manifest) -> None:
 
 def _trace_json(trace):
     try:
-        return None if trace is None else json.loads(tvm_json(trace.as_json(remove_postproc=False)))
+        return None if trace is None else json.loads(_tvm_json(trace.as_json(remove_postproc=False)))
     except Exception:  # noqa: BLE001 - recorded as missing, said so in the README
         return None
 
 
-def tvm_json(value) -> str:
+def _tvm_json(value) -> str:
     """TVM's JSON-style object (ffi containers) as JSON text."""
     def plain(v):
         if isinstance(v, (str, int, float, bool)) or v is None:
