@@ -13,6 +13,7 @@ PANELS: list[str] = [
     "problems",
     "rewrites",
     "compile",
+    "accuracy",
     "lowering",
     "schedule",
 ]
