@@ -256,7 +256,7 @@ def compile_model(
             tune_at += 1
     tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
-    stages: list[tuple[str, Any]] = [("Relax import", imported.mod)]  # the module after each step, for the recipe
+    stages: list[tuple[str, str]] = [("Relax import", imported.mod.script(show_meta=False))]  # each step's TVMScript, for the recipe
 
     # code generation polls cancel between groups of kernels on CPU; a CUDA build is one piece
     def codegen_progress(message: str = "code generation") -> Progress:
@@ -273,7 +273,7 @@ def compile_model(
         tap(r)
         if r.step.info is not None and r.step.info.legalizes:
             kept.setdefault("relax", stages[-1][1])  # after the graph passes: the recipe's relax_module.py
-        stages.append((r.step.name, r.mod))
+        stages.append((r.step.name, r.mod.script(show_meta=False)))
         if r.index == len(front) - 1:
             kept["scheduled"] = r.mod
         passes_applied.append(PassRecord(r.step.name, round(r.seconds, 4)))
@@ -327,7 +327,7 @@ def compile_model(
         cuda_source=cuda_src,
         kernel_lineage=lineage,
         pipeline=pipeline,
-        recipe=RecipeSource(tvm_target, final, kept.get("relax"), stages, traces),
+        recipe=RecipeSource.of_stages(tvm_target, final, kept.get("relax"), stages, traces),
     )
     try:
         from .measure.bench import estimate_memory

@@ -41,14 +41,27 @@ TUNING_RECORDS = "tuning_records.json"
 @dataclass
 class RecipeSource:
     """What compile keeps for the recipe: the target, the module code generation received (`final`),
-    the Relax module after the graph passes (`relax`), the module after each step (`stages`: (step
-    name, module), the import first) and each kernel's core.compiler.schedules.KernelTrace."""
+    the Relax module after the graph passes as TVMScript (`relax`), the module after each step that
+    changed it as TVMScript (`stages`: (step name, text), the import first) and each kernel's
+    core.compiler.schedules.KernelTrace. Compile prints each step's module as it goes (`of_stages`),
+    so neither it nor the artifact holds every step's module, and their weights."""
 
     target: Any
     final: Any
-    relax: Any = None
-    stages: list[tuple[str, Any]] = field(default_factory=list)
+    relax: str | None = None
+    stages: list[tuple[str, str]] = field(default_factory=list)
     traces: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_stages(cls, target, final, relax: str | None, stage_texts: list[tuple[str, str]], traces) -> "RecipeSource":
+        """From each step's (name, TVMScript) in order, the import first: the steps that changed it."""
+        texts: list[tuple[str, str]] = []
+        previous = None
+        for i, (name, text) in enumerate(stage_texts, start=1):  # 1: the Relax import, as the Lowering panel numbers it
+            if text != previous:
+                texts.append((f"{i:02d}_{_safe(name)}", text))
+            previous = text
+        return cls(target, final, relax, texts, traces)
 
 
 def _safe(name: str) -> str:
@@ -97,7 +110,7 @@ def write_recipe(folder: Path, source: RecipeSource, manifest) -> None:
 
         shutil.copy2(fast_math.__file__, root / FAST_MATH)
     if source.relax is not None:
-        (root / RELAX_MODULE).write_text(source.relax.script(show_meta=False))
+        (root / RELAX_MODULE).write_text(source.relax)
     kernels = _kernels(source.final)
     traced = {k: t for k in kernels if (t := _trace_of(k, source.traces)) is not None}
     if traced:
@@ -135,17 +148,13 @@ def _tvm_json(value) -> str:
     return json.dumps(plain(value))
 
 
-def _write_stages(folder: Path, stages: list[tuple[str, Any]]) -> list[str]:
-    """The module after each step as TVMScript (as the Lowering panel prints it), a file per step
-    that changed it; returns the file names."""
-    names, previous = [], None
-    for i, (name, mod) in enumerate(stages, start=1):  # 1: the Relax import, as the Lowering panel numbers it
-        text = mod.script(show_meta=False)
-        if text == previous:
-            continue
-        previous = text
+def _write_stages(folder: Path, stages: list[tuple[str, str]]) -> list[str]:
+    """The stages' TVMScript (as the Lowering panel prints it), a file per step that changed the
+    module; returns the file names."""
+    names = []
+    for stem, text in stages:
         folder.mkdir(exist_ok=True)
-        names.append(f"{i:02d}_{_safe(name)}.py")
+        names.append(f"{stem}.py")
         (folder / names[-1]).write_text(text)
     return names
 
