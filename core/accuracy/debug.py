@@ -9,8 +9,8 @@ as the compile's check draws them):
   compute for that ONNX tensor; the kernel that computes it is named from the compile's lineage.
   Only float tensors are read (shape computations become no kernel).
 * `debug_models`: model A (the reference) against model B: a tensor pairs with the tensor of the
-  same name written by the same op (a quantizer, a rewrite and most edits keep names), the others
-  through the nodes that core.views.diff matches (by name, then by structure), output by output. This covers a model before
+  same name (quantizers, rewrites and most edits keep names), then through B's quantization steps,
+  then through the nodes that core.views.diff matches (by name, then by structure), output by output. This covers a model before
   and after an edit or rewrite, an fp32 model against its quantized version (errors also in
   quantization steps), a model at two opsets.
 
@@ -260,13 +260,18 @@ def debug_models(a, b, *, inputs: dict[str, np.ndarray] | None = None, seed: int
     b_nodes = {n.id: n for n in b.nodes}
     found, known_a = probes(a, pa, feeds)
     _, known_b = probes(b, pb, {k: v for k, v in feeds.items() if k in {v.name for v in b.inputs}})
-    # a tensor of the same name written by the same op is the same tensor (a quantizer, a rewrite and
-    # most edits keep names); the others pair through the diff's node matching, output by output
+    # a tensor of the same name is the same tensor (quantizers, rewrites and most edits keep names: a
+    # folded Conv takes over its BatchNormalization's output), except where a quantizer folded a Relu
+    # or Clip into the range of its QuantizeLinear and gave the name to the unclamped value before it;
+    # the others pair through quantization steps, then the diff's node matching, output by output
     b_op = {t: n.op_type for n in b.nodes for t in n.outputs if t}
+    quantized = {t for n in b.nodes if n.op_type == "QuantizeLinear" for t in n.inputs[:1]}
     pairs: list[tuple[Probe, str]] = []
     taken: set[str] = set()
     for p in found:
-        if b_op.get(p.tensor) == p.op:
+        op = b_op.get(p.tensor)
+        clamp_folded = p.op in ("Relu", "Clip") and op != p.op and p.tensor in quantized
+        if op is not None and not clamp_folded:
             pairs.append((p, p.tensor))
             taken.add(p.tensor)
     _through_qdq(a, b, found, pairs, taken)

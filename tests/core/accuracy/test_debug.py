@@ -239,3 +239,18 @@ def test_compiled_chunks_give_the_same_figures():
     assert [(t.output, t.ok) for t in whole.tensors] == [(t.output, t.ok) for t in split.tensors]
     for w, s in zip(whole.tensors, split.tensors):
         assert s.max_abs == pytest.approx(w.max_abs, abs=1e-6)
+
+
+def test_a_correct_rewrite_agrees_everywhere_though_its_tensors_change_hands():
+    """fold-conv-bn: the folded Conv writes what the BatchNormalization wrote (same tensor name, other
+    op): paired by name it agrees; the old Conv's output has no counterpart and is not compared."""
+    from core.rewrite.engine import apply_rewrite
+    from rewrites import get_rule
+
+    a = graph(cnn(names=True))
+    b = graph(cnn(names=True))
+    apply_rewrite(b, get_rule("fold-conv-bn"))
+    assert len(b.nodes) < len(a.nodes)
+    report = debug_models(a, b)
+    assert report.first is None and all(t.ok for t in report.tensors), [t.output for t in report.beyond]
+    assert "stem_n" in [t.output for t in report.tensors] and "stem_c" not in [t.output for t in report.tensors]
