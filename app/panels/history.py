@@ -51,6 +51,7 @@ def create_panel(window) -> QDockWidget:
     dock = QDockWidget("History", window)
     dock.setObjectName("panel-history")
     dock.setWidget(body)
+    dock.view = view  # the QUndoView itself (the dock's widget holds it and the button)
     return dock
 
 

@@ -50,7 +50,7 @@ def test_edit_delete_key_and_undo_restore_model_and_selection(window, qtbot):
     assert not window.isWindowModified()
     qtbot.keyClick(window, Qt.Key_Y, Qt.ControlModifier)  # Ctrl+Y redoes too
     assert not g.has_node(relu)
-    history = window.panels["history"].widget()
+    history = window.panels["history"].view
     assert history.stack() is window.document.undo_stack and history.model().rowCount() == 2
 
 
