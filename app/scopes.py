@@ -48,7 +48,9 @@ class ScopeController(QObject):
         canvas.model_view = self.model_view
         canvas.nodeActivated.connect(self._activated)
         canvas.viewShown.connect(lambda _v: self._draw_frames())
+        canvas.viewShown.connect(lambda _v: self._draw_stub_labels())
         self.frames: list = []
+        self.stub_labels: list = []
 
     # ---- building the model view --------------------------------------------------------------
     def tree(self, graph) -> tuple[ViewGraph, ScopeTree]:
@@ -233,6 +235,34 @@ class ScopeController(QObject):
             frame = ScopeFrame(p, QRectF(x0 - pad, y0 - pad - ScopeFrame.TITLE_H, x1 - x0 + 2 * pad, y1 - y0 + 2 * pad + ScopeFrame.TITLE_H), depth, self.collapse)
             scene.addItem(frame)
             self.frames.append(frame)
+
+    def _draw_stub_labels(self) -> None:
+        """Name the source at the top of each stub edge (a tensor that feeds every layer of a
+        stack: core.views.scope_stacks), left of the stub, so it reads 'attention_mask ↓'."""
+        from PySide6.QtGui import QColor, QFont
+        from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+        self.stub_labels = []
+        canvas = self.canvas
+        view, result = canvas.view, canvas.layout_result
+        if canvas.mode != "model" or view is None or result is None:
+            return
+        font = QFont(canvas.font())
+        font.setPointSizeF(7.0)
+        scene = canvas.scene()
+        for e, route in zip(view.edges, result.routes):
+            if not e.data.get("stub") or not route:
+                continue
+            x, y = route[0]
+            item = QGraphicsSimpleTextItem(e.data.get("stub_label") or str(e.src))
+            item.setFont(font)
+            item.setBrush(QColor("#5b6b7d"))
+            r = item.boundingRect()
+            item.setPos(x - r.width() - 3, y - r.height() / 2 + 4)
+            item.setToolTip(f"{e.label}: {e.detail}\nfeeds every layer of the stack; drawn as a short stub")
+            item.setZValue(-1)
+            scene.addItem(item)
+            self.stub_labels.append(item)
 
     # ---- input -------------------------------------------------------------------------------
     def _activated(self, node_id: Hashable) -> None:

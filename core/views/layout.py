@@ -34,7 +34,7 @@ from pathlib import Path
 from ..errors import Cancelled
 from .viewgraph import ViewGraph
 
-__all__ = ["Box", "Layout", "LayoutCancelled", "layout", "find_dot", "DOT_NODE_LIMIT", "DOT_TIME_BUDGET_S"]
+__all__ = ["Box", "Layout", "LayoutCancelled", "layout", "stub_route", "find_dot", "DOT_NODE_LIMIT", "DOT_TIME_BUDGET_S"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ DOT_TIME_BUDGET_S = 8.0
 
 NODE_SEP = 18.0  # horizontal gap between boxes
 RANK_SEP = 34.0  # vertical gap between rows
+STUB_LENGTH = 20.0  # a stub edge's length (core.views.scope_stacks), within one row gap
 
 
 # raised inside `layout` when its `cancel` callback returns True: the one cancel error of core
@@ -119,6 +120,8 @@ def layout(
         method = os.environ["MLCWB_LAYOUT"]  # to compare the two on a given model
     if method not in ("auto", "dot", "layered"):
         raise ValueError(f"unknown layout method {method!r}")
+    if any(e.data.get("stub") for e in view.edges):
+        return _with_stubs(view, sizes, method, cancel, progress)
     use_dot = method == "dot" or (method == "auto" and len(view.nodes) <= DOT_NODE_LIMIT)
     if use_dot:
         dot = find_dot()
@@ -138,6 +141,29 @@ def layout(
     result.notes = notes + result.notes
     progress(1.0)
     return result
+
+
+def _with_stubs(view, sizes, method, cancel, progress) -> Layout:
+    """Lay out `view` without its stub edges (core.views.scope_stacks: one tensor feeding every
+    layer of a stack), then give each stub a short route into the top-left of its reader."""
+    kept = [e for e in view.edges if not e.data.get("stub")]
+    inner = layout(ViewGraph(title=view.title, nodes=view.nodes, edges=kept, data=view.data), sizes, method, cancel, progress)
+    routes = iter(inner.routes)
+    out: list[list[tuple[float, float]]] = []
+    for e in view.edges:
+        out.append(stub_route(inner.boxes.get(e.dst)) if e.data.get("stub") else next(routes))
+    inner.routes = out
+    return inner
+
+
+def stub_route(dst: Box | None) -> list[tuple[float, float]]:
+    """A stub edge: a short vertical arrow into the top of `dst`, near its left end."""
+    if dst is None:
+        return []
+    x = dst.x - dst.w / 2 + min(14.0, dst.w / 4)
+    top = dst.y - dst.h / 2
+    y0 = top - STUB_LENGTH
+    return [(x, y0), (x, y0 + STUB_LENGTH / 3), (x, top - STUB_LENGTH / 3), (x, top)]
 
 
 def _transposed(lo: Layout) -> Layout:
@@ -163,7 +189,9 @@ def _dot_layout(view, sizes, dot, cancel, progress, budget_s) -> Layout:
     ]
     for n in view.nodes:
         w, h = sizes[n.id]
-        lines.append(f"n{index[n.id]} [width={w / 72:.4f}, height={h / 72:.4f}];")
+        column = n.data.get("column")  # the layers of one stack (core.views.scope_stacks): one straight column
+        group = f", group=\"c{_quoted(column)}\"" if column is not None else ""
+        lines.append(f"n{index[n.id]} [width={w / 72:.4f}, height={h / 72:.4f}{group}];")
     for e in view.edges:
         if e.src in index and e.dst in index:
             lines.append(f"n{index[e.src]} -> n{index[e.dst]};")
@@ -199,6 +227,10 @@ def _dot_layout(view, sizes, dot, cancel, progress, budget_s) -> Layout:
     if proc.returncode != 0:
         raise _DotFailed((out.get("stderr") or "failed").strip().splitlines()[0] if out.get("stderr") else f"exit {proc.returncode}")
     return _parse_plain(view, sizes, index, out["stdout"])
+
+
+def _quoted(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _parse_plain(view, sizes, index, text: str) -> Layout:

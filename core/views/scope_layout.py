@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Mapping
 
-from .layout import Box, Layout, layout
+from .layout import Box, Layout, layout, stub_route
 from .viewgraph import ViewGraph
 
 __all__ = ["relayout"]
@@ -96,6 +96,8 @@ def relayout(old_view: ViewGraph, old: Layout, new_view: ViewGraph, sizes: Mappi
             if r:
                 sx, sy = shift[e.src]
                 route = [(x + sx, y + sy) for x, y in r]
+        if route is None and e.data.get("stub"):
+            route = stub_route(boxes.get(e.dst))
         if route is None:
             route = _straight(boxes[e.src], boxes[e.dst]) if e.src in boxes and e.dst in boxes else []
         routes.append(route)

@@ -26,6 +26,7 @@ from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..model.meta import NODE_ID
+from .scope_stacks import layer_index, mark_stacks
 from .scope_visible import bundle_edges, scoped_view_visible
 from .viewgraph import ViewGraph, ViewNode
 
@@ -45,6 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AUTO_COLLAPSE_NODES = 300  # graphs with more drawn nodes than this open with their groups collapsed
+STACK_COLLAPSE_NODES = 100  # ... and graphs with layer stacks (core.views.scope_stacks) above this
 DEFAULT_BOXES = 30  # a big graph's first screen: about this many boxes
 FAN_OUT = 32  # structural grouping: at most this many boxes per level
 STRUCTURE_MIN_NODES = 1000  # below this an unscoped graph opens flat (the canvas copes; groups would hide it)
@@ -198,13 +200,15 @@ class ScopeTree:
         return node_id
 
     def default_expanded(self, view_size: int, boxes: int = DEFAULT_BOXES) -> set[str]:
-        """What opens expanded: everything for small graphs; for big ones, whole levels of the
-        tree from the top while the first screen stays within `boxes` boxes and nodes (a BERT:
-        embeddings, its 12 layers, the pooler)."""
-        if view_size <= AUTO_COLLAPSE_NODES:
+        """What opens expanded: everything for small graphs; for big ones, and for graphs with a
+        stack of layers (a torch.onnx BERT: ~180 drawn nodes), whole levels of the tree from the
+        top while the first screen stays within `boxes` boxes and nodes, the layers of a stack
+        never opened (a BERT: embeddings, its 12 layers, the pooler)."""
+        layers = layer_index(self)
+        if view_size <= AUTO_COLLAPSE_NODES and not (layers and view_size > STACK_COLLAPSE_NODES):
             return {s.path for s in self.groups}
         opened: set[str] = set()
-        level = list(self.root.children)
+        level = [s for s in self.root.children if id(s) not in layers]
         visible = len(self.root.children) + len(self.root.node_ids)
         while level:
             grow = sum(len(s.children) + len(s.node_ids) - 1 for s in level)
@@ -212,7 +216,7 @@ class ScopeTree:
                 break
             opened.update(s.path for s in level)
             visible += grow
-            level = [c for s in level for c in s.children]
+            level = [c for s in level for c in s.children if id(c) not in layers]
         return opened
 
 
@@ -543,7 +547,7 @@ def scoped_view(view: ViewGraph, tree: ScopeTree, expanded: Iterable[str] = ()) 
     if tree.view is view and view.nodes:
         out = scoped_view_visible(view, tree, expanded, group_node, scope_node_id)
         if out is not None:
-            return out
+            return mark_stacks(out, tree)
     rep: dict[Hashable, str] = {}
     boxes: dict[str, Scope] = {}
     stack = list(tree.root.children)
@@ -571,7 +575,7 @@ def scoped_view(view: ViewGraph, tree: ScopeTree, expanded: Iterable[str] = ()) 
     edges = bundle_edges(view.edges, lambda nid: rep.get(nid, nid))
     data = dict(view.data)
     data["scopes"] = {"expanded": sorted(expanded), "boxes": len(boxes), "source": tree.source}
-    return ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data)
+    return mark_stacks(ViewGraph(title=view.title, nodes=nodes, edges=edges, data=data), tree)
 
 
 def with_group_totals(values: dict, view: ViewGraph | None) -> dict:
