@@ -335,16 +335,34 @@ class AccuracyPanel(QWidget):
         panel = dock.widget()
         dock.show()
         dock.raise_()
+        if self._expand_kernel(panel, t.kernel):
+            return True
+        if not getattr(panel, "stages", None) and not panel.running and not self.stale:
+            panel.start()  # not lowered yet: lower, then open the kernel once the stages are there
+            self._await_stages(panel, t.kernel, tries=600)
+            return False
+        self.status.setText(self.status.text().split("\n⚠")[0] + f"\n⚠ Kernel {t.kernel} is not among the Lowering panel's stages (lower the model again).")
+        return False
+
+    @staticmethod
+    def _expand_kernel(panel, kernel: str) -> bool:
         for stage in reversed(getattr(panel, "stages", []) or []):
             try:
-                if stage.function_lines(t.kernel):
+                if stage.function_lines(kernel):
                     panel.select_stage(stage.index)
-                    panel.expand(t.kernel)
+                    panel.expand(kernel)
                     return True
             except KeyError:
                 continue
-        self.status.setText(self.status.text().split("\n⚠")[0] + f"\n⚠ Lower the model (Lowering panel) to read kernel {t.kernel}'s TIR.")
         return False
+
+    def _await_stages(self, panel, kernel: str, tries: int) -> None:
+        from PySide6.QtCore import QTimer
+
+        if panel.running and tries > 0:
+            QTimer.singleShot(200, lambda: self._await_stages(panel, kernel, tries - 1))
+        elif getattr(panel, "stages", None):
+            self._expand_kernel(panel, kernel)
 
     # -- model changes -------------------------------------------------------------------
 

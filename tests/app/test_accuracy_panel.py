@@ -78,3 +78,17 @@ def test_a_failure_is_one_message_and_keeps_the_model(window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: panel.job is not None and not panel.job.isRunning(), timeout=60_000)
     qtbot.waitUntil(lambda: "image" in panel.status.text(), timeout=5_000)
     assert panel.report is None and window.document.graph is not None
+
+
+def test_show_kernel_lowers_the_model_and_opens_the_kernel(window, qtbot, tmp_path):
+    m = tmp_path / "mlp.onnx"
+    onnx.save(mlp_tanh(), m)
+    assert window.open_model(str(m), wait=True)
+    panel = _panel(window)
+    panel.start(COMPILED)
+    qtbot.waitUntil(lambda: panel.report is not None, timeout=120_000)
+    panel.table.selectRow(0)
+    kernel = panel.selected().kernel
+    lowering = window.panels["lowering"].widget()
+    panel.show_kernel()
+    qtbot.waitUntil(lambda: lowering.expanded == kernel, timeout=120_000)
