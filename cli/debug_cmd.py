@@ -1,4 +1,4 @@
-"""`debug MODEL [--against OTHER.onnx] [--inputs IN.npz] [--target cpu|cuda] [--per-node] [--json]`:
+"""`debug MODEL [--against OTHER.onnx] [--inputs IN.npz] [--target cpu|cuda] [--tune-db DIR] [--per-node] [--json]`:
 where numbers go wrong, tensor by tensor (core.accuracy).
 
 Without --against: the compiled program against onnxruntime, read at its kernels' outputs. With
@@ -26,6 +26,7 @@ def add_arguments(p) -> None:
     p.add_argument("--inputs", metavar="IN.npz", help="inputs (an .npz keyed by input name) instead of seeded random ones")
     add_target_argument(p, "the compiled program's target: cpu (this host) or cuda (needs a GPU)")
     add_cpu_arguments(p)
+    p.add_argument("--tune-db", metavar="DIR", help="apply this tuning database's records to the compiled program (a tuned build against the reference)")
     p.add_argument("--per-node", action="store_true", help="read every float tensor of the compiled program (splits its fused kernels)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for random inputs (repeatable; default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -52,7 +53,7 @@ def run(args) -> int:
     else:
         cpu_target(args)  # an unknown CPU is refused before anything is compiled
         report = debug_compiled(graph, args.target, inputs=inputs, seed=args.seed, dims=dims, rtol=rtol, atol=atol,
-                                cpu=args.cpu, per_node=args.per_node,
+                                cpu=args.cpu, tune_db=args.tune_db, per_node=args.per_node,
                                 progress=None if args.json else _progress)
     if args.json:
         print(json.dumps(report.to_json()))

@@ -105,7 +105,7 @@ def _check(cancel: Callable[[], bool] | None) -> None:
 
 def debug_compiled(graph, target: str = "cpu", *, inputs: dict[str, np.ndarray] | None = None, seed: int = 0,
                    dims: dict[str, int] | None = None, rtol: float = RTOL, atol: float = ATOL, pipeline=None,
-                   cpu: str | None = None, per_node: bool = False, budget: int | None = None, keep_bytes: int = KEEP_BYTES,
+                   cpu: str | None = None, tune_db=None, per_node: bool = False, budget: int | None = None, keep_bytes: int = KEEP_BYTES,
                    progress: Callable[[float, str], None] | None = None, cancel: Callable[[], bool] | None = None) -> DebugReport:
     """The compiled program (for `target`) against the reference, tensor by tensor.
 
@@ -115,7 +115,8 @@ def debug_compiled(graph, target: str = "cpu", *, inputs: dict[str, np.ndarray] 
     are not compared; when the first divergence is a kernel of several nodes, that kernel's nodes are
     read one by one in a build where they are outputs (which splits the kernel), and the report's
     notes say which node differs first, or that none does apart (the fusion is at fault).
-    With `per_node` every float tensor is read that way from the start."""
+    With `per_node` every float tensor is read that way from the start. `tune_db`: a tuning database
+    whose records the builds apply (a tuned program against the reference)."""
     from ..compiler.compile import compile_model
     from ..compiler.target import TargetKind, gpu_present
 
@@ -127,23 +128,24 @@ def debug_compiled(graph, target: str = "cpu", *, inputs: dict[str, np.ndarray] 
     every, known = probes(graph, proto, feeds, floats_only=True)
     if progress:
         progress(0.0, "compiling the model as it is, for its kernels")
-    art = compile_model(graph, target, pipeline=pipeline, verify=False, cpu=cpu, cancel=cancel)
+    build = {"pipeline": pipeline, "cpu": cpu, "tune_db": tune_db}  # every build of this run is made alike
+    art = compile_model(graph, target, verify=False, cancel=cancel, **build)
     group_of = _groups(graph, art.kernel_lineage or {})
     del art
     found = every if per_node else _boundaries(graph, every, group_of)
     report = DebugReport(mode="compiled", reference="onnxruntime", subject=f"compiled {target} program", inputs=kind, rtol=rtol, atol=atol)
     report.not_compared = sum(1 for n in graph.nodes for t in n.outputs if t) - len(found)
     keeper = _Keeper(keep_bytes)
-    results = _read_compiled(proto, known, found, feeds, target, pipeline, cpu, budget, rtol, atol, keeper, group_of,
+    results = _read_compiled(proto, known, found, feeds, target, build, budget, rtol, atol, keeper, group_of,
                              report, progress, cancel)
     report.tensors = [results[p.tensor] for p in found]
     report.first = first_divergence(_order(graph), results)
     first = report.first
     if first is not None and not per_node and first.kernel and len(group_of.get(first.node_id, (None, ()))[1]) > 1:
-        report.notes.append(_split(graph, every, group_of, first, proto, known, feeds, target, pipeline, cpu, rtol, atol, cancel))
+        report.notes.append(_split(graph, every, group_of, first, proto, known, feeds, target, build, rtol, atol, cancel))
     report.seconds = time.perf_counter() - t0
     report.kept = keeper.kept
-    report.refetch = lambda tensor: _refetch_compiled(proto, known, every, tensor, feeds, target, pipeline, cpu)
+    report.refetch = lambda tensor: _refetch_compiled(proto, known, every, tensor, feeds, target, build)
     if progress:
         progress(1.0, report.summary())
     return report
@@ -180,7 +182,7 @@ def _boundaries(graph, every: list[Probe], group_of) -> list[Probe]:
     return keep
 
 
-def _read_compiled(proto, known, found, feeds, target, pipeline, cpu, budget, rtol, atol, keeper, group_of, report, progress, cancel):
+def _read_compiled(proto, known, found, feeds, target, build: dict, budget, rtol, atol, keeper, group_of, report, progress, cancel):
     results: dict[str, TensorError] = {}
     runs = list(chunks(found, budget or chunk_budget()))
     if report is not None:
@@ -189,7 +191,7 @@ def _read_compiled(proto, known, found, feeds, target, pipeline, cpu, budget, rt
         _check(cancel)
         if progress:
             progress((k + 0.5) / (len(runs) + 0.5), f"chunk {k + 1} of {len(runs)}: compiling with {len(run)} tensors as outputs")
-        ours, (ref, which) = _compiled_chunk(proto, known, run, feeds, target, pipeline, cpu, cancel)
+        ours, (ref, which) = _compiled_chunk(proto, known, run, feeds, target, build, cancel)
         if report is not None:
             report.reference = report.runtime = which
         for p, a, b in zip(run, ours, ref):
@@ -202,12 +204,12 @@ def _read_compiled(proto, known, found, feeds, target, pipeline, cpu, budget, rt
     return results
 
 
-def _split(graph, every, group_of, first: TensorError, proto, known, feeds, target, pipeline, cpu, rtol, atol, cancel) -> str:
+def _split(graph, every, group_of, first: TensorError, proto, known, feeds, target, build: dict, rtol, atol, cancel) -> str:
     """The first divergent kernel's nodes read one by one: which differs first, or none."""
     kernel, ids = group_of[first.node_id]
     inside = [p for p in every if p.node_id in ids]
     try:
-        results = _read_compiled(proto, known, inside, feeds, target, pipeline, cpu, None, rtol, atol, None, group_of, None, None, cancel)
+        results = _read_compiled(proto, known, inside, feeds, target, build, None, rtol, atol, None, group_of, None, None, cancel)
     except WorkbenchError as e:
         return f"kernel {kernel} could not be split into its nodes to look inside it ({e})"
     bad = next((r for p in inside if not (r := results[p.tensor]).ok), None)
@@ -218,7 +220,7 @@ def _split(graph, every, group_of, first: TensorError, proto, known, feeds, targ
             f"({describe(bad)})")
 
 
-def _compiled_chunk(proto, known, run: list[Probe], feeds, target, pipeline, cpu, cancel):
+def _compiled_chunk(proto, known, run: list[Probe], feeds, target, build: dict, cancel):
     from ..compiler.check.reference import reference_run
     from ..compiler.compile import compile_model
     from ..model.onnx_io import load_model_bytes
@@ -227,15 +229,15 @@ def _compiled_chunk(proto, known, run: list[Probe], feeds, target, pipeline, cpu
     ref = reference_run(data, feeds)
     _check(cancel)
     exposed = load_model_bytes(data, "debug.onnx")
-    art = compile_model(exposed, target, pipeline=pipeline, verify=False, cpu=cpu, cancel=cancel)
+    art = compile_model(exposed, target, verify=False, cancel=cancel, **build)
     return art.run(feeds), ref
 
 
-def _refetch_compiled(proto, known, found, tensor, feeds, target, pipeline, cpu):
+def _refetch_compiled(proto, known, found, tensor, feeds, target, build: dict):
     p = next((p for p in found if p.tensor == tensor), None)
     if p is None:
         raise WorkbenchError(f"'{tensor}' was not compared in this debug run.")
-    ours, (ref, _) = _compiled_chunk(proto, known, [p], feeds, target, pipeline, cpu, None)
+    ours, (ref, _) = _compiled_chunk(proto, known, [p], feeds, target, build, None)
     return np.asarray(ours[0]), np.asarray(ref[0])
 
 

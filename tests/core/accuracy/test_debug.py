@@ -254,3 +254,23 @@ def test_a_correct_rewrite_agrees_everywhere_though_its_tensors_change_hands():
     report = debug_models(a, b)
     assert report.first is None and all(t.ok for t in report.tensors), [t.output for t in report.beyond]
     assert "stem_n" in [t.output for t in report.tensors] and "stem_c" not in [t.output for t in report.tensors]
+
+
+def test_a_hand_scheduled_kernel_from_a_tuning_database_is_checked_against_the_reference(tmp_path):
+    """tune_db: the debugged build applies the database's records (the course's mm_relu schedule)."""
+    import json
+    from pathlib import Path
+
+    from core import load_model
+    from core.compiler.manual.session import open_session
+    from core.compiler.target import make_target
+    from core.compiler.tuning.tune import record_schedule
+    from tests.conftest import sample
+
+    root = Path(__file__).resolve().parents[3]
+    s = open_session(sample("mm_relu"), "fused_matmul_relu")
+    s.apply_all(json.loads((root / "resources" / "schedules" / "mm_relu_course.json").read_text()))
+    record_schedule(s.base, make_target("cpu"), s.trace(), 0.01, tmp_path / "db", default_ms=5.0)
+    report = debug_compiled(load_model(sample("mm_relu")), tune_db=tmp_path / "db")
+    assert report.first is None and report.tensors and all(t.ok for t in report.tensors)
+    assert any(t.kernel and t.kernel.startswith("fused_matmul_relu") for t in report.tensors)
