@@ -101,7 +101,28 @@ class CompareWindow(QMainWindow):
             a.canvas.verticalScrollBar().valueChanged.connect(lambda _v, a=a, b=b: self._sync_pan(a, b))
             a.canvas.viewSelectionChanged.connect(lambda ids, a=a, b=b: self._sync_selection(a, b, ids))
             a.canvas.viewShown.connect(lambda _v, a=a, b=b: self._shown(a, b))
+        self._add_export_menu()
         self.fit_to_screen()
+
+    def _add_export_menu(self) -> None:
+        """File ▸ Export Image…: both sides in one PNG or SVG, side by side under their titles."""
+        from PySide6.QtGui import QAction, QKeySequence
+
+        from .export_image import ask_and_export
+
+        menu = self.menuBar().addMenu("&File")
+        self.export_action = QAction("&Export Image…", self)
+        self.export_action.setShortcut(QKeySequence("Ctrl+Shift+E"))
+        self.export_action.setStatusTip("Both graphs, side by side with their marks, as a PNG or SVG file")
+        self.export_action.triggered.connect(lambda: ask_and_export(self.parentWidget(), self, self.export_parts, "compare.png"))
+        menu.addAction(self.export_action)
+        menu.addAction("&Close", self.close, QKeySequence.Close)
+
+    def export_parts(self) -> list:
+        """What Export Image draws: each side's whole graph under its title (app.export_image)."""
+        from .export_image import scene_part
+
+        return [scene_part(s.canvas, title=s.title.text()) for s in self.sides]
 
     def fit_to_screen(self, available: QRect | None = None) -> None:
         """PREFERRED_SIZE, or less where the screen's available area (the parent's screen, else the

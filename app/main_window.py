@@ -74,7 +74,10 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else QSettings(ORG_NAME, APP_NAME)
         self.document = Document(self)
         self.canvas = GraphCanvas(self.document, self)
-        self.setCentralWidget(self.canvas)
+        from app.start_page import StartPage, stacked_over  # over the canvas while no model is open
+
+        self.start_page = StartPage(self)
+        self.setCentralWidget(stacked_over(self, self.canvas, self.start_page))
         from app.scopes import ScopeController
 
         self.scopes = ScopeController(self.canvas)
@@ -133,6 +136,7 @@ class MainWindow(QMainWindow):
         self.direction_action.setChecked(_as_bool(self.settings.value("view/leftToRight", False)))
         self.edge_shapes_action.setChecked(_as_bool(self.settings.value("view/edgeShapes", False)))
         self._update_title()
+        self.start_page.refresh()
 
     # ---- panels ------------------------------------------------------------------------------
     def _create_panels(self) -> None:
@@ -214,9 +218,14 @@ class MainWindow(QMainWindow):
         self.save_action = self._action(file_menu, "&Save", self.save, QKeySequence.Save)
         self.save_as_action = self._action(file_menu, "Save &As…", self.save_as, QKeySequence.SaveAs)
         file_menu.addSeparator()
+        from app.export_image import install_actions as install_export  # Export Image… (PNG / SVG)
+
+        install_export(self, file_menu)
+        file_menu.addSeparator()
         self._action(file_menu, "Open Compiled &Artifact…", self._open_compiled_artifact,
                      tip="Load an exported artifact folder (runs its native code, after asking) and measure it")
         file_menu.addSeparator()
+        self._action(file_menu, "&Close", self.close_model, "Ctrl+W", "Close the model (the start page shows)")
         self._action(file_menu, "&Quit", self.close, QKeySequence.Quit)
         self.file_menu = file_menu
 
@@ -266,6 +275,9 @@ class MainWindow(QMainWindow):
                 help_menu.addSeparator()
             self._action(help_menu, title, lambda _checked=False, rel=rel: self.open_doc(rel), tip=f"Open {rel}")
         self.help_menu = help_menu
+        from app import help_dialogs  # Start Page, Guided Tour, Keyboard Shortcuts, About
+
+        help_dialogs.install(self)
 
     def open_doc(self, rel: str) -> bool:
         """Open a documentation page (a path under the checkout, e.g. docs/compiler.md) in the
@@ -454,6 +466,7 @@ class MainWindow(QMainWindow):
             done=lambda res: self._load_done(job, path, res, t0), failed=lambda exc: self._load_failed(job, path, error_text(exc, job.title)),
             cancelled=lambda: self._load_cancelled(job), delete_later=True,
         )
+        self.start_page.refresh()
         if not wait:
             return True
         loop = QEventLoop()
@@ -492,6 +505,7 @@ class MainWindow(QMainWindow):
         self._load_result = False
         if self.document.graph is None:  # nothing else to show: the canvas keeps saying why
             self.canvas.set_empty_message(f"Could not open {Path(path).name}.\n{message}\n\nFile ▸ Open (Ctrl+O) another model, or drop one here.")
+        self.start_page.refresh()
         QMessageBox.warning(self, "Cannot open model", message)
 
     def _load_cancelled(self, job: Job) -> None:
@@ -500,7 +514,23 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
+        self.start_page.refresh()
         self.statusBar().showMessage("Opening cancelled.", 4000)
+
+    @property
+    def loading(self) -> bool:
+        """A model is being opened (the start page stays away meanwhile)."""
+        return self._load_job is not None
+
+    def close_model(self) -> bool:
+        """File ▸ Close: drop the model (asking about unsaved edits first); the start page shows."""
+        if self.document.graph is None or not self._confirm_discard():
+            return False
+        if self._load_job is not None:
+            self._load_job.cancel()
+        self.canvas.set_empty_message(None)
+        self.document.set_graph(None, None)
+        return True
 
     # ---- recent files ------------------------------------------------------------------------
     def recent_files(self) -> list[str]:

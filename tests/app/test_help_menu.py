@@ -5,6 +5,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QDesktopServices
 
+from app.help_dialogs import HELP_ENTRIES
 from app.main_window import DOC_PAGES, DOCS_ROOT
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,8 @@ def test_help_lists_every_docs_page_and_each_exists(window):
     for rel in listed:
         assert (ROOT / rel).is_file(), rel
     titles = {title.replace("&", "") for title, _rel in DOC_PAGES}
-    assert set(_help_entries(window)) == titles
+    # the pages, and the entries of app.help_dialogs (start page, tour, shortcuts, About)
+    assert set(_help_entries(window)) == titles | {t.replace("&", "") for t in HELP_ENTRIES}
     assert window.menuBar().actions()[-1].menu() is window.help_menu  # Help is the last menu
 
 
