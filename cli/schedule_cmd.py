@@ -1,9 +1,10 @@
-"""`schedule MODEL --list [--json]` | `--kernel NAME [--steps STEPS.json] [--measure] [--json]
+"""`schedule MODEL --list [--json]` | `--kernel NAME [--start naive|default] [--steps STEPS.json] [--measure] [--json]
 [--save-trace OUT.json] [--use-in-compile] [--tune-db DIR]`: schedule one kernel by hand.
 
 The headless twin of the Schedule panel (core.compiler.manual.session). `--list` prints the
 model's kernels as FuseTIR leaves them (name, ONNX nodes, FLOPs, blocks and loops with name,
-extent and kind). `--kernel` opens one, applies the steps of STEPS.json in order (a list such as
+extent and kind). `--kernel` opens one, begins from `--start` (naive: the kernel as written;
+default: the default schedule's steps), applies the steps of STEPS.json in order (a list such as
 `[{"primitive": "split", "loop": "j", "factors": [null, 4]}]`, or a file --save-trace wrote;
 loading one executes nothing), prints the loop nest and TIR, and with `--measure` times it alone
 beside its default schedule and tuned record. `--use-in-compile` files the trace in the tuning
@@ -25,6 +26,9 @@ def add_arguments(p) -> None:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--list", action="store_true", help="list the kernels with their blocks and loops")
     what.add_argument("--kernel", metavar="NAME", help="the kernel to schedule (a name --list shows)")
+    p.add_argument("--start", choices=("naive", "default"), default="naive",
+                   help="begin from the kernel as written (naive, the MLC course's exercise) or from the default schedule "
+                        "compile gives it, as steps that can be edited or undone (default)")
     p.add_argument("--steps", metavar="STEPS.json", help="steps to apply, in order (a JSON list, or a file --save-trace wrote)")
     p.add_argument("--measure", action="store_true", help="time the kernel alone, beside its default schedule and tuned record")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -64,6 +68,7 @@ def run(args) -> int:
 
     steps = load_steps(args.steps) if args.steps else []
     session = open_session(args.model, args.kernel, database=args.tune_db)
+    session.start_from(args.start)
     session.apply_all(steps)
     measured = session.measure() if args.measure or args.use_in_compile else None
     filed = session.use_in_compile(args.tune_db) if args.use_in_compile else None
@@ -74,10 +79,10 @@ def run(args) -> int:
         except OSError as exc:
             raise WorkbenchError(f"cannot write trace file '{out}': {exc.strerror}.") from None
     if args.json:
-        obj = {"kernel": session.name, "steps": session.steps, "tir": session.script(), "nest": session.nest().to_json(),
+        obj = {"kernel": session.name, "start": session.start, "steps": session.steps, "tir": session.script(), "nest": session.nest().to_json(),
                "flops": session.flops, "bytes": session.bytes}
         if measured is not None:
-            obj.update({"default_ms": measured.default_ms, "ms": measured.ms, "gflops": measured.gflops,
+            obj.update({"default_ms": measured.default_ms, "naive_ms": measured.naive_ms, "ms": measured.ms, "gflops": measured.gflops,
                         "peak_fraction": measured.peak_fraction, "tuned_ms": measured.tuned_ms, "tuned_kind": measured.tuned_kind,
                         "peak": session.peak.to_json()})
         if filed is not None:
@@ -86,12 +91,14 @@ def run(args) -> int:
         return 0
     work = f"{session.flops / 1e6:.1f} MFLOP, {session.bytes / 1e6:.2f} MB moved at least" if session.flops else "symbolic shapes"
     print(f"kernel {session.name}: {len(session.steps)} steps applied; {work}")
+    if args.start == "default":
+        print(f"started from the default schedule: {session.default_plan().describe()}")
     for line in session.nest().describe():
         print(f"    {line}")
     if measured is not None:
         tuned = f", tuned record ({measured.tuned_kind}) {measured.tuned_ms:.4f} ms" if measured.tuned_ms is not None else ", no tuned record"
         print(f"measured alone: {measured.ms:.4f} ms, {measured.gflops:.2f} GFLOP/s = {measured.peak_fraction * 100:.1f}% of the "
-              f"{session.peak.describe()}; default schedule {measured.default_ms:.4f} ms{tuned}")
+              f"{session.peak.describe()}; default schedule {measured.default_ms:.4f} ms, naive {measured.naive_ms:.4f} ms{tuned}")
     if filed is not None:
         weighed = ", ".join(f"{o['kind']} {o['ms']:.4f} ms" for o in filed["options"] if o["ms"] is not None)
         from core.compiler.tuning.tune import default_database_root

@@ -24,6 +24,7 @@ from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPainter, QPen, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QDockWidget,
     QFileDialog,
     QHBoxLayout,
@@ -61,6 +62,9 @@ class LoopTree(QTreeWidget):
         super().__init__()
         self.setColumnCount(2)
         self.setHeaderLabels(["Loop / block", "Extent · kind / buffers"])
+        # the Extent column stays readable when split loops widen the names (issue 41, item 6)
+        self.header().setMinimumSectionSize(96)
+        self.header().setStretchLastSection(True)
         self.setDragEnabled(True)
         self.setAcceptDrops(True)
         self.setDropIndicatorShown(True)
@@ -139,6 +143,14 @@ class SchedulePanel(QWidget):
                              "or a kernel in Compile & Run to schedule it here.")
         self.header.setWordWrap(True)
         self.header.setTextFormat(Qt.RichText)
+        self.start_box = QComboBox()
+        self.start_box.addItem("Start: naive program", "naive")
+        self.start_box.addItem("Start: default schedule", "default")
+        self.start_box.setToolTip("Begin from the kernel as written (the MLC course's exercise), or from the schedule compile "
+                                  "gives it by default, as steps you can edit or undo back to the naive program")
+        self.start_box.currentIndexChanged.connect(lambda _i: self.start_from(self.start_box.currentData()))
+        self.start_line = QLabel("")
+        self.start_line.setWordWrap(True)
         self.tree = LoopTree()
         self.tree.loopDropped.connect(self.drop_loop)
         self.tree.customContextMenuRequested.connect(self._tree_menu)
@@ -177,6 +189,8 @@ class SchedulePanel(QWidget):
         self.tree.setMinimumHeight(40)
         self.steps_list.setMinimumHeight(24)
         self.ir.setMinimumHeight(40)
+        lv.addWidget(self.start_box)
+        lv.addWidget(self.start_line)
         lv.addWidget(self.tree, 3)
         lv.addWidget(QLabel("Steps"))
         lv.addWidget(self.steps_list, 1)
@@ -253,8 +267,46 @@ class SchedulePanel(QWidget):
                             + f"<br><span style='color:#666'>{session.peak.describe()}</span>")
         self.result.setText("")
         self.chart.set_data([])
+        self._set_start_box(session.start)
+        self._show_start()
         self.status.setText("Right-click a loop or block for the primitives; drag a loop onto another to swap them.")
         self.refresh()
+
+    # ---- starting point ---------------------------------------------------------------------------
+    def start_from(self, start: str) -> None:
+        """Begin again from 'naive' (the kernel as written) or 'default' (the default schedule as steps)."""
+        if self.session is None or self.job is not None or start == self.session.start and start == "naive" and not self.session.steps:
+            return
+        session = self.session
+        before = session.script()
+        self.status.setStyleSheet("")
+        self.status.setText("Turning the default schedule into steps…" if start == "default" else "Back to the naive program…")
+
+        def done(_result) -> None:
+            self.previous_text = before
+            self._show_start()
+            self.status.setText(f"Started from the {'default schedule' if start == 'default' else 'naive program'}: "
+                                + (f"{session.default_plan().describe()}." if start == "default" else "the kernel as written."))
+            self.refresh()
+
+        self._run(lambda _job: session.start_from(start), "Starting point", done)
+
+    def _set_start_box(self, start: str) -> None:
+        self.start_box.blockSignals(True)
+        self.start_box.setCurrentIndex(max(0, self.start_box.findData(start)))
+        self.start_box.blockSignals(False)
+
+    def _show_start(self) -> None:
+        """One line: which start the steps began from, and the default's time beside the naive one."""
+        s = self.session
+        if s is None:
+            self.start_line.setText("")
+            return
+        what = "the naive program (the kernel as written)" if s.start == "naive" else "the default schedule (its steps are below)"
+        default_ms, _tuned, _kind = s.measured_baselines or (None, None, None)
+        times = (f"default {default_ms:.4f} ms · naive {s.naive_ms:.4f} ms" if default_ms is not None and s.naive_ms is not None
+                 else "Measure to time the default beside the naive program")
+        self.start_line.setText(f"On {what} — {times}.")
 
     def _show_dock(self) -> None:
         if self.dock is not None:
@@ -419,6 +471,7 @@ class SchedulePanel(QWidget):
         self.result.setToolTip(s.peak.describe())
         self.chart.set_data([(x.steps, x.ms, x.label) for x in s.measurements], m.default_ms, m.tuned_ms)
         self.status.setText(f"Measured: {m.ms:.4f} ms ({m.label}).")
+        self._show_start()
 
     def use_in_compile(self) -> None:
         if self.session is None or self.job is not None:
@@ -485,6 +538,7 @@ class SchedulePanel(QWidget):
         for b in (self.measure_btn, self.export_btn):
             b.setEnabled(ready)
         self.use_btn.setEnabled(ready and self.session.can_undo)
+        self.start_box.setEnabled(ready)
         self.undo_btn.setEnabled(ready and self.session.can_undo)
         self.redo_btn.setEnabled(ready and self.session.can_redo)
         self.tree.setEnabled(ready)
@@ -520,10 +574,15 @@ class SchedulePanel(QWidget):
             add(r, None)
         self.tree.expandAll()
         self.tree.resizeColumnToContents(0)
-        self.tree.resizeColumnToContents(1)
+        # names may take what the Extent column leaves over, never its readable minimum
+        room = self.tree.viewport().width() - self.tree.header().minimumSectionSize()
+        if room > 120 and self.tree.columnWidth(0) > room:
+            self.tree.setColumnWidth(0, room)
         self.steps_list.clear()
         for i, step in enumerate(s.steps, 1):
             self.steps_list.addItem(f"{i}. {describe_step(step)}")
+            if step.get("python"):  # a TVM trace step lists its instructions
+                self.steps_list.item(i - 1).setToolTip("\n".join(step["python"]))
         self.ir.set_ir(s.script(), "tvmscript", self.previous_text)
         self._update_buttons()
 
@@ -537,6 +596,11 @@ class SchedulePanel(QWidget):
         self.ir.set_ir("", "")
         self.result.setText("")
         self.chart.set_data([])
+        self.status.setText("")  # nothing of the previous model's kernel stays (issue 41, item 7)
+        self.status.setStyleSheet("")
+        self.start_line.setText("")
+        self._set_start_box("naive")
+        self.previous_text = None
         self.header.setText("Double-click a TIR kernel in the Lowering panel or a kernel in Compile & Run to schedule it here.")
         self._update_buttons()
 

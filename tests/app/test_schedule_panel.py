@@ -144,3 +144,41 @@ def test_measure_chart_and_use_in_compile(opened, qtbot, tmp_path):
     assert compile_panel.use_db.isChecked()
     assert compile_panel.tuning_options() == {"tune_db": str(tmp_path / "db")}
     assert any(p.name == "database_workload.json" for p in (tmp_path / "db").rglob("*"))
+
+
+def test_start_from_the_default_schedule_and_undo_to_naive(opened, qtbot):
+    """Issue 41 item 9: the default schedule as steps in the panel, undone back to the naive kernel."""
+    from core.compiler.manual.default_start import same_tir
+    from core.compiler.schedules import schedule_cpu_func, with_root_block
+
+    panel = opened
+    naive = panel.session.script()
+    assert "naive program" in panel.start_line.text() and "Measure to time" in panel.start_line.text()
+    panel.start_box.setCurrentIndex(panel.start_box.findData("default"))
+    qtbot.waitUntil(lambda: panel.job is None and panel.session.start == "default", timeout=LONG)
+    s = panel.session
+    default, _rule = schedule_cpu_func(with_root_block(s.base), s.target)
+    assert same_tir(s.func, default)
+    assert "default schedule" in panel.start_line.text() and "cpu.Matmul" in panel.status.text()
+    assert panel.steps_list.count() == len(s.steps) and "pad_einsum" in panel.steps_list.item(0).text()
+    assert panel.tree.columnWidth(1) >= panel.tree.header().minimumSectionSize()  # item 6: Extent stays readable
+    while panel.undo_btn.isEnabled():
+        panel.undo_btn.click()
+    assert panel.session.script() == naive and panel.steps_list.count() == 0
+
+
+def test_opening_another_model_clears_the_measured_text(opened, qtbot):
+    """Issue 41 item 7: 'Measured: … ms (vectorize …)' does not outlive the model it measured."""
+    from core.compiler.manual.session import Measurement
+
+    panel = opened
+    panel.apply_step({"primitive": "split", "loop": "matmul/i1", "factors": [None, 4]})
+    m = Measurement(steps=1, ms=2.9146, flops=1, bytes=1, peak_gflops=1.0, default_ms=1.22, label="vectorize oc_block")
+    panel.session.measurements.append(m)
+    panel._measured(m)  # the panel's own path after a measurement, without timing anything
+    assert "Measured: 2.9146 ms" in panel.status.text() and "2.9146" in panel.result.text()
+    assert panel.window.open_model(str(sample("mlp")), wait=True)
+    qtbot.waitUntil(lambda: panel.session is None, timeout=LONG)
+    assert panel.status.text() == "" and panel.result.text() == "" and panel.start_line.text() == ""
+    assert panel.steps_list.count() == 0 and panel.chart.points == []
+    assert panel.start_box.currentData() == "naive"

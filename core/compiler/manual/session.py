@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import WorkbenchError
 from .nest import LoopNest, StepRefused, loop_nest
-from .steps import PRIMITIVES, describe_step, index_map, load_steps, parse_step, refusal
+from .steps import PRIMITIVES, describe_step, load_steps, parse_step, plain_json, refusal, run_step
 
 __all__ = [
     "PRIMITIVES",
@@ -63,6 +63,7 @@ class Measurement:
     tuned_ms: float | None = None
     tuned_kind: str | None = None  # 'template' | 'search' (MetaSchedule or a hand schedule filed earlier)
     label: str = ""
+    naive_ms: float | None = None  # the kernel as written (no steps)
 
     @property
     def gflops(self) -> float:
@@ -75,7 +76,7 @@ class Measurement:
     def to_json(self) -> dict:
         r = lambda v: None if v is None else round(v, 5)  # noqa: E731
         return {"steps": self.steps, "ms": r(self.ms), "gflops": round(self.gflops, 3), "peak_fraction": round(self.peak_fraction, 5),
-                "default_ms": r(self.default_ms), "tuned_ms": r(self.tuned_ms), "tuned_kind": self.tuned_kind,
+                "default_ms": r(self.default_ms), "naive_ms": r(self.naive_ms), "tuned_ms": r(self.tuned_ms), "tuned_kind": self.tuned_kind,
                 "flops": self.flops, "bytes": self.bytes}
 
 
@@ -104,6 +105,9 @@ class ScheduleSession:
         self._applied: list[tuple[dict, Any]] = []  # (step, schedule after it)
         self._redo: list[dict] = []
         self._baselines: tuple | None = None  # (default_ms, tuned_ms, tuned_kind)
+        self.naive_ms: float | None = None
+        self.start = "naive"  # where the steps began: 'naive' (the kernel as written) or 'default'
+        self._default_plan = None
         self.measurements: list[Measurement] = []
 
     # -- state
@@ -140,7 +144,7 @@ class ScheduleSession:
         step = parse_step(step)
         sch = self.schedule.copy()
         try:
-            _run_step(sch, loop_nest(sch.mod["main"]), step)
+            sch = run_step(sch, loop_nest(sch.mod["main"]), step)
         except StepRefused:
             raise
         except Exception as exc:  # noqa: BLE001 - TVM's ScheduleError and friends: the user's step
@@ -173,9 +177,40 @@ class ScheduleSession:
         self._redo = redo
         return step
 
+    # -- starting points
+    def default_plan(self):
+        """The default schedule compile gives this kernel, as steps (core.compiler.manual.default_start)."""
+        if self._default_plan is None:
+            from .default_start import plan_default
+
+            self._default_plan = plan_default(self.base, self.target, self.name)
+        return self._default_plan
+
+    def start_from(self, start: str) -> None:
+        """Drop the steps and begin again from `start`: 'naive' (the kernel as written, the MLC
+        course's exercise) or 'default' (the default schedule's steps, applied and undoable back
+        to the naive kernel)."""
+        if start not in ("naive", "default"):
+            raise WorkbenchError(f"unknown starting point '{start}': choose naive or default.")
+        plan = self.default_plan() if start == "default" else None
+        self._applied.clear()
+        self._redo.clear()
+        self.start = start
+        if plan is not None:
+            self.apply_all(plan.steps)
+
     # -- trace
+    @property
+    def untraced(self) -> dict | None:
+        """The last step that replaced the TIR outside TVM's trace (a default schedule's rule
+        edit), or None: past it there is no trace of the steps from the kernel as written."""
+        return next((s for s, _ in reversed(self._applied) if s["primitive"] == "replace_tir"), None)
+
     def trace(self):
         """TVM's trace of the steps (lookups nothing uses are dropped)."""
+        if self.untraced is not None:
+            raise WorkbenchError(f"step '{describe_step(self.untraced)}' changed the TIR outside TVM's trace: undo it to export "
+                                 "or file a trace of the steps.")
         return self.schedule.trace.simplified(remove_postproc=True)
 
     def trace_python(self) -> str:
@@ -184,7 +219,7 @@ class ScheduleSession:
 
     def trace_json(self) -> Any:
         """TVM's trace as JSON (its own format: instructions and decisions)."""
-        return _plain(self.trace().as_json())
+        return plain_json(self.trace().as_json())
 
     def to_json(self) -> dict:
         """What --save-trace writes: the kernel, its steps (data --steps reads back) and TVM's trace."""
@@ -203,10 +238,16 @@ class ScheduleSession:
 
             self._check_static()
             default, _rule = schedule_cpu_func(self.base, self.target)
-            default_ms = time_kernel(default if default is not None else self.base, self.target)
+            self.naive_ms = time_kernel(self.base, self.target)
+            default_ms = time_kernel(default, self.target) if default is not None else self.naive_ms
             tuned = tuned_schedule(self.base, self.target, self.database)
             tuned_ms = time_kernel(tuned[1], self.target) if tuned is not None else None
             self._baselines = (default_ms, tuned_ms, tuned[0] if tuned is not None else None)
+        return self._baselines
+
+    @property
+    def measured_baselines(self) -> tuple[float | None, float | None, str | None] | None:
+        """What `baselines()` measured so far, or None before the first measurement (no timing here)."""
         return self._baselines
 
     def measure(self, baselines: bool = True) -> Measurement:
@@ -218,7 +259,7 @@ class ScheduleSession:
         ms = time_kernel(self.func, self.target)
         label = describe_step(self._applied[-1][0]) if self._applied else "as written (no steps)"
         m = Measurement(steps=len(self._applied), ms=ms, flops=self.flops, bytes=self.bytes, peak_gflops=self.peak.gflops,
-                        default_ms=default_ms, tuned_ms=tuned_ms, tuned_kind=tuned_kind, label=label)
+                        default_ms=default_ms, tuned_ms=tuned_ms, tuned_kind=tuned_kind, label=label, naive_ms=self.naive_ms)
         self.measurements.append(m)
         return m
 
@@ -244,46 +285,6 @@ class ScheduleSession:
         mine = choice == "search" and best_search is not None and abs(best_search - last.ms) < 1e-9
         return {"database": folder, "workload": kernel_workload(self.base), "ms": last.ms, "default_ms": last.default_ms,
                 "choice": "hand schedule" if mine else choice, "options": [{"kind": k, "ms": v} for k, v in options]}
-
-
-def _run_step(sch, nest: LoopNest, step: dict) -> None:
-    """Apply one parsed step to `sch`, finding loops and blocks by name in `nest`."""
-    p = step["primitive"]
-    loop = lambda ref: nest.loop_rv(sch, ref)  # noqa: E731
-    block = lambda ref: nest.block_rv(sch, ref)  # noqa: E731
-    if p == "split":
-        sch.split(loop(step["loop"]), factors=list(step["factors"]))
-    elif p in ("fuse", "reorder"):
-        if p == "fuse" and len(step["loops"]) < 2:
-            raise StepRefused("fuse needs two or more loops.", step)
-        getattr(sch, p)(*[loop(ref) for ref in step["loops"]])
-    elif p in ("parallel", "vectorize", "unroll"):
-        getattr(sch, p)(loop(step["loop"]))
-    elif p in ("cache_read", "cache_write"):
-        nest.check_buffer(step["block"], step["buffer"], "read" if p == "cache_read" else "write")
-        getattr(sch, p)(block(step["block"]), step["buffer"], step.get("scope", "global"))
-    elif p in ("compute_at", "reverse_compute_at", "decompose_reduction"):
-        getattr(sch, p)(block(step["block"]), loop(step["loop"]))
-    elif p in ("compute_inline", "reverse_compute_inline"):
-        getattr(sch, p)(block(step["block"]))
-    elif p == "transform_layout":
-        buf = nest.check_buffer(step["block"], step["buffer"], "any")
-        dtype = str(buf.shape[0].ty) if len(buf.shape) else "int64"
-        sch.transform_layout(block(step["block"]), step["buffer"], index_map(step["index_map"], dtype))
-
-def _plain(obj):
-    """TVM's JSON-like objects (IntImm, String, Array, Map) as plain Python for json.dumps."""
-    import tvm
-
-    if isinstance(obj, (bool, int, float, str)) or obj is None:
-        return obj
-    if isinstance(obj, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
-        return obj.value
-    if hasattr(obj, "items"):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__"):
-        return [_plain(v) for v in obj]
-    return str(obj)
 
 
 def _target_text(target) -> str:

@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from ...errors import WorkbenchError
-from .nest import StepRefused
+from .nest import LoopNest, StepRefused
 
-__all__ = ["PRIMITIVES", "parse_step", "describe_step", "load_steps", "index_map", "refusal"]
+__all__ = ["PRIMITIVES", "parse_step", "describe_step", "load_steps", "index_map", "refusal", "run_step", "plain_json"]
 
 # primitive -> its arguments: (name, kind); kind ends in '?' when optional
 PRIMITIVES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -35,6 +35,12 @@ PRIMITIVES: dict[str, tuple[tuple[str, str], ...]] = {
     "reverse_compute_inline": (("block", "block"),),
     "decompose_reduction": (("block", "block"), ("loop", "loop")),
     "transform_layout": (("block", "block"), ("buffer", "buffer"), ("index_map", "index_map")),
+    # instructions of a TVM trace no step above expresses (the default schedule's pad_einsum,
+    # set_scope, ...), kept as TVM's own trace JSON: replayed by TVM's parser, never evaluated
+    "tvm_trace": (("label", "text"), ("trace", "trace"), ("python", "lines?")),
+    # what a schedule rule changed outside its trace (an IR edit TVM did not record): the TIR
+    # after it, as tvm.ir.save_json data (loaded, never evaluated); no trace can be filed past it
+    "replace_tir": (("label", "text"), ("tir", "text")),
 }
 
 
@@ -77,6 +83,9 @@ _KIND_HELP = {
     "scope": "a storage scope such as \"global\"",
     "factors": "a list of two or more positive integers, one of them may be null",
     "index_map": "an index map such as \"i, j -> i // 4, j, i % 4\"",
+    "text": "a short text",
+    "trace": "TVM's trace JSON: [instructions, decisions]",
+    "lines": "a list of lines",
 }
 _KIND_CHECK = {
     "loop": lambda v: isinstance(v, str) and bool(v),
@@ -87,6 +96,10 @@ _KIND_CHECK = {
     "factors": lambda v: isinstance(v, list) and len(v) >= 2
     and all(f is None or (isinstance(f, int) and not isinstance(f, bool) and f > 0) for f in v),
     "index_map": lambda v: isinstance(v, str) and "->" in v,
+    "text": lambda v: isinstance(v, str),
+    "trace": lambda v: isinstance(v, list) and len(v) == 2 and all(isinstance(x, list) for x in v)
+    and all(isinstance(i, list) and len(i) == 4 and isinstance(i[0], str) for i in v[0]),
+    "lines": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
 }
 
 
@@ -105,6 +118,10 @@ def describe_step(step: dict) -> str:
         return f"{p} {step['buffer']} of {step['block']} ({step.get('scope', 'global')})"
     if p == "transform_layout":
         return f"transform_layout {step['buffer']} of {step['block']}: {step['index_map']}"
+    if p == "replace_tir":
+        return step["label"]
+    if p == "tvm_trace":
+        return f"{step['label']} [{sum(1 for i in step['trace'][0] if not i[0].startswith('Get'))} TVM instructions]"
     return f"{p} {step.get('block', '')}".strip()
 
 
@@ -183,6 +200,61 @@ def index_map(text: str, dtype: str):
         return getattr(a, _INDEX_OPS[type(node.op)])(b)
 
     return tvm.tirx.IndexMap([vars_[p] for p in params], [build(e) for e in exprs], None)
+
+
+def run_step(sch, nest: LoopNest, step: dict):
+    """Apply one parsed step to `sch`, finding loops and blocks by name in `nest`; returns the
+    schedule after it (`sch`, or for `replace_tir` a new one on the TIR it holds)."""
+    p = step["primitive"]
+    if p == "replace_tir":
+        import tvm
+        from tvm import s_tir
+
+        func = tvm.ir.load_json(step["tir"])
+        if not isinstance(func, tvm.tirx.PrimFunc) or len(func.params) != len(sch.mod["main"].params):
+            raise StepRefused(f"{step['label']}: its TIR is not a kernel with this kernel's parameters.", step)
+        return s_tir.Schedule(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+    loop = lambda ref: nest.loop_rv(sch, ref)  # noqa: E731
+    block = lambda ref: nest.block_rv(sch, ref)  # noqa: E731
+    if p == "split":
+        sch.split(loop(step["loop"]), factors=list(step["factors"]))
+    elif p in ("fuse", "reorder"):
+        if p == "fuse" and len(step["loops"]) < 2:
+            raise StepRefused("fuse needs two or more loops.", step)
+        getattr(sch, p)(*[loop(ref) for ref in step["loops"]])
+    elif p in ("parallel", "vectorize", "unroll"):
+        getattr(sch, p)(loop(step["loop"]))
+    elif p in ("cache_read", "cache_write"):
+        nest.check_buffer(step["block"], step["buffer"], "read" if p == "cache_read" else "write")
+        getattr(sch, p)(block(step["block"]), step["buffer"], step.get("scope", "global"))
+    elif p in ("compute_at", "reverse_compute_at", "decompose_reduction"):
+        getattr(sch, p)(block(step["block"]), loop(step["loop"]))
+    elif p in ("compute_inline", "reverse_compute_inline"):
+        getattr(sch, p)(block(step["block"]))
+    elif p == "transform_layout":
+        buf = nest.check_buffer(step["block"], step["buffer"], "any")
+        dtype = str(buf.shape[0].ty) if len(buf.shape) else "int64"
+        sch.transform_layout(block(step["block"]), step["buffer"], index_map(step["index_map"], dtype))
+    elif p == "tvm_trace":
+        from tvm.s_tir import Trace
+
+        Trace.apply_json_to_schedule(step["trace"], sch)
+    return sch
+
+
+def plain_json(obj):
+    """TVM's JSON-like objects (IntImm, String, Array, Map) as plain Python for json.dumps."""
+    import tvm
+
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    if isinstance(obj, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return obj.value
+    if hasattr(obj, "items"):
+        return {str(k): plain_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) or hasattr(obj, "__len__"):
+        return [plain_json(v) for v in obj]
+    return str(obj)
 
 
 # ---- refusals in one sentence ---------------------------------------------------------------------

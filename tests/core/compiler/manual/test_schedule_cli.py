@@ -17,7 +17,7 @@ def test_list_json_names_kernels_loops_and_flops():
     r = run_cli("schedule", MM_RELU, "--list", "--json")
     assert r.returncode == 0, r.stderr
     (k,) = json.loads(r.stdout)["kernels"]
-    assert k["name"] == KERNEL and k["onnx_nodes"] == ["matmul"] and k["flops"] == 2 * 128**3 + 128**2
+    assert k["name"] == KERNEL and k["onnx_nodes"] == ["matmul", "relu"] and k["flops"] == 2 * 128**3 + 128**2
     loops = {b["name"]: [(lp["name"], lp["extent"], lp["kind"]) for lp in b["loops"]] for b in k["blocks"]}
     assert loops["matmul"] == [("matmul/i0", 128, "serial"), ("matmul/i1", 128, "serial"), ("k", 128, "serial")]
     text = run_cli("schedule", MM_RELU, "--list")
@@ -63,3 +63,13 @@ def test_unknown_names_and_refused_steps_exit_2_with_one_sentence(tmp_path, step
     r = run_cli(*args)
     assert r.returncode == 2
     assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_start_default_prints_the_default_schedule_as_steps():
+    r = run_cli("schedule", MM_RELU, "--kernel", KERNEL, "--start", "default", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["start"] == "default" and "T.parallel(T.int64(40))" in out["tir"]
+    assert [s["primitive"] for s in out["steps"]][:2] == ["tvm_trace", "compute_inline"]
+    text = run_cli("schedule", MM_RELU, "--kernel", KERNEL, "--start", "default")
+    assert text.returncode == 0 and "started from the default schedule: schedule rule cpu.Matmul" in text.stdout

@@ -15,6 +15,7 @@ from core.compiler.manual.session import (
     open_session,
     parse_step,
 )
+from core.errors import WorkbenchError
 from tests.conftest import sample
 
 MM_RELU = sample("mm_relu")
@@ -276,3 +277,64 @@ def test_blocked_conv_kernel_lists_splits_and_measures(tmp_path):
     m = s.measure()
     assert m.ms > 0 and m.default_ms > 0
     assert m.flops == 2 * 256 * 128 * 49 + 2 * 128 * 49  # multiply-adds, then the bias and the relu
+
+
+# ---- the default schedule as a starting point (issue 41, item 9) ---------------------------------
+
+@pytest.mark.parametrize("model", ["mm_relu", "small_cnn", "tiny_transformer"])
+def test_default_start_gives_the_default_tir_and_undoes_to_naive(model):
+    """Every kernel of three models: starting from the default gives exactly the TIR compile's
+    schedule rule gives it (structural equality, not a timing), and undo returns to the naive
+    kernel. Checked against the cpu.Matmul rule, whose row-padding clamp edits the IR outside
+    its trace (a last replace_tir step), and cpu.DataMovement's reshape, whose trace does not
+    replay (one replace_tir step)."""
+    from core.compiler.manual.default_start import same_tir
+    from core.compiler.manual.session import ScheduleSession
+    from core.compiler.schedules import schedule_cpu_func, with_root_block
+    from core.compiler.target import make_target
+
+    target = make_target("cpu")
+    for k in list_kernels(sample(model)):
+        s = ScheduleSession(k.func, k.name, target)
+        naive = s.func
+        default, _rule = schedule_cpu_func(with_root_block(k.func), target)
+        s.start_from("default")
+        assert s.start == "default"
+        assert same_tir(s.func, default if default is not None else naive), k.name
+        while s.undo():
+            pass
+        assert same_tir(s.func, naive) and s.script() == naive.script()
+
+
+def test_default_start_of_mm_relu_is_editable_steps_with_honest_fallbacks():
+    s = open_session(MM_RELU, KERNEL)
+    s.start_from("default")
+    plan = s.default_plan()
+    kinds = [st["primitive"] for st in s.steps]
+    # the instructions with a step kind are steps; pad_einsum and set_scope are TVM trace steps
+    # listing their instructions; the rule's clamp (outside its trace) is the last step
+    assert {"split", "reorder", "reverse_compute_at", "fuse", "parallel", "vectorize", "unroll", "decompose_reduction"} <= set(kinds)
+    traced = [st for st in s.steps if st["primitive"] == "tvm_trace"]
+    assert [st["label"].rsplit(": ", 1)[1] for st in traced] == ["pad_einsum", "set_scope"]
+    assert any("sch.pad_einsum(" in line for line in traced[0]["python"])
+    assert kinds[-1] == "replace_tir" and plan.untraced and "outside TVM's trace" in describe_step(s.steps[-1])
+    assert "cpu.Matmul" in plan.describe() and "2 kept as TVM trace" in plan.describe()
+    with pytest.raises(WorkbenchError, match="outside TVM's trace"):
+        s.trace()
+    s.undo()  # without the clamp: the trace of the steps is TVM's, and a further step applies by name
+    assert "sch.pad_einsum(" in s.trace_python() and "sch.split(" in s.trace_python()
+    s.apply({"primitive": "unroll", "loop": "ax0"})
+    assert s.nest().by_name["ax0"].loop_kind == "unrolled"
+    s.start_from("naive")
+    assert not s.steps and s.start == "naive"
+
+
+def test_steps_with_a_tvm_trace_save_and_load_back(tmp_path):
+    s = open_session(MM_RELU, KERNEL)
+    s.start_from("default")
+    s.undo()
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(s.to_json()), encoding="utf-8")
+    again = open_session(MM_RELU, KERNEL)
+    again.apply_all(load_steps(path))
+    assert again.script() == s.script()
