@@ -32,7 +32,8 @@ class FoldConstants(RewriteRule):
     only fed it go away with it.
 
     Conditions:
-    1. every input of the node is constant (an initializer or computed from initializers only);
+    1. every input of the node is constant (an initializer or computed from initializers only), and
+       every input its op requires is connected;
     2. the op is deterministic, of the default domain, and has no subgraph;
     3. it is not a Constant node already;
     4. the result has at most 64 Mi elements.
@@ -41,7 +42,7 @@ class FoldConstants(RewriteRule):
     id = "fold-constants"
     family = "folding"
     description = "evaluate constant subgraphs (incl. ConstantOfShape-made weights) into initializers"
-    conditions = ("all inputs constant", "deterministic default-domain op", "not already a Constant", "result <= 64 Mi elements")
+    conditions = ("all inputs constant and connected", "deterministic default-domain op", "not already a Constant", "result <= 64 Mi elements")
     span = 1
 
     def candidates(self, graph):
@@ -87,6 +88,8 @@ class FoldConstants(RewriteRule):
                 return Attempt(False, [node], f"{label} cannot be folded: {not_constant_reason(v, f'input {i}')}.", 1)
         if not any(v is not None for v in node.inputs):
             return Attempt(False, [node], f"{label} has no inputs to evaluate from.", 1)
+        if not all(ctx.is_const(o) for o in node.outputs):  # its inputs are, so one it requires is missing
+            return Attempt(False, [node], f"{label} has nothing connected to a required input, so it computes nothing to fold.", 1)
         outs = {id(v) for v in ctx.graph.model.graph.outputs}
         if not any(id(o) in outs or any(not all(ctx.is_const(x) for x in c.outputs) for c in o.consumers()) for o in node.outputs):
             return Attempt(False, [node], f"{label} only feeds other constant nodes; the fold happens where the constant subgraph ends.", 1)

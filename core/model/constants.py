@@ -18,13 +18,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from .meta import NONDETERMINISTIC_OPS, unconnected_required_inputs
+
 __all__ = ["ConstantEvaluator", "is_constant_value", "lazy_tensor", "NONDETERMINISTIC_OPS"]
 
 logger = logging.getLogger(__name__)
 
-NONDETERMINISTIC_OPS = frozenset(
-    {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"}
-)
 # Larger results are not worth materializing as initializers (and would bloat the file).
 MAX_ELEMENTS = 64 * 1024 * 1024
 
@@ -50,9 +49,16 @@ def _node_is_foldable(n: ir.Node) -> bool:
     return not any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in n.attributes.values())
 
 
+def _cut_off(n: ir.Node) -> bool:
+    """A required input left unconnected (a Delete upstream): the node computes nothing."""
+    opsets = n.graph.opset_imports if n.graph is not None else {}
+    return bool(unconnected_required_inputs(n.op_type, n.domain, opsets, [v is not None for v in n.inputs]))
+
+
 def is_constant_value(v: ir.Value | None, _memo: dict[int, bool] | None = None) -> bool:
     """True when `v` can be computed without any graph input (initializer, Constant, or a
-    deterministic node of the default domain whose inputs are all constant)."""
+    deterministic node of the default domain whose inputs are all constant and whose required
+    inputs are all connected)."""
     if v is None:
         return False
     memo = _memo if _memo is not None else {}
@@ -81,7 +87,7 @@ def is_constant_value(v: ir.Value | None, _memo: dict[int, bool] | None = None) 
         if pending:
             stack.extend(pending)
             continue
-        memo[key] = (p.op_type == "Constant" or bool(ins)) and all(memo[id(i)] for i in ins)
+        memo[key] = (p.op_type == "Constant" or bool(ins)) and all(memo[id(i)] for i in ins) and not _cut_off(p)
         stack.pop()
     return memo[id(v)]
 

@@ -28,13 +28,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from .meta import (
-    CONSTANT_SOURCE_OPS,
-    INFERRED,
-    NODE_ID,
-    NONDETERMINISTIC_OPS,
-    REWRITES_KEY,
-)
+from .meta import CONSTANT_SOURCE_OPS, INFERRED, NODE_ID, NONDETERMINISTIC_OPS, REWRITES_KEY, unconnected_required_inputs
 from .mutation import Mutations
 
 __all__ = ["CONSTANT_SOURCE_OPS", "INFERRED", "NODE_ID", "Dim", "Graph", "Node", "Value", "dtype_name"]
@@ -43,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 Dim = int | str | None
 _ID, _INFERRED = NODE_ID, INFERRED
-
 
 
 def dtype_name(dtype: ir.DataType | None) -> str:
@@ -488,16 +481,19 @@ class Graph(Mutations):
     def constant_values(self) -> frozenset[str]:
         """Names of values computable without any graph input: initializers, Constant outputs,
         and outputs of deterministic nodes whose inputs are all constant (e.g. ConstantOfShape
-        fed by an initializer, the way the onnx wheel's light models make their weights)."""
+        fed by an initializer, the way the onnx wheel's light models make their weights) and
+        whose required inputs are all connected (a node a Delete cut off is not a constant)."""
 
         def build() -> frozenset[str]:
-            g = self.model.graph
+            g, opsets = self.model.graph, self.model.opset_imports
             consts = set(g.initializers.keys())
             for n in g:  # cheapest tests first: most nodes of a big graph read a non-constant
                 if n.op_type not in CONSTANT_SOURCE_OPS:
                     ins = [v for v in n.inputs if v is not None]
                     if not ins or not all(v.name in consts for v in ins):
                         continue
+                    if unconnected_required_inputs(n.op_type, n.domain, opsets, [v is not None for v in n.inputs]):
+                        continue  # cut off from its data: computes nothing, keeps its weights
                 if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
                     continue
                 if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in n.attributes.values()):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .meta import CONSTANT_SOURCE_OPS, NONDETERMINISTIC_OPS
+from .meta import CONSTANT_SOURCE_OPS, NONDETERMINISTIC_OPS, unconnected_required_inputs
 
 if TYPE_CHECKING:
     import onnx
@@ -146,10 +146,13 @@ def summarize_proto(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
 
     ops = Counter(n.op_type if not n.domain or n.domain == "ai.onnx" else f"{n.domain}.{n.op_type}" for n in nodes)
     consts = set(inits)
+    opsets = {d.domain: d.version for d in proto.opset_import}
     for n in nodes:
         if n.op_type not in CONSTANT_SOURCE_OPS:
             ins = [i for i in n.input if i]
             if not ins or not all(i in consts for i in ins):
+                continue
+            if unconnected_required_inputs(n.op_type, n.domain, opsets, [bool(i) for i in n.input]):
                 continue
         if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
             continue
@@ -177,7 +180,6 @@ def summarize_proto(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
         size = math.prod(shape)
         count += size
         nbytes += size * _itemsize(dtype)
-    opsets = {d.domain: d.version for d in proto.opset_import}
     return {
         "file": str(path) if path else None,
         "nodes": len(nodes),

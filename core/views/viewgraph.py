@@ -206,6 +206,15 @@ def _formal_name(formal: list[str], i: int) -> str:
     return f"in{i}"
 
 
+def _unconnected(graph, n, opset: int) -> list[str]:
+    """Schema names of the required inputs node `n` leaves unconnected (X, B)."""
+    from ..model.meta import unconnected_required_inputs
+
+    missing = unconnected_required_inputs(n.op_type, n.domain, graph.opset_imports, [v is not None for v in n.inputs])
+    formal = _formal_input_names(n.op_type, n.domain or "", opset)
+    return [_formal_name(formal, k) for k in missing]
+
+
 def _badge(formal: str, value) -> str:
     shape = value.shape
     if shape is not None and len(shape) == 0:
@@ -360,6 +369,12 @@ def from_graph(graph) -> ViewGraph:
             detail = _key_detail(Node(graph, n), out_shape)
         else:
             detail = out_shape if out_shape != "?" else ""
+        # cut off (a Delete upstream): the box says which input waits, so it can be reconnected
+        unconnected = _unconnected(graph, n, opset) if "" in input_names else ()
+        if unconnected:
+            detail = f"{', '.join(unconnected)} not connected"
+            more += (f"\nInput {' and '.join(unconnected)} {'is' if len(unconnected) == 1 else 'are'} not connected, so this computes "
+                     "nothing: drag from an output's lower edge onto this box to connect it.")
         nodes.append(
             ViewNode(
                 node_id,
@@ -370,7 +385,7 @@ def from_graph(graph) -> ViewGraph:
                 f"{n.name or op_type} ({op_type})\n→ {out_text}{more}",
                 [node_id],
                 {"kind": "node", "name": n.name or "", "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors,
-                 "subgraphs": bodies},
+                 "subgraphs": bodies, "unconnected": unconnected},
             )
         )
         for name in out_names:
