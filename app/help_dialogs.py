@@ -9,6 +9,8 @@ reads every version at run time (core.about).
 """
 from __future__ import annotations
 
+import weakref
+
 import html
 import logging
 import re
@@ -342,12 +344,16 @@ class AboutDialog(QDialog):
         return "\n".join(f"{k} {v}" for k, v in self.versions.items())
 
 
-def _show(window, attr: str, make) -> QDialog:
+# the dialogs each window has open, by kind (kept here, not as attributes of the window)
+_OPEN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _show(window, kind: str, make) -> QDialog:
     """One non-modal dialog of a kind per window, brought to the front when asked for again."""
-    dialog = getattr(window, attr, None)
+    dialogs = _OPEN.setdefault(window, {})
+    dialog = dialogs.get(kind)
     if dialog is None:
-        dialog = make(window)
-        setattr(window, attr, dialog)
+        dialog = dialogs[kind] = make(window)
     dialog.show()
     dialog.raise_()
     dialog.activateWindow()
@@ -355,16 +361,15 @@ def _show(window, attr: str, make) -> QDialog:
 
 
 def show_shortcuts(window) -> ShortcutsDialog:
-    old = getattr(window, "_shortcuts_dialog", None)
+    old = _OPEN.get(window, {}).pop("shortcuts", None)
     if old is not None:  # actions may have come and gone: read them again
         old.deleteLater()
-        window._shortcuts_dialog = None
-    return _show(window, "_shortcuts_dialog", ShortcutsDialog)
+    return _show(window, "shortcuts", ShortcutsDialog)
 
 
 def show_tour(window) -> TourDialog:
-    return _show(window, "_tour_dialog", TourDialog)
+    return _show(window, "tour", TourDialog)
 
 
 def show_about(window) -> AboutDialog:
-    return _show(window, "_about_dialog", AboutDialog)
+    return _show(window, "about", AboutDialog)

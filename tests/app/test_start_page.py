@@ -113,12 +113,12 @@ def test_about_names_the_versions(window):
     import onnxruntime
     import tvm
 
-    from app.help_dialogs import show_about
+    from app.help_dialogs import AboutDialog, show_about
 
     entry = next(a for a in window.help_menu.actions() if a.text() == "&About MLC Workbench")
     assert entry is window.help_menu.actions()[-1]
     entry.trigger()
-    dialog = window._about_dialog
+    dialog = next(w for w in window.findChildren(AboutDialog) if w.isVisible())
     text = dialog.label.text()
     for version in (tvm.__version__, onnx.__version__, onnxruntime.__version__, numpy.__version__, "0.1.0"):
         assert version in text
