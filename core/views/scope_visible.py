@@ -13,26 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .scope_summary import tree_index
 from .viewgraph import ViewEdge, ViewGraph, ViewNode
 
 __all__ = ["bundle_edges", "scoped_view_visible"]
 
 logger = logging.getLogger(__name__)
-
-
-def _tree_index(view: ViewGraph, tree) -> tuple[dict, dict, dict]:
-    """Per tree, made once: node positions, the edges at each node (by index), and a memo of
-    each closed group's (first position, ONNX ids of its members in view order). Stored under
-    one key in one assignment: the model's tree is read from worker threads too."""
-    index = tree.cache.get("visible")
-    if index is None:
-        position = {n.id: i for i, n in enumerate(view.nodes)}
-        incident: dict = {}
-        for k, e in enumerate(view.edges):
-            incident.setdefault(e.src, []).append(k)
-            incident.setdefault(e.dst, []).append(k)
-        index = tree.cache["visible"] = (position, incident, {})
-    return index
 
 
 def scoped_view_visible(view: ViewGraph, tree, expanded: set[str], box_node: Callable, box_id: Callable) -> ViewGraph | None:
@@ -52,7 +38,7 @@ def scoped_view_visible(view: ViewGraph, tree, expanded: set[str], box_node: Cal
         stack.extend(s.children)
     if len(shown) * 2 > len(view.nodes):
         return None
-    position, incident, origins = _tree_index(view, tree)
+    position, incident, origins = tree_index(view, tree)
     nodes_of = view.nodes
     items: list[tuple] = [(position[nid], None) for nid in shown]
     for path, s in boxes.items():

@@ -21,12 +21,12 @@ from __future__ import annotations
 import ast
 import logging
 import math
-from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..model.meta import NODE_ID
 from .scope_stacks import layer_index, mark_stacks
+from .scope_summary import ScopeFacts, scope_facts
 from .scope_visible import bundle_edges, scoped_view_visible
 from .viewgraph import ViewGraph, ViewNode
 
@@ -119,12 +119,28 @@ class Scope:
     children: list["Scope"] = field(default_factory=list)
     node_ids: list = field(default_factory=list)  # view node ids directly here, in view order
     size: int = 0  # view nodes under this scope, children included
-    ops: Counter = field(default_factory=Counter)
-    inputs: dict[str, str] = field(default_factory=dict)  # tensor entering -> "dims dtype"
-    outputs: dict[str, str] = field(default_factory=dict)  # tensor leaving -> "dims dtype"
-    params: int = 0  # elements of the constant tensors its nodes read
     first: int = 0  # position of its first node in the view, for ordering
-    crossing: list = field(default_factory=list, repr=False)  # indices of view edges with one end inside
+    tree: "ScopeTree | None" = field(default=None, repr=False)  # set on the root only
+    _facts: ScopeFacts | None = field(default=None, repr=False)
+
+    # What its box says, worked out on first use (core.views.scope_summary): the op histogram,
+    # tensor entering / leaving -> "dims dtype", elements of the constant tensors its nodes read,
+    # and the indices of the view edges with one end inside.
+    @property
+    def facts(self) -> ScopeFacts:
+        f = self._facts
+        if f is None:
+            root = self
+            while root.parent is not None:
+                root = root.parent
+            f = self._facts = scope_facts(self, root.tree)
+        return f
+
+    ops = property(lambda self: self.facts.ops)
+    inputs = property(lambda self: self.facts.inputs)
+    outputs = property(lambda self: self.facts.outputs)
+    params = property(lambda self: self.facts.params)
+    crossing = property(lambda self: self.facts.crossing)
 
     def walk(self) -> Iterator["Scope"]:
         """This scope and all below it, depth first, in view order."""
@@ -167,6 +183,7 @@ class ScopeTree:
     scope_of: dict[Hashable, Scope]  # view node id -> innermost scope holding it
     source: str  # 'names:/', 'names::', 'names:.', 'metadata', 'structure' or 'none'
     view: ViewGraph | None = field(default=None, repr=False, compare=False)  # the view it was made from
+    graph: object = field(default=None, repr=False, compare=False)  # the ONNX Graph (parameter counts), if given
     cache: dict = field(default_factory=dict, repr=False, compare=False)  # scoped_view's indexes of `view`
 
     @property
@@ -346,8 +363,9 @@ def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
     for s in list(root.walk()):
         if len(s.children) > FAN_OUT:
             _range_children(s, by_path)
-    _summarize(root, view, scope_of, graph)
-    tree = ScopeTree(root=root, by_path=by_path, scope_of=scope_of, source=source if root.children else "none", view=view)
+    _summarize(root, view, scope_of)
+    tree = ScopeTree(root=root, by_path=by_path, scope_of=scope_of, source=source if root.children else "none", view=view, graph=graph)
+    root.tree = tree
     logger.debug("scope tree from %s: %d groups", tree.source, len(by_path) - 1)
     return tree
 
@@ -403,82 +421,18 @@ def _range_children(s: Scope, by_path: dict) -> None:
     s.children = ranges
 
 
-def _summarize(root: Scope, view: ViewGraph, scope_of: dict, graph) -> None:
-    """Fill sizes, op histograms, params, and the tensors crossing each scope's border.
-
-    Counts are made per innermost scope and added up the tree once (not per node and ancestor),
-    and the scopes an edge leaves / enters are found per (source scope, destination scope) pair:
-    on a 10,000-node BERT that is ~1,000 pairs for ~20,000 edges."""
+def _summarize(root: Scope, view: ViewGraph, scope_of: dict) -> None:
+    """Put node lists in view order and fill sizes; the rest of what a box says comes on first
+    use (core.views.scope_summary)."""
     position = {n.id: i for i, n in enumerate(view.nodes)}
     order = list(root.walk())
     for s in order:
         s.node_ids.sort(key=position.__getitem__)
-    tensors: dict[int, set] = {id(s): set() for s in order}
-    first_seen: dict[int, dict[str, int]] = {id(s): {} for s in order}  # op -> first position, for tie order
-    for i, n in enumerate(view.nodes):
-        s = scope_of[n.id]
-        if s is root:
-            continue
-        s.size += 1
-        s.ops[n.label] += 1
-        first_seen[id(s)].setdefault(n.label, i)
-        badge_tensors = n.data.get("badge_tensors")
-        if badge_tensors:
-            tensors[id(s)].update(badge_tensors)
-    sizes: dict[str, int] = {}  # constant tensor -> elements (0 when unknown)
-    if graph is not None:
-        for t in set().union(*tensors.values()):
-            try:
-                sizes[t] = graph.value(t).size or 0
-            except KeyError:
-                sizes[t] = 0
-    size_of = sizes.__getitem__
+        s.size = len(s.node_ids) if s is not root else 0
     for s in reversed(order):  # children before parents
-        if s is root:
-            continue
-        own = tensors[id(s)]
-        s.params = sum(map(size_of, own)) if sizes else 0
-        seen = first_seen[id(s)]
-        if s.children:  # histogram in the order ops first appear (most_common keeps it for ties)
-            s.ops = Counter({op: s.ops[op] for op in sorted(seen, key=seen.__getitem__)})
         p = s.parent
         if p is not None and p is not root:
             p.size += s.size
-            p.ops.update(s.ops)
-            tensors[id(p)] |= own
-            up = first_seen[id(p)]
-            for op, i in seen.items():
-                if i < up.get(op, i + 1):
-                    up[op] = i
-    chains: dict[int, list] = {}
-
-    def chain(s: Scope) -> list:
-        c = chains.get(id(s))
-        if c is None:
-            c = chains[id(s)] = [] if s is root else [s, *s.ancestors()]
-        return c
-
-    crossings: dict[tuple[int, int], tuple[list, list]] = {}
-    for k, e in enumerate(view.edges):
-        src, dst = scope_of.get(e.src, root), scope_of.get(e.dst, root)
-        if src is dst:
-            continue
-        key = (id(src), id(dst))
-        cross = crossings.get(key)
-        if cross is None:
-            a, b = chain(src), chain(dst)
-            i, j = len(a), len(b)
-            while i and j and a[i - 1] is b[j - 1]:  # drop the scopes holding both ends
-                i -= 1
-                j -= 1
-            cross = crossings[key] = (a[:i], b[:j])
-        tensor = e.label or str(e.src)
-        for a in cross[1]:
-            a.inputs.setdefault(tensor, e.detail)
-            a.crossing.append(k)
-        for a in cross[0]:
-            a.outputs.setdefault(tensor, e.detail)
-            a.crossing.append(k)
 
 
 # ---- the view with collapsed groups -------------------------------------------------------------
