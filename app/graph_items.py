@@ -22,8 +22,8 @@ from app.box_sizes import BADGE_MAX_WIDTH, BADGE_SEP, BODY_MARK, PAD_X, PAD_Y, S
 from app.style import HIGHLIGHT_COLORS, category_colors, node_fonts
 
 # node_size (app.box_sizes) stays importable from here, where the items it sizes live
-__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "item_fonts", "node_size", "outline_pen", "text_colors", "BADGE_MAX_WIDTH",
-           "GHOST_COLORS"]
+__all__ = ["NodeItem", "EdgeItem", "GroupItem", "ChipItem", "item_fonts", "node_size", "outline_pen", "text_colors", "title_zoom",
+           "BADGE_MAX_WIDTH", "GHOST_COLORS"]
 
 TEXT_LOD = 0.6  # below this scale, boxes are drawn without their detail and badges
 LABEL_LOD = 0.1  # from this scale up to TEXT_LOD, the title alone, enlarged to READABLE_PX
@@ -41,6 +41,18 @@ def item_fonts():
         _FONTS = node_fonts()
         _METRICS = [QFontMetricsF(f) for f in _FONTS]
     return _FONTS, _METRICS
+
+
+def title_zoom(label: str, width: float) -> float:
+    """The smallest zoom at which a box `width` wide shows `label` whole (not elided) when zoomed
+    out, at least MIN_READABLE_PX tall (see NodeItem._paint_title): what Fit stops at."""
+    _, metrics = item_fonts()
+    fm = metrics[0]
+    advance = fm.horizontalAdvance(label)
+    if advance <= 0:
+        return 0.0
+    k_fit = (width - STRIPE - 8) / advance  # the most the title can be enlarged and still fit
+    return MIN_READABLE_PX / (fm.height() * max(k_fit, 1e-3)) * 1.01
 
 
 _CHIP_FONT = None

@@ -6,6 +6,8 @@ draws more lines and looks like a stack of boxes, so it reads as "many nodes in 
 """
 from __future__ import annotations
 
+import math
+
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QPainter, QPen
 from PySide6.QtGui import QPainterPath
@@ -14,7 +16,7 @@ from PySide6.QtWidgets import QGraphicsItem, QStyle, QStyleOptionGraphicsItem
 from .box_sizes import SCOPE_PAD_X as PAD_X
 from .box_sizes import SCOPE_PAD_Y as PAD_Y
 from .box_sizes import SCOPE_STACK as STACK  # offset of the cards drawn behind the box
-from .graph_items import LABEL_LOD, TEXT_LOD, NodeItem, item_fonts, outline_pen
+from .graph_items import LABEL_LOD, READABLE_PX, TEXT_LOD, NodeItem, item_fonts, outline_pen
 from .style import HIGHLIGHT_COLORS, category_colors
 
 __all__ = ["ScopeBoxItem", "ScopeFrame"]
@@ -97,6 +99,8 @@ class ScopeFrame(QGraphicsItem):
     the title to collapse it again. Only the title takes clicks (the rest drags the view)."""
 
     TITLE_H = 16.0
+    TITLE_GROWTH = 16.0  # zoomed out, the title may grow this much past its strip (half above, half below)
+    MIN_TITLE_PX = 5.0  # a title smaller than this on screen is not drawn
 
     def __init__(self, path: str, rect: QRectF, depth: int, on_collapse):
         super().__init__()
@@ -108,9 +112,11 @@ class ScopeFrame(QGraphicsItem):
         self.setZValue(-2 + 0.01 * depth)
         self.setToolTip(f"{path}: double-click the title (or select a node inside and press -) to collapse")
         self._shade = QColor(86, 102, 122, 14 + 6 * min(depth, 4))
+        self._shown: tuple[float, str] | None = None  # (enlargement, elided title) last drawn
 
     def boundingRect(self) -> QRectF:
-        return self.rect.adjusted(-1, -1, 1, 1)
+        g = self.TITLE_GROWTH / 2
+        return self.rect.adjusted(-1, -1 - g, 1, 1)
 
     def _title(self) -> QRectF:
         return QRectF(self.rect.x(), self.rect.y(), self.rect.width(), self.TITLE_H)
@@ -120,18 +126,51 @@ class ScopeFrame(QGraphicsItem):
         p.addRect(self._title())
         return p
 
+    def title_scale(self, lod: float) -> float:
+        """How much the title is enlarged at zoom `lod`: enough to stay READABLE_PX tall on
+        screen, as far as the strip and TITLE_GROWTH allow (nested frames' titles stay apart)."""
+        _, metrics = item_fonts()
+        fh = metrics[2].height()
+        # in steps of 0.1 (the elided text is remade only when the step changes), rounded up
+        need = math.ceil(READABLE_PX / (fh * max(lod, 1e-6)) * 10) / 10
+        return max(1.0, min(need, math.floor((self.TITLE_H + self.TITLE_GROWTH) / fh * 10) / 10))
+
+    def title_text(self, lod: float) -> str:
+        """The title as drawn at zoom `lod`: the path, its start elided when the enlarged text
+        outgrows the frame (the innermost names are the ones that tell frames apart)."""
+        k = self.title_scale(lod)
+        if self._shown is None or self._shown[0] != k:
+            _, metrics = item_fonts()
+            fm = metrics[2]
+            room = (self.rect.width() - 12) / k - fm.horizontalAdvance("− ")
+            text = self.path if fm.horizontalAdvance(self.path) <= room else fm.elidedText(self.path, Qt.ElideLeft, room)
+            self._shown = (k, "− " + text if text else "")
+        return self._shown[1]
+
     def paint(self, painter: QPainter, option: QStyleOptionGraphicsItem, widget=None) -> None:
         painter.fillRect(self.rect, self._shade)
         painter.setPen(QPen(QColor("#8795a6"), 1.0, Qt.DashLine))
         painter.setBrush(Qt.NoBrush)
         painter.drawRect(self.rect)
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
-        if lod < 0.35:
-            return
         fonts, metrics = item_fonts()
+        fm = metrics[2]
+        k = self.title_scale(lod)
+        if fm.height() * k * lod < self.MIN_TITLE_PX:
+            return
+        text = self.title_text(lod)
+        if not text:
+            return
+        title = self._title()
+        painter.save()
+        painter.translate(title.x() + 6, title.center().y() - fm.height() * k / 2)
+        painter.scale(k, k)
         painter.setFont(fonts[2])
+        if k > 1.0:  # enlarged past its strip: on a card, so edges and nested frames do not garble it
+            painter.fillRect(QRectF(-3, 0, fm.horizontalAdvance(text) + 6, fm.height()), QColor(246, 247, 249, 215))
         painter.setPen(QColor("#45525f"))
-        painter.drawText(self._title().adjusted(6, 0, -6, 0), Qt.AlignLeft | Qt.AlignVCenter, "− " + self.path)
+        painter.drawText(QPointF(0, fm.ascent()), text)
+        painter.restore()
 
     def mousePressEvent(self, event) -> None:
         event.accept()

@@ -136,6 +136,9 @@ class SceneBuilder:
             self.select(self.document.selection)
             if self.document.selected_tensor:
                 self._on_tensor_selected(self.document.selected_tensor)
+        self.minimap.rebuild()  # before fitting: Fit places the map where it covers no box
+        self.keep_view()
+        self.setAlignment(Qt.AlignCenter)  # (Fit may align a graph to one side, beside the minimap)
         if keep is not None:
             self.setTransform(transform)
             anchor_id, offset = keep
@@ -148,7 +151,6 @@ class SceneBuilder:
             self._initial_view()
         self._apply_overlay()
         self._ensure_visible_items()
-        self.minimap.rebuild()
         self.find_bar.refresh()
         self._zoomed()
         self.last_timings["items"] = time.perf_counter() - t0
@@ -293,6 +295,7 @@ class SceneBuilder:
         if self.zoom() > 1.0:
             self._set_scale(1.0)
             self.centerOn(self.scene().sceneRect().center())
+        self._refit = self._initial_view
 
     def _clear(self) -> None:
         self._abandon_layout()

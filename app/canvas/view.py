@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterable
 
-from PySide6.QtCore import QPointF, Qt, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QFrame, QGraphicsView, QLabel, QWidget
 
@@ -17,11 +17,11 @@ from core.views.viewgraph import ViewGraph, from_graph
 
 from app.canvas.decorations import Decorations
 from app.canvas.find_bar import FindBar
-from app.canvas.minimap import Minimap
+from app.canvas.minimap import CORNERS, Minimap
 from app.canvas.overview import DisplayExtras, ItemLayer, prepare_display
 from app.canvas.scene import SceneBuilder
 from app.document import Document
-from app.graph_items import EdgeItem, NodeItem
+from app.graph_items import TEXT_LOD, EdgeItem, NodeItem, title_zoom
 from app.style import CATEGORY_COLORS, HIGHLIGHT_COLORS, TextMeasure
 from app.workers import Job
 
@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 MIN_SCALE = 0.002
 MAX_SCALE = 4.0
 EMPTY_MESSAGE = "No model open.\nFile ▸ Open (Ctrl+O), Open Recent, or drop an .onnx file here."
-FIT_MIN_SCALE = 0.3  # Fit goes no smaller: box titles stay readable down to here (app.graph_items LOD)
+FIT_MIN_SCALE = 0.3  # Fit goes no smaller (more when titles need it: GraphCanvas.readable_zoom)
 
 
 class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
@@ -69,6 +69,11 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self.model_view = from_graph  # graph -> what model mode draws (app.scopes: groups collapsed)
         self.scopes = None  # app.scopes.ScopeController, when installed
         self.empty_message = EMPTY_MESSAGE  # drawn on an empty canvas (set_empty_message)
+        self._readable: tuple | None = None  # ((id(view), id(layout)), readable_zoom)
+        self._minimap_bound: tuple[int, int] | None = None  # the minimap's size limit it was built for
+        self._refit = None  # fit / fit_all / _initial_view: what a resize redoes until the user moves the view
+        self._refitting = False
+        self._refit_sizes: set = set()  # viewport sizes refitted at since the last move (no ping-pong with scroll bars)
 
         self.setScene(self._new_scene())
         self.setRenderHint(QPainter.Antialiasing, False)
@@ -97,6 +102,8 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         )
         self.key.hide()
         self.horizontalScrollBar().valueChanged.connect(self.minimap.update)
+        self.horizontalScrollBar().actionTriggered.connect(self.keep_view)  # user actions only
+        self.verticalScrollBar().actionTriggered.connect(self.keep_view)
         self.verticalScrollBar().valueChanged.connect(self.minimap.update)
 
         document.graphReplaced.connect(self._on_graph_replaced)
@@ -168,6 +175,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         box = self.layout_result.boxes.get(node_id) if self.layout_result is not None else None
         if box is None:
             return
+        self.keep_view()
         if self.zoom() < 0.6:
             self._set_scale(1.0)
         self.centerOn(QPointF(box.x, box.y))
@@ -176,45 +184,130 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         return self.transform().m11()
 
     def zoom_by(self, factor: float) -> None:
+        self.keep_view()
         self._set_scale(self.zoom() * factor)
 
     def set_zoom(self, scale: float) -> None:
         """Show the graph at `scale` (1.0 = 100 %, clamped to MIN_SCALE..MAX_SCALE), as another view's."""
+        self.keep_view()
         self._set_scale(scale)
 
+    def keep_view(self, *_args) -> None:
+        """The user moved the view (scroll, zoom, drag, the minimap): a resize keeps it as it is
+        instead of fitting the graph again, as it does after Fit and on opening (the docks
+        settling after a model opens used to push the start of a fitted graph off the canvas)."""
+        self._refit = None
+        self._refit_sizes = set()
+
     def zoom_100(self) -> None:
+        self.keep_view()
         center = self.mapToScene(self.viewport().rect().center())
         self._set_scale(1.0)
         self.centerOn(center)
 
+    def readable_zoom(self) -> float:
+        """The zoom from which every box's title reads whole (FIT_MIN_SCALE..TEXT_LOD): where Fit
+        stops. Zoomed out, a box shows its title enlarged to stay readable, elided to the box
+        (app.graph_items.title_zoom); a long op name in a narrow box needs a larger zoom."""
+        if self.view is None or self.layout_result is None:
+            return FIT_MIN_SCALE
+        key = (id(self.view), id(self.layout_result))
+        if self._readable is None or self._readable[0] != key:
+            boxes = self.layout_result.boxes
+            need: dict[tuple[str, float], float] = {}  # memoised: big graphs repeat a few labels
+            for n in self.view.nodes:
+                b = boxes.get(n.id)
+                if b is not None and (n.label, b.w) not in need:
+                    need[(n.label, b.w)] = title_zoom(n.label, b.w)
+            zoom = min(TEXT_LOD, max([FIT_MIN_SCALE, *need.values()]))
+            self._readable = (key, zoom)
+        return self._readable[1]
+
     def fit(self) -> None:
-        """Fit the graph to the canvas, but never below FIT_MIN_SCALE, where box titles stop being
-        readable: a graph too big for that is shown at the largest scale (up to 100 %) that fits
-        its breadth, from where it starts (its top, or its left end when laid out left to right);
-        the minimap shows the rest. `fit_all` shows everything whatever the scale."""
+        """Fit the graph to the canvas, but never below `readable_zoom()`, where box titles start
+        to be cut: a graph too big for that is shown from where it starts (its top, or its left
+        end when laid out left to right), zoomed in past the readable zoom by as much as it is
+        too long (twice too long: twice the readable zoom), up to 100 % and as far as its
+        breadth fits; the minimap goes in a corner where it covers no box (the breadth narrowed
+        to make room when no corner is free). `fit_all` shows everything whatever the scale."""
         rect = self.scene().sceneRect()
         vp = self.viewport().rect()
         if rect.isEmpty() or vp.isEmpty():
             return
-        if self.fit_scale() >= FIT_MIN_SCALE:
+        readable = self.readable_zoom()
+        self.setAlignment(Qt.AlignCenter)
+        if self.fit_scale() >= readable:
             self.fit_all()
+            self._refit = self.fit
             return
         lr = self.direction == "LR"
         across = vp.height() / rect.height() if lr else vp.width() / rect.width()
-        self._set_scale(min(1.0, max(FIT_MIN_SCALE, across)))
+        # past the readable zoom by as much as the graph is too long for it (one just too long
+        # stays nearly whole), up to 100 % and the canvas's breadth
+        scale = max(readable, min(1.0, across, readable * readable / self.fit_scale()))
+        self._fit_start(scale, across >= scale)
+        if self.minimap.wanted() and self._place_minimap() > 0:
+            # every corner covers a box: leave a strip beside the graph's breadth for the map
+            mm = self.minimap
+            room = (vp.height() - mm.height() - 2 * mm.MARGIN) / rect.height() if lr else (vp.width() - mm.width() - 2 * mm.MARGIN) / rect.width()
+            if room >= readable:
+                # the graph's breadth now leaves a strip free: put the graph against the other side
+                self.setAlignment(Qt.AlignTop | Qt.AlignHCenter if lr else Qt.AlignLeft | Qt.AlignVCenter)
+                self._fit_start(min(scale, room), True)
+                self._place_minimap()
+        self._zoomed()
+        self._refit = self.fit
+
+    def _fit_start(self, scale: float, whole_breadth: bool) -> None:
+        """Show the graph at `scale` from where it starts, across its breadth centred (or from
+        its edge when it does not fit)."""
+        rect = self.scene().sceneRect()
+        vp = self.viewport().rect()
+        self._set_scale(scale)
         s = self.zoom()
         boxes = self.layout_result.boxes if self.layout_result is not None else {}
         if not boxes:
             self.centerOn(rect.center())
-        elif lr:
+        elif self.direction == "LR":
             first = min(boxes.values(), key=lambda b: (b.x, b.y))
-            y = rect.center().y() if across >= FIT_MIN_SCALE else first.y
+            y = rect.center().y() if whole_breadth else first.y
             self.centerOn(QPointF(first.x - first.w / 2 - 20 + vp.width() / (2 * s), y))
         else:
             first = min(boxes.values(), key=lambda b: (b.y, b.x))
-            x = rect.center().x() if across >= FIT_MIN_SCALE else first.x
+            x = rect.center().x() if whole_breadth else first.x
             self.centerOn(QPointF(x, first.y - first.h / 2 - 20 + vp.height() / (2 * s)))
-        self._zoomed()
+
+    def boxes_on_screen(self) -> list[QRectF]:
+        """The boxes in view, in the canvas's (widget) coordinates: what the minimap must not cover."""
+        if self.layout_result is None:
+            return []
+        visible = self.mapToScene(self.viewport().rect()).boundingRect()
+        s = self.zoom()
+        off = self.viewport().geometry().topLeft()
+        out = []
+        for b in self.layout_result.boxes.values():
+            r = QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h)
+            if r.intersects(visible):
+                out.append(QRectF((r.x() - visible.x()) * s + off.x(), (r.y() - visible.y()) * s + off.y(), r.width() * s, r.height() * s))
+        return out
+
+    def _place_minimap(self) -> float:
+        """Put the minimap in the corner where it covers the least of the boxes in view (none,
+        usually; the first corner of CORNERS that is free, avoiding the find bar, legend and
+        key); returns the area of boxes it still covers."""
+        mm = self.minimap
+        boxes = self.boxes_on_screen()
+        taken = [w.geometry() for w in (self.find_bar, self.legend, self.key) if w.isVisible()]
+        best = None
+        for rank, corner in enumerate(CORNERS):
+            r = QRectF(mm.rect_at(corner)).adjusted(-4, -4, 4, 4)
+            covered = sum((r & b).width() * (r & b).height() for b in boxes if r.intersects(b))
+            cost = (covered, any(r.intersects(QRectF(t)) for t in taken), rank)
+            if best is None or cost < best[0]:
+                best = (cost, corner)
+        mm.corner = best[1]
+        mm.place()
+        return best[0][0]
 
     def fit_all(self) -> None:
         """The whole graph in view, however small (at most 150 %)."""
@@ -226,6 +319,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
             self._set_scale(1.5)
             self.centerOn(rect.center())
         self._zoomed()
+        self._refit = self.fit_all
 
     def set_direction(self, direction: str) -> None:
         """Lay graphs out top to bottom ("TB") or left to right ("LR"); the shown graph is laid out again."""
@@ -304,6 +398,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
                 self._syncing = False
 
     def mousePressEvent(self, event) -> None:
+        self.keep_view()  # a click may start dragging the view
         if event.button() == Qt.LeftButton:
             item = self.itemAt(event.position().toPoint())
             if isinstance(item, EdgeItem):
@@ -344,6 +439,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         super().mouseDoubleClickEvent(event)
 
     def keyPressEvent(self, event) -> None:
+        self.keep_view()
         if event.key() in (Qt.Key_Return, Qt.Key_Enter):
             ids = self.selected_ids()
             if ids:
@@ -355,6 +451,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         super().keyPressEvent(event)
 
     def wheelEvent(self, event) -> None:
+        self.keep_view()
         delta = event.angleDelta().y() or event.pixelDelta().y()
         if delta == 0:
             return
@@ -383,8 +480,9 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
 
     def _place_key(self) -> None:
         vp = self.viewport().geometry()
-        # one line when it fits beside the minimap, else wrapped to the room there is
-        room = vp.width() - 20  # the minimap has a strip of its own beside the viewport
+        # one line when it fits beside the minimap (a bottom corner's), else wrapped to the room there is
+        mm = self.minimap
+        room = vp.width() - 20 - (mm.width() + mm.MARGIN if mm.isVisible() and mm.corner.startswith("bottom") else 0)
         self.key.setWordWrap(False)
         self.key.adjustSize()
         if self.key.width() > room > 80:
@@ -394,8 +492,19 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self._place_key()
+        if self.minimap.image is not None and self.minimap.bound() != self._minimap_bound:
+            self._minimap_bound = self.minimap.bound()
+            self.minimap.rebuild()  # its size follows the viewport's (at most MAX_SHARE of it)
         self.minimap.place()
+        self._place_key()
+        size = self.viewport().size().toTuple()
+        if self._refit is not None and not self._refitting and self.view is not None and size not in self._refit_sizes:
+            self._refit_sizes.add(size)
+            self._refitting = True  # a fit that brings scroll bars resizes the viewport again
+            try:
+                self._refit()
+            finally:
+                self._refitting = False
         self.find_bar.place()
 
     def showEvent(self, event) -> None:

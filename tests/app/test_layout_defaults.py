@@ -26,17 +26,3 @@ def test_default_dock_sizes_leave_the_canvas_most_of_the_window(window, qtbot):
     assert canvas.width() > 0.55 * window.width()
     left = [d for d in window.findChildren(QDockWidget) if d.windowTitle() == "Rewrites"]
     assert left and left[0].width() < 0.25 * window.width()
-
-
-def test_minimap_has_a_strip_of_its_own_beside_the_graph(window, qtbot):
-    from tests.conftest import sample
-
-    assert window.open_model(str(sample("small_cnn")), wait=True)
-    canvas = window.canvas
-    canvas.zoom_100()
-    qtbot.waitUntil(lambda: canvas.minimap.isVisible(), timeout=5000)  # 100 % of a tall graph does not fit
-    assert not canvas.minimap.geometry().intersects(canvas.viewport().geometry())
-    assert canvas.viewportMargins().right() > canvas.minimap.width()
-    canvas.fit()
-    qtbot.waitUntil(lambda: not canvas.minimap.isVisible(), timeout=5000)
-    assert canvas.viewportMargins().right() == 0
