@@ -157,6 +157,8 @@ class MainWindow(QMainWindow):
             if self.dockWidgetArea(dock) == Qt.NoDockWidgetArea:
                 self.add_panel(dock, _AREAS.get(getattr(module, "AREA", "right"), Qt.RightDockWidgetArea))
             self.panels[name] = dock
+        if "compile" in self.panels:  # the bottom tab a first start shows: Compile & Run, not the last one added
+            self.panels["compile"].raise_()
         if self.panel_errors:
             self.statusBar().showMessage("Some panels failed to load: " + ", ".join(self.panel_errors), 8000)
 
