@@ -59,8 +59,8 @@ def scene_part(canvas, selection_only: bool = False, title: str = "") -> ExportP
             rect = rect.united(item.sceneBoundingRect())
     else:
         rect = _whole_rect(canvas)
-    _make_items(canvas, rect)
-    return ExportPart(scene, rect, title, getattr(canvas, "_layer", None) if canvas.overview is not None else None)
+    canvas.make_items_in(rect)  # a huge graph draws only where the user looked: the rest too, so the export is not blank
+    return ExportPart(scene, rect, title, canvas.item_layer if canvas.overview is not None else None)
 
 
 def _whole_rect(canvas) -> QRectF:
@@ -73,27 +73,6 @@ def _whole_rect(canvas) -> QRectF:
         ys1 = max(b.y + b.h / 2 for b in layout.boxes.values())
         rect = rect.united(QRectF(xs0, ys0, xs1 - xs0, ys1 - ys0))
     return rect
-
-
-def _make_items(canvas, rect: QRectF) -> None:
-    """A huge graph (app.canvas.overview) has items only for the cells the viewport reached:
-    make those of `rect` too, so the export draws nodes, not a blank."""
-    extras = canvas.overview
-    if extras is None or canvas.view is None:
-        return
-    # GraphCanvas has no public "make the items of this region" yet: its private makers are used here alone
-    make_node, make_edge = getattr(canvas, "_make_node", None), getattr(canvas, "_make_edge", None)
-    if make_node is None or make_edge is None:
-        return
-    ids = [n.id for n in canvas.view.nodes]
-    cell = extras.cell
-    for cx in range(int(rect.left() // cell), int(rect.right() // cell) + 1):
-        for cy in range(int(rect.top() // cell), int(rect.bottom() // cell) + 1):
-            nodes, edges = extras.grid.get((cx, cy), ((), ()))
-            for i in nodes:
-                make_node(ids[i])
-            for k in edges:
-                make_edge(k)
 
 
 def image_size(parts: list[ExportPart], scale: float = EXPORT_SCALE) -> tuple[int, int, float]:

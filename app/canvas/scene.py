@@ -193,6 +193,27 @@ class SceneBuilder:
         self.edge_items.append(item)
         return item
 
+    @property
+    def item_layer(self):
+        """The layer of node and edge items a huge graph's overview image stands in for (None when drawn in full)."""
+        return self._layer
+
+    def make_items_in(self, rect) -> None:
+        """A huge graph (app.canvas.overview) has items only for the grid cells the viewport reached:
+        make those of `rect` (scene coordinates) too, e.g. for an image export of the whole graph."""
+        extras = self.overview
+        if extras is None or self.view is None:
+            return
+        ids = [n.id for n in self.view.nodes]
+        cell = extras.cell
+        for cx in range(int(rect.left() // cell), int(rect.right() // cell) + 1):
+            for cy in range(int(rect.top() // cell), int(rect.bottom() // cell) + 1):
+                nodes, edges = extras.grid.get((cx, cy), ((), ()))
+                for i in nodes:
+                    self._make_node(ids[i])
+                for k in edges:
+                    self._make_edge(k)
+
     def _ensure_visible_items(self) -> None:
         """Lazy scenes: create the items of the grid cells around the visible area."""
         extras = self._lazy
