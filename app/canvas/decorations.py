@@ -2,6 +2,9 @@
 
 Highlights (outlines per role, which stack: "rewrite-match", "lineage", "search", "tensor"), the
 heat overlay ({id: value} with a legend) and the rewrite preview's ghosts (removed / added).
+The overlay's legend floats in the canvas's corner that covers the fewest nodes (and none of the
+canvas's other insets: the minimap, the colour key, the find bar), placed again as the view scrolls
+or zooms: at the top left it once covered a graph's input node.
 Zoomed out (below TEXT_LOD), ghosts and the highlight roles in `ring_roles` also get a ring drawn
 over the scene with a cosmetic pen and a minimum on-screen size (`paint_marks`): there a box is a
 few pixels tall and its own dashed outline a fraction of one.
@@ -13,7 +16,7 @@ import logging
 from collections.abc import Hashable, Iterable, Mapping
 from types import MappingProxyType
 
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QPainter, QPen
 
 from app.graph_items import GHOST_COLORS, TEXT_LOD, ChipItem, EdgeItem, GroupItem, NodeItem
@@ -53,6 +56,12 @@ class Decorations:
         self._group_items: list = []
         self._overlay_unit = ""
         self.ring_roles: set[str] = set()  # highlight roles ringed like ghosts (the Compare window's "changed")
+        self._legend_timer = QTimer(self, singleShot=True, interval=0)  # one placement per burst of scrolling
+        self._legend_timer.timeout.connect(self._place_legend)
+        for bar in (self.horizontalScrollBar(), self.verticalScrollBar()):
+            bar.valueChanged.connect(self._legend_moved)
+            bar.rangeChanged.connect(self._legend_moved)
+        self.zoomChanged.connect(self._legend_moved)
 
     def set_highlight(self, role: str, ids: Iterable[Hashable], color: str | QColor = "#00a3d9") -> None:
         self._highlights[role] = (set(ids), QColor(color))
@@ -203,13 +212,50 @@ class Decorations:
             hi, unit = self._overlay_max, self._overlay_unit
             lo_c, hi_c = heat_color(0.0).name(), heat_color(1.0).name()
             self.legend.setText(
-                f"{legend}&nbsp;&nbsp;<span style='color:{lo_c}'>■</span>&nbsp;0 → "
+                f"{legend}<br><span style='color:{lo_c}'>■</span>&nbsp;0 → "  # two short lines: room beside a graph
                 f"<span style='color:{hi_c}'>■</span>&nbsp;{_fmt(hi, unit)}")
             self.legend.adjustSize()
-            self.legend.move(10, 10)
             self.legend.show()
+            self._place_legend()
         else:
             self.legend.hide()
+
+    def _legend_moved(self, *_args) -> None:
+        if self.legend.isVisible():
+            self._legend_timer.start()
+
+    def legend_corners(self) -> list[QRect]:
+        """Where the legend may go, in the canvas's coordinates: top left, top right, bottom
+        right, bottom left (preferred in that order when they cover equally little)."""
+        vp = self.viewport().geometry()
+        w, h, m = self.legend.width(), self.legend.height(), 10
+        left, right = vp.left() + m, vp.left() + vp.width() - w - m
+        top, bottom = vp.top() + m, vp.top() + vp.height() - h - m
+        return [QRect(QPoint(x, y), self.legend.size()) for x, y in ((left, top), (right, top), (right, bottom), (left, bottom))]
+
+    def _place_legend(self) -> None:
+        """Move the legend to the corner that covers the least node area on screen; another inset
+        of the canvas (minimap, colour key, find bar) counts as covered whole."""
+        if not self.legend.isVisible():
+            return
+        vp = self.viewport().geometry()
+        shown = self.mapToScene(self.viewport().rect()).boundingRect()
+        boxes = self.layout_result.boxes.values() if self.layout_result is not None else ()
+        on_screen = []
+        for b in boxes:
+            r = QRectF(b.x - b.w / 2, b.y - b.h / 2, b.w, b.h)
+            if r.intersects(shown):
+                on_screen.append(self.mapFromScene(r).boundingRect().translated(vp.topLeft()))
+        insets = [w.geometry() for w in (getattr(self, name, None) for name in ("minimap", "key", "find_bar"))
+                  if w is not None and w is not self.legend and w.isVisible()]
+
+        def covered(rect: QRect) -> float:
+            area = sum(rect.intersected(r).width() * rect.intersected(r).height() for r in on_screen if rect.intersects(r))
+            return area + sum(rect.width() * rect.height() * 10 for r in insets if rect.intersects(r))
+
+        corners = self.legend_corners()
+        best = min(range(len(corners)), key=lambda i: (covered(corners[i]), i))
+        self.legend.move(corners[best].topLeft())
 
     def _make_groups(self) -> None:
         """Outlines and chips of the overlay (remade whole: a few hundred items at most)."""

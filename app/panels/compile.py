@@ -89,7 +89,7 @@ __all__ = ["create_panel", "CompilePanel", "AREA"]
 logger = logging.getLogger(__name__)
 
 AREA = "bottom"
-_HEAT_LEGEND = "kernel time (outlined: one fused kernel)"
+_HEAT_LEGEND = "kernel time<br>(outlined: one fused kernel)"
 
 
 def _as_compile(event: Progress) -> Progress:
@@ -168,6 +168,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.dims.setFixedWidth(QFontMetrics(self.dims.font()).horizontalAdvance("batch=16, seq=128") + 16)
         self.dims_label.setMinimumHeight(self.dims.sizeHint().height())  # its text level with the field's
         self.dims_used: dict[str, int] = {}  # the values the last compile was checked and measured with
+        self._dims_refusal: tuple[str, str] | None = None  # (status text, style) a bad dims value replaced
         self.accept_btn.setVisible(False)
         self.suggested_atol: float | None = None
         self._show_check()
@@ -175,6 +176,12 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
         self.progress.setFormat("")
+        # shown from a job's start to the next model: an idle, empty bar reads as a text field; its
+        # room is kept while hidden, so the row does not jump when it appears
+        keep = self.progress.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(keep)
+        self.progress.hide()
         self.status = _StatusLabel("Compile the open model to see its latency, memory and where the time goes.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -251,6 +258,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         doc = window.document
         doc.graphChanged.connect(self._mark_stale)
         doc.graphChanged.connect(self._show_dims)
+        self.dims.textChanged.connect(self._dims_edited)
         doc.graphReplaced.connect(self._reset)
         self._show_dims()
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
@@ -326,6 +334,20 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         for w in (self.dims_label, self.dims):
             w.setVisible(bool(names))
 
+    def _dims_edited(self, _text: str = "") -> None:
+        """A refused dims value, once the field reads right again: the refusal goes and the line it
+        replaced comes back (a red sentence about a value no longer there misleads)."""
+        if self._dims_refusal is None:
+            return
+        try:
+            self.dim_values()
+        except WorkbenchError:
+            return
+        text, style = self._dims_refusal
+        self._dims_refusal = None
+        self.status.setStyleSheet(style)
+        self.status.setText(text)
+
     def _dim_names(self) -> list[str]:
         return list(self.dims.property("dim_names") or [])
 
@@ -370,10 +392,13 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         try:
             dims = self.dim_values()
         except WorkbenchError as exc:
+            if self._dims_refusal is None:
+                self._dims_refusal = (self.status.text(), self.status.styleSheet())
             self.status.setStyleSheet("color: #d62728;")
             self.status.setText(str(exc))
             self.dims.setFocus()
             return
+        self._dims_refusal = None
         self._clear_offer()
         self.dims_used = dims
         self._tuning_job = bool(tuning)
@@ -470,7 +495,10 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.dims.setEnabled(not on)  # the values a running compile uses were read when it started
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
+            self._dims_refusal = None  # the status line is the job's now
             self.progress.setValue(0)
+            self.progress.setFormat("")
+            self.progress.show()
         else:
             self._event = None
             self.cancel_btn.setToolTip("")
@@ -687,6 +715,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.stale = False
         self.set_check(CheckChoice())  # the check belongs to the model: another one starts from the defaults
         self.dims.setProperty("dim_names", None)  # so do its dims' values
+        self._dims_refusal = None
         self.dims.clear()
         self.dims_used = {}
         self._show_dims()
@@ -696,6 +725,11 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.export_btn.setEnabled(False)
         self.status.setStyleSheet("")
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
+        # the bar's "done" / "exported" / "failed" was the old model's
+        self.progress.setValue(0)
+        self.progress.setFormat("")
+        self.progress.setToolTip("")
+        self.progress.hide()
         self.window.canvas.set_overlay(None)
         self._update_compile_button()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor, QKeySequence, QShortcut
+from PySide6.QtGui import QBrush, QColor, QKeySequence, QPainter, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -58,6 +59,35 @@ logger = logging.getLogger(__name__)
 AREA = "bottom"
 LINEAGE_COLOR = "#c026d3"
 LEVEL_COLORS = {Level.GRAPH: "#3f73b0", Level.TENSOR_PROGRAM: "#4e9a45", Level.TARGET_CODE: "#b8621c"}
+
+
+class _Line(QLabel):
+    """One line of plain text, elided at the label's width and whole in its tooltip: a long status
+    or error never asks the dock for more height or width (the canvas would shrink)."""
+
+    def __init__(self, text: str = ""):
+        super().__init__()
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.setMinimumWidth(20)
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self.setToolTip(text)
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        shown = self.fontMetrics().elidedText(self.text(), Qt.ElideRight, rect.width())
+        self.style().drawItemText(painter, rect, int(Qt.AlignLeft | Qt.AlignVCenter), self.palette(), self.isEnabled(), shown, self.foregroundRole())
+
+
+def _one_line(label: QLabel) -> QLabel:
+    """A rich-text label kept to one line: clipped at the right, never widening or growing the dock."""
+    label.setWordWrap(False)
+    label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+    label.setMinimumWidth(20)
+    return label
 
 
 class LoweringPanel(QWidget):
@@ -90,7 +120,11 @@ class LoweringPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(False)
-        self.progress.setMaximumHeight(10)
+        self.progress.setFixedHeight(6)
+        keep = self.progress.sizePolicy()  # shown while lowering; its room kept, so the list does not jump
+        keep.setRetainSizeWhenHidden(True)
+        self.progress.setSizePolicy(keep)
+        self.progress.hide()
         self.stage_tree = QTreeWidget()
         self.stage_tree.setColumnCount(4)
         self.stage_tree.setHeaderLabels(["#", "Stage", "Level", "Seconds"])
@@ -101,34 +135,39 @@ class LoweringPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeToContents)
         header.setSectionResizeMode(1, QHeaderView.Stretch)
         self.stage_tree.currentItemChanged.connect(self._stage_selected)
-        self.hide_unchanged = QCheckBox("Hide unchanged stages")
+        # the list has the column's height but for one row of controls and one status line: four
+        # stages show in a low dock, before the first run as after it, and it never asks for more
+        self.stage_tree.setMinimumHeight(self.stage_tree.fontMetrics().height() * 4)
+        self.stage_tree.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Ignored)
+        self.hide_unchanged = QCheckBox("Hide unchanged")
+        self.hide_unchanged.setToolTip("Hide the stages whose pass changed nothing")
         self.hide_unchanged.toggled.connect(self._apply_filter)
-        self.status = QLabel("Press Lower (Ctrl+L) to step the model down to target code.")
-        self.status.setWordWrap(True)
+        self.status = _Line("Press Lower (Ctrl+L) to step the model down to target code.")
 
         left = QWidget()
         lv = QVBoxLayout(left)
         lv.setContentsMargins(0, 0, 0, 0)
+        lv.setSpacing(3)
         row = QHBoxLayout()
         row.addWidget(self.target_box)
-        row.addWidget(self.lower_button)
-        row.addWidget(self.cancel_button)
+        for b in (self.lower_button, self.cancel_button):  # the style's 80 px minimum widened the panel
+            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 20)
+            row.addWidget(b)
+        row.addWidget(self.hide_unchanged)
+        row.addStretch(1)
         lv.addLayout(row)
         lv.addWidget(self.progress)
         lv.addWidget(self.stage_tree, 1)
-        lv.addWidget(self.hide_unchanged)
         lv.addWidget(self.status)
 
         # -- IR
-        self.header = QLabel("")
+        self.header = _one_line(QLabel(""))
         self.header.setTextFormat(Qt.RichText)
-        self.header.setWordWrap(True)
         self.ir = IRView()
         self.diff_box = QCheckBox("Show diff")
         self.diff_box.setToolTip("Show a unified diff against the previous stage instead of the full text")
         self.diff_box.toggled.connect(self.ir.set_show_diff)
-        self.origin_label = QLabel("")
-        self.origin_label.setWordWrap(True)
+        self.origin_label = _Line("")
         self.show_model_button = QPushButton("Show in model")
         self.show_model_button.setToolTip("Switch the canvas to the ONNX graph with the clicked node's origin outlined")
         self.show_model_button.clicked.connect(self.show_origin_in_model)
@@ -165,8 +204,7 @@ class LoweringPanel(QWidget):
         self.reset_button = QPushButton("Reset")
         self.reset_button.setToolTip("Back to the default pipeline for the target")
         self.reset_button.clicked.connect(self.reset_passes)
-        self.pass_status = QLabel("")
-        self.pass_status.setWordWrap(True)
+        self.pass_status = _Line("")
         right = QWidget()
         rv = QVBoxLayout(right)
         rv.setContentsMargins(0, 0, 0, 0)
@@ -259,12 +297,9 @@ class LoweringPanel(QWidget):
         if problems:
             self.status.setText(problems[0])
             return
-        if self.dock is not None:
+        if self.dock is not None:  # shown, at the size the user gave it: the canvas draws the stages
             self.dock.show()
             self.dock.raise_()
-            if self.dock.height() < 340 and not self.dock.isFloating():
-                # stage list, IR and passes need room; the canvas (which draws the stage) keeps the larger part
-                self.window.resizeDocks([self.dock], [max(340, int(self.window.height() * 0.4))], Qt.Vertical)
         snapshot = graph.clone()  # the user may keep editing while this runs
         target = self.target_kind()
         cache = self.cache
@@ -283,6 +318,7 @@ class LoweringPanel(QWidget):
         self.rerun_button.setEnabled(False)
         self.cancel_button.setEnabled(True)
         self.progress.setValue(0)
+        self.progress.show()
         self.status.setText("Lowering…")
         # a result for a model that has been replaced meanwhile is dropped (wanted)
         self.job = start_job(
@@ -304,6 +340,7 @@ class LoweringPanel(QWidget):
         self.job = None
         self.lower_button.setEnabled(True)
         self.cancel_button.setEnabled(False)
+        self.progress.hide()
         self._passes_edited()
 
     def _failed(self, exc: BaseException) -> None:
@@ -425,6 +462,7 @@ class LoweringPanel(QWidget):
         self.header.setText(
             f"<b>{s.index}. {s.name}</b>{where} &nbsp;<span style='color:{color}'>{s.level}</span> · {s.pass_name} · "
             f"{s.seconds:.3f} s · {s.text.count(chr(10)) + 1} lines · {self.ir.summary()}{note}")
+        self.header.setToolTip(self.header.text())  # all of it, where the line is cut at the panel's width
 
     def compare_with_previous(self):
         """Open a Compare window: the current stage beside the nearest earlier stage whose graph
@@ -599,6 +637,7 @@ class LoweringPanel(QWidget):
         self.origin_label.setText("")
         self.show_model_button.setEnabled(False)
         self.progress.setValue(0)
+        self.progress.hide()
         self.ir.set_ir("", "")
         self.header.setText("")
         self.status.setText("Press Lower (Ctrl+L) to step the model down to target code.")

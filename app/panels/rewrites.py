@@ -22,6 +22,7 @@ import time
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QDockWidget,
     QHBoxLayout,
     QHeaderView,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QSizePolicy,
     QSplitter,
     QTreeWidget,
     QTreeWidgetItem,
@@ -94,6 +96,13 @@ class RewritesPanel(QWidget):
 
         self.match_list = QListWidget()
         self.match_list.setObjectName("rewrite-matches")
+        # a long match ("'encoder.layer.0.attention.self.query': MatMul + Add") is elided in the
+        # middle, whole in its tooltip: the list never scrolls sideways nor widens the dock
+        self.match_list.setTextElideMode(Qt.ElideMiddle)
+        self.match_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.match_list.setHorizontalScrollMode(QAbstractItemView.ScrollPerPixel)
+        self.match_list.setUniformItemSizes(True)
+        self.match_list.setMinimumHeight(3 * self.match_list.fontMetrics().height() + 8)  # three matches at least
         self.match_list.currentItemChanged.connect(lambda *_: self._match_selected())
 
         self.preview_button = QPushButton("Preview")
@@ -119,6 +128,8 @@ class RewritesPanel(QWidget):
         self.status = QLabel("")
         self.status.setObjectName("rewrite-status")
         self.status.setWordWrap(True)  # a long status must not widen the dock (and shrink the canvas)
+        self.status.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)  # nor its longest word
+        self.status.setMinimumWidth(40)
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(90)
@@ -130,6 +141,11 @@ class RewritesPanel(QWidget):
         buttons2.addWidget(self.progress)
         buttons2.addWidget(self.cancel_button)
         buttons2.addWidget(self.close_button)
+        # "Close preview" appears on preview: its room is kept from the start, so the row's minimum
+        # width (and the dock's) does not change then
+        keep = self.close_button.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)
+        self.close_button.setSizePolicy(keep)
 
         self.result = QPlainTextEdit(readOnly=True)
         self.result.setObjectName("rewrite-result")
@@ -155,7 +171,7 @@ class RewritesPanel(QWidget):
         self._timer.timeout.connect(self.recount)
         doc = window.document
         doc.graphChanged.connect(self._graph_changed)
-        doc.graphReplaced.connect(self._graph_changed)
+        doc.graphReplaced.connect(self._graph_replaced)
         self._update_buttons()
         self._set_counts(None, pending=doc.graph is not None)
         if doc.graph is not None:
@@ -307,6 +323,19 @@ class RewritesPanel(QWidget):
         self._update_buttons()
         self._timer.start()
 
+    def _graph_replaced(self) -> None:
+        """Another model: no rule selected (its outlines would come back over the new model's
+        matches, and over a heat map), then everything _graph_changed resets."""
+        self.rule_list.blockSignals(True)
+        self.rule_list.setCurrentItem(None)
+        self.rule_list.clearSelection()
+        self.rule_list.blockSignals(False)
+        self.match_list.clear()
+        self.preview = None
+        self.window.canvas.clear_ghosts()
+        self._graph_changed()
+        self._idle("")
+
     def recount(self) -> None:
         """Count every rule's matches on a worker thread (restarted when the graph changes)."""
         graph = self.graph
@@ -360,6 +389,7 @@ class RewritesPanel(QWidget):
         for m in ms:
             item = QListWidgetItem(m.summary)
             item.setData(Qt.UserRole, m)
+            item.setToolTip(m.summary)
             self.match_list.addItem(item)
         ids = [i for m in ms for i in m.node_ids]
         if ids:
