@@ -34,7 +34,7 @@ def test_big_scoped_model_opens_collapsed_and_expands_in_place(window, qtbot, tm
     boxes = c.layout_result.boxes
     assert "scope:encoder/layer.3" not in boxes and "scope:encoder/layer.3/attention" in boxes
     # stays put on screen (sideways a little when the wider scene re-centres in the viewport)
-    assert on_screen("scope:encoder/layer.2").y() == above.y() and abs(on_screen("scope:encoder/layer.2").x() - above.x()) < 20
+    assert abs(on_screen("scope:encoder/layer.2").y() - above.y()) <= 2 and abs(on_screen("scope:encoder/layer.2").x() - above.x()) < 20
     assert boxes["scope:encoder/layer.4"].y - boxes["scope:encoder/layer.2"].y > below_y + 200  # room was made below
     assert sorted(f.path for f in window.scopes.frames) == ["embeddings", "encoder", "encoder/layer.3", "pooler"]
     c.select(["scope:encoder/layer.4"])
