@@ -46,7 +46,7 @@ def test_big_scoped_model_opens_collapsed_and_expands_in_place(window, qtbot, tm
     window.scopes.collapse_selected()
     assert "scope:encoder/layer.3" in c.layout_result.boxes and c.selected_ids() == ["scope:encoder/layer.3"]
     assert c.layout_result.boxes["scope:encoder/layer.4"].y - c.layout_result.boxes["scope:encoder/layer.2"].y == below_y  # the earlier layout is back
-    assert on_screen("scope:encoder/layer.2").y() == above.y()
+    assert abs(on_screen("scope:encoder/layer.2").y() - above.y()) <= 2
 
 
 def test_search_finds_inside_collapsed_groups_and_expands_to_the_node(window, tmp_path):
