@@ -220,6 +220,37 @@ def _split(graph, every, group_of, first: TensorError, proto, known, feeds, targ
             f"({describe(bad)})")
 
 
+class _Runner:
+    """One onnxruntime session over a model with every tensor to compare an output; each chunk asks
+    for its own tensors (onnxruntime computes what they need and frees the rest), so a debug run
+    makes one session per side, not one per chunk (each held on to the model's weights). Where
+    onnxruntime cannot run the model, each chunk goes to reference_run (onnx's reference evaluator)."""
+
+    def __init__(self, proto: onnx.ModelProto, tensors: list[str], known, feeds: dict[str, np.ndarray]):
+        from ..compiler.check.reference import ORT, ort_session
+
+        self.proto, self.known, self.feeds, self.which, self.session = proto, known, feeds, ORT, None
+        try:
+            self.session = ort_session(exposed_bytes(proto, tensors, known))
+            names = {i.name for i in self.session.get_inputs()}
+            self.session_feeds = {k: v for k, v in feeds.items() if k in names}
+        except Exception:  # noqa: BLE001 - onnxruntime refuses the model: the reference evaluator, chunk by chunk
+            logger.debug("onnxruntime cannot load the model; chunks go to reference_run", exc_info=True)
+            self.session = None
+
+    def run(self, names: list[str]) -> list[np.ndarray]:
+        from ..compiler.check.reference import reference_run
+
+        if self.session is not None:
+            try:
+                return self.session.run(names, self.session_feeds)
+            except Exception:  # noqa: BLE001 - onnxruntime refuses these inputs: as reference_run would decide
+                logger.debug("onnxruntime failed on a chunk; reference_run decides", exc_info=True)
+                self.session = None
+        outs, self.which = reference_run(exposed_bytes(self.proto, names, self.known), self.feeds)
+        return outs
+
+
 def _compiled_chunk(proto, known, run: list[Probe], feeds, target, build: dict, cancel):
     from ..compiler.check.reference import reference_run
     from ..compiler.compile import compile_model
@@ -270,11 +301,24 @@ def debug_models(a, b, *, inputs: dict[str, np.ndarray] | None = None, seed: int
     quantized = {t for n in b.nodes if n.op_type == "QuantizeLinear" for t in n.inputs[:1]}
     pairs: list[tuple[Probe, str]] = []
     taken: set[str] = set()
+    folded: list[Probe] = []
     for p in found:
         op = b_op.get(p.tensor)
-        clamp_folded = p.op in ("Relu", "Clip") and op != p.op and p.tensor in quantized
-        if op is not None and not clamp_folded:
+        if op is not None and p.op in ("Relu", "Clip") and op != p.op and p.tensor in quantized:
+            folded.append(p)
+        elif op is not None:
             pairs.append((p, p.tensor))
+            taken.add(p.tensor)
+    # B's unclamped value named after A's Relu / Clip is what that Relu reads in A
+    a_prod = {t: n for n in a.nodes for t in n.outputs if t}
+    by_tensor = {p.tensor: p for p in found}
+    paired = {q.tensor for q, _ in pairs}
+    for p in folded:
+        before = a_prod[p.tensor].inputs[0] if a_prod[p.tensor].inputs else ""
+        q = by_tensor.get(before)
+        if q is not None and q.tensor not in paired and p.tensor not in taken:
+            pairs.append((q, p.tensor))
+            paired.add(q.tensor)
             taken.add(p.tensor)
     _through_qdq(a, b, found, pairs, taken)
     named = {p.tensor for p, _ in pairs}
@@ -296,14 +340,16 @@ def debug_models(a, b, *, inputs: dict[str, np.ndarray] | None = None, seed: int
     runs = list(chunks([p for p, _ in pairs], budget or chunk_budget()))
     other = dict((p.tensor, t) for p, t in pairs)
     report.chunks = len(runs)
+    side_a = _Runner(pa, [p.tensor for p, _ in pairs], known_a, feeds)
+    side_b = _Runner(pb, [t for _, t in pairs], known_b, b_feeds)
     for k, run in enumerate(runs):
         _check(cancel)
         if progress:
             progress(k / len(runs), f"chunk {k + 1} of {len(runs)}: {len(run)} tensors")
-        ref, which = reference_run(exposed_bytes(pa, [p.tensor for p in run], known_a), feeds)
+        ref = side_a.run([p.tensor for p in run])
         _check(cancel)
-        ours, which_b = reference_run(exposed_bytes(pb, [other[p.tensor] for p in run], known_b), b_feeds)
-        report.runtime = which if which == which_b else f"{which} (A), {which_b} (B)"
+        ours = side_b.run([other[p.tensor] for p in run])
+        report.runtime = side_a.which if side_a.which == side_b.which else f"{side_a.which} (A), {side_b.which} (B)"
         for p, x, y in zip(run, ours, ref):
             scale = scale_b.get(other[p.tensor]) or scales.get(p.tensor)
             r = measure(p, x, y, rtol, atol, scale)
@@ -312,6 +358,7 @@ def debug_models(a, b, *, inputs: dict[str, np.ndarray] | None = None, seed: int
             results[p.tensor] = r
             keeper.offer(p.tensor, x, y)
         del ours, ref
+    del side_a, side_b
     report.tensors = [results[p.tensor] for p, _ in pairs]
     report.first = first_divergence(_order(a), results)
     if report.first is not None:
