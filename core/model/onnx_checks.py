@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +43,8 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
 
 
 def read_model_proto(path: str | os.PathLike, *, allow_absolute_external: bool = False) -> tuple[onnx.ModelProto, Path]:
-    """Read and parse an ONNX file, with every check `load_model` makes before building its
-    Graph (external data, tensor sizes, UTF-8 text, structure, onnx.checker). Raises
-    ModelLoadError / InvalidModelError with one sentence naming the file and the problem."""
+    """Read and parse an ONNX file with every check `load_model` makes before building its Graph (external data,
+    tensor sizes, UTF-8 text, structure, onnx.checker); ModelLoadError / InvalidModelError name the file and problem."""
     p = Path(path)
     data = read_model_bytes(p)
     parsed = parse_model(data, p, allow_absolute_external=allow_absolute_external)
@@ -55,11 +55,10 @@ def read_model_proto(path: str | os.PathLike, *, allow_absolute_external: bool =
 
 @dataclass(frozen=True)
 class ParsedModel:
-    """A model file as parsed and checked by `parse_model`: the protobuf, the bytes it was parsed
-    from (onnx.checker and shape inference take them as they are: no serializing the protobuf
-    again, ~10 ms, nor measuring it, ~30 ms for a 10,000-node model), and whether any tensor
-    keeps its data in an external file (found on the one walk over the tensors); `produced`: the
-    main graph's tensors when its nodes passed check_structure's node checks already."""
+    """A model file as parsed and checked by `parse_model`: the protobuf, the bytes it was parsed from (onnx.checker
+    and shape inference take them as they are: no serializing again, ~10 ms, nor measuring, ~30 ms for 10,000 nodes),
+    whether any tensor keeps its data in an external file; `produced`: the main graph's tensors when its nodes passed
+    check_structure's node checks already."""
 
     proto: onnx.ModelProto
     data: bytes
@@ -73,9 +72,8 @@ def parse_model_proto(data: bytes, p: Path, *, allow_absolute_external: bool = F
 
 
 def parse_model(data: bytes, p: Path, *, allow_absolute_external: bool = False) -> ParsedModel:
-    """Parse bytes into a ModelProto and check what the Graph could not be built without:
-    a graph and opsets, external data inside the model's folder, tensor data that fills its
-    shape, text that is UTF-8."""
+    """Parse bytes into a ModelProto and check what the Graph could not be built without: a graph and opsets,
+    external data inside the model's folder, tensor data that fills its shape, UTF-8 text."""
     if not data:
         raise ModelLoadError(f"{p} is empty, not an ONNX model.")
     proto = onnx.ModelProto()
@@ -102,8 +100,7 @@ def parse_model(data: bytes, p: Path, *, allow_absolute_external: bool = False) 
 
 
 def _check_value_types(g: onnx.GraphProto, path: Path) -> None:
-    """Refuse declared value types with an element type ONNX does not have (the onnx_ir model
-    cannot be built from them); subgraphs included."""
+    """Refuse declared value types with an element type ONNX does not have (no onnx_ir model from them); subgraphs too."""
 
     def elem_types(tp):
         kind = tp.WhichOneof("value")
@@ -120,19 +117,14 @@ def _check_value_types(g: onnx.GraphProto, path: Path) -> None:
             if et not in _KNOWN_DATA_TYPES and et != onnx.TensorProto.UNDEFINED:
                 raise InvalidModelError(f"{path}: value '{vi.name}' has an unknown data type ({et}).")
     for n in g.node:
-        if len(n.attribute):
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    _check_value_types(a.g, path)
-                elif a.type == onnx.AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        _check_value_types(sub, path)
+        for a in n.attribute if len(n.attribute) else ():
+            for sub in (a.g,) if a.type == onnx.AttributeProto.GRAPH else (a.graphs if a.type == onnx.AttributeProto.GRAPHS else ()):
+                _check_value_types(sub, path)
 
 
 def _all_tensors(proto: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """Every TensorProto of the model (initializers and attribute tensors, subgraphs and
-    functions included), collected once for both tensor checks. Nodes without attributes
-    (most of a big graph) cost one length test."""
+    """Every TensorProto of the model (initializers and attribute tensors, subgraphs and functions included), collected
+    once for both tensor checks; nodes without attributes (most of a big graph) cost one length test."""
     out: list[onnx.TensorProto] = []
 
     def nodes(ns) -> None:
@@ -543,9 +535,8 @@ def check_with_checker(proto: onnx.ModelProto, path: str | os.PathLike | None = 
 
 
 def start_checker(parsed: ParsedModel, path: str | os.PathLike | None = None):
-    """Run `check_with_checker` on a thread; returns a function that waits for it and raises
-    what it found (with `report=False`: only waits). onnx.checker's C++ lets go of the GIL: on a second core it runs beside the
-    onnx_ir deserialization (a 10,000-node BERT: its ~45 ms off the open's critical path)."""
+    """Run `check_with_checker` on a thread; returns a function that waits for it and raises what it found (with
+    `report=False`: only waits). The checker's C++ lets go of the GIL: it runs beside onnx_ir's deserialization."""
     box: list[InvalidModelError | None] = [None]
 
     def run() -> None:
@@ -573,10 +564,18 @@ def _checker_error(proto: onnx.ModelProto, path, parsed: ParsedModel | None) -> 
             if proto.ByteSize() < _TWO_GB:
                 onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
-        return InvalidModelError(f"{where}the model fails ONNX validation: {_first_line(e)}.")
+        return InvalidModelError(f"{where}the model fails ONNX validation: {_name_unnamed(_first_line(e), proto)}.")
     except Exception as e:  # noqa: BLE001
         return InvalidModelError(f"{where}the model cannot be checked: {_first_line(e)}.")
     return None
+
+
+def _name_unnamed(text: str, proto: onnx.ModelProto) -> str:
+    """onnx.checker calls an unnamed node "Node ()": name the one with the empty input it means as the workbench does ("Conv #11")."""
+    m = re.match(r"Node \(\)'s input (\d+) is marked single but has an empty string", text)
+    k = int(m.group(1)) if m else -1
+    pos = next((i for i, n in enumerate(proto.graph.node) if not n.name and k < len(n.input) and n.input[k] == ""), None) if m else None
+    return text if pos is None else text.replace("Node ()", f"{proto.graph.node[pos].op_type} #{pos + 1}", 1)
 
 
 def has_external_data(proto: onnx.ModelProto) -> bool:
@@ -585,8 +584,7 @@ def has_external_data(proto: onnx.ModelProto) -> bool:
 
 
 def _without_external_data(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The checker would look for external files relative to the working directory; their
-    location was vetted at load, so check the structure with empty stand-ins instead."""
+    """The checker would look for external files relative to the working directory (vetted at load): empty stand-ins."""
     if not has_external_data(proto):
         return proto
     copy = onnx.ModelProto()

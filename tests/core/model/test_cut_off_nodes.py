@@ -88,3 +88,7 @@ def test_cli_edit_delete_keeps_the_parameters_of_the_cut_off_part(tmp_path):
     assert report["nodes_after"] == 17 and len(report["problems"]) == 2
     # the written file is what `inspect` summarizes (it refuses to load it: a required input is empty)
     assert summarize_proto(onnx.load(cut))["params"]["count"] == 764
+    # ... in one sentence naming the unnamed node as the app does (onnx.checker says "Node ()")
+    r = run_cli("inspect", cut)
+    conv = next(i for i, n in enumerate(onnx.load(cut).graph.node) if n.op_type == "Conv" and n.input[0] == "")
+    assert r.returncode == 2 and f"Conv #{conv + 1}'s input 0" in r.stderr and "Node ()" not in r.stderr, r.stderr
