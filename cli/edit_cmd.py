@@ -61,9 +61,18 @@ def add_arguments(p) -> None:
 def _node_id(graph, ref: str) -> int:
     from core import EditError
 
+    import re
+
     if ref.startswith("#") and ref[1:].isdigit() and graph.has_node(int(ref[1:])):
         return int(ref[1:])
     n = graph.find_node(ref)
+    # "Relu #10" / "Relu#10": how messages and the app name an unnamed node
+    m = re.fullmatch(r"\s*([A-Za-z_][\w.]*)\s*#(\d+)\s*", ref) if n is None else None
+    if m and graph.has_node(int(m.group(2))):
+        found = graph.node(int(m.group(2))).op_type
+        if found != m.group(1):
+            raise EditError(f"Node #{m.group(2)} is a {found}, not a {m.group(1)}.")
+        return int(m.group(2))
     if n is None:
         raise EditError(f"The model has no node named '{ref}'.")
     return n.id

@@ -41,3 +41,19 @@ def test_emit_python_without_output_and_bad_input(tmp_path):
     r = run_cli("edit", src, "--emit-python", tmp_path / "x.py", "--delete", "no_such_node")
     assert r.returncode == 2 and "no node named 'no_such_node'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.py").exists()
+
+
+def test_a_node_is_named_as_messages_name_it(tmp_path):
+    """`Relu #10`, the form edit's own messages print for an unnamed node, works as well as `#10`."""
+    import onnx
+
+    from tests.core.views.test_diff_matching import cnn
+
+    src, out = tmp_path / "cnn.onnx", tmp_path / "out.onnx"
+    onnx.save(cnn(), src)
+    relu = next(i for i, n in enumerate(cnn().graph.node) if n.op_type == "Relu") + 1
+    r = run_cli("edit", src, "--delete-reconnect", f"Relu #{relu}", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert len(onnx.load(out).graph.node) == len(cnn().graph.node) - 1
+    r = run_cli("edit", src, "--delete", f"Conv #{relu}", "-o", out, "--overwrite")
+    assert r.returncode == 2 and f"Node #{relu} is a Relu, not a Conv." in r.stderr, r.stderr
