@@ -298,7 +298,7 @@ class AccuracyPanel(QWidget):
         if values and getattr(canvas, "mode", "model") == "model":
             stepped = any(t.steps is not None for t in self.report.tensors)
             unit = "steps" if stepped else "× tol"
-            legend = "error in quantization steps (units of the tolerance where no scale applies)" if stepped else "error in units of the tolerance"
+            legend = "error: quantization steps (× tolerance where no scale)" if stepped else "error: × tolerance"
             canvas.set_overlay(values, legend, unit=unit)
             first = self.report.first
             canvas.ring_roles = set(canvas.ring_roles) | {DIVERGENCE_ROLE}

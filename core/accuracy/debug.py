@@ -439,8 +439,12 @@ def _added_before(b, first: TensorError, b_tensor: str, taken: set[str]) -> list
     if node is None:
         return []
     feeding = [producers[t] for t in node.inputs if t in producers and not any(o in taken for o in producers[t].outputs)]
-    return [f"'{first.node}' in the other model reads {n.op_type} node '{n.label}', which this model has not: "
-            f"the difference may come from it." for n in feeding]
+    if not feeding:
+        return []
+    names = ", ".join(f"{n.op_type} '{n.label}'" for n in feeding)
+    which = "a node" if len(feeding) == 1 else f"{len(feeding)} nodes"
+    return [f"'{first.node}' in the other model reads {which} this model has not ({names}): the difference may come from "
+            f"{'it' if len(feeding) == 1 else 'them'}."]
 
 
 def _refetch_models(pa, pb, known_a, known_b, other, tensor, feeds, b_feeds):
