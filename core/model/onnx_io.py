@@ -64,8 +64,8 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
 
     The checks run on the parsed protobuf first (core.model.onnx_checks, shared with `inspect`),
     then the onnx_ir model is built once from that same protobuf, while onnx.checker reads the
-    file's bytes on a thread beside it (its C++ releases the GIL); ONNX's C++ shape inference
-    reads those bytes too (no second parse or serialization). A file with several problems is
+    file's bytes on a thread (onnx 1.23's C++ holds the GIL, so it runs before the build, not beside
+    it: docs/performance.md); ONNX's C++ shape inference reads those bytes too (no second parse). A file with several problems is
     refused for the same one as when these ran one after another: structure, then what onnx_ir
     cannot read, then the checker's."""
     p = Path(path)
