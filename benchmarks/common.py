@@ -127,8 +127,11 @@ def host_has_avx512() -> bool:
     return bool(codegen.target_has_features("avx512f", make_target("cpu", mcpu="host")))
 
 
-def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
-    """A function n -> [ms of n runs of `vm`]. `adaptive`: before each run (timed with it) the
+def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False, boundary: str = "numpy"):
+    """A function n -> [ms of n runs of `vm`]. `boundary` "numpy": each run takes numpy inputs
+    and returns numpy outputs as Artifact.run does (its checks of the inputs when `vm.input_specs`
+    holds the artifact's, host_tensor, flatten_outputs), the boundary onnxruntime's session.run
+    is timed at; "device": inputs converted once before, outputs left on the device. `adaptive`: before each run (timed with it) the
     thread count is chosen as Artifact.run_device chooses it (core.compiler.runtime.threads: the cores
     other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
     model without a parallel kernel (`vm.parallel_kernels` 0), as there; else exactly `threads` of
@@ -141,8 +144,20 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False):
     from core.compiler.runtime.native_pool import run_threads
     from core.compiler.runtime.threads import ThreadGovernor, runtime_threads
 
+    from core.compiler.runtime.artifact import flatten_outputs, host_tensor
+    from core.compiler.runtime.artifact_check import check_feeds
+
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
-    fn = vm["main"]
+    main = vm["main"]
+    specs = getattr(vm, "input_specs", None)
+    if boundary == "numpy":
+        arrays = list(feeds.values())
+
+        def fn(*_):
+            ins = check_feeds(specs, feeds) if specs is not None else arrays
+            return flatten_outputs(main(*[host_tensor(a) for a in ins]))
+    else:
+        fn = main
     governed = adaptive and getattr(vm, "parallel_kernels", None) != 0
     governor = ThreadGovernor(max_threads=threads, enabled=True) if governed else None
 

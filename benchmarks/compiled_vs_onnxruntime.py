@@ -5,7 +5,10 @@ benchmarks.architectures' full-size MobileNet- and transformer-style networks, a
 seeded random weights) it prints onnxruntime ms, ours untuned ms (core.compiler.schedules' default CPU
 rules), ours tuned ms (when a tuning database is given and holds records for the model's
 kernels), their ratios to onnxruntime and the geometric means. Latencies are medians (with
-p10-p90) of warmed-up runs at the same thread count. onnxruntime runs in a process of its own,
+p10-p90) of warmed-up runs at the same thread count, both sides numpy in and numpy out (ours as
+Artifact.run, onnxruntime's session.run); 'dev ms' is ours device-resident (inputs converted once
+before the timed runs, outputs left as TVM tensors) in the same quiet alternation, and 'dev x' its
+ratio to onnxruntime's numpy-boundary median. onnxruntime runs in a process of its own,
 ours in this one, each with its default threading (spinning pools), timed in alternating blocks
 with a pause between, so neither is timed while the other's threads spin and drifts of the
 machine's load hit both alike. `--background-load N` repeats every measurement with N busy
@@ -120,6 +123,7 @@ def build_vm_workbench(proto, target, database: str | None = None):
     art = compile_workbench(proto, target, database)
     vm = art.vm()
     vm.parallel_kernels = art.manifest.parallel_kernels
+    vm.input_specs = art.inputs  # ours_runner checks the inputs as Artifact.run does
     return vm
 
 
@@ -304,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.as_avx2:
         print("--as-avx2: this host has no AVX-512, so both runtimes run their AVX2 code as they are")
     cols = "".join(f"{'ort ms' + (f' +{n} busy' if n else ''):>24}{'ours ms':>24}{'x ort':>7}{'p10 x':>7}" for n in loads)
+    cols += f"{'dev ms':>9}{'dev x':>7}"
     if one_thread:
         cols += f"{'ort 1t':>9}{'ours 1t':>9}{'x 1t':>6}{f'ours 1->{args.threads}':>11}{f'ort 1->{args.threads}':>10}{'p10 ours/ort':>14}"
     header = f"{'model':<18}{cols}{'tuned ms':>10}{'x ort':>7}  check"
@@ -314,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     # x ort at 1 thread, speed-ups 1 -> N (medians; and p10s: the runs the host disturbed least)
     single: dict[str, list[float]] = {"x": [], "ours": [], "ort": [], "ours_p10": [], "ort_p10": []}
     tuned_ratios = []
+    dev_ratios = []  # ours device-resident / onnxruntime numpy-boundary (quiet)
     for name, model in models.items():
         proto = load_proto(model)
         feeds = feeds_for(proto)
@@ -342,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                 covered, kernels = tuning.kernels_from_database, tuning.kernels
                 chosen = tuning.winograd_choices_from_database  # convs direct/Winograd otherwise than the rule
                 tvm_tuned = artifact.vm() if covered or chosen else None
+                if tvm_tuned is not None:
+                    tvm_tuned.input_specs = artifact.inputs
             else:
                 if tune_s:
                     from core.compiler.tuning.tune import tune_module
@@ -369,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
                 tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
             ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
             probe, _ = alternate([ours_n, ort_proc.run], blocks=1, runs=1, warmup=1)
-            runs = _runs_for(probe[0][0] * (20 + 20 * one_thread + 10 * (tvm_tuned is not None)), probe[0][0], args.seconds, args.runs, args.blocks)
+            runs = _runs_for(probe[0][0] * (30 + 20 * one_thread + 10 * (tvm_tuned is not None)), probe[0][0], args.seconds, args.runs, args.blocks)
             single_cells = ""
+            dev_cells = f"{'-':>9}{'-':>7}"
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
             pair_before = core_pair_speedup() if args.threads > 1 else None
             fewer_cells: list[str] = []  # per load: our runs the governor gave fewer threads (other work)
@@ -383,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
                 if n == 0 and one_thread:
                     extra["ours1"], extra["ort1"] = len(runners), len(runners) + 1
                     runners += [ours_runner(vm, feeds, 1), ort_one.run]
+                if n == 0:
+                    extra["dev"] = len(runners)
+                    runners.append(ours_runner(vm, feeds, args.threads, adaptive=adaptive, boundary="device"))
                 if n == 0 and tvm_tuned is not None:
                     extra["tuned"] = len(runners)
                     runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
@@ -400,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
                 ratios[n].append(ratio)
                 fast_ratios[n].append(fast_ratio)
                 cells += f"{_spread(ort):>24}{_spread(ours):>24}{ratio:>7.2f}{fast_ratio:>7.2f}"
+                if "dev" in extra:
+                    dev_ms = statistics.median(timed[extra["dev"]])
+                    dev_ratios.append(dev_ms / statistics.median(ort))
+                    dev_cells = f"{dev_ms:>9.3g}{dev_ratios[-1]:>7.2f}"
                 if "ours1" in extra:
                     ours1, ort1 = statistics.median(timed[extra["ours1"]]), statistics.median(timed[extra["ort1"]])
                     row = {"x": ours1 / ort1, "ours": ours1 / statistics.median(ours), "ort": ort1 / statistics.median(ort),
@@ -418,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif n == 0 and args.tune_db:
                     tuned_ratios.append(ratio)
                     tuned_cell, tuned_ratio_cell = f"{statistics.median(ours):>10.3g}", f"{ratio:>7.2f}"
-            cells += single_cells
+            cells += dev_cells + single_cells
             pair_after = core_pair_speedup() if pair_before is not None else None
         check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
         if pair_before is not None and pair_after is not None:
@@ -433,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
     line = f"{'geomean':<18}" + "".join(f"{'':>48}{geomean(ratios[n]):>7.2f}{geomean(fast_ratios[n]):>7.2f}" for n in loads)
+    line += f"{'':>9}{geomean(dev_ratios):>7.2f}"
     if one_thread:
         line += (f"{'':>18}{geomean(single['x']):>6.2f}{geomean(single['ours']):>11.2f}{geomean(single['ort']):>10.2f}"
                  f"{f'{geomean(single['ours_p10']):.2f}/{geomean(single['ort_p10']):.2f}':>14}")

@@ -28,6 +28,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,8 @@ __all__ = [
     "check_artifact_folder",
     "specs_from_proto",
     "flatten_outputs",
+    "host_tensor",
+    "to_numpy",
     "quiet_tvm_scope_warnings",
     "MANIFEST",
     "LIBRARY",
@@ -136,6 +139,10 @@ class Artifact:
     _vm: Any = None
     _governor: Any = None  # core.compiler.runtime.threads.ThreadGovernor, on first CPU run
     _main: Any = None  # the VM's "main", looked up once (a lookup is a sizeable part of a tiny model's run)
+    # run's aligned input buffers, input index -> (numpy array, TVM tensor on it), and the lock that makes
+    # runs from several threads take turns (the VM is not thread-safe; nor would the buffers be)
+    _staging: dict = field(default_factory=dict, repr=False)
+    _run_lock: Any = field(default_factory=threading.Lock, repr=False)
 
     # -- running -------------------------------------------------------------------------
 
@@ -175,7 +182,9 @@ class Artifact:
             arrays = check_feeds(self.inputs, feeds)  # the checks run.py makes, with its sentences
         except ArtifactRefused as e:
             raise WorkbenchError(str(e)) from None
-        return [tvm.runtime.tensor(a, self.device) for a in arrays]
+        if self.target == TargetKind.CUDA:
+            return [tvm.runtime.tensor(a, self.device) for a in arrays]
+        return [host_tensor(a) for a in arrays]
 
     def run_device(self, args: list):
         """One call of main on device tensors; returns the raw VM result (for timing loops).
@@ -205,8 +214,34 @@ class Artifact:
             raise WorkbenchError(run_failure(e, man_path, self.manifest.library)) from e
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run on numpy inputs (by input name); outputs in the model's output order."""
-        return flatten_outputs(self.run_device(self.to_device(feeds)))
+        """Run on numpy inputs (by input name); outputs in the model's output order, arrays of
+        their own (never views of the inputs, the model's constants or another run's results).
+        On the CPU the inputs are read in place where they can be (host_tensor), and copied into
+        buffers kept for the next run where they cannot: the outputs are copies (to_numpy), so
+        nothing of a run's buffers leaves it. Runs from several threads take turns."""
+        with self._run_lock:
+            if self.target == TargetKind.CUDA:
+                return flatten_outputs(self.run_device(self.to_device(feeds)))
+            try:
+                arrays = check_feeds(self.inputs, feeds)
+            except ArtifactRefused as e:
+                raise WorkbenchError(str(e)) from None
+            return flatten_outputs(self.run_device([self._staged(i, a) for i, a in enumerate(arrays)]))
+
+    def _staged(self, index: int, a: np.ndarray):
+        """Input `index` as a CPU tensor: `a` itself where host_tensor reads it in place, else a
+        copy into this input's kept aligned buffer (~3 us less than a fresh one: docs/performance.md)."""
+        if a.dtype.type not in _DLPACK_TYPES:
+            return host_tensor(a)  # TVM's own copy
+        t = host_tensor(a, copy=False)
+        if t is not None:
+            return t
+        kept = self._staging.get(index)
+        if kept is None or kept[0].shape != a.shape or kept[0].dtype != a.dtype:
+            t = host_tensor(np.empty_like(a))  # aligned (a copy where empty_like's buffer is not)
+            kept = self._staging[index] = (np.from_dlpack(t), t)
+        np.copyto(kept[0], a)
+        return kept[1]
 
     # -- export --------------------------------------------------------------------------
 
@@ -286,13 +321,58 @@ class Artifact:
         self.manifest.thread_pool = native_pool.ARTIFACT_FILE
 
 
+# Tensors numpy and TVM exchange through DLPack (bfloat16 and other ml_dtypes types go through
+# TVM's own copy). TVM's kernels assume 64-byte aligned buffers: tvm.runtime.from_dlpack refuses less.
+_DLPACK_DTYPES = frozenset(
+    ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
+_DLPACK_TYPES = frozenset(np.dtype(name).type for name in _DLPACK_DTYPES)  # dtype.type: dtype.name costs 2 us
+_ALIGNMENT = 64
+
+
+def host_tensor(a: np.ndarray, copy: bool = True):
+    """`a` as a CPU TVM tensor: the array itself where it is C-contiguous, writable and 64-byte
+    aligned (no copy: tvm.runtime.tensor allocates and copies, ~20 us of a tiny model's ~40 us
+    run), else a copy into a fresh aligned numpy buffer (fresh per call: concurrent runs share
+    nothing). tvm_ffi.from_dlpack, and its data_ptr for the alignment: numpy's ctypes.data costs
+    1 us. With `copy` False, None instead of a copy. Figures: docs/performance.md, "numpy boundary"."""
+    import tvm
+    import tvm_ffi
+
+    if a.dtype.type not in _DLPACK_TYPES:
+        return tvm.runtime.tensor(a)
+    if a.flags.c_contiguous and a.flags.writeable:
+        t = tvm_ffi.from_dlpack(a)
+        if t.data_ptr() % _ALIGNMENT == 0:
+            return t
+    if not copy:
+        return None
+    raw = np.empty(a.nbytes + _ALIGNMENT, dtype=np.uint8)
+    copy = np.ndarray(a.shape, a.dtype, raw, -tvm_ffi.from_dlpack(raw).data_ptr() % _ALIGNMENT)
+    np.copyto(copy, a)
+    return tvm_ffi.from_dlpack(copy)
+
+
+def to_numpy(t) -> np.ndarray:
+    """A TVM tensor as a numpy array of its own: a copy, since the tensor may be an input read in
+    place, a constant of the model or a buffer the VM hands out again. On the CPU the copy is
+    numpy's, through a DLPack view (Tensor.numpy() costs ~7 us more per output); what numpy
+    cannot import (bfloat16, a GPU tensor) goes through Tensor.numpy()."""
+    if t.device.dlpack_device_type() == 1:  # kDLCPU
+        try:
+            return np.from_dlpack(t).copy()
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            pass
+    return t.numpy()
+
+
 def flatten_outputs(out) -> list[np.ndarray]:
-    """The VM's result as a flat list of numpy arrays: tensors, tuples (recursively), shapes
-    (a Shape node's output comes back as a ShapeTuple: int64, like onnxruntime's) and scalars."""
+    """The VM's result as a flat list of numpy arrays of their own (to_numpy): tensors, tuples
+    (recursively), shapes (a Shape node's output comes back as a ShapeTuple: int64, like
+    onnxruntime's) and scalars."""
     import tvm
 
     if hasattr(out, "numpy"):
-        return [out.numpy()]
+        return [to_numpy(out)]
     if isinstance(out, tvm.runtime.ShapeTuple):
         return [np.array(list(out), dtype=np.int64)]
     if isinstance(out, (bool, int, float, np.generic)):

@@ -98,9 +98,38 @@ def _load_module(tvm, path: str):
                     os.write(2, line)
 
 
+# The workbench's host_tensor and to_numpy (core/compiler/runtime/artifact.py), repeated here so
+# this file needs only TVM and numpy: inputs read in place where C-contiguous, writable and 64-byte
+# aligned (TVM's kernels assume that alignment), else copied into an aligned buffer; outputs copied
+# out through DLPack (an output may be an input read in place or a constant of the model).
+_DLPACK_DTYPES = ("bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+
+
+def _host_tensor(tvm, np, a):
+    if a.dtype.name not in _DLPACK_DTYPES:
+        return tvm.runtime.tensor(a)
+    if not (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
+        raw = np.empty(a.nbytes + 64, dtype=np.uint8)
+        copy = np.ndarray(a.shape, a.dtype, raw, -raw.ctypes.data % 64)
+        np.copyto(copy, a)
+        a = copy
+    return tvm.runtime.from_dlpack(a)  # it refuses what is not contiguous and 64-byte aligned
+
+
+def _to_numpy(np, t):
+    if t.device.dlpack_device_type() == 1:  # kDLCPU
+        try:
+            return np.from_dlpack(t).copy()
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            pass
+    return t.numpy()
+
+
 def flatten_outputs(out) -> list:
     if hasattr(out, "numpy"):
-        return [out.numpy()]
+        import numpy as np
+
+        return [_to_numpy(np, out)]
     result = []
     for x in out:
         result.extend(flatten_outputs(x))
@@ -339,7 +368,7 @@ def _main(args, checks) -> int:
     except Exception as e:  # noqa: BLE001 - TVM raises several types
         return _fail(checks.cannot_load(lib_path, e))
     vm = relax.VirtualMachine(lib, dev)
-    args_dev = [tvm.runtime.tensor(a, dev) for a in arrays]
+    args_dev = [tvm.runtime.tensor(a, dev) if kind == "cuda" else _host_tensor(tvm, np, a) for a in arrays]
 
     def call():  # the VM's main; its runtime checks' failures in one sentence, as the workbench words them
         try:
