@@ -10,7 +10,6 @@ at the shapes of the inputs given; a tensor of unknown size counts as the larges
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -115,19 +114,9 @@ def probes(graph, proto: onnx.ModelProto, feeds: dict[str, np.ndarray], *, float
 
 def chunk_budget() -> int:
     """Bytes of tensors one chunk may hold per side: a quarter of the memory available, at most 512 MiB."""
-    avail = 0
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    if not avail and hasattr(os, "sysconf"):
-        try:
-            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
-            avail = 0
+    from ..compiler.runtime.artifact_check import available_bytes
+
+    avail = available_bytes() or 0
     cap = 512 << 20
     return max(16 << 20, min(cap, avail // 4)) if avail else cap
 

@@ -278,7 +278,6 @@ def debug_models(a, b, *, inputs: dict[str, np.ndarray] | None = None, seed: int
                  cancel: Callable[[], bool] | None = None) -> DebugReport:
     """Model B (`b`, a core.model Graph) against model A (`a`, the reference) tensor by tensor,
     through the nodes the diff matches (module docstring)."""
-    from ..compiler.check.reference import reference_run
     from ..views.diff import diff_graphs
 
     t0 = time.perf_counter()

@@ -28,6 +28,7 @@ import os
 import re
 
 __all__ = [
+    "available_bytes",
     "ArtifactRefused",
     "FORMAT_VERSION",
     "TARGET_KINDS",
@@ -72,6 +73,18 @@ class ArtifactRefused(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # reading JSON with one-sentence refusals
+
+
+def available_bytes() -> int | None:
+    """Memory the kernel can still give (/proc/meminfo's MemAvailable); None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _describe(value) -> str:

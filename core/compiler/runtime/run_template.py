@@ -41,19 +41,7 @@ def _load_checks():
     return module
 
 
-def _available_bytes() -> int | None:
-    """Memory the kernel can still give (/proc/meminfo's MemAvailable); None where it does not say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
+def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int, checks) -> dict:
     """Seeded random inputs of the manifest's shapes; a MemoryError, before anything is allocated,
     when making them would take more memory than is available (numpy's allocation succeeds on an
     overcommitting kernel, and filling it gets the process killed)."""
@@ -61,7 +49,7 @@ def _random_inputs(np, manifest: dict, dims: dict[str, int], seed: int) -> dict:
     shapes = [[d if isinstance(d, int) else int(dims.get(d, 1)) for d in spec["shape"]] for spec in manifest["inputs"]]
     # each input is drawn as 8-byte values, then cast to its dtype
     need = sum(int(np.prod(shape, dtype=object)) * (8 + np.dtype(spec["dtype"]).itemsize) for shape, spec in zip(shapes, manifest["inputs"]))
-    free = _available_bytes()
+    free = checks.available_bytes()
     if free is not None and need > free:
         raise MemoryError(f"making them takes {need:,} bytes, and {free:,} are available")
     feeds = {}
@@ -335,7 +323,7 @@ def _main(args, checks) -> int:
         arrays = checks.check_feeds(manifest["inputs"], feeds, args.inputs)
     else:
         try:
-            feeds = _random_inputs(np, manifest, dims, args.seed)
+            feeds = _random_inputs(np, manifest, dims, args.seed, checks)
         except (MemoryError, ValueError) as e:  # sizes the manifest allows but this machine cannot hold
             return _fail(f"random inputs of the shapes {man_path} gives cannot be made here ({str(e).splitlines()[0]}); pass --inputs IN.npz.")
         arrays = checks.check_feeds(manifest["inputs"], feeds)
