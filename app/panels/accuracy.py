@@ -286,11 +286,7 @@ class AccuracyPanel(QWidget):
         """ONNX node id -> its worst output's error (quantization steps where known, else units of the tolerance)."""
         if self.report is None or self.stale:
             return {}
-        values: dict[int, float] = {}
-        for t in self.report.tensors:
-            v = t.severity if math.isfinite(t.severity) else 1e9
-            values[t.node_id] = max(values.get(t.node_id, 0.0), v)
-        return values
+        return self.report.node_errors()
 
     def _apply_overlay(self, *_args) -> None:
         canvas = self.window.canvas

@@ -110,6 +110,15 @@ class DebugReport:
     def beyond(self) -> list[TensorError]:
         return [t for t in self.tensors if not t.ok]
 
+    def node_errors(self, cap: float = 1e9) -> dict[int, float]:
+        """Node id -> the severity of its worst compared output (an infinite or NaN error counts as `cap`):
+        what the canvas colours each node by."""
+        out: dict[int, float] = {}
+        for t in self.tensors:
+            v = t.severity if math.isfinite(t.severity) else cap
+            out[t.node_id] = max(out.get(t.node_id, 0.0), v)
+        return out
+
     def ranked(self) -> list[TensorError]:
         """The tensors, worst first."""
         return sorted(self.tensors, key=lambda t: (-(t.severity if math.isfinite(t.severity) else math.inf), t.node_id))
