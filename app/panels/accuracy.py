@@ -303,20 +303,29 @@ class AccuracyPanel(QWidget):
             canvas.clear_highlight(DIVERGENCE_ROLE)
 
     def view_values(self):
-        """Open both values of the selected tensor side by side (computed again where not kept)."""
-        from app.dialogs.tensor_pair import TensorPairViewer
-        from core.accuracy.report import describe
-
+        """Open both values of the selected tensor side by side: at once where they were kept, else
+        computed again on a worker (a compiled program's tensor means a build); returns the dialog
+        or, while it is being computed, None."""
         t = self.selected()
         if t is None:
             return None
-        try:
-            ours, ref = self.report.pair(t.output)
-        except Exception as e:  # noqa: BLE001 - a rerun that fails (the other model moved) is shown, not raised
-            QMessageBox.warning(self, "View values", error_text(e, "Reading the tensor"))
-            return None
-        checked = "Compiled" if self.report.mode == "compiled" else self.report.subject
-        reference = self.report.runtime if self.report.mode == "compiled" else self.report.reference
+        report = self.report
+        if t.output in report.kept:
+            return self._open_pair(report, t, *report.kept[t.output])
+        self.status.setText(self.status.text().split("\n⚠")[0] + f"\n⚠ Computing '{t.output}' again to show its values…")
+        generation = self.generation
+        self.values_job = start_job(lambda _job: report.pair(t.output), "Reading the tensor", self,
+                                    done=lambda pair: self._open_pair(report, t, *pair),
+                                    failed=lambda e: QMessageBox.warning(self, "View values", error_text(e, "Reading the tensor")),
+                                    wanted=lambda: generation == self.generation)
+        return None
+
+    def _open_pair(self, report, t, ours, ref):
+        from app.dialogs.tensor_pair import TensorPairViewer
+        from core.accuracy.report import describe
+
+        checked = "Compiled" if report.mode == "compiled" else report.subject
+        reference = report.runtime if report.mode == "compiled" else report.reference
         dialog = TensorPairViewer(t.output, ours, ref, ours_title=checked, reference_title=reference or "Reference",
                                   figures=f"{t.op} node '{t.node}': {describe(t)}", parent=self.window)
         dialog.show()
