@@ -6,7 +6,7 @@ current entry on the clipboard as a script over onnx-ir that turns the model's f
 edited model (core.rewrite.as_python). The edits are written down as a journal (core.model.journal)
 and replayed on a fresh load of the file they start from: the file opened or last saved, as the
 autosave tracks it (app.autosave). An edit the script cannot reproduce exactly is named in the
-status bar and nothing is copied."""
+status bar and nothing is copied. The script is written and checked on a worker thread."""
 from __future__ import annotations
 
 import logging
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QGuiApplication
-from PySide6.QtWidgets import QApplication, QDockWidget, QStyle, QToolButton, QUndoView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDockWidget, QStyle, QToolButton, QUndoView, QVBoxLayout, QWidget
 
 from core import WorkbenchError
 
-__all__ = ["create_panel", "AREA", "python_for_history", "copy_as_python"]
+__all__ = ["create_panel", "AREA", "copy_as_python"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,52 +79,65 @@ def _source(window) -> tuple[Path, int]:
     return Path(doc.path), 0
 
 
-def python_for_history(window) -> tuple[str, int]:
-    """The script for the document's edits up to the current undo index, and how many edits it
-    holds. Raises WorkbenchError with the sentence to show (an edit that cannot be written, a
-    file that changed)."""
+def _journal_entries(window, blobs) -> tuple[Path, list[dict]]:
+    """The file the history starts from and its edits up to the current undo index as journal
+    entries (read on the UI thread: the undo stack is the window's). Raises WorkbenchError."""
     from core.model import journal
-    from core.rewrite.as_python import from_journal
-    from rewrites import get_rule
 
     doc = window.document
     if doc.graph is None:
         raise WorkbenchError("there is no model.")
     path, start = _source(window)
     stack = doc.undo_stack
-    with tempfile.TemporaryDirectory(prefix="mlcwb-python-") as tmp:
-        blobs = journal.Blobs(Path(tmp))
-        entries = []
-        for i in range(start, stack.index()):
-            cmd = stack.command(i)
-            edit = getattr(cmd, "edit", None)
-            if edit is None:
-                raise WorkbenchError(f"the step '{cmd.text()}' is not an edit of the model.")
-            try:
-                entry = journal.encode_edit(edit, blobs)
-            except journal.NotJournaled as e:
-                raise WorkbenchError(f"{e.message.rstrip('.')}, nor as Python.") from None
-            entry.update(next_id=getattr(cmd, "next_id", None), description=edit.description)
-            entries.append(entry)
-        script = from_journal(path, entries, blobs, get_rule, files=False)
-        return script.text(path.name), len(entries)
+    entries = []
+    for i in range(start, stack.index()):
+        cmd = stack.command(i)
+        edit = getattr(cmd, "edit", None)
+        if edit is None:
+            raise WorkbenchError(f"the step '{cmd.text()}' is not an edit of the model.")
+        try:
+            entry = journal.encode_edit(edit, blobs)
+        except journal.NotJournaled as e:
+            raise WorkbenchError(f"{e.message.rstrip('.')}, nor as Python.") from None
+        entry.update(next_id=getattr(cmd, "next_id", None), description=edit.description)
+        entries.append(entry)
+    return path, entries
 
 
-def copy_as_python(window) -> bool:
-    """History ▸ Copy as Python: the script on the clipboard, what happened in the status bar."""
-    QApplication.setOverrideCursor(Qt.WaitCursor)
+def _script(path: Path, entries: list[dict], blobs) -> str:
+    """The script of `entries` (replayed on a fresh load of `path` and checked block by block: the slow part)."""
+    from core.rewrite.as_python import from_journal
+    from rewrites import get_rule
+
+    return from_journal(path, entries, blobs, get_rule, files=False).text(path.name)
+
+
+def copy_as_python(window):
+    """History ▸ Copy as Python: the edits are read here, the script is written and checked on a
+    worker (a load and a replay of the model), then put on the clipboard; the status bar says what
+    happened. Returns the job (None when nothing could be read)."""
+    from app.workers import error_text, start_job
+    from core.model import journal
+
+    tmp = tempfile.TemporaryDirectory(prefix="mlcwb-python-")
     try:
-        text, count = python_for_history(window)
+        blobs = journal.Blobs(Path(tmp.name))
+        path, entries = _journal_entries(window, blobs)
     except WorkbenchError as e:
+        tmp.cleanup()
         window.statusBar().showMessage(f"Copy as Python: nothing copied: {e.message}", 10000)
-        return False
-    except Exception as e:  # noqa: BLE001 - a bug here must not take the window (and unsaved edits) down
-        logger.exception("Copy as Python failed")
-        window.statusBar().showMessage(f"Copy as Python failed ({type(e).__name__}: {e}); nothing copied.", 10000)
-        return False
-    finally:
-        QApplication.restoreOverrideCursor()
-    QGuiApplication.clipboard().setText(text)
-    edits = f"{count} edit{'s' if count != 1 else ''}"
-    window.statusBar().showMessage(f"Copied {edits} as Python: run it as python SCRIPT.py IN.onnx OUT.onnx.", 10000)
-    return True
+        return None
+    window.statusBar().showMessage(f"Copy as Python: writing {len(entries)} edits as a script…")
+
+    def done(text: str) -> None:
+        QGuiApplication.clipboard().setText(text)
+        edits = f"{len(entries)} edit{'s' if len(entries) != 1 else ''}"
+        window.statusBar().showMessage(f"Copied {edits} as Python: run it as python SCRIPT.py IN.onnx OUT.onnx.", 10000)
+
+    def failed(e: BaseException) -> None:
+        if not isinstance(e, WorkbenchError):
+            logger.error("Copy as Python failed", exc_info=e)
+        window.statusBar().showMessage(f"Copy as Python: nothing copied: {error_text(e, 'Copy as Python')}", 10000)
+
+    return start_job(lambda _job: _script(path, entries, blobs), "Copy as Python", window, done=done, failed=failed,
+                     ended=lambda _job: tmp.cleanup(), delete_later=True)

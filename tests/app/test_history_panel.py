@@ -22,7 +22,7 @@ def _action(window) -> QAction:
     return action
 
 
-def test_copy_as_python_reproduces_the_window_model(window, tmp_path):
+def test_copy_as_python_reproduces_the_window_model(window, qtbot, tmp_path):
     src = sample("small_cnn")
     assert window.open_model(src, wait=True)
     doc = window.document
@@ -33,9 +33,9 @@ def test_copy_as_python_reproduces_the_window_model(window, tmp_path):
     doc.push(RenameNode(g, g.find_node("fc").id, "undone"))
     doc.undo_stack.undo()  # the script stops at the current entry
     QGuiApplication.clipboard().setText("")
-    _action(window).trigger()
+    _action(window).trigger()  # the script is written on a worker: the UI stays live meanwhile
+    qtbot.waitUntil(lambda: "Copied 3 edits as Python" in window.statusBar().currentMessage(), timeout=60_000)
     text = QGuiApplication.clipboard().text()
-    assert "Copied 3 edits as Python" in window.statusBar().currentMessage()
     assert "# 3. fold-conv-bn (4 matches)" in text and "undone" not in text
     script = tmp_path / "history.py"
     script.write_text(text)
