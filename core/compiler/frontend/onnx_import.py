@@ -68,9 +68,14 @@ _FIXES_LOADED = False
 
 
 def registered_converters() -> dict[str, type]:
-    """The workbench's converters by op type (after loading core.compiler.frontend.converters, if present)."""
+    """The workbench's converters by op type (after loading the CONVERTER_MODULES that exist)."""
     _load_fixes()
     return dict(_CONVERTERS)
+
+
+# modules whose import registers converters (core.compiler.frontend.registry): TVM fixes, the ops
+# newer opsets added, quantized ops; each is loaded when it exists
+CONVERTER_MODULES = ("converters", "modern_ops", "quantized")
 
 
 def _load_fixes() -> None:
@@ -78,11 +83,13 @@ def _load_fixes() -> None:
     if _FIXES_LOADED:
         return
     _FIXES_LOADED = True
-    try:
-        importlib.import_module("core.compiler.frontend.converters")
-    except ModuleNotFoundError as e:
-        if e.name != "core.compiler.frontend.converters":
-            raise
+    for name in CONVERTER_MODULES:
+        module = f"core.compiler.frontend.{name}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
 
 
 def supported_ops() -> set[str]:
