@@ -1,4 +1,6 @@
-"""The rule library: one module per family of rewrites (folding, cleanup, fusion).
+"""The rule library: one module per family of rewrites (folding, cleanup, fusion, transformer
+activations, opset steps), and onnxscript's own rule sets wrapped as workbench rules
+(`onnxscript_sets`; the "onnxruntime" family's results run on onnxruntime only).
 
 Adding a rule = writing it in a family module (or a new one) and adding one line to `_RULES`.
 Ids are stable: the CLI, saved sessions and tests name rules by them.
@@ -8,9 +10,10 @@ from __future__ import annotations
 from core.errors import WorkbenchError
 from core.rewrite import RewriteRule
 
-from rewrites import cleanup, folding, fusion
+from rewrites import activations, cleanup, folding, fusion, onnxscript_sets, opset
+from rewrites.onnxscript_sets import ORT_FAMILY
 
-__all__ = ["RULES", "get_rule", "get_rules", "all_rules", "UnknownRuleError"]
+__all__ = ["RULES", "ORT_FAMILY", "FAMILIES", "get_rule", "get_rules", "all_rules", "family_rules", "UnknownRuleError"]
 
 _RULES: list[RewriteRule] = [
     folding.FoldConstants(),
@@ -23,9 +26,25 @@ _RULES: list[RewriteRule] = [
     fusion.FuseLayerNorm(),
     cleanup.CollapseReshapes(),
     fusion.FuseTransposeMatMul(),
+    activations.FuseSiLU(),
+    activations.FuseSwiGLU(),
+    opset.UpgradeOpset(),
+    activations.FuseSiLUForOrt(),
+    *onnxscript_sets.RULES,
 ]
 
 RULES: dict[str, RewriteRule] = {r.id: r for r in _RULES}
+assert len(RULES) == len(_RULES), "two rules share an id"
+
+# how the rule browser titles each family, in the order it lists them
+FAMILIES: dict[str, str] = {
+    "cleanup": "Clean-up",
+    "folding": "Folding",
+    "fusion": "Fusion",
+    "transformer": "Transformer blocks",
+    "opset": "Opset",
+    ORT_FAMILY: "For onnxruntime",
+}
 
 
 class UnknownRuleError(WorkbenchError):
@@ -34,6 +53,11 @@ class UnknownRuleError(WorkbenchError):
 
 def all_rules() -> list[RewriteRule]:
     return list(RULES.values())
+
+
+def family_rules(family: str) -> list[RewriteRule]:
+    """The rules of one family, in library order."""
+    return [r for r in RULES.values() if r.family == family]
 
 
 def get_rule(rule_id: str) -> RewriteRule:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import WorkbenchError
 
-__all__ = ["CHECKED_ON", "graph_patterns", "match_failure_error", "replacement"]
+__all__ = ["CHECKED_ON", "graph_patterns", "match_failure_error", "replacement", "PatternShape", "pattern_shape", "rules_from"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,3 +64,46 @@ def replacement(rewrite: Callable, match) -> Any:
     (`_rewrite_rule.ReplacementPatternFunction`, onnxscript 0.7.2)."""
     builder = _private("_rewrite_rule", "ReplacementPatternFunction", "the replacement builder")
     return builder(rewrite).get_replacement(match)
+
+
+@dataclass(frozen=True)
+class PatternShape:
+    """What an onnxscript rule's pattern is made of: the op types it can end at (`roots`), every
+    op type it covers (`ops`, empty when one is not a fixed name) and its number of nodes."""
+
+    roots: frozenset[str]
+    ops: frozenset[str]
+    nodes: int
+
+
+def pattern_shape(rule) -> PatternShape:
+    """The shape of a public `onnxscript.rewriter.pattern.RewriteRule`'s target pattern, read from
+    its private `_target_pattern` (a `_pattern_ir.GraphPattern`: `output_nodes`, iteration over
+    NodePatterns whose `op` has `value()`, onnxscript 0.7.2)."""
+    graph_pattern = getattr(rule, "_target_pattern", None)
+    if graph_pattern is None or not hasattr(graph_pattern, "output_nodes"):
+        import onnxscript
+
+        raise WorkbenchError(
+            f"onnxscript {onnxscript.__version__} no longer keeps a rule's pattern where the workbench reads it "
+            f"(RewriteRule._target_pattern.output_nodes); the workbench was checked on {CHECKED_ON}."
+        )
+
+    def name(node_pattern) -> str | None:
+        value = getattr(node_pattern.op, "value", None)
+        return value() if callable(value) else None
+
+    roots = {name(n) for n in graph_pattern.output_nodes}
+    ops = {name(n) for n in graph_pattern}
+    return PatternShape(
+        frozenset() if None in roots else frozenset(roots),
+        frozenset() if None in ops else frozenset(ops),
+        graph_pattern.num_nodes(),
+    )
+
+
+def rules_from(module: str, name: str) -> Any:
+    """`onnxscript.rewriter.<module>.<name>`: a rule, list of rules or rule set as onnxscript keeps
+    it (its opset-23 fusions only in private modules, `rules.fusion._rms_normalization`,
+    onnxscript 0.7.2), or one sentence naming it when an upgrade moved it."""
+    return _private(module, name, f"the rewrite rules '{name}'")

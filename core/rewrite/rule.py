@@ -57,6 +57,7 @@ __all__ = [
     "static_shape",
     "WB_DOMAIN",
     "splice",
+    "try_pattern",
     "add_initializer",
     "remove_initializer",
 ]
@@ -240,6 +241,8 @@ class RewriteRule(ABC):
     pattern_text: str = ""
     # op types the rewrite produces: "why not?" on one of them says it is already the result
     produces: frozenset[str] = frozenset()
+    # whose rule it is: "workbench" (rewrites/), "onnxscript" (its rule sets, wrapped)
+    source: str = "workbench"
 
     def candidates(self, graph: Graph) -> Iterator[ir.Node]:
         """Roots to try, last node first (so a longer pattern claims its nodes before a shorter
@@ -269,7 +272,7 @@ class RewriteRule(ABC):
         return f"'{root.name or root.op_type + '#' + str(root.meta.get(_ID, '?'))}': {' + '.join(reversed(ops))}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "description": self.description, "family": self.family}
+        return {"id": self.id, "description": self.description, "family": self.family, "source": self.source}
 
     def __repr__(self) -> str:
         return f"<rule {self.id}>"
@@ -367,25 +370,11 @@ class PatternRule(RewriteRule):
     def match_at(self, ctx: RuleContext, node: ir.Node) -> Attempt:
         if self.root_ops and node.op_type not in self.root_ops:
             return Attempt(False, [], f"{node_label(node)} is not a {' or '.join(sorted(self.root_ops))}, where this pattern ends.", 0)
-        from onnxscript.rewriter.pattern import MatchStatus
-
         best: Attempt | None = None
-        graph = ctx.graph.model.graph
         for pat in self._compiled():
-            log = _LastLog()
-            m = pat.match(ctx.graph.model, graph, node, check_nodes_are_removable=True, tracer=log)
-            if m:
-                return Attempt(True, list(m.nodes), "", 3, (pat, m))
-            lm = log.match
-            if log.status == MatchStatus.CONDITION_FAILED:
-                att = Attempt(False, list(lm.nodes) if lm is not None else [], _clean(lm.reason if lm is not None else ""), 2)
-            else:
-                nodes = list(lm.nodes) if lm is not None else []
-                reason = lm.reason if lm is not None else ""
-                if "other uses" in reason.lower() and nodes:
-                    att = Attempt(False, nodes, _other_uses(node, nodes), 2)
-                else:
-                    att = Attempt(False, nodes, _structural(node, reason), 1)
+            att = try_pattern(pat, ctx, node)
+            if att.ok:
+                return att
             if best is None or att.stage > best.stage:
                 best = att
         assert best is not None
@@ -399,6 +388,26 @@ class PatternRule(RewriteRule):
         if delta is None:
             raise ConditionFailed(_clean(m.reason) or f"{self.id} could not build its replacement")
         return splice(ctx, attempt.nodes, delta.new_nodes, list(m.outputs), list(delta.new_outputs), delta.new_initializers, self.functions(ctx))
+
+
+def try_pattern(pat, ctx: RuleContext, node: ir.Node, removable: bool = True) -> Attempt:
+    """Match one onnxscript `Pattern` (or `RewriteRule`) at `node`, through its match tracer: a
+    success carries `(pat, match)` as its payload; a failure says which stage failed and why, in
+    the words of the failed condition or of the structural mismatch."""
+    from onnxscript.rewriter.pattern import MatchStatus
+
+    log = _LastLog()
+    m = pat.match(ctx.graph.model, ctx.graph.model.graph, node, check_nodes_are_removable=removable, tracer=log)
+    if m:
+        return Attempt(True, list(m.nodes), "", 3, (pat, m))
+    lm = log.match
+    nodes = list(lm.nodes) if lm is not None else []
+    reason = lm.reason if lm is not None else ""
+    if log.status == MatchStatus.CONDITION_FAILED:
+        return Attempt(False, nodes, _clean(reason), 2)
+    if "other uses" in reason.lower() and nodes:
+        return Attempt(False, nodes, _other_uses(node, nodes), 2)
+    return Attempt(False, nodes, _structural(node, reason), 1)
 
 
 def _clean(reason: str) -> str:
@@ -455,6 +464,7 @@ def splice(
     new_outputs: list[ir.Value],
     new_initializers: Iterable[ir.Value] = (),
     functions: Iterable[ir.Function] = (),
+    keep_used: bool = False,
 ) -> list[ir.Node]:
     """Put `new_nodes` in place of `old_nodes` (whose `old_outputs` become `new_outputs`).
 
@@ -462,6 +472,9 @@ def splice(
     its id and name (so Conv + BN -> Conv shows as the Conv changed, not a new node); other new
     nodes are named after the root; inferred shapes move with the values; initializers get
     unique names; functions and their domains are added to the model once.
+
+    `keep_used`: old nodes whose results are still read after the rewiring stay (a rule that does
+    not own all it matched, e.g. onnxscript's rotary embedding sharing its cos/sin nodes).
     """
     from onnx_ir import convenience
 
@@ -478,6 +491,10 @@ def splice(
     for n in new_nodes:
         if n.domain not in ("", "ai.onnx") and n.domain not in model.opset_imports:
             model.opset_imports[n.domain] = 1
+    if keep_used:
+        convenience.replace_nodes_and_values(graph, root, [], new_nodes, old_outputs, new_outputs)
+        old_nodes = _unused(old_nodes)
+        graph.remove(old_nodes, safe=True)
     # ids and names
     available = {}
     for old in old_nodes:
@@ -491,7 +508,8 @@ def splice(
         else:
             n.name = f"{root.name}/{n.op_type}" if root.name else None
     inferred = [o.meta.get(_INFERRED) for o in old_outputs]
-    convenience.replace_nodes_and_values(graph, root, old_nodes, new_nodes, old_outputs, new_outputs)
+    if not keep_used:
+        convenience.replace_nodes_and_values(graph, root, old_nodes, new_nodes, old_outputs, new_outputs)
     for v, inf in zip(new_outputs, inferred):
         if inf is not None and v.meta.get(_INFERRED) is None:
             v.meta[_INFERRED] = inf
@@ -500,3 +518,18 @@ def splice(
             if not o.name:
                 o.name = ctx.unique_name(f"{n.name or n.op_type}_out")
     return new_nodes
+
+
+def _unused(nodes: list[ir.Node]) -> list[ir.Node]:
+    """Those of `nodes` nothing outside them reads any more (graph outputs count as read)."""
+    gone: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if id(n) in gone:
+                continue
+            if all(not o.is_graph_output() and all(id(u.node) in gone for u in o.uses()) for o in n.outputs):
+                gone.add(id(n))
+                changed = True
+    return [n for n in nodes if id(n) in gone]

@@ -31,10 +31,11 @@ class BrokenGemm(PatternRule):
 
 def test_registry_ids_are_stable_and_unique():
     ids = [r.id for r in all_rules()]
-    assert ids == [
+    assert ids[:10] == [  # the first rules keep their places; new ones are appended
         "fold-constants", "eliminate-dead-code", "eliminate-identity", "fold-conv-bn", "fuse-matmul-add",
         "fuse-linear-relu", "fuse-gelu", "fuse-layernorm", "collapse-reshapes", "fuse-transpose-matmul",
     ]
+    assert len(ids) == len(set(ids)) >= 25
     assert all(r.description and r.family for r in all_rules())
     with pytest.raises(Exception, match="unknown rule 'nope'"):
         get_rules("fold-conv-bn,nope")

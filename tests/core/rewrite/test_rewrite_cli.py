@@ -16,7 +16,8 @@ def test_rules_json_lists_every_rule():
     assert r.returncode == 0, r.stderr
     rules = json.loads(r.stdout)["rules"]
     assert {x["id"] for x in rules} >= {"fold-constants", "fold-conv-bn", "fuse-gelu", "collapse-reshapes"}
-    assert all(set(x) == {"id", "description", "family"} for x in rules)
+    assert all(set(x) == {"id", "description", "family", "source"} for x in rules)
+    assert len(rules) >= 25 and {x["source"] for x in rules} == {"workbench", "onnxscript"}
     plain = run_cli("rules")
     assert plain.returncode == 0 and "fuse-layernorm" in plain.stdout
 
