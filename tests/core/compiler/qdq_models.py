@@ -1,0 +1,67 @@
+"""QDQ models for the quantization tests: a small CNN written by hand in ONNX's QDQ form, and any fp32
+model quantized by onnxruntime's own `quantize_static` (QDQ format, per-channel int8 weights, uint8
+activations), calibrated on a few seeded random inputs."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn"]
+
+
+def fp32_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """Conv 3->8 3x3 + Relu, Conv 8->4 3x3 + Relu, GlobalAveragePool: input [1, 3, size, size]."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.4).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal(8) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.2).astype(np.float32), "w2"),
+        numpy_helper.from_array((rng.standard_normal(4) * 0.1).astype(np.float32), "b2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["out0"], name="pool"),
+    ]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, size, size])],
+                              [helper.make_tensor_value_info("out0", TensorProto.FLOAT, [1, 4, 1, 1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def quantize_qdq(model: onnx.ModelProto, seed: int = 0, samples: int = 4) -> onnx.ModelProto:
+    """`model` quantized by onnxruntime.quantization.quantize_static: QDQ format, per-channel int8
+    weights, uint8 activations, calibrated (MinMax) on `samples` seeded standard normal inputs."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    inp = model.graph.input[0]
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    batches = [{inp.name: rng.standard_normal(shape).astype(np.float32)} for _ in range(samples)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "qdq.onnx"
+        onnx.save(model, src)
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        return onnx.load(dst)
+
+
+def qdq_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
+    """fp32_cnn quantized by onnxruntime (quantize_qdq): two convs with DequantizeLinear'd int8 weights."""
+    return quantize_qdq(fp32_cnn(seed, size), seed=seed)
