@@ -141,10 +141,10 @@ class FuseSwiGLU(PatternRule):
             fail(f"the input '{x.name}' has shape {describe_shape(x)}; the fusion needs rank >= 2.")
 
     def rewrite(self, op, x, w1, w3, gate, **_):
-        ctx = current()
         both = np.concatenate([require_constant(w1, "W1"), require_constant(w3, "W3")], axis=1)
-        base = (gate.producer().name or "swiglu").rsplit("/", 1)[0]
-        w = op.initializer(ir.tensor(both, name=ctx.unique_name(f"{base}.gate_up.weight")))
+        name = gate.producer().name or ""
+        prefix = name.rsplit(".", 1)[0] if "." in name else "swiglu"  # 'layers.0.mlp.gate_proj' -> 'layers.0.mlp'
+        w = op.initializer(ir.tensor(both, name=f"{prefix}.gate_up_proj.weight"))  # splice makes it unique
         return op.SwiGLU(x, w, _domain=WB_DOMAIN)
 
     def functions(self, ctx):

@@ -153,9 +153,27 @@ class OnnxscriptRule(RewriteRule):
         if delta is None:
             raise ConditionFailed(f"{self.id} could not build its replacement at {node_label(root)}.")
         basic_constant_propagation(delta.new_nodes)
-        return splice(
+        read = [i for n in delta.match.nodes for i in n.inputs if i is not None]
+        new_nodes = splice(
             ctx, list(delta.match.nodes), delta.new_nodes, list(delta.match.outputs), list(delta.new_outputs),
             delta.new_initializers, keep_used=not rule.remove_nodes,
         )
+        _remove_orphans(ctx.graph.model.graph, read)
+        return new_nodes
+
+
+def _remove_orphans(graph: ir.Graph, values: list[ir.Value]) -> None:
+    """Remove the nodes the rewrite left computing nothing used (a Reshape's shape computation,
+    once the shape is a constant), as onnxscript's own rewrite pass does after its rules."""
+    work = list(values)
+    while work:
+        v = work.pop()
+        p = v.producer()
+        if p is None or p.graph is not graph or v.is_graph_output():
+            continue
+        if any(o.uses() or o.is_graph_output() for o in p.outputs):
+            continue
+        work.extend(i for i in p.inputs if i is not None)
+        graph.remove(p, safe=True)
 
 

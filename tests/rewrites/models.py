@@ -35,7 +35,7 @@ def model(nodes, inputs, outputs, inits=None, opset: int = 18, domains=None) -> 
     )
     imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in (domains or {}).items()]
     m = helper.make_model(graph, opset_imports=imports, ir_version=10)
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
+    m = onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)
     onnx.checker.check_model(m, full_check=True)
     return load_model_bytes(m.SerializeToString(), "test.onnx")
 
