@@ -1,4 +1,8 @@
-"""`rewrite MODEL --rules ID[,ID...] -o OUT.onnx [--verify] [--json]`: apply rewrite rules.
+"""`rewrite MODEL --rules ID[,ID...] | --for ort -o OUT.onnx [--verify] [--json]`: apply rewrite rules.
+
+`--for ort` states the goal, an optimized ONNX for onnxruntime: it allows the rules of the
+"onnxruntime" family (their results are com.microsoft contrib ops, which the compiler cannot
+take), and without --rules applies that goal's recipe (`rewrites.GOALS`).
 
 Each rule is applied to all its non-overlapping matches, in the order given, through the same
 engine the GUI uses. With --verify, each rule's result is run against the model before it with
@@ -15,7 +19,8 @@ HELP = "apply rewrite rules to a model and save the result (optionally verified 
 
 def add_arguments(p) -> None:
     p.add_argument("model", help="ONNX model file")
-    p.add_argument("--rules", required=True, help="comma-separated rule ids (see `rules`)")
+    p.add_argument("--rules", help="comma-separated rule ids (see `rules`); required unless --for is given")
+    p.add_argument("--for", dest="goal", choices=["ort"], help="rewrite for onnxruntime: allows its contrib-op rules; alone, applies its recipe")
     p.add_argument("-o", "--output", required=True, help="where to write the rewritten model")
     p.add_argument("--verify", action="store_true", help="check each rule's result numerically with onnxruntime")
     p.add_argument("--seed", type=int, default=0, help="seed of the random verification inputs (default 0)")
@@ -29,9 +34,12 @@ def run(args) -> int:
     from core.model.history import History
     from core.rewrite import run_rules
     from core.verify import VerificationError
-    from rewrites import get_rules
+    from rewrites import UnknownRuleError, check_goal, get_rules, recipe
 
-    rules = get_rules(args.rules)  # unknown ids fail before the model is read
+    if args.rules is None and args.goal is None:
+        raise UnknownRuleError("name the rules with --rules ID[,ID...] or a goal with --for ort.")
+    rules = get_rules(args.rules) if args.rules is not None else recipe(args.goal)  # unknown ids fail before the model is read
+    check_goal(rules, args.goal)
     graph = load_model(args.model)
     dims = parse_dims(args.dim, graph)
     history = History(graph)

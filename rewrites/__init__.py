@@ -13,7 +13,10 @@ from core.rewrite import RewriteRule
 from rewrites import activations, cleanup, folding, fusion, onnxscript_sets, opset
 from rewrites.onnxscript_sets import ORT_FAMILY
 
-__all__ = ["RULES", "ORT_FAMILY", "FAMILIES", "get_rule", "get_rules", "all_rules", "family_rules", "UnknownRuleError"]
+__all__ = [
+    "RULES", "ORT_FAMILY", "FAMILIES", "GOALS", "get_rule", "get_rules", "all_rules", "family_rules", "recipe", "check_goal",
+    "UnknownRuleError",
+]
 
 _RULES: list[RewriteRule] = [
     folding.FoldConstants(),
@@ -47,8 +50,19 @@ FAMILIES: dict[str, str] = {
 }
 
 
+# what `rewrite --for GOAL` applies when no --rules are named, in order: clean-ups first, then
+# the fusions whose inputs they expose (LayerNorm before SkipLayerNorm, Gelu before BiasGelu)
+GOALS: dict[str, tuple[str, ...]] = {
+    "ort": (
+        "eliminate-identity", "remove-arithmetic-no-ops", "simplify-casts", "simplify-transposes", "merge-unsqueezes",
+        "collapse-slices", "remove-redundant-expand", "fuse-layernorm", "ort-skip-layer-normalization", "ort-erf-gelu",
+        "ort-bias-gelu", "ort-silu", "ort-fused-matmul", "eliminate-dead-code",
+    ),
+}
+
+
 class UnknownRuleError(WorkbenchError):
-    """A rule id that the library does not have."""
+    """A rule id that the library does not have, or a rule the goal does not allow."""
 
 
 def all_rules() -> list[RewriteRule]:
@@ -73,3 +87,24 @@ def get_rules(spec: str | list[str]) -> list[RewriteRule]:
     if not ids:
         raise UnknownRuleError("no rule ids given; known rules: " + ", ".join(RULES) + ".")
     return [get_rule(i) for i in ids]
+
+
+def recipe(goal: str) -> list[RewriteRule]:
+    """The rules `rewrite --for GOAL` applies, in order."""
+    try:
+        return [get_rule(i) for i in GOALS[goal]]
+    except KeyError:
+        raise UnknownRuleError(f"unknown goal '{goal}'; known goals: {', '.join(GOALS)}.") from None
+
+
+def check_goal(rules: list[RewriteRule], goal: str | None) -> None:
+    """Refuse rules whose results only onnxruntime runs unless the goal is onnxruntime: the
+    compiler (TVM) cannot take com.microsoft ops."""
+    if goal == "ort":
+        return
+    for r in rules:
+        if r.family == ORT_FAMILY:
+            raise UnknownRuleError(
+                f"rule '{r.id}' makes onnxruntime contrib ops (family '{ORT_FAMILY}'), which only onnxruntime runs; "
+                "add --for ort to rewrite for onnxruntime."
+            )
