@@ -204,7 +204,78 @@ def _build() -> dict[str, type]:
                 bias = bb.normalize(pad_bias if bias is None else relax.op.add(bias, pad_bias))
             return bias
 
-    return {"Attention": Attention}
+    class RMSNormalization(fe.OnnxOpConverter):
+        """x / sqrt(mean(x^2 over axis..last) + epsilon) * scale, in float32 when stash_type is 1."""
+
+        @classmethod
+        def _impl_v23(cls, bb, inputs, attr, params):
+            x, scale = inputs[0], inputs[1]
+            dt = dtype_of(x)
+            rank = len(static_shape(x, "RMSNormalization", "input"))
+            axis = int(attr.get("axis", -1))
+            axis = axis + rank if axis < 0 else axis
+            stash = int(attr.get("stash_type", 1))
+            if stash != 1:
+                raise UnsupportedOpError(f"RMSNormalization with stash_type {stash} is not supported (only 1, float32).", op_type="RMSNormalization")
+            cdt = "float32" if dt != "float64" else dt
+            xf = x if dt == cdt else relax.op.astype(x, cdt)
+            sf = scale if dtype_of(scale) == cdt else relax.op.astype(scale, cdt)
+            xf = bb.normalize(xf)
+            ms = relax.op.mean(relax.op.multiply(xf, xf), list(range(axis, rank)), keepdims=True)
+            inv = relax.op.rsqrt(relax.op.add(ms, const(float(attr.get("epsilon", 1e-5)), cdt)))
+            y = relax.op.multiply(relax.op.multiply(xf, inv), sf)
+            return y if dt == cdt else relax.op.astype(y, dt)
+
+    class RotaryEmbedding(fe.OnnxOpConverter):
+        """Rotary position embedding, after onnx/reference/ops/op_rotary_embedding.py."""
+
+        @classmethod
+        def _impl_v23(cls, bb, inputs, attr, params):
+            x, cos, sin = inputs[0], inputs[1], inputs[2]
+            positions = present(inputs, 3)
+            shape = static_shape(x, "RotaryEmbedding", "input")
+            if len(shape) == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
+                x = bb.normalize(relax.op.permute_dims(x, [0, 2, 1, 3]))
+            elif len(shape) == 3:
+                heads = int(attr.get("num_heads", 0))
+                if not heads or shape[2] % heads:
+                    raise UnsupportedOpError("RotaryEmbedding on a 3-D input needs num_heads dividing its hidden size.", op_type="RotaryEmbedding")
+                x = bb.normalize(relax.op.reshape(x, [shape[0], shape[1], heads, shape[2] // heads]))
+            else:
+                raise UnsupportedOpError(f"RotaryEmbedding on a {len(shape)}-D input is not supported (ONNX allows 3-D and 4-D).",
+                                         op_type="RotaryEmbedding")
+            b, s, h, d = static_shape(x, "RotaryEmbedding", "input")
+            rot = int(attr.get("rotary_embedding_dim", 0)) or d
+            half = rot // 2
+            if positions is not None:
+                cos, sin = relax.op.take(cos, positions, axis=0), relax.op.take(sin, positions, axis=0)
+            cos = bb.normalize(relax.op.expand_dims(cos, 2))  # (batch, seq, 1, rot/2)
+            sin = bb.normalize(relax.op.expand_dims(sin, 2))
+            if static_shape(cos, "RotaryEmbedding", "cos cache")[-1] != half:
+                raise UnsupportedOpError("RotaryEmbedding whose cos/sin cache does not hold rotary_embedding_dim/2 values is invalid.",
+                                         op_type="RotaryEmbedding")
+            interleaved = bool(attr.get("interleaved", 0))
+            if interleaved:
+                x1 = relax.op.strided_slice(x, [3], [0], [rot], [2])
+                x2 = relax.op.strided_slice(x, [3], [1], [rot], [2])
+            else:
+                x1 = relax.op.strided_slice(x, [3], [0], [half])
+                x2 = relax.op.strided_slice(x, [3], [half], [rot])
+            x1, x2 = bb.normalize(x1), bb.normalize(x2)
+            real = relax.op.subtract(relax.op.multiply(cos, x1), relax.op.multiply(sin, x2))
+            imag = relax.op.add(relax.op.multiply(sin, x1), relax.op.multiply(cos, x2))
+            if interleaved:
+                rotated = relax.op.reshape(bb.normalize(relax.op.stack([real, imag], axis=4)), [b, s, h, rot])
+            else:
+                rotated = relax.op.concat([real, imag], axis=3)
+            if rot < d:
+                rotated = relax.op.concat([rotated, relax.op.strided_slice(x, [3], [rot], [d])], axis=3)
+            rotated = bb.normalize(rotated)
+            if len(shape) == 4:
+                return relax.op.permute_dims(rotated, [0, 2, 1, 3])
+            return relax.op.reshape(rotated, shape)
+
+    return {"Attention": Attention, "RMSNormalization": RMSNormalization, "RotaryEmbedding": RotaryEmbedding}
 
 
 MODERN_OPS: dict[str, type] = _build()
