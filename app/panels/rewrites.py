@@ -1,15 +1,19 @@
 """Rewrites: the rule library against the open model — match counts, preview, apply, "why not?".
 
-* The list shows every rule (`rewrites.all_rules()`) with its number of matches in the open model.
-  Counting runs on a worker thread after each change (debounced), so a big model never blocks the
-  UI; the same job prepares a spare copy of the graph, so the next preview only has to rewrite.
+* The list shows every rule (`rewrites.all_rules()`) grouped by family (`rewrites.FAMILIES`), with
+  its number of matches in the open model (a family row sums its rules'); the search box keeps the
+  rules whose id or description contains the text. Counting runs on a worker thread after each
+  change (debounced), so a big model never blocks the UI; the same job prepares a spare copy of
+  the graph, so the next preview only has to rewrite.
 * Selecting a rule outlines its matches on the canvas (role "rewrite-match") and lists them;
   selecting a match selects and centres its nodes.
 * Preview rewrites a copy (the selected match, or all of them) and verifies it with onnxruntime on
   seeded random inputs, on a worker thread with progress and Cancel; the canvas then shows the
   rewritten graph with the removed nodes ghosted (red) and the new or changed ones outlined
   (green). Apply pushes the previewed rewrite as one undoable edit; Apply all previews, verifies
-  and applies every match. A rewrite whose outputs differ beyond tolerance is refused, with why.
+  and applies every match. Apply family does that for each rule of the selected family with matches,
+  one rule after the other (each an undoable edit, the next rule matching the model the previous
+  left). A rewrite whose outputs differ beyond tolerance is refused, with why.
 * Why not? explains, for the node selected on the canvas, why the selected rule (or each rule,
   when none is selected) does not apply there, naming the failed condition.
 
@@ -27,6 +31,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QListWidget,
     QListWidgetItem,
     QPlainTextEdit,
@@ -43,7 +48,7 @@ from PySide6.QtWidgets import (
 from core import WorkbenchError
 from core.rewrite import RewriteEdit, SpareCopy, explain, find_matches, preview
 from core.rewrite.view import preview_view
-from rewrites import all_rules
+from rewrites import FAMILIES, all_rules
 
 from app.workers import Job, error_text, start_job
 
@@ -54,6 +59,7 @@ logger = logging.getLogger(__name__)
 AREA = "left"
 MATCH_COLOR = "#00a3d9"
 _ROLE = "rewrite-match"
+_FAMILY = Qt.UserRole + 1  # on a family row: the family id (its Qt.UserRole, the rule id, is None)
 
 
 class RewritesPanel(QWidget):
@@ -69,29 +75,56 @@ class RewritesPanel(QWidget):
         self.preview = None  # the Preview shown on the canvas
         self.last_result = ""
         self._job: Job | None = None  # the preview/apply job
+        self._family_run: dict | None = None  # Apply family in progress: rules left, what each did
         self._count_job: Job | None = None
         self._jobs: set[Job] = set()  # keep finished-but-not-collected threads alive
+
+        self.search = QLineEdit()
+        self.search.setObjectName("rewrite-search")
+        self.search.setPlaceholderText("Search rules (id or description)")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self._filter)
 
         self.rule_list = QTreeWidget()
         self.rule_list.setObjectName("rewrite-rules")
         self.rule_list.setColumnCount(2)
         self.rule_list.setHeaderLabels(["Rule", "Matches"])
-        self.rule_list.setRootIsDecorated(False)
+        self.rule_list.setRootIsDecorated(True)
         self.rule_list.setAlternatingRowColors(True)
         header = self.rule_list.header()  # the rule name takes what the dock has; no sideways scrolling
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.Stretch)
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
-        for r in self.rules:
-            item = QTreeWidgetItem([r.id, "–"])  # "…" only while a count runs
-            item.setData(0, Qt.UserRole, r.id)
-            tip = f"{r.description}\nFamily: {r.family}"
-            if r.conditions:
-                tip += "\nConditions:\n" + "\n".join(f"  {i}. {c}" for i, c in enumerate(r.conditions, 1))
-            item.setToolTip(0, tip)
-            item.setToolTip(1, tip)
-            item.setTextAlignment(1, Qt.AlignRight | Qt.AlignVCenter)
-            self.rule_list.addTopLevelItem(item)
+        self.family_items: dict[str, QTreeWidgetItem] = {}
+        self.rule_items: dict[str, QTreeWidgetItem] = {}
+        order = list(FAMILIES) + sorted({r.family for r in self.rules} - set(FAMILIES))
+        for fam in order:
+            members = [r for r in self.rules if r.family == fam]
+            if not members:
+                continue
+            top = QTreeWidgetItem([f"{FAMILIES.get(fam, fam)} ({len(members)})", "–"])
+            top.setData(0, Qt.UserRole, None)
+            top.setData(0, _FAMILY, fam)
+            top.setToolTip(0, f"Family '{fam}': {len(members)} rules. Apply family applies each of them that matches.")
+            top.setTextAlignment(1, Qt.AlignRight | Qt.AlignVCenter)
+            f = top.font(0)
+            f.setItalic(True)
+            top.setFont(0, f)
+            self.rule_list.addTopLevelItem(top)
+            self.family_items[fam] = top
+            for r in members:
+                item = QTreeWidgetItem([r.id, "–"])  # "…" only while a count runs
+                item.setData(0, Qt.UserRole, r.id)
+                item.setData(0, _FAMILY, fam)
+                tip = f"{r.description}\nFamily: {r.family}" + (" (from onnxscript)" if r.source == "onnxscript" else "")
+                if r.conditions:
+                    tip += "\nConditions:\n" + "\n".join(f"  {i}. {c}" for i, c in enumerate(r.conditions, 1))
+                item.setToolTip(0, tip)
+                item.setToolTip(1, tip)
+                item.setTextAlignment(1, Qt.AlignRight | Qt.AlignVCenter)
+                top.addChild(item)
+                self.rule_items[r.id] = item
+        self.rule_list.expandAll()
         self.rule_list.currentItemChanged.connect(lambda *_: self._rule_selected(describe=True))
 
         self.match_list = QListWidget()
@@ -111,19 +144,24 @@ class RewritesPanel(QWidget):
         self.apply_button.setToolTip("Apply the preview (or the selected match) as one undoable edit")
         self.apply_all_button = QPushButton("Apply all")
         self.apply_all_button.setToolTip("Preview, verify and apply every match of the rule as one undoable edit")
+        self.apply_family_button = QPushButton("Apply family")
+        self.apply_family_button.setToolTip("Apply all matching in the family: each of its rules with matches, one after the other, each verified and undoable")
         self.why_button = QPushButton("Why not?")
         self.why_button.setToolTip("Why does the rule (or each rule) not apply to the node selected on the canvas?")
         self.close_button = QPushButton("Close preview")
         self.preview_button.clicked.connect(lambda: self.start_preview(apply=False))
         self.apply_button.clicked.connect(self.apply_selected)
         self.apply_all_button.clicked.connect(lambda: self.start_preview(apply=True, all_matches=True))
+        self.apply_family_button.clicked.connect(lambda: self.apply_family())
         self.why_button.clicked.connect(self.why_not)
         self.close_button.clicked.connect(self.close_preview)
 
         buttons = QHBoxLayout()
-        for b in (self.preview_button, self.apply_button, self.apply_all_button, self.why_button):
-            b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 14)  # style minimum (80 px) kept the dock wide
-            buttons.addWidget(b)
+        buttons_b = QHBoxLayout()
+        for row, group in ((buttons, (self.preview_button, self.apply_button, self.apply_all_button)), (buttons_b, (self.apply_family_button, self.why_button))):
+            for b in group:
+                b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 14)  # style minimum (80 px) kept the dock wide
+                row.addWidget(b)
         buttons2 = QHBoxLayout()
         self.status = QLabel("")
         self.status.setObjectName("rewrite-status")
@@ -151,11 +189,17 @@ class RewritesPanel(QWidget):
         self.result.setObjectName("rewrite-result")
         self.result.setPlaceholderText("Select a rule to see its matches; select a node on the canvas and press Why not?")
 
+        rules_box = QWidget()
+        rules_lay = QVBoxLayout(rules_box)
+        rules_lay.setContentsMargins(0, 0, 0, 0)
+        rules_lay.setSpacing(2)
+        rules_lay.addWidget(self.search)
+        rules_lay.addWidget(self.rule_list, 1)
         split = QSplitter(Qt.Vertical)
-        split.addWidget(self.rule_list)
+        split.addWidget(rules_box)
         split.addWidget(self.match_list)
         split.addWidget(self.result)
-        split.setSizes([200, 90, 320])
+        split.setSizes([300, 90, 220])
         # when the dock is short the explanation box gives way first, then the match list
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
@@ -165,6 +209,7 @@ class RewritesPanel(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addWidget(split, 1)
         lay.addLayout(buttons)
+        lay.addLayout(buttons_b)
         lay.addLayout(buttons2)
 
         self._timer = QTimer(self, singleShot=True, interval=150)
@@ -190,12 +235,33 @@ class RewritesPanel(QWidget):
         return next((r for r in self.rules if r.id == rid), None)
 
     def select_rule(self, rule_id: str) -> None:
-        for i in range(self.rule_list.topLevelItemCount()):
-            item = self.rule_list.topLevelItem(i)
-            if item.data(0, Qt.UserRole) == rule_id:
-                self.rule_list.setCurrentItem(item)
-                return
-        raise KeyError(rule_id)
+        item = self.rule_items[rule_id]
+        if item.isHidden():
+            self.search.clear()
+        self.rule_list.setCurrentItem(item)
+
+    def current_family(self) -> str | None:
+        """The family of the selected row (a family row or one of its rules)."""
+        item = self.rule_list.currentItem()
+        return None if item is None else item.data(0, _FAMILY)
+
+    def select_family(self, family: str) -> None:
+        self.rule_list.setCurrentItem(self.family_items[family])
+
+    def _filter(self, text: str) -> None:
+        """Keep the rules whose id or description contains `text` (any case), and their families."""
+        needle = text.strip().lower()
+        rules = {r.id: r for r in self.rules}
+        for fam, top in self.family_items.items():
+            shown = 0
+            for i in range(top.childCount()):
+                item = top.child(i)
+                r = rules[item.data(0, Qt.UserRole)]
+                hit = not needle or needle in r.id.lower() or needle in r.description.lower()
+                item.setHidden(not hit)
+                shown += hit
+            top.setHidden(shown == 0)
+            top.setExpanded(True)
 
     def _counts_current(self) -> bool:
         g = self.graph
@@ -226,6 +292,9 @@ class RewritesPanel(QWidget):
         busy = self._job is not None
         self.preview_button.setEnabled(has and not busy)
         self.apply_all_button.setEnabled(has and not busy)
+        fam = self.current_family()
+        fam_has = bool(fam is not None and self._counts_current() and any(self.matches.get(r.id) for r in self.rules if r.family == fam))
+        self.apply_family_button.setEnabled(fam_has and not busy and self._family_run is None)
         self.apply_button.setEnabled(not busy and (self._preview_applicable() or has))
         self.why_button.setEnabled(self.graph is not None)
         self.close_button.setVisible(self.preview is not None)
@@ -260,6 +329,8 @@ class RewritesPanel(QWidget):
 
     def _cancelled(self, attr: str) -> None:
         self._idle("Cancelled.")
+        if attr == "_job" and self._family_run is not None:
+            self._family_finished("Cancelled.")
         if attr == "_count_job" and self._count_job is None and not self._timer.isActive() and not self._counts_current():
             self._set_counts(None)  # counts never stay at "…": they are unknown until counted again
 
@@ -267,28 +338,37 @@ class RewritesPanel(QWidget):
         """The Matches column: counts, "…" while counting (pending), "–" when unknown (no model,
         or the count failed or was cancelled). Returns the total."""
         total = 0
-        for i in range(self.rule_list.topLevelItemCount()):
-            item = self.rule_list.topLevelItem(i)
-            if pending or matches is None:
-                item.setText(1, "…" if pending else "–")
-                item.setToolTip(1, "Counting…" if pending else "Not counted: no model, or the count was stopped")
-                n = 0
-            else:
-                n = len(matches.get(item.data(0, Qt.UserRole), []))
-                item.setText(1, str(n))
-                item.setToolTip(1, f"{n} match{'es' if n != 1 else ''}")
-            total += n
-            f = item.font(0)
-            f.setBold(n > 0)
-            item.setFont(0, f)
-            item.setFont(1, f)
+        for top in self.family_items.values():
+            family_total = 0
+            for i in range(top.childCount()):
+                n = self._show_count(top.child(i), None if matches is None else len(matches.get(top.child(i).data(0, Qt.UserRole), [])), pending)
+                family_total += n
+            self._show_count(top, None if matches is None else family_total, pending)
+            total += family_total
         return total
+
+    @staticmethod
+    def _show_count(item: QTreeWidgetItem, n: int | None, pending: bool) -> int:
+        if pending or n is None:
+            item.setText(1, "…" if pending else "–")
+            item.setToolTip(1, "Counting…" if pending else "Not counted: no model, or the count was stopped")
+            n = 0
+        else:
+            item.setText(1, str(n))
+            item.setToolTip(1, f"{n} match{'es' if n != 1 else ''}")
+        f = item.font(0)
+        f.setBold(n > 0)
+        item.setFont(0, f)
+        item.setFont(1, f)
+        return n
 
     def _job_failed(self, title: str, message: str) -> None:
         if title == "Counting matches" and self._count_job is None and not self._timer.isActive():
             self._set_counts(None)
         self._idle("")
         self._set_result(f"{title} failed: {message}")
+        if title.startswith("Applying") and self._family_run is not None:
+            self._family_finished(f"Stopped: {title} failed: {message}")
 
     def cancel(self) -> None:
         for job in (self._job, self._count_job):
@@ -332,6 +412,7 @@ class RewritesPanel(QWidget):
         self.rule_list.blockSignals(False)
         self.match_list.clear()
         self.preview = None
+        self._family_run = None  # a family run stops with its model (its job's result is dropped)
         self.window.canvas.clear_ghosts()
         self._graph_changed()
         self._idle("")
@@ -383,6 +464,9 @@ class RewritesPanel(QWidget):
         self.match_list.clear()
         if rule is None or not self._counts_current():
             canvas.clear_highlight(_ROLE)
+            family = self.current_family()
+            if describe and family is not None and self.preview is None and self._counts_current():
+                self._describe_family(family)
             self._update_buttons()
             return
         ms = self.matches.get(rule.id, [])
@@ -422,6 +506,84 @@ class RewritesPanel(QWidget):
         if not all_matches and item is not None:
             return [item.data(Qt.UserRole)]
         return ms
+
+    def _describe_family(self, family: str) -> None:
+        members = [r for r in self.rules if r.family == family]
+        lines = [f"{FAMILIES.get(family, family)}: {len(members)} rules."]
+        for r in members:
+            n = len(self.matches.get(r.id, []))
+            lines.append(f"  {n:>3}  {r.id}: {r.description}")
+        lines.append("\nApply family applies each rule with matches, one after the other, each verified and undoable.")
+        self._set_result("\n".join(lines))
+
+    # ---- apply a family --------------------------------------------------------------------------
+    def apply_family(self, family: str | None = None) -> None:
+        """Apply all matching in the family: each of its rules with matches, in library order,
+        previewed and verified on a worker, then pushed as its own edit before the next rule is
+        matched against the model it left."""
+        family = family if family is not None else self.current_family()
+        if family is None or self.graph is None or not self._counts_current() or self._job is not None or self._family_run is not None:
+            return
+        todo = [r for r in self.rules if r.family == family and self.matches.get(r.id)]
+        if not todo:
+            self._set_result(f"No rule of {FAMILIES.get(family, family)} matches this model.")
+            return
+        self._family_run = {"family": family, "todo": todo, "done": [], "refused": []}
+        self._family_next()
+
+    def _family_next(self) -> None:
+        run = self._family_run
+        graph = self.graph
+        if run is None:
+            return
+        if not run["todo"] or graph is None:
+            self._family_finished()
+            return
+        rule = run["todo"].pop(0)
+
+        def work(job: Job):
+            job.report(0.1, f"Rewriting a copy ({rule.id})…")
+            pv = preview(graph, rule)
+            job.check()
+            if pv.applied:
+                job.report(0.5, f"Verifying {rule.id} with onnxruntime…")
+                try:
+                    pv.verify(before=graph.clone())
+                except WorkbenchError as e:
+                    return pv, str(e)
+            return pv, ""
+
+        def done(result):
+            pv, error = result
+            if pv.base is not self.graph or pv.is_stale:
+                run["refused"].append(f"{rule.id}: the model changed while it was previewed.")
+            elif not pv.applied:
+                run["refused"].append(f"{rule.id}: no match applied" + (f" ({pv.skipped[0][1]})" if pv.skipped else "."))
+            elif error or not pv.verification.ok:
+                run["refused"].append(f"{rule.id}: " + (f"verification could not run: {error}" if error else f"verification failed: {pv.verification.explain()}"))
+            else:
+                try:
+                    self.window.document.push(RewriteEdit(pv), show_errors=False)
+                except WorkbenchError as e:
+                    run["refused"].append(f"{rule.id}: {e}")
+                else:
+                    run["done"].append(self._describe(pv).splitlines()[0])
+            QTimer.singleShot(0, self._family_next)
+
+        self._start(work, f"Applying {FAMILIES.get(run['family'], run['family'])}: {rule.id}", done, "_job")
+
+    def _family_finished(self, stopped: str = "") -> None:
+        run, self._family_run = self._family_run, None
+        if run is None:
+            return
+        n = len(run["done"])
+        lines = [f"Apply family '{run['family']}': {n} rule{'s' if n != 1 else ''} applied, each one Edit ▸ Undo step." + (f" {stopped}" if stopped else "")]
+        lines += run["done"]
+        lines += [f"Not applied: {r}" for r in run["refused"]]
+        lines += [f"Not tried: {r.id}" for r in run["todo"]]
+        self._set_result("\n".join(lines))
+        self.status.setText(f"Applied {n} rule{'s' if n != 1 else ''} of the family.")
+        self._update_buttons()
 
     # ---- preview / apply -----------------------------------------------------------------------
     def start_preview(self, apply: bool = False, all_matches: bool = False) -> None:

@@ -12,10 +12,11 @@ def _panel(window):
 
 
 def _find_rule_item(panel, rule_id):
-    for i in range(panel.rule_list.topLevelItemCount()):
-        item = panel.rule_list.topLevelItem(i)
-        if item.text(0) == rule_id:
-            return item
+    for i in range(panel.rule_list.topLevelItemCount()):  # rules sit under their family's row
+        family = panel.rule_list.topLevelItem(i)
+        for j in range(family.childCount()):
+            if family.child(j).text(0) == rule_id:
+                return family.child(j)
     raise AssertionError(rule_id)
 
 
