@@ -81,6 +81,9 @@ class MainWindow(QMainWindow):
         from app.scopes import ScopeController
 
         self.scopes = ScopeController(self.canvas)
+        from app.open_preview import OpenPreview
+
+        self.open_preview = OpenPreview(self, lambda: self._load_job)  # a big model's first picture while it loads
         self.setAcceptDrops(True)
         self.setDockNestingEnabled(True)
         self.panels: dict[str, QDockWidget] = {}
@@ -436,7 +439,8 @@ class MainWindow(QMainWindow):
                 gc.collect(1)  # the young generations only: cheap
             gc.disable()
             try:
-                graph = load_model(path, allow_absolute_external=allow_absolute_external)
+                graph = load_model(path, allow_absolute_external=allow_absolute_external,
+                                   checked=lambda proto: self.open_preview.make(job, proto, Path(path).name))
                 gc.freeze()
                 lap("load")
                 job.check()
@@ -462,6 +466,7 @@ class MainWindow(QMainWindow):
             return graph, view, result, extras
 
         self._load_result = None
+        self.open_preview.start(t0)
         self._set_busy(True, f"Opening {Path(path).name}")
         job = self._load_job = start_job(
             work, f"Opening {Path(path).name}", self, progressed=lambda p: self._progress(p.fraction, p.message),
@@ -490,6 +495,7 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         graph, view, lo, extras = result
+        self.open_preview.load_ended(True)
         self.canvas.prime_model_layout(graph, view, lo, extras)
         self.canvas.set_empty_message(None)
         self.document.set_graph(graph, path)
@@ -505,6 +511,7 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
+        self.open_preview.load_ended(False)
         if self.document.graph is None:  # nothing else to show: the canvas keeps saying why
             self.canvas.set_empty_message(f"Could not open {Path(path).name}.\n{message}\n\nFile ▸ Open (Ctrl+O) another model, or drop one here.")
         self.start_page.refresh()
@@ -516,6 +523,7 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
+        self.open_preview.load_ended(False)
         self.start_page.refresh()
         self.statusBar().showMessage("Opening cancelled.", 4000)
 

@@ -18,7 +18,8 @@ whatever ids the shown ViewGraph uses otherwise)::
 
     canvas.show_view(view, fit=True)       draw any ViewGraph (a lowering stage, a rewrite preview)
     canvas.show_model()                    back to the document's ONNX graph
-    canvas.mode                            "model" or "view"; canvas.view is the ViewGraph shown
+    canvas.show_preview(view, layout)      a loading model's first picture (MainWindow.open_model, big models)
+    canvas.mode                            "model", "view" or "preview"; canvas.view is the ViewGraph shown
     canvas.select(ids, center=False)       select nodes (model mode: also the document selection)
     canvas.center_on(id)                   scroll to a node (zooming in to a readable scale)
     canvas.set_highlight(role, ids, color) outline nodes (and the edges between them) for a role,
@@ -38,6 +39,7 @@ Signals::
     tensorActivated(name)      double-click on a weight badge (model view): the Inspector opens its values
     viewSelectionChanged(list) the selected view node ids changed (any mode)
     viewShown(object)          a ViewGraph is on screen (after its layout)
+    previewShown(object)       a loading model's first picture is on screen (show_preview; mode "preview")
     zoomChanged(float)         the scale changed (1.0 = 100 %)
     busyChanged(bool, str)     layout started/finished (the main window shows progress)
     progressed(float, str)     layout progress, 0..1

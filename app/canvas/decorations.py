@@ -197,6 +197,8 @@ class Decorations:
         self.viewport().update()
 
     def _apply_overlay(self) -> None:
+        if self.mode == "preview":  # the values belong to the model still open, not to this picture
+            return
         values, legend = self._overlay if self._overlay else ({}, "")
         if values:
             from core.views.scopes import with_group_totals

@@ -149,11 +149,15 @@ class SceneBuilder:
             self.fit()
         else:
             self._initial_view()
-        self._apply_overlay()
+        self.setInteractive(self.mode != "preview")  # a loading model's picture: nothing to select yet
         self._ensure_visible_items()
         self.find_bar.refresh()
         self._zoomed()
         self.last_timings["items"] = time.perf_counter() - t0
+        if self.mode == "preview":
+            self.previewShown.emit(view)
+            return
+        self._apply_overlay()
         self.viewShown.emit(view)
 
     def _make_node(self, node_id: Hashable) -> NodeItem | None:

@@ -40,6 +40,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
     tensorActivated = Signal(str)  # double-click on a weight badge (the Inspector opens its values)
     viewSelectionChanged = Signal(list)
     viewShown = Signal(object)
+    previewShown = Signal(object)  # a loading model's first picture is on screen (show_preview)
     zoomChanged = Signal(float)
     busyChanged = Signal(bool, str)
     progressed = Signal(float, str)
@@ -125,6 +126,14 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         """Draw `view` (laid out in the background); `mode` becomes "view" until show_model()."""
         self.mode = "view"
         self._layout_and_show(view, {"fit": fit})
+
+    def show_preview(self, view: ViewGraph, result: Layout, extras: DisplayExtras | None = None) -> None:
+        """Draw a big model's first picture while it loads (core.views.scope_preview), placed as
+        the model's own view will be: to look at, not to work on (no selection, overlay or
+        activation; `mode` is "preview") until the loaded model's view replaces it (or
+        show_model() brings back the one before)."""
+        self.mode = "preview"
+        self._display(view, result, {"fit": False, "initial": True}, extras)
 
     def show_model(self, fit: bool = False, keep: bool = False) -> None:
         """Show the document's ONNX graph again (cached layout when the graph has not changed).
@@ -427,7 +436,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
             event.accept()
             return
         item = self.itemAt(event.position().toPoint())
-        if isinstance(item, NodeItem):
+        if isinstance(item, NodeItem) and self.mode != "preview":
             badge = item.badge_at(item.mapFromScene(self.mapToScene(event.position().toPoint())))
             tensors = item.node.data.get("badge_tensors", [])
             if badge is not None and self.mode == "model" and badge < len(tensors):
@@ -440,7 +449,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
 
     def keyPressEvent(self, event) -> None:
         self.keep_view()
-        if event.key() in (Qt.Key_Return, Qt.Key_Enter):
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and self.mode != "preview":
             ids = self.selected_ids()
             if ids:
                 self.nodeActivated.emit(ids[0])

@@ -5,6 +5,7 @@ import contextlib
 import gc
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -31,17 +32,20 @@ logger = logging.getLogger(__name__)
 KNOWN_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training", "com.microsoft"}
 
 
-def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False) -> Graph:
+def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False,
+               checked: Callable[[onnx.ModelProto], None] | None = None) -> Graph:
     """Load an ONNX file into a Graph, validated, with missing shapes inferred.
 
     Raises ModelLoadError / InvalidModelError with one sentence naming the file and the problem.
     External data is read lazily, and only from files inside the model's folder: a file from
     elsewhere could make the workbench read any file on the machine. `allow_absolute_external`
     also accepts absolute paths, for files the workbench wrote itself (autosaves, which refer to
-    the weights where they are instead of copying them).
+    the weights where they are instead of copying them). `checked(proto)` is called once the file
+    has passed every check, before the model is built (the GUI draws a big model's first picture
+    from it: core.views.scope_preview); it must not change `proto`.
     """
     p = Path(path)
-    return load_model_bytes(read_model_bytes(p), p, allow_absolute_external=allow_absolute_external)
+    return load_model_bytes(read_model_bytes(p), p, allow_absolute_external=allow_absolute_external, checked=checked)
 
 
 @contextlib.contextmanager
@@ -59,7 +63,8 @@ def _gc_paused():
             gc.enable()
 
 
-def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_external: bool = False) -> Graph:
+def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_external: bool = False,
+                     checked: Callable[[onnx.ModelProto], None] | None = None) -> Graph:
     """Like `load_model`, from bytes already read; `path` names the file and anchors external data.
 
     The checks run on the parsed protobuf first (core.model.onnx_checks, shared with `inspect`),
@@ -72,9 +77,11 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
     with _gc_paused():
         parsed = parse_model(data, p, allow_absolute_external=allow_absolute_external)
         proto = parsed.proto
-        checked = start_checker(parsed, p)
+        checker = start_checker(parsed, p)
         try:
             check_structure(proto, p, produced=parsed.produced)
+            if checked is not None and checker(report=False) is None:
+                checked(proto)
             try:
                 # onnx_ir logs its own warning for dangling inputs; check_structure explains them better
                 ir_logger = logging.getLogger("onnx_ir")
@@ -87,9 +94,9 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
             except Exception as e:  # noqa: BLE001
                 raise InvalidModelError(f"{p} holds an ONNX model that cannot be read: {_first_line(e)}.") from None
         except BaseException:
-            checked(report=False)  # an earlier problem is the file's sentence; no checker left running
+            checker(report=False)  # an earlier problem is the file's sentence; no checker left running
             raise
-        checked()  # waits for the checker and raises what it found
+        checker()  # waits for the checker and raises what it found
         if parsed.external:  # set_base_dir walks every tensor of the IR: only when it matters
             ir.external_data.set_base_dir(model.graph, str(p.parent.resolve()))
         if allow_absolute_external:

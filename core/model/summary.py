@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections import Counter
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
     from .graph import Graph, Value
 
-__all__ = ["format_summary", "summarize", "summarize_file", "summarize_proto"]
+__all__ = ["format_summary", "proto_constants", "summarize", "summarize_file", "summarize_proto", "walk_constants"]
 
 
 def _itemsize(dtype: str) -> int:
@@ -145,20 +146,8 @@ def summarize_proto(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
         return {"name": name, "shape": list(shape) if shape is not None else None, "dtype": dtype}
 
     ops = Counter(n.op_type if not n.domain or n.domain == "ai.onnx" else f"{n.domain}.{n.op_type}" for n in nodes)
-    consts = set(inits)
+    consts = proto_constants(proto)
     opsets = {d.domain: d.version for d in proto.opset_import}
-    for n in nodes:
-        if n.op_type not in CONSTANT_SOURCE_OPS:
-            ins = [i for i in n.input if i]
-            if not ins or not all(i in consts for i in ins):
-                continue
-            if unconnected_required_inputs(n.op_type, n.domain, opsets, [bool(i) for i in n.input]):
-                continue
-        if n.op_type in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx"):
-            continue
-        if any(a.type in (5, 10) for a in n.attribute):  # GRAPH, GRAPHS
-            continue
-        consts.update(o for o in n.output if o)
     weights: list[str] = []
     if consts:
         readers: dict[str, list] = {}
@@ -196,6 +185,37 @@ def summarize_proto(proto: onnx.ModelProto, path: str | os.PathLike | None = Non
         "metadata": {m.key: m.value for m in proto.metadata_props},
         "shape_problems": problems,
     }
+
+
+def proto_constants(proto: onnx.ModelProto) -> set[str]:
+    """Names of the main graph's constant tensors, from the protobuf alone, as
+    Graph.constant_values finds them in a loaded model (core.model.meta has the shared rules)."""
+    consts = {t.name for t in proto.graph.initializer}
+    for _ in walk_constants(proto, consts):
+        pass
+    return consts
+
+
+def walk_constants(proto: onnx.ModelProto, consts: set[str]) -> Iterator[tuple[onnx.NodeProto, list[str], list[str], bool]]:
+    """Each main-graph node in order with its inputs, its outputs and whether it computes
+    constants only, adding what it makes to `consts` (the initializers' names to start with)."""
+    opsets = {d.domain: d.version for d in proto.opset_import}
+    for n in proto.graph.node:
+        ins, outs = list(n.input), list(n.output)
+        op = n.op_type
+        if op not in CONSTANT_SOURCE_OPS:
+            present = [i for i in ins if i]
+            if not present or not all(i in consts for i in present):
+                yield n, ins, outs, False
+                continue
+            if unconnected_required_inputs(op, n.domain, opsets, [bool(i) for i in ins]):
+                yield n, ins, outs, False
+                continue
+        if op in NONDETERMINISTIC_OPS or n.domain not in ("", "ai.onnx") or (len(n.attribute) and any(a.type in (5, 10) for a in n.attribute)):
+            yield n, ins, outs, False  # random, or not ONNX's own, or holds a graph (GRAPH, GRAPHS)
+            continue
+        consts.update(o for o in outs if o)
+        yield n, ins, outs, True
 
 
 def _human_bytes(n: int) -> str:

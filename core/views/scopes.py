@@ -41,6 +41,7 @@ __all__ = [
     "is_scope_id",
     "AUTO_COLLAPSE_NODES",
     "FAN_OUT",
+    "NAME_SCOPES_KEY",
 ]
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ DEFAULT_BOXES = 30  # a big graph's first screen: about this many boxes
 FAN_OUT = 32  # structural grouping: at most this many boxes per level
 STRUCTURE_MIN_NODES = 1000  # below this an unscoped graph opens flat (the canvas copes; groups would hide it)
 _SCOPE = "scope:"
-_NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 
 
 def scope_node_id(path: str) -> str:
@@ -328,15 +329,15 @@ def _nest(items: list[list], labels: list[str], prefix: list[str], parts: dict, 
         _nest(items[a:b], labels[a:b], prefix + [label], parts, start + a)
 
 
-def scope_tree(view: ViewGraph, graph=None) -> ScopeTree:
+def scope_tree(view: ViewGraph, graph=None, metadata: dict | None = None) -> ScopeTree:
     """The scope tree of a view (from `from_graph`); `graph` (the ONNX Graph) adds parameter
-    counts and dynamo's name-scope metadata. Single-node scopes dissolve into their parent, and a
-    scope holding nothing but one child scope merges with it ('bert/encoder')."""
-    metadata = None
+    counts and dynamo's name-scope metadata (`metadata`, node id -> its text, gives that without
+    a graph). Single-node scopes dissolve into their parent, and a scope holding nothing but one
+    child scope merges with it ('bert/encoder')."""
     if graph is not None:
         metadata = {}
         for node in graph.model.graph:
-            text = node.metadata_props.get(_NAME_SCOPES_KEY)
+            text = node.metadata_props.get(NAME_SCOPES_KEY)
             if text:
                 metadata[node.meta[NODE_ID]] = text
     parts_of, source = _assign_paths(view, metadata)
@@ -454,7 +455,15 @@ def _shape_list(tensors: dict[str, str], limit: int = 2) -> str:
 
 
 def group_node(scope: Scope) -> ViewNode:
-    """The box of a collapsed scope: name; size and params; op histogram; shapes in and out."""
+    """The box of a collapsed scope: name; size and params; op histogram; shapes in and out
+    (a preview's box, core.views.scope_preview: name, size and ops only)."""
+    root = scope
+    while root.parent is not None:
+        root = root.parent
+    if root.tree is not None and root.tree.view is not None and root.tree.view.data.get("source") == "onnx-preview":
+        return ViewNode(id=scope_node_id(scope.path), label=scope.name, detail=f"{scope.size} nodes", category="group",
+                        badges=[scope.histogram_text()], tooltip=f"{scope.path}  ({scope.size} nodes)\nloading…",
+                        data={"kind": "scope", "path": scope.path, "name": scope.path, "size": scope.size, "preview": True})
     lines = [scope.histogram_text()]
     if scope.inputs or scope.outputs:
         lines.append(f"in {_shape_list(scope.inputs) or '—'}  →  out {_shape_list(scope.outputs) or '—'}")

@@ -68,23 +68,20 @@ _FIXES_LOADED = False
 
 
 def registered_converters() -> dict[str, type]:
-    """The workbench's converters by op type (after loading the CONVERTER_MODULES that exist)."""
+    """The workbench's converters by op type (after loading the modules that register them)."""
     _load_fixes()
     return dict(_CONVERTERS)
 
 
-# modules whose import registers converters (core.compiler.frontend.registry): TVM fixes, the ops
-# newer opsets added, quantized ops; each is loaded when it exists
-CONVERTER_MODULES = ("converters", "modern_ops", "quantized")
-
-
 def _load_fixes() -> None:
+    """Import the modules that register the workbench's converters (core.compiler.frontend.registry):
+    TVM's converters fixed; the ops newer opsets added; quantized ops (the last two when present)."""
     global _FIXES_LOADED
     if _FIXES_LOADED:
         return
     _FIXES_LOADED = True
-    for name in CONVERTER_MODULES:
-        module = f"core.compiler.frontend.{name}"
+    importlib.import_module("core.compiler.frontend.converters")
+    for module in ("core.compiler.frontend.modern_ops", "core.compiler.frontend.quantized"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:
