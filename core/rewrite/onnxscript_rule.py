@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import onnx_ir as ir
 
+from ..model.graph import INFERRED
 from .onnxscript_compat import pattern_shape
 from .rule import Attempt, ConditionFailed, RewriteRule, RuleContext, node_label, splice, try_pattern
 
@@ -106,7 +108,7 @@ class OnnxscriptRule(RewriteRule):
         if roots and node.op_type not in roots:
             return Attempt(False, [], f"{node_label(node)} is not a {' or '.join(sorted(roots))}, where this pattern ends.", 0)
         best: Attempt | None = None
-        with _LOCK:
+        with _LOCK, _inferred_types_visible(node, self.span):
             for r in self._rules():
                 if r.graph_pre_visitor is not None:
                     r.graph_pre_visitor()
@@ -148,7 +150,7 @@ class OnnxscriptRule(RewriteRule):
         from onnxscript.optimizer import basic_constant_propagation
 
         rule, root = attempt.payload
-        with _LOCK:  # match, check and replacement again, atomically (rules keep state between them)
+        with _LOCK, _inferred_types_visible(root, self.span):  # match, check and replacement again, atomically
             delta = rule.try_rewrite(ctx.graph.model, ctx.graph.model.graph, root)
         if delta is None:
             raise ConditionFailed(f"{self.id} could not build its replacement at {node_label(root)}.")
@@ -160,6 +162,45 @@ class OnnxscriptRule(RewriteRule):
         )
         _remove_orphans(ctx.graph.model.graph, read)
         return new_nodes
+
+
+@contextmanager
+def _inferred_types_visible(root: ir.Node, depth: int) -> Iterator[None]:
+    """onnxscript's checks read `value.shape` and `.dtype`, which hold only what the file says; the
+    workbench keeps what shape inference found beside them (meta INFERRED). For the duration of
+    one match, the values of the nodes up to `depth` producers above `root` show the inferred type,
+    and are put back as they were after (nothing is saved, nothing goes stale after an edit)."""
+    changed: list[tuple[ir.Value, object, object]] = []
+    nodes, frontier, seen = [], [root], {id(root)}
+    for _ in range(max(depth, 1)):
+        nodes.extend(frontier)
+        nxt = []
+        for n in frontier:
+            for i in n.inputs:
+                p = i.producer() if i is not None else None
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    nxt.append(p)
+        frontier = nxt
+    try:
+        for n in nodes:
+            for v in (*n.inputs, *n.outputs):
+                if v is None or (v.shape is not None and v.dtype is not None):
+                    continue
+                found = v.meta.get(INFERRED)
+                if found is None:
+                    continue
+                changed.append((v, v.type, v.shape))
+                dtype, shape = found
+                if v.dtype is None and dtype is not None:
+                    v.dtype = dtype
+                if v.shape is None and shape is not None:
+                    v.shape = ir.Shape(shape)
+        yield
+    finally:
+        for v, type_, shape in changed:
+            v.type = type_
+            v.shape = shape
 
 
 def _remove_orphans(graph: ir.Graph, values: list[ir.Value]) -> None:

@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import onnx
+import onnx.printer
 import pytest
 from onnx import helper
 
@@ -245,3 +246,19 @@ def test_fused_matmul_takes_the_transpose_in_a_second_step():
     """One apply is one pass (the Div goes into the FusedMatMul); the next takes the Transpose in."""
     pv = check(transpose_matmul(), "ort-fused-matmul", 1, {"FusedMatMul": 1, "Transpose": 1})
     check(pv.graph, "ort-fused-matmul", 1, {"FusedMatMul": 1, "Transpose": 0})
+
+
+def test_wrapped_rules_see_inferred_shapes_of_a_model_without_value_info():
+    """onnxscript reads value.shape/.dtype; a file without value_info has them only as the
+    workbench's inferred types, shown to onnxscript for one match and put back after."""
+    from core.model.onnx_io import load_model_bytes
+
+    proto = llama_decoder(opset=23, layers=1).to_proto()
+    del proto.graph.value_info[:]
+    g = load_model_bytes(proto.SerializeToString(), "bare.onnx")
+    q = g.find_node("layers.0.self_attn.q_rot.add").ir.inputs[0]
+    assert q.shape is None
+    assert len(find_matches(g, get_rule("fuse-rotary-embedding"))) == 2
+    assert q.shape is None and q.type is None  # nothing left behind in the model
+    check(g, "fuse-rms-normalization", 3, {"RMSNormalization": 3})
+    assert onnx.printer.to_text(g.to_proto().graph) == onnx.printer.to_text(proto.graph)  # the model as read
