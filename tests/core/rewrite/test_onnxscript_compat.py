@@ -81,6 +81,24 @@ def test_match_failure_error_fails_a_match_with_its_reason():
     assert tracer.status == MatchStatus.CONDITION_FAILED
 
 
+def test_pattern_shape_reads_roots_ops_and_size_of_a_shipped_rule():
+    rule = onnxscript_compat.rules_from("rules.common", "fuse_pad_into_conv_rule")
+    shape = onnxscript_compat.pattern_shape(rule)
+    assert shape == onnxscript_compat.PatternShape(frozenset({"Conv"}), frozenset({"Pad", "Conv"}), 2)
+
+
+def test_rules_from_reaches_the_private_modules_the_rule_sets_live_in():
+    rules = onnxscript_compat.rules_from("rules.fusion._rms_normalization", "rms_normalization_rules")
+    assert len(rules) == 2 and all(hasattr(r, "try_rewrite") for r in rules)
+    with pytest.raises(WorkbenchError, match=r"rewrite rules 'gone_rules'.*checked on 0\.7\.2"):
+        onnxscript_compat.rules_from("rules.common", "gone_rules")
+
+
+def test_pattern_shape_of_a_rule_without_its_pattern_is_one_sentence():
+    with pytest.raises(WorkbenchError, match=r"_target_pattern.*checked on 0\.7\.2"):
+        onnxscript_compat.pattern_shape(object())
+
+
 def test_a_missing_private_is_one_sentence_naming_it(monkeypatch):
     from onnxscript.rewriter import _basics
 
