@@ -50,13 +50,15 @@ FAMILIES: dict[str, str] = {
 }
 
 
-# what `rewrite --for GOAL` applies when no --rules are named, in order: clean-ups first, then
-# the fusions whose inputs they expose (LayerNorm before SkipLayerNorm, Gelu before BiasGelu)
+# what `rewrite --for GOAL` applies when no --rules are named, in order: structural clean-ups,
+# then the fusions (LayerNorm before SkipLayerNorm, Gelu before BiasGelu), then the arithmetic
+# no-ops, last: an untrained LayerNorm's scale of ones and shift of zeros are such no-ops, and
+# removing them first would leave no LayerNorm pattern to fuse
 GOALS: dict[str, tuple[str, ...]] = {
     "ort": (
-        "eliminate-identity", "remove-arithmetic-no-ops", "simplify-casts", "simplify-transposes", "merge-unsqueezes",
-        "collapse-slices", "remove-redundant-expand", "fuse-layernorm", "ort-skip-layer-normalization", "ort-erf-gelu",
-        "ort-bias-gelu", "ort-silu", "ort-fused-matmul", "eliminate-dead-code",
+        "eliminate-identity", "simplify-casts", "simplify-transposes", "merge-unsqueezes", "collapse-slices",
+        "remove-redundant-expand", "fuse-layernorm", "ort-skip-layer-normalization", "ort-erf-gelu", "ort-bias-gelu",
+        "ort-silu", "ort-fused-matmul", "remove-arithmetic-no-ops", "eliminate-identity", "eliminate-dead-code",
     ),
 }
 

@@ -137,6 +137,7 @@ RULES: list[OnnxscriptRule] = [
         "ort-erf-gelu", ORT_FAMILY, "the Erf form of GELU into onnxruntime's Gelu (com.microsoft)",
         lambda: [rules_from("ort_fusions.erfgelu", "rules")],
         produces=("Gelu",), pattern_text="0.5 * (x * (Erf(x / sqrt(2)) + 1))", conditions=("constants 0.5, sqrt(2), 1",),
+        commute=True,  # torch.onnx writes Mul(Mul(x, ...), 0.5): the constant second
     ),
     OnnxscriptRule(
         "ort-fused-matmul", ORT_FAMILY, "Transpose or scaling around MatMul into FusedMatMul (onnxruntime)",

@@ -262,3 +262,14 @@ def test_wrapped_rules_see_inferred_shapes_of_a_model_without_value_info():
     assert q.shape is None and q.type is None  # nothing left behind in the model
     check(g, "fuse-rms-normalization", 3, {"RMSNormalization": 3})
     assert onnx.printer.to_text(g.to_proto().graph) == onnx.printer.to_text(proto.graph)  # the model as read
+
+
+def test_erf_gelu_in_torch_onnx_order_the_constant_second():
+    """torch.onnx writes Mul(Mul(x, Erf(...) + 1), 0.5); onnxscript's pattern has 0.5 first: the
+    wrapped rule tries the operand orders."""
+    g = model(
+        [N("Div", ["x", "sqrt2"], ["d"]), N("Erf", ["d"], ["e"]), N("Add", ["e", "one"], ["a"]), N("Mul", ["x", "a"], ["m"]),
+         N("Mul", ["m", "half"], ["y"])],
+        [("x", F, [2, 8])], [("y", F, None)], {"sqrt2": scalar(np.sqrt(2.0)), "one": scalar(1.0), "half": scalar(0.5)},
+    )
+    check(g, "ort-erf-gelu", 1, {"Gelu": 1, "Erf": 0, "Mul": 0})
