@@ -13,6 +13,12 @@ reductions (VGG-19's 25088-wide Gemm on random weights: outputs up to ~4000) sum
 order differ by ~1e-2 on elements that happen to be near zero, which is rounding, not a wrong
 result; a wrong result errs on the scale of the values themselves. Integers and booleans get no
 such allowance.
+
+Quantized (QDQ) models are judged in quantization steps instead (docs/quantization.md): a float
+computed in another order (a conv's sum, onnxruntime's fused integer kernels) lands on the other side
+of a rounding boundary now and then, and the QuantizeLinear after it then differs by one step, which
+every later layer carries on. `quantization_steps` measures an error in steps (the accuracy debugger
+uses it too) and `output_step_scales` finds the scale that defines a step for each graph output.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RTOL", "ATOL", "SCALE_RTOL", "Judgement", "judge"]
+__all__ = ["RTOL", "ATOL", "SCALE_RTOL", "QDQ_STEPS", "Judgement", "judge", "quantization_steps", "output_step_scales"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +37,11 @@ RTOL = 1e-3
 ATOL = 1e-4
 
 SCALE_RTOL = 1e-4  # (3) in the module docstring
+
+QDQ_STEPS = 1  # quantization steps a QDQ model's output may differ by at least (module docstring)
+
+# ops that move or reshape values without changing them: a per-tensor step passes through them
+_VALUE_PRESERVING = {"Identity", "Flatten", "Reshape", "Squeeze", "Unsqueeze", "Transpose"}
 
 
 @dataclass(frozen=True)
@@ -71,3 +82,65 @@ def judge(ours, reference, rtol: float = RTOL, atol: float = ATOL, scale_rtol: f
     if not ok and math.isfinite(max_abs) and np.issubdtype(a.dtype, np.floating):
         ok = max_abs <= atol + scale_rtol * scale
     return Judgement(ok, max_abs, max_rel, scale)
+
+
+def quantization_steps(ours, ref, scale: np.ndarray, axis: int) -> float | None:
+    """The largest |ours - ref| in quantization steps: divided by `scale` (one per tensor, or one per
+    slice along `axis`); None when the scale does not fit the tensor."""
+    a, b = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+    s = np.asarray(scale, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0 or not np.all(s > 0):
+        return None
+    if s.size == 1:
+        div = s.reshape(())
+    else:
+        ax = axis if axis >= 0 else axis + a.ndim
+        if not (0 <= ax < a.ndim) or a.shape[ax] != s.size:
+            return None
+        shape = [1] * a.ndim
+        shape[ax] = s.size
+        div = s.reshape(shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(a - b) / div
+    finite = err[np.isfinite(err)]
+    if finite.size < err.size:
+        return math.inf
+    return float(finite.max())
+
+
+def output_step_scales(model) -> dict[str, tuple[np.ndarray, int]]:
+    """Graph output -> (scale, axis) of the quantization that defines its step, for an
+    onnx.ModelProto: the constant scale of the DequantizeLinear that writes it (through ops that
+    only move values, for a per-tensor scale), or 1 for an integer output a QuantizeLinear writes
+    (its error is counted in steps already). Outputs with neither are left out."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    consts = {t.name: t for t in graph.initializer}
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = n.attribute[0].t
+    producer = {o: n for n in graph.node for o in n.output if o}
+    out: dict[str, tuple[np.ndarray, int]] = {}
+    for o in graph.output:
+        name, moved = o.name, False
+        node = producer.get(name)
+        while node is not None and node.op_type in _VALUE_PRESERVING and node.input:
+            node, moved = producer.get(node.input[0]), True
+        if node is None or node.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+        if node.op_type == "QuantizeLinear":
+            if not moved:
+                out[name] = (np.ones(1), axis)
+            continue
+        if len(node.input) < 2 or node.input[1] not in consts:
+            continue
+        try:
+            scale = numpy_helper.to_array(consts[node.input[1]]).astype(np.float64)
+        except Exception:  # noqa: BLE001 - a scale in a type numpy cannot read
+            continue
+        if moved and scale.size != 1:
+            continue  # a per-axis scale's axis may have moved
+        out[name] = (scale, axis)
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..tolerances import ATOL, RTOL, SCALE_RTOL, judge
+from ..tolerances import quantization_steps as steps  # shared with the compile's check (core.compiler.check)
 
 __all__ = ["TensorError", "DebugReport", "measure", "first_divergence", "steps"]
 
@@ -151,30 +152,6 @@ def describe(t: TensorError) -> str:
     if t.range is not None:
         text += f", values in {t.range[0]:.3g}..{t.range[1]:.3g}"
     return text
-
-
-def steps(ours, ref, scale: np.ndarray, axis: int) -> float | None:
-    """The largest |ours - ref| in quantization steps: divided by `scale` (one per tensor, or one per
-    slice along `axis`); None when the scale does not fit the tensor."""
-    a, b = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
-    s = np.asarray(scale, dtype=np.float64)
-    if a.shape != b.shape or a.size == 0 or not np.all(s > 0):
-        return None
-    if s.size == 1:
-        div = s.reshape(())
-    else:
-        ax = axis if axis >= 0 else axis + a.ndim
-        if not (0 <= ax < a.ndim) or a.shape[ax] != s.size:
-            return None
-        shape = [1] * a.ndim
-        shape[ax] = s.size
-        div = s.reshape(shape)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(a - b) / div
-    finite = err[np.isfinite(err)]
-    if finite.size < err.size:
-        return math.inf
-    return float(finite.max())
 
 
 def measure(probe, ours, ref, rtol: float, atol: float, scale: tuple[np.ndarray, int] | None = None) -> TensorError:

@@ -14,6 +14,14 @@ on. Only an error on the scale of the values (RELATIVE_WRONG) is called a wrong 
 relative error on large values is also what float32 rounding gives on random inputs outside a
 model's real range (BERT's mask drawn 0..3 once put +20000 into its attention scores), so then the
 message says how to check on real inputs or accept the error instead.
+
+A quantized (QDQ) model is judged in quantization steps (docs/quantization.md): where its outputs
+miss the float tolerance, each output whose step is known (core.tolerances.output_step_scales) may
+differ by QDQ_STEPS steps more than onnxruntime's own optimized run (DequantizeLinear -> Conv ->
+QuantizeLinear fused into integer kernels) differs from its unoptimized one on the same inputs: a
+float that lands on a rounding boundary flips a step, and deep models carry such flips on, in
+onnxruntime's two runs as in ours. The manifest records the tolerance applied as atol, and the
+sentence says it in steps.
 """
 from __future__ import annotations
 
@@ -28,8 +36,8 @@ from ...errors import Cancelled, WorkbenchError
 from ..runtime.artifact import Artifact
 from ..runtime.manifest import Verification
 from ..target import TargetKind
-from ...tolerances import ATOL, RTOL, SCALE_RTOL
-from .reference import compare_outputs, random_feeds, reference_run
+from ...tolerances import ATOL, QDQ_STEPS, RTOL, SCALE_RTOL, output_step_scales, quantization_steps
+from .reference import ORT, compare_outputs, random_feeds, reference_run
 
 __all__ = [
     "CompiledMismatchError",
@@ -38,6 +46,8 @@ __all__ = [
     "locate_mismatch",
     "check_verify_inputs",
     "RELATIVE_WRONG",
+    "StepCheck",
+    "step_check",
 ]
 
 logger = logging.getLogger(__name__)
@@ -116,6 +126,11 @@ def verify_artifact(
         return result
     if cancel is not None and cancel():
         raise Cancelled("compile cancelled.")
+    steps = step_check(proto, art.outputs, feeds, ours, ref, reference)
+    if steps is not None and steps.ok:
+        logger.info("the compiled model is %s", steps.sentence)
+        result.atol = steps.atol
+        return result
     out_name = art.outputs[bad].name if 0 <= bad < len(art.outputs) else "?"
     if 0 <= bad < min(len(ours), len(ref)) and np.shape(ours[bad]) != np.shape(ref[bad]):
         raise CompiledMismatchError(
@@ -141,7 +156,10 @@ def verify_artifact(
         where = f"no single node was located (relative error {rel:.2g})"
     wrong = not rel < RELATIVE_WRONG  # NaN and inf count as wrong
     accept = None if wrong else _accepting_atol(err)
-    if wrong and culprit is not None:
+    if steps is not None:
+        blame = f" (TVM's conversion of {culprit.op_type} computes a wrong result here)" if wrong and culprit is not None else ""
+        verdict = f"{steps.sentence}{blame}, so the workbench refuses this compile."
+    elif wrong and culprit is not None:
         verdict = f"an error on the scale of the values: TVM's conversion of {culprit.op_type} computes a wrong result here, so the workbench refuses this compile."
     elif wrong:
         verdict = "an error on the scale of the values, so the workbench refuses to hand back this result."
@@ -267,3 +285,70 @@ def locate_mismatch(model_bytes: bytes, target: str, feeds: dict[str, np.ndarray
         if not ok:
             return Mismatch(op, node, err, _scale(ref[i]))
     return None
+
+
+class StepCheck(NamedTuple):
+    """A QDQ model's outputs against the reference in quantization steps: whether every output is
+    within `allowed` steps, the worst output's name, its error in steps and its step (scale), how far
+    the reference's optimized run is from its unoptimized one (None where not measured), the
+    absolute tolerance that amounts to, and the sentence that says so."""
+
+    ok: bool
+    output: str
+    steps: float
+    scale: float
+    allowed: int
+    reference_spread: float | None
+    atol: float
+    sentence: str
+
+
+def step_check(model, outputs, feeds, ours, ref, reference: str) -> StepCheck | None:
+    """Judge a quantized model's outputs in quantization steps (module docstring); None when the
+    model has no Q/DQ node or an output's step is unknown (then the float check's verdict stands)."""
+    if not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        return None
+    scales = output_step_scales(model)
+    names = [o.name for o in outputs]
+    if len(names) != len(ours) or len(ours) != len(ref) or any(n not in scales for n in names):
+        return None
+    if any(np.asarray(o).dtype != np.asarray(r).dtype for o, r in zip(ours, ref)):
+        return None  # a wrong type is refused as such
+    measured = [quantization_steps(o, r, *scales[n]) for n, o, r in zip(names, ours, ref)]
+    if any(m is None for m in measured):
+        return None
+    spread = _reference_spread(model, feeds, ref, names, scales) if reference == ORT else None
+    # ours is a third valid order of the same float sums: QDQ_STEPS beyond what separates the reference's own two runs
+    allowed = QDQ_STEPS + (round(spread) if spread is not None and math.isfinite(spread) else 0)
+    worst = max(range(len(names)), key=lambda i: measured[i])
+    scale = float(np.max(scales[names[worst]][0]))
+    ok = measured[worst] <= allowed + 1e-3  # a dequantized step times the scale rounds in float32
+    kernels = f"{reference}'s int8 kernels" if reference == ORT else reference
+    own = (f" (its own unoptimized run differs from them by {spread:.3g})" if spread else "")
+    unit = "step" if allowed == 1 else "steps"
+    if ok:
+        sentence = f"within {allowed} quantization {unit} (scale {scale:.3g}) of {kernels}{own}"
+    else:
+        sentence = (f"{measured[worst]:.3g} quantization steps (scale {scale:.3g}) away from {kernels} on output '{names[worst]}', "
+                    f"more than the {allowed} {unit} a quantized model may differ by{own}")
+    atol = max(float(np.max(s[0])) for s in scales.values()) * (allowed + 1e-3)
+    return StepCheck(ok, names[worst], measured[worst], scale, allowed, spread, atol, sentence)
+
+
+def _reference_spread(model, feeds, ref, names, scales) -> float | None:
+    """How many steps onnxruntime's optimized outputs `ref` are from its unoptimized run on `feeds`
+    (graph optimizations off: no fused integer kernels); None when that run fails."""
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        wanted = {i.name for i in sess.get_inputs()}
+        plain = sess.run(names, {k: v for k, v in feeds.items() if k in wanted})
+    except Exception:  # noqa: BLE001 - the allowance then is QDQ_STEPS alone
+        logger.exception("onnxruntime's unoptimized run failed")
+        return None
+    spreads = [quantization_steps(p, r, *scales[n]) for n, p, r in zip(names, plain, ref)]
+    return None if any(s is None for s in spreads) else max(spreads)
