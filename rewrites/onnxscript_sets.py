@@ -47,7 +47,7 @@ RULES: list[OnnxscriptRule] = [
     ),
     OnnxscriptRule(
         "fuse-hardswish", "fusion", "Clip(x + 3, 0, 6) / 6 (times x) into HardSigmoid (HardSwish)",
-        lambda: [rules_from(_COMMON, "fuse_hardswish_rules")()], produces=("HardSwish", "HardSigmoid"),
+        lambda: [rules_from(_COMMON, "fuse_hardswish_rules")()], produces=("HardSwish", "HardSigmoid"), min_opset=14,
         pattern_text="Clip(x + 3, 0, 6) / 6 * x", conditions=("bias 3, clip to [0, 6], divisor 6",),
     ),
     OnnxscriptRule(
@@ -60,13 +60,13 @@ RULES: list[OnnxscriptRule] = [
     OnnxscriptRule(
         "merge-relu-clip-chains", "cleanup", "Relu/Clip applied twice in a row into one",
         _common("successive_relu_rule", "successive_clip_rule", "successive_clip_relu_rule", "successive_relu_clip_rule"),
-        produces=("Relu", "Clip"), pattern_text="Relu(Relu(x)), Clip(Clip(x)), Relu(Clip(x)), Clip(Relu(x))",
+        produces=("Relu", "Clip"), pattern_text="Relu(Relu(x)), Clip(Clip(x)), Relu(Clip(x)), Clip(Relu(x))", min_opset=11,
         conditions=("constant clip bounds",),
     ),
     OnnxscriptRule(
         "min-max-to-clip", "cleanup", "Min/Max with constant bounds into one Min, Max or Clip",
         _common("min_min_rule", "max_max_rule", "min_max_rule", "max_min_rule"),
-        produces=("Clip",), pattern_text="Max(Min(x, hi), lo) and the like",
+        produces=("Clip",), pattern_text="Max(Min(x, hi), lo) and the like", min_opset=11,  # Clip's bounds as inputs
         conditions=("constant scalar bounds", "lower bound <= upper bound"),
     ),
     OnnxscriptRule(
@@ -88,7 +88,7 @@ RULES: list[OnnxscriptRule] = [
     ),
     OnnxscriptRule(
         "materialize-reshape-shape", "cleanup", "a computed Reshape shape that shape inference knows into a constant",
-        _common("materialize_reshape_shape_rule"), pattern_text="Reshape(x, shape computed at run time)",
+        _common("materialize_reshape_shape_rule"), pattern_text="Reshape(x, shape computed at run time)", min_opset=14,  # allowzero
         conditions=("the output shape is fully known", "the shape input is not already constant"),
     ),
     OnnxscriptRule(

@@ -273,3 +273,16 @@ def test_erf_gelu_in_torch_onnx_order_the_constant_second():
         [("x", F, [2, 8])], [("y", F, None)], {"sqrt2": scalar(np.sqrt(2.0)), "one": scalar(1.0), "half": scalar(0.5)},
     )
     check(g, "ort-erf-gelu", 1, {"Gelu": 1, "Erf": 0, "Mul": 0})
+
+
+def test_a_result_newer_than_the_models_opset_is_not_written():
+    """HardSwish is opset 14: on an opset-13 model the pattern is found, named, and left alone."""
+    proto = hardswish().to_proto()
+    proto.opset_import[0].version = 13
+    from core.model.onnx_io import load_model_bytes
+
+    g = load_model_bytes(proto.SerializeToString(), "hs13.onnx")
+    rule = get_rule("fuse-hardswish")
+    assert find_matches(g, rule) == []
+    why = explain(g, rule, g.nodes[-1].id)
+    assert "opset 13" in why.reason and "HardSwish" in why.reason and "upgrade-opset" in why.reason, why.reason
