@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 
+from .modern_reduce import REDUCE_OPS
+
 __all__ = ["MODERN_OPS"]
 
 logger = logging.getLogger(__name__)
@@ -278,7 +280,7 @@ def _build() -> dict[str, type]:
     return {"Attention": Attention, "RMSNormalization": RMSNormalization, "RotaryEmbedding": RotaryEmbedding}
 
 
-MODERN_OPS: dict[str, type] = _build()
+MODERN_OPS: dict[str, type] = {**_build(), **REDUCE_OPS}
 
 
 def _register() -> None:
