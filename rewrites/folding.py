@@ -17,7 +17,7 @@ from core.rewrite import Attempt, PatternRule, RewriteRule, RuleContext, current
 from core.model.constants import MAX_ELEMENTS, NONDETERMINISTIC_OPS, lazy_tensor
 from core.rewrite.rule import add_initializer, dtype_of
 
-from rewrites._util import not_constant_reason, require_constant, require_is_constant
+from rewrites._util import dequantized_integer, not_constant_reason, quantized_type_name, require_constant, require_is_constant, require_not_dequantized
 
 __all__ = ["FoldConstants", "FoldConvBatchNorm"]
 
@@ -36,13 +36,16 @@ class FoldConstants(RewriteRule):
        every input its op requires is connected;
     2. the op is deterministic, of the default domain, and has no subgraph;
     3. it is not a Constant node already;
-    4. the result has at most 64 Mi elements.
+    4. the result has at most 64 Mi elements;
+    5. no DequantizeLinear of an integer tensor is among the nodes folded: a quantized model's int8
+       weights stay int8 behind their DequantizeLinear (docs/quantization.md).
     """
 
     id = "fold-constants"
     family = "folding"
     description = "evaluate constant subgraphs (incl. ConstantOfShape-made weights) into initializers"
-    conditions = ("all inputs constant and connected", "deterministic default-domain op", "not already a Constant", "result <= 64 Mi elements")
+    conditions = ("all inputs constant and connected", "deterministic default-domain op", "not already a Constant", "result <= 64 Mi elements",
+                  "no DequantizeLinear of integers folded")
     span = 1
 
     def candidates(self, graph):
@@ -97,7 +100,14 @@ class FoldConstants(RewriteRule):
             s = static_shape(o)
             if s is not None and all(isinstance(d, int) for d in s) and math.prod(s) > MAX_ELEMENTS:
                 return Attempt(False, [node], f"{label} makes {math.prod(s)} elements; results over {MAX_ELEMENTS} stay computed (they would bloat the file).", 2)
-        return Attempt(True, self._cone(node), "", 3)
+        cone = self._cone(node)
+        dq = next((n for n in cone if dequantized_integer(n)), None)
+        if dq is not None:
+            src = dq.inputs[0]
+            via = "" if dq is node else f" (through {node_label(dq)})"
+            return Attempt(False, [node], f"{label} would dequantize the {quantized_type_name(src)} tensor '{src.name}' into floats{via}; "
+                                          "a quantized model keeps its integers behind their DequantizeLinear.", 2)
+        return Attempt(True, cone, "", 3)
 
     def claimed(self, attempt: Attempt) -> list[ir.Node]:
         return attempt.nodes[:1]
@@ -144,13 +154,15 @@ class FoldConvBatchNorm(PatternRule):
     1. the BatchNormalization is in inference mode (one output, training_mode 0);
     2. the Conv weight and bias and the BN's scale, bias, mean and variance are all constants;
     3. the element type is float;
-    4. the Conv result feeds only the BatchNormalization.
+    4. the Conv result feeds only the BatchNormalization;
+    5. none of those constants is dequantized from integers (the folded weights would be floats).
     """
 
     id = "fold-conv-bn"
     family = "folding"
     description = "fold an inference BatchNormalization into the preceding Conv's weights and bias"
-    conditions = ("BN in inference mode", "constant weights, bias, scale, shift, mean, variance", "float type", "Conv feeds only the BN")
+    conditions = ("BN in inference mode", "constant weights, bias, scale, shift, mean, variance", "float type", "Conv feeds only the BN",
+                  "no dequantized weights")
     root_ops = frozenset({"BatchNormalization"})
     pattern_ops = frozenset({"Conv", "BatchNormalization"})
     span = 2
@@ -168,11 +180,14 @@ class FoldConvBatchNorm(PatternRule):
         dt = dtype_of(conv_out)
         if dt is not None and dt not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16):
             fail(f"{node_label(conv)} computes {dt.name.lower()}; only float convolutions fold.")
-        require_is_constant(w, "the Conv weight")
+        params = [(w, "the Conv weight")]
         if len(conv.inputs) > 2 and conv.inputs[2] is not None:
-            require_is_constant(conv.inputs[2], "the Conv bias")
-        for v, role in ((scale, "the BN scale"), (bias, "the BN bias"), (mean, "the BN mean"), (var, "the BN variance")):
+            params.append((conv.inputs[2], "the Conv bias"))
+        params += [(scale, "the BN scale"), (bias, "the BN bias"), (mean, "the BN mean"), (var, "the BN variance")]
+        for v, role in params:
             require_is_constant(v, role)
+        for v, role in params:
+            require_not_dequantized(v, role)
 
     def rewrite(self, op, x, w, scale, bias, mean, var, conv_out, bn_out, **_):
         ctx = current()

@@ -12,7 +12,7 @@ import onnx_ir as ir
 from core.rewrite import PatternRule, current, fail, node_label, rank, static_shape
 from core.rewrite.rule import dtype_of
 
-from rewrites._util import WB_DOMAIN, describe_shape, local_function, require_constant, scalar_near
+from rewrites._util import WB_DOMAIN, describe_shape, local_function, require_constant, require_not_dequantized, scalar_near
 
 __all__ = ["FuseMatMulAdd", "FuseLinearRelu", "FuseGelu", "FuseLayerNorm", "FuseTransposeMatMul"]
 
@@ -225,7 +225,8 @@ class FuseLayerNorm(PatternRule):
     1. the model imports opset >= 17 (LayerNormalization's first version);
     2. both ReduceMeans reduce the same trailing axes, with keepdims;
     3. the exponent is 2, eps a constant scalar;
-    4. gamma and beta are constants shaped like the normalized dims;
+    4. gamma and beta are constants shaped like the normalized dims (and, where they must be
+       reshaped, not dequantized from integers: the reshaped copy would be floats);
     5. the intermediate results are used only inside the pattern.
     """
 
@@ -301,6 +302,8 @@ class FuseLayerNorm(PatternRule):
                 shape = shape[1:]
             if shape != normalized:
                 fail(f"{role} '{v.name}' has shape {list(arr.shape)}, not the normalized shape {list(normalized)}.")
+            if tuple(arr.shape) != normalized:  # the rewrite stores it reshaped, as floats
+                require_not_dequantized(v, role)
 
     def rewrite(self, op, x, eps, gamma, beta, mean, var, **_):
         axis = self._axis(x, mean, var)
