@@ -197,3 +197,18 @@ def test_a_per_row_scale_of_qlinearmatmul_is_refused_naming_the_node(tmp_path):
     onnx.save(model, path)
     with pytest.raises(UnsupportedOpError, match="QLinearMatMul node 'rowwise' has a per-row scale"):
         compile_model(str(path), "cpu", verify=False)
+
+
+def test_float16_quantization_computes_in_float32_as_onnxruntime_does(tmp_path):
+    """float16 x and scales: the division in float32, as onnxruntime computes it (the reference
+    evaluator divides in float16 and differs on a few elements, so it is not the judge here)."""
+    inits = [numpy_helper.from_array(np.float16(0.0235), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(np.float16([0.5, 0.01, 0.03]), "s3"), numpy_helper.from_array(np.int8([1, -2, 3]), "z3")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+             helper.make_node("QuantizeLinear", ["x", "s3", "z3"], ["q3"], axis=1), helper.make_node("DequantizeLinear", ["q3", "s3", "z3"], ["d3"], axis=1)]
+    outs = [("q", TensorProto.UINT8), ("d", TensorProto.FLOAT16), ("q3", TensorProto.INT8), ("d3", TensorProto.FLOAT16)]
+    graph = helper.make_graph(nodes, "f16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3, 50])],
+                              [helper.make_tensor_value_info(n, t, [2, 3, 50]) for n, t in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    feeds = {"x": (np.random.default_rng(0).standard_normal((2, 3, 50)) * 3).astype(np.float16)}
+    _assert_exact(_compiled(model, tmp_path, feeds), _ort_unoptimized(model, feeds), [n for n, _ in outs], "onnxruntime")
