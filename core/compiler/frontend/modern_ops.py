@@ -13,7 +13,8 @@ step in Relax ops, and is checked against the onnx wheel's node conformance case
    rotation (`rotary_embedding_dim`).
 3. `RMSNormalization` (opset 23): any `axis` (TVM's rms_norm fails to compile when the scale
    covers more than the last axis).
-4. `Reduce*` with the axes given at run time (opset 18; see `modern_reduce`).
+4. `Reduce*` with the axes given at run time (opset 13/18; see `modern_reduce`).
+5. `Resize` with sizes given at run time, and `axes` (see `modern_resize`).
 
 Importing this module registers them with `core.compiler.frontend.registry.register_converter`;
 it loads after `converters`, so for the same op type these win. A variant that cannot be
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 
 from .modern_reduce import REDUCE_OPS
+from .modern_resize import RESIZE_OPS
 
 __all__ = ["MODERN_OPS"]
 
@@ -280,7 +282,7 @@ def _build() -> dict[str, type]:
     return {"Attention": Attention, "RMSNormalization": RMSNormalization, "RotaryEmbedding": RotaryEmbedding}
 
 
-MODERN_OPS: dict[str, type] = {**_build(), **REDUCE_OPS}
+MODERN_OPS: dict[str, type] = {**_build(), **REDUCE_OPS, **RESIZE_OPS}
 
 
 def _register() -> None:

@@ -96,7 +96,8 @@ def _build() -> dict[str, type]:
             hits = relax.op.astype(relax.op.equal(dims, relax.op.reshape(bb.normalize(axes), [1, count])), "int64")
             flags = bb.normalize(relax.op.greater(relax.op.sum(hits, axis=1), relax.const(0, "int64")))  # (rank,) bool
             if noop_if_empty is not None:
-                given = relax.op.sum(relax.op.ones_like(axes), axis=[0])
+                # the length itself (a reduction over zero elements is not relied on)
+                given = relax.op.reshape(relax.op.shape_to_tensor(relax.ShapeExpr([count])), [])
                 empty = relax.op.equal(given, relax.const(0, "int64"))
                 flags = bb.normalize(relax.op.where(empty, relax.const(not noop_if_empty, "bool"), flags))
             in_shape = relax.const(np.array(shape, dtype="int64"), "int64")
