@@ -58,7 +58,7 @@ def _build() -> dict[str, type]:
         bb.match_cast(bb.emit(relax.op.tensor_to_shape(relax.op.reshape(scalar, [1]))), relax.ShapeType([var]))
         return var
 
-    def _nearest(bb, x, rank, axes, scales, sizes, mode, rounding):
+    def _nearest(bb, x, rank, axes, scales, sizes, mode, rounding, policy):
         """Nearest resize as one gather per resized axis, the source index computed in float64 by
         ONNX's formulas (TOPI's float32 `in/out` rounds ties such as 0.5 the other way)."""
         shape = getattr(x.ty, "shape", None)
@@ -71,15 +71,36 @@ def _build() -> dict[str, type]:
         if given is None or is_empty(given):
             refuse("without scales or sizes")
         f64 = "float64"
+        common = None  # keep_aspect_ratio_policy: one scale for all axes, min (not_larger) or max (not_smaller)
+        if policy != "stretch":
+            if not use_sizes:
+                refuse(f"with keep_aspect_ratio_policy '{policy}' and scales (ONNX applies it to sizes only)")
+            pick_one = relax.op.minimum if policy == "not_larger" else relax.op.maximum
+            if isinstance(given, np.ndarray):
+                ratios = [float(given[i]) / shape[a] for i, a in enumerate(axes)]
+                common = min(ratios) if policy == "not_larger" else max(ratios)
+            else:
+                for i, a in enumerate(axes):
+                    ratio = relax.op.divide(pick(bb, given, i, f64), relax.const(float(shape[a]), f64))
+                    common = ratio if common is None else pick_one(common, ratio)
+                common = bb.normalize(common)
         for i, a in enumerate(axes):
             n_in = shape[a]
-            if isinstance(given, np.ndarray):
+            if common is not None:  # out = round_half_up(scale * in), coordinates by that scale
+                scale = relax.const(common, f64) if isinstance(common, float) else common
+                if isinstance(common, float):
+                    n_out = int(np.floor(common * n_in + 0.5))
+                    out_f = relax.const(float(n_out), f64)
+                else:
+                    out_f = bb.normalize(relax.op.floor(relax.op.add(relax.op.multiply(common, relax.const(float(n_in), f64)), relax.const(0.5, f64))))
+                    n_out = symbolic(bb, bb.normalize(relax.op.astype(out_f, "int64")), f"resize_dim{a}")
+            elif isinstance(given, np.ndarray):
                 value = float(given[i])
                 if use_sizes:
                     n_out, scale = int(value), relax.const(value / n_in, f64)
                 else:
                     n_out, scale = int(np.floor(n_in * value)), relax.const(value, f64)
-                if n_out == n_in and (not use_sizes and value == 1.0 or use_sizes):
+                if n_out == n_in and (use_sizes or value == 1.0):
                     continue
                 out_f = relax.const(float(n_out), f64)
             else:
@@ -133,8 +154,7 @@ def _build() -> dict[str, type]:
                 roi, scales, sizes = (constant(inputs[k], params) if len(inputs) > k else None for k in (1, 2, 3))
                 if int(attr.get("antialias", 0)):
                     refuse("with antialias=1 (TVM's resize has no antialiasing filter)")
-                if text(attr, "keep_aspect_ratio_policy", "stretch") != "stretch":
-                    refuse(f"with keep_aspect_ratio_policy '{text(attr, 'keep_aspect_ratio_policy', '')}'")
+                policy = text(attr, "keep_aspect_ratio_policy", "stretch")
                 mode = text(attr, "coordinate_transformation_mode", "half_pixel")
                 if mode == "tf_crop_and_resize" and roi is not None and not isinstance(roi, np.ndarray):
                     refuse("with tf_crop_and_resize and a region (roi) given at run time")
@@ -142,7 +162,9 @@ def _build() -> dict[str, type]:
                 method = text(attr, "mode", "nearest")
                 runtime_sizes = sizes is not None and not isinstance(sizes, np.ndarray)
                 if method == "nearest" and mode != "tf_crop_and_resize":
-                    return _nearest(bb, x, rank, axes, scales, sizes, mode, text(attr, "nearest_mode", "round_prefer_floor"))
+                    return _nearest(bb, x, rank, axes, scales, sizes, mode, text(attr, "nearest_mode", "round_prefer_floor"), policy)
+                if policy != "stretch":
+                    refuse(f"in {method} mode with keep_aspect_ratio_policy '{policy}'")
                 if scales is not None and not isinstance(scales, np.ndarray):
                     refuse("with scales given at run time (ONNX maps coordinates by the scale, TVM's resize by the output size)")
                 if not runtime_sizes and axes is None:
