@@ -32,6 +32,32 @@ def _call(module: str, name: str):
     return lambda: [rules_from(module, name)()]
 
 
+def _rotary_rules() -> list:
+    """onnxscript's RotaryEmbedding23 fusion with cos/sin of the batch size opset 23 asks for.
+
+    torch.onnx's dynamo export of a transformers Llama computes the angles once for the batch,
+    [1, seq, head/2], and lets Mul broadcast them; RotaryEmbedding without position_ids wants
+    cos/sin of [batch, seq, head/2] (onnxruntime refuses 1 against 2). Where the angles' batch is
+    not x's, they are expanded to it; the angles must be 3-D (a 4-D or 2-D cos is refused)."""
+    base = rules_from("rules.fusion._rotary_embedding", "RotaryEmbedding23Fusion")
+
+    class RotaryEmbedding23(base):
+        def check(self, context, x, freqs, **rest):
+            result = super().check(context, x=x, freqs=freqs, **rest)
+            if result and (freqs.shape is None or len(freqs.shape) != 3):
+                return result.fail("the angles (freqs) are not known to be 3-D (batch, sequence, head/2).", freqs)
+            return result
+
+        def rewrite(self, op, x, freqs, **_):
+            cos, sin = op.Cos(freqs), op.Sin(freqs)
+            if freqs.shape[0] != x.shape[0]:
+                shape = op.Concat(op.Shape(x, start=0, end=1), op.Shape(freqs, start=1), axis=0)
+                cos, sin = op.Expand(cos, shape), op.Expand(sin, shape)
+            return op.RotaryEmbedding(x, cos, sin, interleaved=0, num_heads=x.shape[1])
+
+    return [RotaryEmbedding23.rule()]
+
+
 RULES: list[OnnxscriptRule] = [
     # ---- fusions into standard ONNX ops (onnxscript rules/common) ----------------------------------
     OnnxscriptRule(
@@ -116,10 +142,11 @@ RULES: list[OnnxscriptRule] = [
     ),
     OnnxscriptRule(
         "fuse-rotary-embedding", "transformer", "x * cos + rotate_half(x) * sin into RotaryEmbedding (opset 23)",
-        lambda: [rules_from("rules.fusion._rotary_embedding", "rotary_embedding_rules")],
+        _rotary_rules,
         produces=("RotaryEmbedding",), min_opset=23,
         pattern_text="x * Unsqueeze(Cos(f)) + Concat(-x2, x1) * Unsqueeze(Sin(f)), f = Concat(freqs, freqs)",
-        conditions=("opset >= 23", "x is 4-D with static heads and head size", "x split into equal halves"),
+        conditions=("opset >= 23", "x is 4-D with static heads and head size", "x split into equal halves",
+                    "the angles are 3-D (batch or 1, sequence, head size / 2)"),
     ),
     # ---- for onnxruntime: contrib ops (com.microsoft) ------------------------------------------------
     OnnxscriptRule(

@@ -499,14 +499,19 @@ def splice(
     available = {}
     for old in old_nodes:
         available.setdefault(old.op_type, []).append(old)
+    named: dict[str, int] = {}  # a replacement with two Shapes names them root/Shape, root/Shape_2
     for n in new_nodes:
         same = available.get(n.op_type)
         if same:
             old = same.pop(0)
             n.meta[_ID] = old.meta[_ID]
             n.name = old.name
+        elif root.name:
+            base = f"{root.name}/{n.op_type}"
+            named[base] = named.get(base, 0) + 1
+            n.name = base if named[base] == 1 else f"{base}_{named[base]}"
         else:
-            n.name = f"{root.name}/{n.op_type}" if root.name else None
+            n.name = None
     inferred = [o.meta.get(_INFERRED) for o in old_outputs]
     if not keep_used:
         convenience.replace_nodes_and_values(graph, root, old_nodes, new_nodes, old_outputs, new_outputs)
