@@ -106,7 +106,8 @@ def test_fixes_are_registered_with_the_import_hook():
 
     registered = tvm_import.registered_converters()
     for op, cls in FIXES.items():
-        assert registered.get(op) is cls
+        # a later converter module (modern_ops: Reduce*, Resize) may extend a fix, never drop it
+        assert registered.get(op) is cls or issubclass(registered.get(op), cls)
 
 
 @pytest.mark.parametrize("start,delta", [(2, 3), (5, 1)])
