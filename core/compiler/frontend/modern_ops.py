@@ -60,7 +60,19 @@ def _build() -> dict[str, type]:
         return inputs[k] if len(inputs) > k and inputs[k] is not None else None
 
     class Attention(fe.OnnxOpConverter):
-        """ONNX's Attention (opset 23+), after onnx/reference/ops/op_attention.py."""
+        """ONNX's Attention (opset 23+), after onnx/reference/ops/op_attention.py. Microsoft's
+        contrib Attention (the same op type, with `num_heads`) stays with TVM's converter."""
+
+        @classmethod
+        def get_converter(cls, opset):
+            contrib = fe.Attention.get_converter(opset)
+
+            def convert(bb, inputs, attr, params):
+                if "num_heads" in attr or opset < 23:
+                    return contrib(bb, inputs, attr, params)
+                return cls._impl_v23(bb, inputs, attr, params)
+
+            return convert
 
         @classmethod
         def _impl_v23(cls, bb, inputs, attr, params):
@@ -132,10 +144,6 @@ def _build() -> dict[str, type]:
             if n_out >= 4:
                 outs.append(qk_out if dtype_of(qk_out) == dt else relax.op.astype(qk_out, dt))
             return relax.Tuple(outs[: max(n_out, 1)]) if n_out > 1 else y
-
-        @classmethod
-        def _impl_v24(cls, bb, inputs, attr, params):
-            return cls._impl_v23(bb, inputs, attr, params)
 
         @staticmethod
         def _heads(bb, x, heads: int):

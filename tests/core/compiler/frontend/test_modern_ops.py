@@ -96,3 +96,17 @@ def test_run_time_axes_follow_the_values_given(cases):
     for axes in ([0], [2], [-3]):
         ours = art.run(dict(zip([s.name for s in art.inputs], [x, np.array(axes, dtype=np.int64)])))[0]
         np.testing.assert_allclose(ours, x.sum(axis=tuple(axes)), rtol=1e-5)
+
+
+def test_microsoft_attention_stays_with_tvms_contrib_converter():
+    """com.microsoft's Attention (same op type, with num_heads) is not taken for ONNX's."""
+    from core.compiler.frontend.onnx_import import import_graph
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 24], np.ones(192, dtype=np.float32))
+    node = helper.make_node("Attention", ["x", "w"], ["y"], name="attn", domain="com.microsoft", num_heads=2)
+    graph = helper.make_graph([node], "g", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)])
+    mod = import_graph(load_model_bytes(model.SerializeToString(), "contrib.onnx")).mod
+    assert "R.nn.attention" in mod.script()
