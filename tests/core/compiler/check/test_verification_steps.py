@@ -39,7 +39,7 @@ def test_one_step_off_passes_and_says_so_in_steps(cnn):
     _, outputs = specs_from_proto(cnn)
     check = step_check(cnn, outputs, {}, [ours], [ref], "onnx reference evaluator")  # no onnxruntime spread measured
     assert check.ok and check.allowed == 1 and check.steps == pytest.approx(1.0, abs=1e-3)
-    assert check.sentence == f"within 1 quantization step (scale {step:.3g}) of onnx reference evaluator"
+    assert check.sentence == f"within 1 quantization step (scale {step:.3g}) of onnx reference evaluator (1 at most)"
 
 
 def test_three_steps_off_fails_and_says_how_many(cnn):
@@ -97,13 +97,18 @@ def test_a_wrong_dequantize_is_refused_in_steps(cnn, tmp_path, dequantize_withou
 
 @pytest.mark.slow
 def test_onnxruntime_quantized_resnet18_compiles_and_agrees_in_steps(tmp_path):
+    """At 128x128 the compiled logits are 3 steps from onnxruntime's fused int8 run (rounding flips
+    carried through 18 layers; onnxruntime's optimized and unoptimized runs agree there): refused
+    before the check counted steps, within the allowance now."""
     from benchmarks.architectures.resnet import resnet18
+    from core.tolerances import ATOL
     from tests.core.compiler.qdq_models import quantize_qdq
 
-    model = quantize_qdq(resnet18(size=64, classes=100))
+    model = quantize_qdq(resnet18(size=128))
     path = tmp_path / "resnet18_qdq.onnx"
     onnx.save(model, path)
     art = compile_model(str(path), "cpu")
     v = art.manifest.verification
-    assert v.checked and v.max_abs_err <= v.atol + 1e-6
-    assert v.atol < 10 * _out_scale(model)  # a few steps of the logits' scale, not a float tolerance wide open
+    step = _out_scale(model)
+    # on another CPU the sums may meet onnxruntime's exactly; judged in steps, a few of the logits' scale at most
+    assert v.checked and v.max_abs_err <= v.atol <= max(ATOL, 8 * step)
