@@ -112,3 +112,34 @@ def test_onnxruntime_quantized_resnet18_compiles_and_agrees_in_steps(tmp_path):
     step = _out_scale(model)
     # on another CPU the sums may meet onnxruntime's exactly; judged in steps, a few of the logits' scale at most
     assert v.checked and v.max_abs_err <= v.atol <= max(ATOL, 8 * step)
+
+
+@pytest.fixture
+def quantize_by_floor():
+    """A QuantizeLinear converter that rounds down instead of half to even (per-tensor uint8, all the
+    CNN's activations need): half a step of bias at every layer, a wrong conversion."""
+    from tvm import relax
+    from tvm.relax.frontend.onnx import onnx_frontend as fe
+
+    from core.compiler.frontend import onnx_import
+    from core.compiler.frontend.quantized import QUANTIZED_CONVERTERS
+
+    class FloorQuantize(fe.OnnxOpConverter):
+        @classmethod
+        def _impl_v10(cls, bb, inputs, attr, params):
+            x, scale, zp = inputs[0], inputs[1], inputs[2]
+            y = relax.op.add(relax.op.floor(relax.op.divide(x, scale)), relax.op.astype(zp, "float32"))
+            return relax.op.astype(relax.op.clip(y, 0, 255), "uint8")
+
+    onnx_import.registered_converters()
+    onnx_import.register_converter("QuantizeLinear", FloorQuantize)
+    yield
+    onnx_import.register_converter("QuantizeLinear", QUANTIZED_CONVERTERS["QuantizeLinear"])
+
+
+def test_rounding_down_is_refused_in_steps(cnn, tmp_path, quantize_by_floor):
+    """Checked against: floor rounding ends 3 steps off on this CNN (36 on a QDQ ResNet-18)."""
+    path = tmp_path / "cnn_qdq.onnx"
+    onnx.save(cnn, path)
+    with pytest.raises(CompiledMismatchError, match=r"[0-9.]+ quantization steps \(scale [0-9.e-]+\) away from onnxruntime's int8 kernels"):
+        compile_model(str(path), "cpu")
