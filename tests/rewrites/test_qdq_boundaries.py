@@ -54,24 +54,25 @@ def test_fold_constants_leaves_dequantized_weights_alone(quantized_resnet):
     assert "would dequantize the int8 tensor 'conv1.weight_quantized' into floats" in reason
 
 
-def test_fold_constants_still_folds_float_constants_and_quantizes_them(tmp_path):
+def test_fold_constants_folds_float_constants_but_nothing_computed_from_a_dequantize():
     g = graph_from_text(
-        """<ir_version: 8, opset_import: ["": 17]>
+        """<ir_version: 8, opset_import: ["": 19]>
         m (float[4] x) => (float[4] y) {
           w = Add(a, b)
           wq = QuantizeLinear(w, s, z)
           wd = DequantizeLinear(wq, s, z)
           r = Reshape(wd, shape)
-          y = Mul(x, r)
+          y1 = Mul(x, r)
+          y = Add(y1, w)
         }""",
         {"a": np.float32([0.1, 0.2, 0.3, 0.4]), "b": np.float32([1, 1, 1, 1]), "s": np.float32(0.01), "z": np.int8(0),
          "shape": np.int64([4])},
     )
     rule = get_rule("fold-constants")
     reshape = next(n for n in g.nodes if n.op_type == "Reshape")
-    reason = explain(g, rule, reshape.id).reason
-    assert "would dequantize the int8 tensor 'wq' into floats (through" in reason
-    assert find_matches(g, rule) == []  # the Add and the QuantizeLinear only feed constant nodes; the Reshape is refused
+    assert "would dequantize the int8 tensor 'wq' into floats (through" in explain(g, rule, reshape.id).reason
+    pv = rewrite(g, "fold-constants", expect_matches=1)  # the float Add, which the Mul's sibling reads
+    assert ops(pv.graph) == ["QuantizeLinear", "DequantizeLinear", "Reshape", "Mul", "Add"]
 
 
 def test_fold_conv_bn_refuses_dequantized_weights():
