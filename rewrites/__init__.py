@@ -10,7 +10,7 @@ from __future__ import annotations
 from core.errors import WorkbenchError
 from core.rewrite import RewriteRule
 
-from rewrites import activations, cleanup, folding, fusion, onnxscript_sets, opset
+from rewrites import activations, attention, cleanup, folding, fusion, onnxscript_sets, opset
 from rewrites.onnxscript_sets import ORT_FAMILY
 
 __all__ = [
@@ -31,6 +31,7 @@ _RULES: list[RewriteRule] = [
     fusion.FuseTransposeMatMul(),
     activations.FuseSiLU(),
     activations.FuseSwiGLU(),
+    attention.FuseAttention(),
     opset.UpgradeOpset(),
     activations.FuseSiLUForOrt(),
     *onnxscript_sets.RULES,
