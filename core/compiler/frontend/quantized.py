@@ -15,12 +15,14 @@ lowering view shows what is computed and the checks of docs/quantization.md hold
   (plus the int32 bias), requantized as onnxruntime does: ``float32(acc) * (x_scale * w_scale /
   y_scale)`` (onnxruntime's order of the float products), rounded half to even, plus y_zero_point, saturated.
 * ConvInteger: the int32 convolution alone.
+* DynamicQuantizeLinear: TVM's arithmetic, except that an input whose range is one value (all
+  zeros) gets scale 1 and zero point 0 as in onnxruntime; TVM divided by a zero scale.
 
 TVM's own QuantizeLinear / DequantizeLinear (relax.quantize / relax.dequantize) compute the same
 values for the cases they take (round via nearbyint, x / scale); they refuse block_size, and the
 integer ops above are missing from its map. Float8 / 4-bit types are refused before any converter
-runs (TVM cannot store or convert them as ONNX does). MatMulInteger and DynamicQuantizeLinear are
-TVM's (checked exact against onnxruntime in tests/core/compiler/frontend/test_quantized.py).
+runs (TVM cannot store or convert them as ONNX does). MatMulInteger is TVM's (checked exact against
+onnxruntime in tests/core/compiler/frontend/test_quantized.py).
 """
 from __future__ import annotations
 
@@ -264,7 +266,25 @@ def _build() -> dict[str, type]:
             z = None if y_zp is None else relax.op.astype(reshape(bb, y_zp, []) if shape(y_zp) else y_zp, "float32")
             return saturate_round(relax.op.multiply(relax.op.astype(acc, "float32"), m), z, out)
 
-    return {"QuantizeLinear": QuantizeLinear, "DequantizeLinear": DequantizeLinear, "QLinearConv": QLinearConv,
+    class DynamicQuantizeLinear(fe.OnnxOpConverter):
+        """uint8 quantization with the scale and zero point of x's range widened to include 0; a range
+        of one value (all zeros) gets scale 1 as in onnxruntime (TVM divided by a zero scale)."""
+
+        @classmethod
+        def _impl_v11(cls, bb, inputs, attr, params):
+            x = inputs[0]
+            if dtype(x) != "float32":
+                raise refuse("DynamicQuantizeLinear", attr, f"quantizes a {dtype(x)} input; ONNX defines float32")
+            zero = relax.const(0.0, "float32")
+            hi = bb.normalize(relax.op.maximum(relax.op.max(x), zero))
+            lo = bb.normalize(relax.op.minimum(relax.op.min(x), zero))
+            span = relax.op.divide(relax.op.subtract(hi, lo), relax.const(255.0, "float32"))
+            scale = bb.normalize(relax.op.where(relax.op.equal(hi, lo), relax.const(1.0, "float32"), span))
+            zp = bb.normalize(saturate_round(relax.op.clip(relax.op.subtract(zero, relax.op.divide(lo, scale)), 0, 255), None, "uint8"))
+            y = saturate_round(relax.op.divide(x, scale), relax.op.astype(zp, "float32"), "uint8")
+            return relax.Tuple([y, scale, zp])
+
+    return {"QuantizeLinear": QuantizeLinear, "DynamicQuantizeLinear": DynamicQuantizeLinear, "DequantizeLinear": DequantizeLinear, "QLinearConv": QLinearConv,
             "ConvInteger": ConvInteger, "QLinearMatMul": QLinearMatMul}
 
 

@@ -212,3 +212,15 @@ def test_float16_quantization_computes_in_float32_as_onnxruntime_does(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     feeds = {"x": (np.random.default_rng(0).standard_normal((2, 3, 50)) * 3).astype(np.float16)}
     _assert_exact(_compiled(model, tmp_path, feeds), _ort_unoptimized(model, feeds), [n for n, _ in outs], "onnxruntime")
+
+
+def test_dynamic_quantize_of_a_single_value_range_matches_onnxruntime(tmp_path):
+    """All zeros: a range of one value. TVM divided by the zero scale (scale 0, zero point 255,
+    garbage y); onnxruntime takes scale 1, zero point 0."""
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dq")
+    graph = helper.make_graph([node], "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [2, 5]), helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("z", TensorProto.UINT8, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    for x in (np.zeros((2, 5), np.float32), np.float32([[0.5, 1.5, 2.5, -0.5, -1.5], [3.5, 4.5, -2.5, 127.5, -127.5]])):
+        _assert_exact(_compiled(model, tmp_path, {"x": x}), _ort_unoptimized(model, {"x": x}), ["y", "s", "z"], "onnxruntime")
