@@ -17,8 +17,8 @@ logger = logging.getLogger(__name__)
 class UpgradeOpset(RewriteRule):
     """The model, converted to opset 23 by onnx's version converter.
 
-    Node ids are kept when the converter keeps the node list (same op types in the same order),
-    which it does for models at opset 18 and later; older ones get new nodes where an op's
+    Node ids and metadata (torch's name scopes) are kept when the converter keeps the node list
+    (same op types in the same order), which it does for models at opset 18 and later; older ones get new nodes where an op's
     signature changed (ReduceMean's axes became an input at 18).
 
     Conditions:
@@ -63,6 +63,8 @@ class UpgradeOpset(RewriteRule):
         if [n.op_type for n in before] == [n.op_type for n in after]:
             for old, new in zip(before, after):
                 new.meta[NODE_ID] = old.meta[NODE_ID]
+                for key, value in old.metadata_props.items():  # the converter drops them (torch's name scopes)
+                    new.metadata_props.setdefault(key, value)
         graph.swap_model(model, graph.value_info_names, graph.shape_problems)
         graph.infer_shapes()
         return [n for n in after if NODE_ID not in n.meta]
