@@ -121,7 +121,8 @@ def _shape_slice(v: ir.Value, of: ir.Value) -> tuple[int, int] | None:
 
 def _key_behind(kt: ir.Value) -> tuple[ir.Value, list[ir.Node]]:
     """K, and the nodes making Kᵀ from it: Transpose(perm=[0,1,3,2]), or dynamo's
-    Reshape(Transpose(Reshape(K, [-1, S, D]), [0,2,1]), [*lead, D, S]) over Shape(K)."""
+    Reshape(Transpose(Reshape(K, [-1, S, D]), [0,2,1]), [*lead, D, S]) over Shape(K) (or over
+    constant shapes that K's static shape confirms)."""
     t = _producer(kt, "Transpose")
     if t is not None:
         if _perm(t) != [0, 1, 3, 2]:
@@ -140,6 +141,11 @@ def _key_behind(kt: ir.Value) -> tuple[ir.Value, list[ir.Node]]:
               and (_shape_slice(c3.inputs[2], k) or (0, 0))[0] == -1
               and (_shape_slice(c4.inputs[0], k) or (0, 0))[1] == -2
               and (_shape_slice(c4.inputs[1], k) or (0, 0))[0] == -1 and _shape_slice(c4.inputs[2], k) == (-2, -1))
+    if not ok:  # a static export (or one folded): the two shapes as constants, checked against K's
+        shape, s3, s4 = static_shape(k), _ints(inner.inputs[1]), _ints(outer.inputs[1])
+        ok = shape is not None and len(shape) >= 3 and all(isinstance(d, int) for d in shape) and s3 is not None \
+            and s4 is not None and s3[1:] == list(shape[-2:]) and len(s3) == 3 and s3[0] in (-1, int(np.prod(shape[:-2]))) \
+            and s4 == list(shape[:-2]) + [shape[-1], shape[-2]]
     if not ok:
         fail(f"the Reshape/Transpose/Reshape making Kᵀ '{kt.name}' does not reshape by K's own shape "
              "([-1, S, D], then [*lead, D, S] from Shape(K)): it is not provably a transpose of K's last two axes.")

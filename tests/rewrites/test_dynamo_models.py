@@ -114,3 +114,14 @@ def test_rewritten_model_compiles_and_matches_the_original(path):
     x = _feeds()
     for got, want in zip(art.run(x), reference(path, x)):
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-3)
+
+
+def test_attention_matches_bert_with_its_shapes_folded_to_constants():
+    """Kᵀ's Reshape/Transpose/Reshape with constant shapes (a static export, or the exporter's
+    shape arithmetic folded) is checked against K's static shape instead of Shape(K)."""
+    from benchmarks.rewrite_compile import static
+
+    g = static(load_model(BERT), 2, 8)
+    apply_rewrite(g, get_rule("upgrade-opset"))
+    assert not any(n.op_type == "Shape" for n in g.nodes)
+    rewrite(g, "fuse-attention", expect_matches=2)
