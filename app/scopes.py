@@ -18,6 +18,7 @@ from collections.abc import Hashable
 from PySide6.QtCore import QObject, QPointF, Qt
 from PySide6.QtGui import QAction, QKeySequence
 
+from core.views.quantized import fold_quantized
 from core.views.scope_layout import relayout
 from core.views.scopes import ScopeTree, is_scope_id, scope_tree, scoped_view
 from core.views.viewgraph import ViewGraph, find_nodes, from_graph
@@ -44,6 +45,7 @@ class ScopeController(QObject):
         self._tree: ScopeTree | None = None
         self._graph_id: int | None = None  # the graph `expanded` belongs to
         self._layouts: dict[frozenset, tuple] = {}  # expanded set -> (view, layout), this revision
+        self.fold_quantized = True  # a QDQ model's ops drawn with their Q/DQ nodes inside (core.views.quantized)
         canvas.scopes = self
         canvas.model_view = self.model_view
         canvas.nodeActivated.connect(self._activated)
@@ -55,9 +57,11 @@ class ScopeController(QObject):
     # ---- building the model view --------------------------------------------------------------
     def tree(self, graph) -> tuple[ViewGraph, ScopeTree]:
         """The full view and scope tree of `graph` at its current revision (cached)."""
-        key = (id(graph), graph.revision)
+        key = (id(graph), graph.revision, self.fold_quantized)
         if self._key != key or self._tree is None:
             full = from_graph(graph)
+            if self.fold_quantized:
+                full = fold_quantized(full)
             self._full, self._tree, self._key = full, scope_tree(full, graph), key
             self._layouts = {}
         return self._full, self._tree
@@ -309,3 +313,23 @@ class ScopeController(QObject):
             sub = menu.addMenu("&Groups")
             for a in acts:
                 sub.addAction(a)
+            self.quantized_action = QAction("&Quantized Ops as One Box", window, checkable=True)
+            self.quantized_action.setStatusTip("Draw each QDQ-quantized op with its QuantizeLinear / DequantizeLinear nodes inside its box;"
+                                               " off: every Q/DQ node as a box of its own")
+            settings = getattr(window, "settings", None)
+            on = settings.value("view/foldQuantized", True) if settings is not None else True
+            self.quantized_action.setChecked(on in (True, "true", "1", 1))
+            self.fold_quantized = self.quantized_action.isChecked()
+            self.quantized_action.toggled.connect(lambda on: self.set_fold_quantized(on, settings))
+            menu.addAction(self.quantized_action)
+
+    def set_fold_quantized(self, on: bool, settings=None) -> None:
+        """Draw QDQ ops as one box (on) or every Q/DQ node as its own; the model is drawn again."""
+        if settings is not None:
+            settings.setValue("view/foldQuantized", on)
+        if on == self.fold_quantized:
+            return
+        self.fold_quantized = on
+        self.canvas.forget_model_layout()
+        if self.canvas.mode == "model" and self.canvas.document.graph is not None:
+            self.canvas.show_model(fit=False)

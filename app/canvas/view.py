@@ -152,6 +152,10 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         else:
             self._layout_and_show(self.model_view(graph), state)
 
+    def forget_model_layout(self) -> None:
+        """The model's next show lays it out anew (how it is drawn changed: View ▸ Quantized Ops)."""
+        self._model_cache = None
+
     def prime_model_layout(self, graph, view: ViewGraph, result: Layout, extras: DisplayExtras | None = None) -> None:
         """Hand over a layout computed together with loading, so opening lays out only once."""
         self._model_cache = (id(graph), graph.revision, view, result, extras)
