@@ -79,11 +79,12 @@ def test_apply_family_applies_each_matching_rule_as_its_own_undoable_edit(window
     assert panel.wait_idle(60)
     ops = Counter(n.op_type for n in window.document.graph.nodes)
     # fuse-silu runs before fuse-swiglu (library order), which then takes the SiLU functions in
-    assert (ops["RMSNormalization"], ops["RotaryEmbedding"], ops["SwiGLU"]) == (5, 4, 2)
-    assert ops["Sigmoid"] == ops["SiLU"] == 0
+    assert (ops["RMSNormalization"], ops["RotaryEmbedding"], ops["SwiGLU"], ops["Attention"]) == (5, 4, 2, 2)
+    assert ops["Sigmoid"] == ops["SiLU"] == ops["Softmax"] == 0
     stack = window.document.undo_stack
-    assert stack.count() == 4 and "4 rules applied" in panel.last_result
-    assert [stack.text(i).split(" ")[0] for i in range(4)] == ["fuse-silu", "fuse-swiglu", "fuse-rms-normalization", "fuse-rotary-embedding"]
-    for _ in range(4):
+    assert stack.count() == 5 and "5 rules applied" in panel.last_result
+    assert [stack.text(i).split(" ")[0] for i in range(5)] == ["fuse-silu", "fuse-swiglu", "fuse-attention", "fuse-rms-normalization",
+                                                              "fuse-rotary-embedding"]
+    for _ in range(5):
         stack.undo()
     assert window.document.graph.to_bytes() == before
