@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 
-from .relax_rewrite import is_const, static_shape
+from .relax_rewrite import array_const, is_const, static_shape
 
 __all__ = ["combine_parallel_matmul", "combine_parallel_matmul_pass"]
 
@@ -120,10 +120,10 @@ def combine_parallel_matmul(mod):
 
         def _emit_group(self, x, branches):
             weights = [mm.value.args[1].value.numpy() for mm, _, _ in branches]
-            y = self.builder_.emit(relax.op.matmul(self.visit_expr(x), relax.const(np.concatenate(weights, axis=1))))
+            y = self.builder_.emit(relax.op.matmul(self.visit_expr(x), array_const(np.concatenate(weights, axis=1))))
             if branches[0][2] is not None:
                 bias = np.concatenate([b.value.numpy() for _, _, b in branches])
-                y = self.builder_.emit(relax.op.add(y, relax.const(bias)))
+                y = self.builder_.emit(relax.op.add(y, array_const(bias)))
             axis = len(static_shape(x)) - 1
             start = 0
             for (mm, add, _), w in zip(branches, weights):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 
+from .relax_rewrite import array_const
 from .relax_rewrite import is_const as _is_const
 
 __all__ = ["fold_conv_scale", "fold_conv_scale_pass"]
@@ -129,12 +130,12 @@ def fold_conv_scale(mod):
                 return
             if var in plans:
                 call = binding.value
-                new = relax.Call(call.op, [self.visit_expr(call.args[0]), relax.const(plans[var][0])], call.attrs, call.ty_args, call.span)
+                new = relax.Call(call.op, [self.visit_expr(call.args[0]), array_const(plans[var][0])], call.attrs, call.ty_args, call.span)
                 self.builder_.emit_normalized(relax.VarBinding(var, self.builder_.normalize(new)))
                 return
             if var in last:
                 conv = last[var]
-                self.builder_.emit_normalized(relax.VarBinding(var, self.builder_.normalize(relax.op.add(conv, relax.const(plans[conv][1])))))
+                self.builder_.emit_normalized(relax.VarBinding(var, self.builder_.normalize(relax.op.add(conv, array_const(plans[conv][1])))))
                 return
             super().visit_var_binding_(binding)
 

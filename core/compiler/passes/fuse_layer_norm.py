@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 
-from .relax_rewrite import rewrite_functions
+from .relax_rewrite import array_const, rewrite_functions
 
 __all__ = ["fuse_layer_norm", "fuse_layer_norm_pass"]
 
@@ -72,7 +72,7 @@ def _affine_vector(const, hidden: int):
     value = const.value.numpy()
     if value.size != hidden or (value.ndim and value.shape[-1] != hidden):
         return None
-    return relax.const(value.reshape(hidden))
+    return array_const(value.reshape(hidden))
 
 
 def _rewrite(expr, matches, parts):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 
-from .relax_rewrite import rewrite_functions
+from .relax_rewrite import array_const, rewrite_functions
 
 __all__ = ["pad_attention_keys", "pad_attention_keys_pass", "padded_keys"]
 
@@ -113,7 +113,7 @@ def pad_attention_keys(mod, lanes: int):
             s = relax.op.divide(s, c) if matches.get(divided) is not None else relax.op.multiply(s, c)
         mask = np.zeros(padded, dtype=np.float32)
         mask[keys:] = -np.inf
-        s = relax.op.add(s, relax.const(mask))
+        s = relax.op.add(s, array_const(mask))
         return relax.op.matmul(relax.op.nn.softmax(s, axis=-1), v_p)
 
     return rewrite_functions(mod, pattern, rewrite)

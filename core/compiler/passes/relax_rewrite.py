@@ -1,7 +1,8 @@
 """Shared pieces of the workbench's Relax graph passes.
 
 `is_const` and `static_shape` answer the two questions every pass asks of an operand (FoldScaleIntoConv,
-ConvertLayoutNCHWc, the channel padding).
+ConvertLayoutNCHWc, the channel padding); `array_const` makes a numpy array a constant of its own dtype
+(`relax.const` alone turns int64 into int32 and float64 into float32).
 
 `rewrite_functions(mod, pattern, rewrite)` runs tvm.relax.dpl.rewrite_call on every Relax function
 and returns a new module when anything changed, with dead bindings removed. It never edits `mod`:
@@ -10,7 +11,18 @@ place would change the snapshot of the stage before it too.
 """
 from __future__ import annotations
 
-__all__ = ["is_const", "rewrite_functions", "static_shape"]
+__all__ = ["array_const", "is_const", "rewrite_functions", "static_shape"]
+
+
+def array_const(value):
+    """A Relax constant holding the numpy array `value` with its dtype as it is: TVM's relax.const
+    without a dtype narrows int64 to int32 and float64 to float32 (an index folded to int32 then
+    meets int64 indices, "Binary operators must have the same datatype")."""
+    import numpy as np
+    from tvm import relax
+
+    value = np.asarray(value)
+    return relax.const(value, str(value.dtype))
 
 
 def is_const(expr) -> bool:

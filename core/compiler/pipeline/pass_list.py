@@ -193,6 +193,8 @@ def _fold_weights(mod):
     import numpy as np
     from tvm import relax
 
+    from ..passes.relax_rewrite import array_const
+
     @relax.expr_functor.mutator
     class FoldWeights(relax.PyExprMutator):
         def __init__(self, mod):
@@ -207,7 +209,7 @@ def _fold_weights(mod):
             hit = self.env.get(op.name)
             if hit is not None and hit[0].same_as(op):
                 # used by something not folded: materialize now (intermediates never are)
-                const = relax.const(np.asarray(hit[1], order="C"))  # ascontiguousarray makes 0-d shape (1,)
+                const = array_const(np.asarray(hit[1], order="C"))  # ascontiguousarray makes 0-d shape (1,)
                 self.consts[op.name] = (op, const)
                 return const
             return None

@@ -210,14 +210,14 @@ def conv2d_winograd_nchwc(data, packed, padding, m: int, out_dtype: str = "float
 def legalize_winograd(bb, call, m: int):
     """The call_tir of `conv2d_winograd_nchwc` for a relax conv2d call `winograd_tile` chose,
     with the weight transformed now."""
-    from tvm import relax
+    from ..relax_rewrite import array_const
 
     packed = transform_weight(call.args[1].value.numpy(), m)
     out_dtype = str(call.attrs.out_dtype) if str(call.attrs.out_dtype) not in ("", "void", "None") else "float32"
     return bb.call_te(
         conv2d_winograd_nchwc,
         call.args[0],
-        relax.const(packed),
+        array_const(packed),
         [int(p) for p in call.attrs.padding],
         m,
         out_dtype,
