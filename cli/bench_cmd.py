@@ -1,11 +1,11 @@
-"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--cpu NAME] [--cpu-features F] [--runs N] [--vs-ort] [--json]`."""
+"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--cpu NAME] [--cpu-features F] [--shape-buckets NAME=N,...] [--runs N] [--vs-ort] [--json]`."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-from cli.compile_cmd import add_cpu_arguments, add_target_argument
+from cli.compile_cmd import add_bucket_argument, add_cpu_arguments, add_target_argument
 
 HELP = "measure latency, memory and per-kernel time of a compiled model (optionally beside onnxruntime)"
 
@@ -18,6 +18,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed warm-up runs (default 3)")
     p.add_argument("--vs-ort", action="store_true", help="time onnxruntime on the same inputs, interleaved, and report the ratio")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim (repeatable; default 1)")
+    add_bucket_argument(p)
     p.add_argument("--top", type=int, default=10, metavar="K", help="kernels listed in the text output (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -27,7 +28,7 @@ def _mb(n) -> str:
 
 
 def run(args) -> int:
-    from cli.compile_cmd import cpu_target, parse_dims
+    from cli.compile_cmd import cpu_target, parse_buckets, parse_dims
     from core import load_model
     from core.compiler.runtime.artifact import load_artifact
     from core.compiler.measure.bench import benchmark, spread_warning, threads_text
@@ -40,6 +41,8 @@ def run(args) -> int:
     if os.path.isdir(args.model):
         if args.cpu or args.cpu_features:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu and --cpu-features apply when compiling a model.")
+        if args.shape_buckets:
+            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --shape-buckets applies when compiling a model.")
         art = load_artifact(args.model)
         dims = parse_dims(args.dim, art)
     else:
@@ -52,13 +55,17 @@ def run(args) -> int:
         dims = parse_dims(args.dim, graph)  # before the compile, which a misspelt dim would waste
         if not args.json:
             print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
-        art = compile_model(graph, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features)
+        buckets = parse_buckets(args.shape_buckets, graph)
+        art = compile_model(graph, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features,
+                            shape_buckets=buckets or None)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     if args.json:
         print(json.dumps(res.to_json()))
         return 0
     lat = res.latency_ms
     print(f"latency ({art.target}, {lat.runs} runs): median {lat.median:.3f} ms, p10-p90 {lat.p10:.3f}-{lat.p90:.3f} ms, min {lat.min:.3f} ms")
+    if res.path:
+        print(f"code: {res.path}")
     if res.threads:
         print(f"threads: {threads_text(res.threads)}" + (f"; onnxruntime {res.threads.ort}" if res.threads.ort is not None else ""))
     if spread_warning(lat):

@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--shape-buckets NAME=N,NAME=N ...] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
 from __future__ import annotations
 
 import argparse
@@ -19,6 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--tune-db", metavar="DIR", help="tuning database folder (reused across runs)")
     p.add_argument("--tune-rpc", metavar="HOST:PORT:KEY", help="measure tuning candidates on the devices registered under KEY with the TVM RPC tracker at HOST:PORT (with --tune-minutes or --tune-trials)")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim for the onnxruntime check (repeatable; default 1)")
+    add_bucket_argument(p)
     p.add_argument("--verify-inputs", metavar="IN.npz", help="check against the reference on these inputs (an .npz keyed by input name) instead of seeded random ones")
     p.add_argument("--rtol", metavar="R", help="relative tolerance of that check (default 1e-3)")
     p.add_argument("--atol", metavar="A", help="absolute tolerance of that check (default 1e-4); a refusal whose error is small against the values says which value would accept it")
@@ -71,6 +72,20 @@ def parse_dims(items: list[str], model=None) -> dict[str, int]:
     return parse(items, known=symbolic_dims(model) if model is not None else None)
 
 
+def add_bucket_argument(p) -> None:
+    """--shape-buckets NAME=N,NAME=N (repeatable): main compiled again for each such shape (compile, bench)."""
+    p.add_argument("--shape-buckets", action="append", default=[], metavar="NAME=N,NAME=N",
+                   help="also compile the model for these sizes of its symbolic dims (every one named), with the "
+                   "static shapes' schedules; a run whose inputs have exactly these sizes uses them, others the "
+                   "general kernels (repeatable: one bucket each)")
+
+
+def parse_buckets(items: list[str], model=None) -> list[dict[str, int]]:
+    """--shape-buckets values as dicts (each parsed as --dim's NAME=N list; with `model`, names it
+    lacks are refused). That every symbolic dim is named is checked by compile_model."""
+    return [parse_dims([item], model) for item in items]
+
+
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:
     """--tune-minutes as seconds (None: compile's default budget); one sentence when it is wrong."""
     import math
@@ -102,6 +117,7 @@ def run(args) -> int:
     from core.errors import WorkbenchError
 
     parse_dims(args.dim)  # a malformed value is refused before anything is loaded; the names once it is
+    parse_buckets(args.shape_buckets)
     if args.tune_trials < 0:
         raise WorkbenchError(f"--tune-trials must be 0 or more, not {args.tune_trials}.")
     if (args.tune_trials > 0 or args.tune_minutes is not None) and args.target is TargetKind.CUDA:
@@ -131,6 +147,7 @@ def run(args) -> int:
 
     graph = load_model(args.model)
     dims = parse_dims(args.dim, graph)
+    buckets = parse_buckets(args.shape_buckets, graph)
     # a folder that cannot take the artifact is refused before minutes of compiling, not after
     check_writable(args.output, needed=_artifact_lower_bound(args.model, graph))
     if args.tune_db is not None and (args.tune_trials > 0 or args.tune_minutes is not None):
@@ -151,6 +168,7 @@ def run(args) -> int:
         verify=not args.no_verify,
         verify_dims=dims or None,
         verify_inputs=verify_inputs,
+        shape_buckets=buckets or None,
         tune_trials=args.tune_trials,
         tune_db=args.tune_db,
         tune_budget_s=budget_s,
@@ -176,12 +194,17 @@ def run(args) -> int:
         d = m.to_json()  # the manifest's own records, as manifest.json holds them
         print(json.dumps({"artifact": str(folder), "target": args.target, "cpu": m.target.cpu, "files": m.files, "verification": d.get("verification"),
                           "compile_seconds": m.compile_seconds, "memory_estimate": d.get("memory_estimate"), "measured": d.get("measured"),
-                          "tuning": d["tuning"]}))
+                          "tuning": d["tuning"], "shape_buckets": d.get("shape_buckets", [])}))
     else:
         v = m.verification
         check = (f"matches {v.reference} on {v.inputs} inputs (max abs error {v.max_abs_err:.3g})" if v is not None and v.checked
                  else f"not checked against onnxruntime ({v.reason if v is not None else 'no record'})")
         print(f"compiled {args.model} for {args.target} ({m.built_for}) in {m.compile_seconds} s; {check}")
+        for b in m.shape_buckets:
+            bv = b.verification
+            checked = f"matches {bv.reference} (max abs error {bv.max_abs_err:.3g})" if bv is not None and bv.checked else "not checked"
+            print(f"shape bucket {b.label}: function {b.function}, {checked}; the general kernels at that shape "
+                  + ("match too" if b.general_verification is not None and b.general_verification.checked else "not checked"))
         tuning = m.tuning
         if tuning:
             done = f"{tuning.summary}; " if tuning.summary else ""

@@ -32,11 +32,12 @@ from ..errors import Cancelled, WorkbenchError
 from ..model.external_data import self_contained_proto
 from ..progress import Progress, ProgressCallback
 from .runtime.artifact import FORMAT_VERSION, LIBRARY, RUNNER, SOURCE_MODEL, Artifact, TensorSpec, load_artifact, specs_from_proto
-from .runtime.manifest import Manifest, ManifestTarget, PassRecord, TuningRecord, Verification
+from .runtime.manifest import Manifest, ManifestTarget, PassRecord, ShapeBucket, TuningRecord, Verification
 from .runtime.recipe import RecipeSource
 from .backend.codegen import BuildCancelled, cancel_scope
 from .backend.cuda import cuda_source_of, host_cuda_arch, prefer_nvcc_for_jit
-from .pipeline.lineage import KernelLineageTap
+from .pipeline.buckets import add_shape_buckets, normalise_buckets
+from .pipeline.lineage import KernelLineageTap, bucket_lineage
 from .check.reference import ATOL, RTOL, compare_outputs, random_feeds
 from .pipeline.size_limit import check_size
 from .schedules import recording_traces
@@ -134,6 +135,7 @@ def compile_model(
     verify: bool = True,
     verify_dims: dict[str, int] | None = None,
     verify_inputs: dict | None = None,
+    shape_buckets: list[dict[str, int]] | None = None,
     rewrites: list[str] | None = None,
     tune_trials: int = 0,
     tune_db: str | os.PathLike | None = None,
@@ -154,6 +156,11 @@ def compile_model(
     default 1), or on `verify_inputs` (input name -> array) when given; a difference beyond
     rtol/atol raises CompiledMismatchError naming the first op that goes wrong. The reference is
     onnxruntime, or onnx's reference evaluator where onnxruntime cannot run the model. CUDA is verified only where a GPU exists (code generation needs none).
+    `shape_buckets` (dicts giving every symbolic input dim a size, e.g. [{"batch": 2, "sequence": 96}])
+    compile main once more per bucket with those dims bound, so its kernels get the static
+    schedules (core.compiler.pipeline.buckets); a run whose inputs match a bucket exactly calls it,
+    any other the general main. Each bucket is checked at its shape, and so is the general main
+    (beside its own check at `verify_dims`); the manifest lists them under `shape_buckets`.
     Tuning (`tune_budget_s` seconds for the model, or `tune_trials` > 0 with a 600 s budget):
     every candidate config of the schedule rules' templates is measured, then MetaSchedule
     searches `tune_trials` schedules per kernel with the time left; the records go to the
@@ -202,6 +209,7 @@ def compile_model(
     proto = self_contained_proto(graph)  # the artifact's model.onnx and onnxruntime need the weights inline
     model_bytes = proto.SerializeToString(deterministic=True)
     inputs, outputs = specs_from_proto(proto)
+    buckets = normalise_buckets(shape_buckets, inputs)  # refused before minutes of compiling
     if not cpu_kind and gpu_present():
         prefer_nvcc_for_jit()
     pipe = Pipeline(tvm_target, pipeline)
@@ -211,6 +219,7 @@ def compile_model(
     _check_cancel(cancel)
     imported = import_relax(graph)
     passes_applied.append(PassRecord("ONNX import (Relax)", round(imported.seconds, 4)))
+    start_mod, bucket_functions = add_shape_buckets(imported.mod, buckets, imported.code_names)
 
     # the steps up to the scheduled module, tuning before the scheduling step; then the VM
     # lowering (kept apart: the module before it is the scheduled one, for the memory estimate
@@ -254,7 +263,7 @@ def compile_model(
                 tvm_target, db, choice_s, cancel, progress=choice_progress, spent=tuning_step.spend, applied=tuning_step.winograd_choices),
                 stops_after=_CHOICE_STOPS))
             tune_at += 1
-    tap = KernelLineageTap(imported.mod)  # keeps the modules around FuseOps that lineage reads
+    tap = KernelLineageTap(start_mod)  # keeps the modules around FuseOps that lineage reads
     kept: dict[str, Any] = {}
     stages: list[tuple[str, str]] = [("Relax import", imported.mod.script(show_meta=False))]  # each step's TVMScript, for the recipe
 
@@ -279,8 +288,8 @@ def compile_model(
         passes_applied.append(PassRecord(r.step.name, round(r.seconds, 4)))
 
     with _cancelled_as_compile(cancel), cancel_scope(cancel), recording_traces() as traces:
-        final = pipe.run(imported.mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
-    scheduled = kept.get("scheduled", imported.mod)
+        final = pipe.run(start_mod, front + back, before=before, after=after, on_error=lambda step, e: _tvm_failure(step.name, e))
+    scheduled = kept.get("scheduled", start_mod)
     _check_cancel(cancel)
     if not back:
         report(codegen_progress())
@@ -290,6 +299,9 @@ def compile_model(
     passes_applied.append(PassRecord(f"codegen ({'LLVM' if cpu_kind else 'CUDA + LLVM host'})", round(time.perf_counter() - t0, 4)))
 
     lineage = tap.kernel_lineage(imported.lineage, graph, scheduled)
+    for function in bucket_functions:  # a bucket's kernels: the same lineage, read from its function
+        for kernel, nodes in bucket_lineage(tap, function, imported.lineage, graph, scheduled).items():
+            lineage.setdefault(kernel, nodes)
     cuda_src = cuda_source_of(ex) if not cpu_kind else None
     from .frontend.converters import fixes_applied
 
@@ -313,6 +325,7 @@ def compile_model(
         passes=passes_applied,
         tuning=_tuning_manifest(tuning_step, tune_trials, tune_budget if tune else None, tune_db, tvm_target),
         kernel_lineage=lineage,
+        shape_buckets=[ShapeBucket(f, dict(b)) for f, b in zip(bucket_functions, buckets)],
     )
     if cpu_kind:
         manifest.parallel_kernels = parallel_kernel_count(scheduled)
@@ -342,7 +355,14 @@ def compile_model(
     elif verify and (cpu_kind or gpu_present()):
         _check_cancel(cancel)
         report(Progress(0.8, "check against onnxruntime", step="check against onnxruntime"))
-        manifest.verification = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs)
+        general = "main" if buckets else None  # the general kernels, even at a bucket's shape
+        manifest.verification = verify_artifact(art, dims=verify_dims, rtol=rtol, atol=atol, cancel=cancel, inputs=verify_inputs,
+                                                function=general)
+        for bucket in manifest.shape_buckets:  # each bucket at its shape, and the general main there too
+            _check_cancel(cancel)
+            report(Progress(0.85, f"check bucket {bucket.label}", step="check against onnxruntime"))
+            bucket.verification = verify_artifact(art, dims=bucket.dims, rtol=rtol, atol=atol, cancel=cancel, function=bucket.function)
+            bucket.general_verification = verify_artifact(art, dims=bucket.dims, rtol=rtol, atol=atol, cancel=cancel, function="main")
     else:
         manifest.verification = Verification(checked=False, reason="verification off" if not verify else "no GPU on the compiling machine")
     manifest.compile_seconds = round(time.perf_counter() - t_start, 3)

@@ -101,10 +101,12 @@ def verify_artifact(
     atol: float = ATOL,
     cancel: Callable[[], bool] | None = None,
     inputs: dict[str, np.ndarray] | None = None,
+    function: str | None = None,
 ) -> Verification:
     """Run ours and the reference on the same inputs (`inputs`, or seeded random ones valid for
     the model's ops); raise CompiledMismatchError naming the first op that differs when they
-    disagree. Returns the check's record for the manifest."""
+    disagree. Returns the check's record for the manifest. `function`: the library's function to
+    check (a shape bucket's, or "main" for the general kernels; default: the one a run picks)."""
     import onnx
 
     proto = onnx.ModelProto()
@@ -122,7 +124,7 @@ def verify_artifact(
 
     ref, reference = reference_run(art.model_bytes, feeds)
     check()
-    ours = art.run(feeds)
+    ours = art.run(feeds, function=function)
     check()
     ok, err, bad = compare_outputs(ours, ref, rtol, atol)
     scale = max((float(np.abs(r).max()) for r in ref if r.size and np.issubdtype(r.dtype, np.number)), default=0.0)

@@ -91,6 +91,7 @@ class BenchResult:
     max_abs_err_vs_ort: float | None = None
     outputs_match_ort: bool | None = None
     threads: ThreadsUsed | None = None  # CPU only
+    path: str | None = None  # with shape buckets: which code ran ("bucket batch=2,sequence=96" / "general kernels")
 
     def to_json(self) -> dict:
         """The `bench --json` object; the onnxruntime figures only when it ran."""
@@ -100,6 +101,8 @@ class BenchResult:
             d.update(ort_latency_ms=self.ort_latency_ms.to_json(), ratio=self.ratio, max_abs_err_vs_ort=self.max_abs_err_vs_ort,
                      outputs_match_ort=self.outputs_match_ort)
         d["threads"] = self.threads.to_json() if self.threads is not None else None
+        if self.path is not None:
+            d["path"] = self.path
         return d
 
 
@@ -266,7 +269,7 @@ def peak_rss_bytes() -> int:
 
 def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[KernelTime]:
     """Per-kernel time (ms per model run, averaged over `repeats` runs), largest first, with the
-    ONNX nodes each kernel came from. VM builtins (allocation, shape checks) are left out."""
+    ONNX nodes each kernel came from; of the function a run on `args` calls (a shape bucket's or main). VM builtins (allocation, shape checks) are left out."""
     from tvm import relax
 
     dev = art.device
@@ -289,10 +292,12 @@ def profile_kernels(art: Artifact, args: list, repeats: int = 3) -> list[KernelT
             calls[name] = calls.get(name, 0) + 1
         return 0
 
-    vm["main"](*args)  # warm (lazy init, first-touch allocations)
+    bucket = art.bucket_for([a.shape for a in args])  # the function a run on these inputs calls
+    fn = vm[bucket.function if bucket is not None else "main"]
+    fn(*args)  # warm (lazy init, first-touch allocations)
     vm.set_instrument(instrument)
     for _ in range(max(1, repeats)):
-        vm["main"](*args)
+        fn(*args)
     total = sum(acc.values()) or 1.0
     return [KernelTime(name=name, ms=round(ms / repeats, 4), share=round(ms / total, 4), calls=calls[name] // max(1, repeats),
                        onnx_nodes=list(art.kernel_lineage.get(name, [])))
@@ -418,6 +423,7 @@ def benchmark(
             dims={d: int((dims or {}).get(d, 1)) for s in art.inputs for d in s.shape if isinstance(d, str)},
             latency_ms=latency_stats(ours_ms),
             threads=_threads_used(art, host_cores() if ort_proc is not None else None),
+            path=art.path_for(feeds) if art.manifest.shape_buckets else None,
         )
         if ort_proc is not None:
             result.ort_latency_ms = latency_stats(ort_ms)

@@ -26,6 +26,7 @@ from typing import Any
 
 __all__ = [
     "KernelLineageTap",
+    "bucket_lineage",
     "kernel_lineage",
     "propagate_lineage",
     "import_lineage",
@@ -62,6 +63,20 @@ class KernelLineageTap:
         if self.fused is None:
             return {}
         return kernel_lineage(self.fused, var_lineage, graph, self.prefused, final_mod)
+
+
+def bucket_lineage(tap: KernelLineageTap, function: str, var_lineage: dict[str, list[str]], graph, final_mod) -> dict[str, list[str]]:
+    """kernel_lineage of a shape bucket's function (core.compiler.pipeline.buckets): the modules
+    the tap kept, read with `function` in main's place. A bucket is main with its dims bound, its
+    bindings named as main's, so its kernels trace to the same ONNX nodes."""
+    from .buckets import as_main
+
+    if tap.fused is None:
+        return {}
+    fused, prefused, final = (as_main(m, function) for m in (tap.fused, tap.prefused, final_mod))
+    if fused is None:
+        return {}
+    return kernel_lineage(fused, var_lineage, graph, prefused, final)
 
 
 def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused_mod=None, final_mod=None) -> dict[str, list[str]]:

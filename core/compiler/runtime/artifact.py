@@ -38,8 +38,8 @@ import numpy as np
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from ..target import TargetKind, cannot_run_here, gpu_present
-from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, file_checksum, run_failure
-from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, TensorSpec
+from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, choose_bucket, file_checksum, run_failure, path_text
+from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, ShapeBucket, TensorSpec
 from .recipe import RECIPE, RecipeSource, copy_recipe, write_recipe
 
 __all__ = [
@@ -139,6 +139,7 @@ class Artifact:
     _vm: Any = None
     _governor: Any = None  # core.compiler.runtime.threads.ThreadGovernor, on first CPU run
     _main: Any = None  # the VM's "main", looked up once (a lookup is a sizeable part of a tiny model's run)
+    _functions: dict = field(default_factory=dict, repr=False)  # shape buckets' VM functions, looked up once
     # run's aligned input buffers, input index -> (numpy array, TVM tensor on it), and the lock that makes
     # runs from several threads take turns (the VM is not thread-safe; nor would the buffers be)
     _staging: dict = field(default_factory=dict, repr=False)
@@ -186,15 +187,38 @@ class Artifact:
             return [tvm.runtime.tensor(a, self.device) for a in arrays]
         return [host_tensor(a) for a in arrays]
 
-    def run_device(self, args: list):
+    def bucket_for(self, shapes) -> ShapeBucket | None:
+        """The shape bucket whose dims the inputs' `shapes` (in input order) match exactly, or None
+        (the general main runs): core.compiler.pipeline.buckets."""
+        return choose_bucket(self.manifest.shape_buckets, self.inputs, shapes)
+
+    def path_for(self, feeds: dict[str, np.ndarray]) -> str:
+        """Which code a run on `feeds` takes, in words: 'bucket batch=2,sequence=96' or 'general kernels'."""
+        return path_text(self.bucket_for([np.shape(feeds[s.name]) for s in self.inputs if s.name in feeds]))
+
+    def _function(self, name: str):
+        if name == "main":
+            if self._main is None:
+                self._main = self.vm()["main"]
+            return self._main
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self.vm()[name]
+        return fn
+
+    def run_device(self, args: list, function: str | None = None):
         """One call of main on device tensors; returns the raw VM result (for timing loops).
+        With shape buckets, the bucket whose dims the inputs match is called instead (`function`
+        names one to call regardless: "main" for the general kernels).
         On the CPU, as many threads as the cores other processes leave free
         (core.compiler.runtime.threads), unless no kernel has a parallel loop (the manifest's
         parallel_kernels is 0): choosing would then cost a tiny model a few percent for nothing.
         A failure in the VM (a kernel's or the parameters' runtime check) is one sentence
         (artifact_check.run_failure, run.py's too)."""
-        if self._main is None:
-            self._main = self.vm()["main"]
+        if function is None and self.manifest.shape_buckets:
+            bucket = self.bucket_for([a.shape for a in args])
+            function = bucket.function if bucket is not None else None
+        fn = self._function(function or "main")
         try:
             if self.target != TargetKind.CUDA and self.manifest.parallel_kernels != 0:
                 if self._governor is None:
@@ -203,30 +227,31 @@ class Artifact:
                     self._governor = ThreadGovernor()
                 self._governor.before_run()
                 try:
-                    return self._main(*args)
+                    return fn(*args)
                 finally:
                     self._governor.after_run()
-            return self._main(*args)
+            return fn(*args)
         except WorkbenchError:
             raise
         except Exception as e:  # noqa: BLE001 - TVM's runtime checks raise several types
             man_path = str(self.folder / MANIFEST) if self.folder is not None else None
             raise WorkbenchError(run_failure(e, man_path, self.manifest.library)) from e
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], function: str | None = None) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order, arrays of
         their own (never views of the inputs, the model's constants or another run's results).
         On the CPU the inputs are read in place where they can be (host_tensor), and copied into
         buffers kept for the next run where they cannot: the outputs are copies (to_numpy), so
-        nothing of a run's buffers leaves it. Runs from several threads take turns."""
+        nothing of a run's buffers leaves it. Runs from several threads take turns. `function`:
+        as in run_device (default: the matching shape bucket, else main)."""
         with self._run_lock:
             if self.target == TargetKind.CUDA:
-                return flatten_outputs(self.run_device(self.to_device(feeds)))
+                return flatten_outputs(self.run_device(self.to_device(feeds), function))
             try:
                 arrays = check_feeds(self.inputs, feeds)
             except ArtifactRefused as e:
                 raise WorkbenchError(str(e)) from None
-            return flatten_outputs(self.run_device([self._staged(i, a) for i, a in enumerate(arrays)]))
+            return flatten_outputs(self.run_device([self._staged(i, a) for i, a in enumerate(arrays)], function))
 
     def _staged(self, index: int, a: np.ndarray):
         """Input `index` as a CPU tensor: `a` itself where host_tensor reads it in place, else a

@@ -39,6 +39,9 @@ __all__ = [
     "CHECK_MODULE",
     "Fields",
     "read_manifest",
+    "choose_bucket",
+    "input_dim_values",
+    "path_text",
     "load_manifest",
     "inside",
     "check_paths",
@@ -212,6 +215,58 @@ def _latency(f: Fields | None) -> dict | None:
             "max": f.number("max"), "runs": f.whole("runs", 0)}
 
 
+def _verification(f: Fields | None) -> dict | None:
+    if f is None:
+        return None
+    return {
+        "checked": f.get("checked", lambda v: isinstance(v, bool), "true or false", False),
+        "reason": f.text("reason"), "inputs": f.text("inputs"), "reference": f.text("reference"),
+        "dims": f.get("dims", _is_dims, "dim names with sizes", {}), "rtol": f.number("rtol"),
+        "atol": f.number("atol"), "scale_rtol": f.number("scale_rtol"),
+        "max_abs_err": f.number("max_abs_err"), "output_scale": f.number("output_scale"),
+    }
+
+
+def _bucket(f: Fields) -> dict:
+    """A shape bucket (core.compiler.pipeline.buckets): its function in the library, the dims it is
+    compiled for, and its compile checks (its own, and the general main's at its shape)."""
+    function = f.get("function", lambda v: isinstance(v, str) and v.isidentifier(), "a function name")
+    dims = f.get("dims", lambda v: _is_dims(v) and bool(v) and all(1 <= n <= MAX_DIM for n in v.values()),
+                 "dim names with sizes of at least 1")
+    return {"function": function, "dims": dict(dims), "verification": _verification(f.obj("verification")),
+            "general_verification": _verification(f.obj("general_verification"))}
+
+
+def input_dim_values(specs, shapes) -> dict:
+    """The symbolic dims' sizes in the inputs' `shapes` (one per spec, in the specs' order)."""
+    values = {}
+    for s, shape in zip(specs, shapes):
+        for d, n in zip(_spec(s)[1], shape):
+            if isinstance(d, str):
+                values.setdefault(d, int(n))
+    return values
+
+
+def choose_bucket(buckets, specs, shapes):
+    """The shape bucket (a manifest record: dict or core.compiler.runtime.manifest.ShapeBucket)
+    whose dims equal the symbolic dims of the inputs' `shapes` exactly, or None: the general main."""
+    if not buckets:
+        return None
+    values = input_dim_values(specs, shapes)
+    for b in buckets:
+        if (b["dims"] if isinstance(b, dict) else b.dims) == values:
+            return b
+    return None
+
+
+def path_text(bucket) -> str:
+    """What ran, in words: 'bucket batch=2,sequence=96' or 'general kernels'."""
+    if bucket is None:
+        return "general kernels"
+    dims = bucket["dims"] if isinstance(bucket, dict) else bucket.dims
+    return "bucket " + ",".join(f"{k}={v}" for k, v in dims.items())
+
+
 def read_manifest(data, source: str = MANIFEST) -> dict:
     """Every field of a parsed manifest checked and filled in with its default, as plain values
     (nested records as dicts keyed like core.compiler.runtime.manifest's dataclasses' fields; an
@@ -260,13 +315,8 @@ def read_manifest(data, source: str = MANIFEST) -> dict:
             "unplanned_bytes": memory.whole("unplanned_bytes", 0), "dims": memory.get("dims", _is_dims, "dim names with sizes", {}),
             "dynamic_allocations": memory.whole("dynamic_allocations", 0),
         },
-        "verification": None if verification is None else {
-            "checked": verification.get("checked", lambda v: isinstance(v, bool), "true or false", False),
-            "reason": verification.text("reason"), "inputs": verification.text("inputs"), "reference": verification.text("reference"),
-            "dims": verification.get("dims", _is_dims, "dim names with sizes", {}), "rtol": verification.number("rtol"),
-            "atol": verification.number("atol"), "scale_rtol": verification.number("scale_rtol"),
-            "max_abs_err": verification.number("max_abs_err"), "output_scale": verification.number("output_scale"),
-        },
+        "verification": _verification(verification),
+        "shape_buckets": [_bucket(b) for b in f.items("shape_buckets", "a list of shape buckets", [])],
         "compile_seconds": f.number("compile_seconds"),
         "measured": None,
         "cuda": f.get("cuda", lambda v: isinstance(v, dict), "an object", None),

@@ -30,6 +30,7 @@ __all__ = [
     "PassRecord",
     "TuningRecord",
     "Verification",
+    "ShapeBucket",
     "LatencyStats",
     "MemoryUse",
     "MemoryEstimate",
@@ -152,6 +153,37 @@ class Verification:
 
 
 @dataclass
+class ShapeBucket:
+    """A shape bucket (core.compiler.pipeline.buckets): the library's function `function` is the
+    model's main compiled for the symbolic dims `dims`; `verification` is its compile check at
+    that shape, `general_verification` the general main's check at the same shape."""
+
+    function: str
+    dims: dict[str, int]
+    verification: Verification | None = None
+    general_verification: Verification | None = None
+
+    @property
+    def label(self) -> str:
+        """'batch=2,sequence=96'."""
+        return ",".join(f"{k}={v}" for k, v in self.dims.items())
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"function": self.function, "dims": dict(self.dims)}
+        if self.verification is not None:
+            d["verification"] = self.verification.to_json()
+        if self.general_verification is not None:
+            d["general_verification"] = self.general_verification.to_json()
+        return d
+
+    @staticmethod
+    def from_checked(v: dict) -> "ShapeBucket":
+        return ShapeBucket(v["function"], dict(v["dims"]),
+                           Verification(**v["verification"]) if v["verification"] else None,
+                           Verification(**v["general_verification"]) if v["general_verification"] else None)
+
+
+@dataclass
 class LatencyStats:
     """Latency over timed runs, in ms (None where there were no runs; records from before p10
     and max were kept lack them)."""
@@ -227,10 +259,10 @@ class Measured:
 # the manifest's keys in the order they are written; the optional ones are left out when None
 _KEYS = ("format_version", "name", "library", "runner", "source_model", "source_model_sha256", "source_path", "target", "device",
          "tvm_version", "created", "inputs", "outputs", "code_names", "rewrites", "converter_fixes", "passes", "tuning",
-         "kernel_lineage", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda",
+         "kernel_lineage", "shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda",
          "thread_pool", "files", "checksums")
-_RECORDS = {"target", "inputs", "outputs", "passes", "tuning", "memory_estimate", "verification", "measured", "checksums"}
-_OPTIONAL = {"parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "checksums"}
+_RECORDS = {"target", "inputs", "outputs", "passes", "tuning", "memory_estimate", "verification", "measured", "checksums", "shape_buckets"}
+_OPTIONAL = {"shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "checksums"}
 
 
 @dataclass
@@ -259,6 +291,7 @@ class Manifest:
     passes: list[PassRecord] = field(default_factory=list)
     tuning: TuningRecord | None = None
     kernel_lineage: dict[str, list[str]] = field(default_factory=dict)  # kernel -> ONNX node names
+    shape_buckets: list[ShapeBucket] = field(default_factory=list)  # main compiled for named shapes (none: main only)
     parallel_kernels: int | None = None  # CPU: kernels with a parallel loop (None: not counted)
     memory_estimate: MemoryEstimate | None = None
     verification: Verification | None = None
@@ -280,6 +313,7 @@ class Manifest:
             "tuning": self.tuning.to_json() if self.tuning is not None else None,
             "memory_estimate": self.memory_estimate.to_json() if self.memory_estimate is not None else None,
             "verification": self.verification.to_json() if self.verification is not None else None,
+            "shape_buckets": [b.to_json() for b in self.shape_buckets] or None,
             "measured": self.measured.to_json() if self.measured is not None else None,
             "checksums": None if self.checksums is None else {k: c.to_json() for k, c in sorted(self.checksums.items())},
         }
@@ -319,6 +353,7 @@ class Manifest:
             tuning=TuningRecord(**v["tuning"]) if v["tuning"] else None,
             memory_estimate=MemoryEstimate(**v["memory_estimate"]) if v["memory_estimate"] else None,
             verification=Verification(**v["verification"]) if v["verification"] else None,
+            shape_buckets=[ShapeBucket.from_checked(b) for b in v["shape_buckets"]],
             measured=measured,
             checksums=None if v["checksums"] is None else {k: FileChecksum(**c) for k, c in v["checksums"].items()},
             extra=v["extra"],

@@ -358,9 +358,13 @@ def _main(args, checks) -> int:
     vm = relax.VirtualMachine(lib, dev)
     args_dev = [tvm.runtime.tensor(a, dev) if kind == "cuda" else _host_tensor(tvm, np, a) for a in arrays]
 
-    def call():  # the VM's main; its runtime checks' failures in one sentence, as the workbench words them
+    # a shape bucket compiled for exactly these input shapes, else the general main
+    bucket = checks.choose_bucket(manifest.get("shape_buckets"), manifest["inputs"], [a.shape for a in arrays])
+    function = vm[bucket["function"] if bucket is not None else "main"]
+
+    def call():  # the VM's function; its runtime checks' failures in one sentence, as the workbench words them
         try:
-            return vm["main"](*args_dev)
+            return function(*args_dev)
         except Exception as e:  # noqa: BLE001 - TVM raises several types
             raise checks.ArtifactRefused(checks.run_failure(e, man_path, manifest["library"])) from None
 
@@ -380,6 +384,8 @@ def _main(args, checks) -> int:
     names = [o["name"] for o in manifest["outputs"]]
     for name, value in zip(names, outputs):
         print(f"{name}: shape {list(value.shape)} dtype {value.dtype}")
+    if manifest.get("shape_buckets"):
+        print(f"ran: {checks.path_text(bucket)}")
     if args.output:
         np.savez(args.output, **dict(zip(names, outputs)))
         print(f"wrote {args.output}")
