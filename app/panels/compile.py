@@ -92,6 +92,14 @@ AREA = "bottom"
 _HEAT_LEGEND = "kernel time<br>(outlined: one fused kernel)"
 
 
+class _DimsOnly:
+    """An input spec carrying only the model's symbolic dims: what normalise_buckets reads, so the
+    panel refuses a bucket that leaves a dim symbolic before the compile starts."""
+
+    def __init__(self, names: list[str]):
+        self.shape = tuple(names)
+
+
 def _as_compile(event: Progress) -> Progress:
     """compile_model's event as part of Compile & Run: the first 70 % of the bar (measuring takes
     the rest), the message headed "compile: " unless it is tuning's own (which says "tuning")."""
@@ -167,6 +175,13 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.dims = QLineEdit()
         self.dims.setFixedWidth(QFontMetrics(self.dims.font()).horizontalAdvance("batch=16, seq=128") + 16)
         self.dims_label.setMinimumHeight(self.dims.sizeHint().height())  # its text level with the field's
+        # shape buckets (compile --shape-buckets): main compiled again for these sizes, e.g.
+        # "batch=2,seq=96; batch=1,seq=128" (core.compiler.pipeline.buckets); shown with the dims field
+        self.buckets_label = QLabel("shape buckets")
+        self.buckets = QLineEdit()
+        self.buckets.setPlaceholderText("none")
+        self.buckets.setFixedWidth(QFontMetrics(self.buckets.font()).horizontalAdvance("batch=2,seq=96; batch=1,seq=128") + 16)
+        self.buckets_label.setMinimumHeight(self.buckets.sizeHint().height())
         self.dims_used: dict[str, int] = {}  # the values the last compile was checked and measured with
         self._dims_refusal: tuple[str, str] | None = None  # (status text, style) a bad dims value replaced
         self.accept_btn.setVisible(False)
@@ -234,6 +249,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         # beside the result line that says the values used (the two rows above are full at 1280 px)
         status_row.addWidget(self.dims_label, 0, Qt.AlignTop)
         status_row.addWidget(self.dims, 0, Qt.AlignTop)
+        status_row.addWidget(self.buckets_label, 0, Qt.AlignTop)
+        status_row.addWidget(self.buckets, 0, Qt.AlignTop)
         status_row.addWidget(self.accept_btn, 0, Qt.AlignTop)
         lay.addLayout(status_row)
         lay.addWidget(split, 1)
@@ -259,6 +276,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         doc.graphChanged.connect(self._mark_stale)
         doc.graphChanged.connect(self._show_dims)
         self.dims.textChanged.connect(self._dims_edited)
+        self.buckets.textChanged.connect(self._dims_edited)
         doc.graphReplaced.connect(self._reset)
         self._show_dims()
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
@@ -328,10 +346,16 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             except WorkbenchError:
                 kept = {}
             self.dims.setText(format_dims({name: kept.get(name, 1) for name in names}))
+        changed = names != self._dim_names()
         self.dims.setProperty("dim_names", names)
         self.dims.setToolTip(f"Values of the model's symbolic dims ({', '.join(names)}) for the check against "
                              "onnxruntime and the measurement, as NAME=N separated by commas (compile / bench --dim)")
-        for w in (self.dims_label, self.dims):
+        if changed or not names:
+            self.buckets.clear()  # another model's buckets name other dims
+        self.buckets.setToolTip(f"Shapes to compile the model for as well, each giving every symbolic dim ({', '.join(names)}) "
+                                "a size, separated by ';' (compile --shape-buckets): a run with exactly such inputs uses "
+                                "their static kernels, any other the general ones")
+        for w in (self.dims_label, self.dims, self.buckets_label, self.buckets):
             w.setVisible(bool(names))
 
     def _dims_edited(self, _text: str = "") -> None:
@@ -341,6 +365,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             return
         try:
             self.dim_values()
+            self.bucket_values()
         except WorkbenchError:
             return
         text, style = self._dims_refusal
@@ -361,6 +386,14 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             return {}
         given = parse_dims(self.dims.text(), known=names)
         return {name: given.get(name, 1) for name in names}
+
+    def bucket_values(self) -> list[dict[str, int]]:
+        """The shape buckets field: one dict per ';'-separated entry (each as the dims field is
+        read; that it names every dim is checked by compile_model, before anything compiles)."""
+        from core.model.dims import parse_dims
+
+        names = self._dim_names()
+        return [parse_dims(part, known=names) for part in self.buckets.text().split(";") if part.strip()] if names else []
 
     # -- compile + bench ------------------------------------------------------------------
 
@@ -390,13 +423,20 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         tuning = self.tuning_options()
         check = self.check.compile_options()
         try:
+            field = self.dims
             dims = self.dim_values()
+            field = self.buckets
+            buckets = self.bucket_values()
+            from core.compiler.pipeline.buckets import normalise_buckets
+            from core.model.dims import symbolic_dims
+
+            normalise_buckets(buckets, [_DimsOnly(symbolic_dims(graph))])
         except WorkbenchError as exc:
             if self._dims_refusal is None:
                 self._dims_refusal = (self.status.text(), self.status.styleSheet())
             self.status.setStyleSheet("color: #d62728;")
             self.status.setText(str(exc))
-            self.dims.setFocus()
+            field.setFocus()
             return
         self._dims_refusal = None
         self._clear_offer()
@@ -414,7 +454,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
-                progress=lambda event: job.report(_as_compile(event)), verify_dims=dims or None, **check, **tuning,
+                progress=lambda event: job.report(_as_compile(event)), verify_dims=dims or None, shape_buckets=buckets or None,
+                **check, **tuning,
             )
             if target is TargetKind.CUDA and not gpu_present():
                 return art, None
@@ -493,6 +534,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.cpu.setEnabled(not on)
         self.accept_btn.setEnabled(not on)
         self.dims.setEnabled(not on)  # the values a running compile uses were read when it started
+        self.buckets.setEnabled(not on)
         self.export_btn.setEnabled(not on and self.artifact is not None)
         if on:
             self._dims_refusal = None  # the status line is the job's now
@@ -596,6 +638,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.compile_seconds} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
+            if res.path:  # with shape buckets: which code the measurement ran
+                ratio += f"; ran the {res.path}" if res.path.startswith("general") else f"; ran shape {res.path}"
             self.status.setText(f"Compiled for {built_for(art)}{self._with_dims(res.dims)} in {m.compile_seconds} s; "
                                 f"{check}{ratio}{extra}.")
         rows = result_rows(res, None if res is not None else m.memory_estimate)

@@ -76,7 +76,19 @@ def bucket_lineage(tap: KernelLineageTap, function: str, var_lineage: dict[str, 
     fused, prefused, final = (as_main(m, function) for m in (tap.fused, tap.prefused, final_mod))
     if fused is None:
         return {}
+    # the result's generic name is made unique in the module (`gv` -> `gv1`): it stands for main's
+    ours, mains = _returned(fused["main"]), _returned(tap.fused["main"])
+    if ours and mains in var_lineage and ours not in var_lineage:
+        var_lineage = {**var_lineage, ours: var_lineage[mains]}
     return kernel_lineage(fused, var_lineage, graph, prefused, final)
+
+
+def _returned(func) -> str | None:
+    """The name of the variable a Relax function returns (None: not one variable)."""
+    from tvm import relax
+
+    body = getattr(func, "body", None)
+    return body.body.name if isinstance(body, relax.SeqExpr) and isinstance(body.body, relax.Var) else None
 
 
 def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused_mod=None, final_mod=None) -> dict[str, list[str]]:
