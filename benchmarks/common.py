@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +34,11 @@ if _prepare is not None:
 __all__ = [
     "ROOT",
     "BackgroundLoad",
+    "DynamicRow",
     "architecture_models",
     "benchmark_models",
+    "dynamic_bert",
+    "dynamic_models",
     "feeds_for",
     "host_description",
     "host_has_avx512",
@@ -66,8 +71,85 @@ def architecture_models() -> dict:
     return dict(ARCHITECTURES)
 
 
+@dataclass(frozen=True)
+class DynamicRow:
+    """A model with symbolic dims, measured at `dims`; ours compiled with `buckets` (shape
+    buckets, core.compiler.pipeline.buckets) and, beside it, without (the general kernels)."""
+
+    build: Callable
+    dims: dict
+    buckets: tuple = ()
+
+    def __call__(self):
+        return self.build()
+
+
+def dynamic_bert(layers: int = 4, seq: int = 128):
+    """benchmarks.architectures' BERT encoder as torch.onnx.export writes it with
+    dynamic_axes={batch, sequence}: inputs [batch, sequence], the heads' Reshapes copying batch and
+    sequence from their input (0 in the target shape), the position embeddings sliced to the
+    sequence (Shape -> Slice); `seq` is the longest sequence. The same weights as the static one."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from benchmarks.architectures.transformers import bert_encoder
+
+    m = bert_encoder(layers=layers, seq=seq)
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    for node in g.node:
+        if node.op_type == "Reshape":  # [1, seq, ...] -> [0, 0, ...]
+            c = inits[node.input[1]]
+            a = numpy_helper.to_array(c).copy()
+            a[:2] = 0
+            c.CopyFrom(numpy_helper.from_array(a.astype(np.int64), c.name))
+    pos = "onnx::Add_position_token_type"
+    g.initializer.extend([numpy_helper.from_array(np.array([0], np.int64), "/embeddings/zero"),
+                          numpy_helper.from_array(np.array([1], np.int64), "/embeddings/one")])
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            if name == pos:
+                node.input[i] = "/embeddings/Slice_output_0"
+    head = [helper.make_node("Shape", ["input_ids"], ["/embeddings/Shape_output_0"], name="/embeddings/Shape", start=1, end=2),
+            helper.make_node("Slice", [pos, "/embeddings/zero", "/embeddings/Shape_output_0", "/embeddings/one"],
+                             ["/embeddings/Slice_output_0"], name="/embeddings/Slice")]
+    nodes = list(g.node)
+    del g.node[:]
+    g.node.extend(head + nodes)
+    for vi in [*g.input, *g.output]:
+        dims = vi.type.tensor_type.shape.dim
+        dims[0].ClearField("dim_value")
+        dims[0].dim_param = "batch"
+        if vi.name != "pooler_output":
+            dims[1].ClearField("dim_value")
+            dims[1].dim_param = "sequence"
+    m.doc_string = f"BERT encoder, {layers} layers, dynamic batch and sequence (at most {seq}; seeded random weights)."
+    onnx.checker.check_model(m)
+    return m
+
+
+def _sample_mlp():
+    from core.model import samples
+
+    return samples.mlp()
+
+
+_BERT_SHAPES = ({"batch": 2, "sequence": 96}, {"batch": 1, "sequence": 128})
+
+
+def dynamic_models() -> dict:
+    """The symbolic-shape rows (issue 40): the dynamic BERT at two shapes, both compiled as shape
+    buckets, and the MLC course's MLP (symbolic batch) at batch 8 with a bucket for it."""
+    return {
+        "bert_dyn@2x96": DynamicRow(dynamic_bert, _BERT_SHAPES[0], _BERT_SHAPES),
+        "bert_dyn@1x128": DynamicRow(dynamic_bert, _BERT_SHAPES[1], _BERT_SHAPES),
+        "mlp_dyn@N=8": DynamicRow(_sample_mlp, {"batch": 8}, ({"batch": 8},)),
+    }
+
+
 def benchmark_models() -> dict:
-    """Every benchmark model by name: the light models, the samples, the architectures."""
+    """Every benchmark model by name: the light models, the samples, the architectures (the
+    symbolic-shape rows are dynamic_models')."""
     return {**light_models(), **sample_models(), **architecture_models()}
 
 
@@ -148,7 +230,7 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False, b
     from core.compiler.runtime.artifact_check import check_feeds
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
-    main = vm["main"]
+    main = vm[getattr(vm, "entry", "main")]  # a shape bucket's function where one matches (build_vm_workbench)
     specs = getattr(vm, "input_specs", None)
     if boundary == "numpy":
         arrays = list(feeds.values())

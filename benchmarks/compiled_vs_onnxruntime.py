@@ -22,6 +22,13 @@ checked against onnxruntime (rtol 1e-3, atol 1e-4); a mismatch is reported in th
         [--tune-db DIR] [--tune-minutes 10] [--threads 2] [--background-load 1] [--one-thread off] [--blocks 10]
         [--as-avx2]
 
+The symbolic-shape rows (benchmarks.common.dynamic_models; run only when named in --models):
+`bert_dyn@2x96` and `bert_dyn@1x128` (the BERT encoder with dynamic batch and sequence, compiled
+once with both shapes as shape buckets) and `mlp_dyn@N=8` (the MLC course's MLP, symbolic batch, a
+bucket for 8). 'ours' runs the code Artifact.run picks for the row's inputs (the check column says
+which: 'ran bucket ...'), and the same model compiled without buckets (the general kernels) is
+timed in the same alternation and printed beside it ('general kernels X ms = Y x ort').
+
 `--as-avx2` measures AVX2 code against AVX2 code on an AVX-512 host: ours compiled with -avx512f,
 onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.measure.cpuid_mask), so its MLAS
 takes the kernels it takes on an AVX2 CPU. The host's caches, clocks and datapath stay its own.
@@ -51,6 +58,7 @@ if not __package__:  # run as a file: the repository root, for the benchmarks pa
 from benchmarks.common import (  # noqa: E402 - first: it prepares the process before anything imports tvm
     BackgroundLoad,
     benchmark_models,
+    dynamic_models,
     feeds_for,
     host_description,
     host_has_avx512,
@@ -86,7 +94,7 @@ def relax_to_fused_tir(proto):
     )(mod)
 
 
-def compile_workbench(proto, target, database: str | None = None, tune_s: float | None = None, trials: int = 0):
+def compile_workbench(proto, target, database: str | None = None, tune_s: float | None = None, trials: int = 0, shape_buckets=None):
     """core.compiler.compile's Artifact for `proto`, for `target`'s CPU: its pass pipeline, whose
     "scheduled TIR" step is core.compiler.schedules; with `database`, tuned for `tune_s` seconds
     (`trials` MetaSchedule trials per kernel after the template search) first when given, and the
@@ -113,17 +121,24 @@ def compile_workbench(proto, target, database: str | None = None, tune_s: float 
             tune_trials=trials,
             cpu=str(attrs["mcpu"]),
             cpu_features=features or "",
+            shape_buckets=list(shape_buckets) if shape_buckets else None,
         )
 
 
-def build_vm_workbench(proto, target, database: str | None = None):
+def build_vm_workbench(proto, target, database: str | None = None, shape_buckets=None, feeds=None):
     """Compile `proto` the way the workbench does (compile_workbench) and load it; the VM's
     `parallel_kernels` is the manifest's count (ours_runner, like Artifact.run_device, skips
-    choosing threads for a model without one)."""
-    art = compile_workbench(proto, target, database)
+    choosing threads for a model without one). With `shape_buckets`, `vm.entry` is the function
+    Artifact.run picks for `feeds` (the matching bucket's, else main) and `vm.path` says which."""
+    from core.compiler.runtime.artifact_check import path_text
+
+    art = compile_workbench(proto, target, database, shape_buckets=shape_buckets)
     vm = art.vm()
     vm.parallel_kernels = art.manifest.parallel_kernels
     vm.input_specs = art.inputs  # ours_runner checks the inputs as Artifact.run does
+    bucket = art.bucket_for([np.shape(feeds[s.name]) for s in art.inputs]) if feeds is not None else None
+    vm.entry = bucket.function if bucket is not None else "main"
+    vm.path = path_text(bucket)
     return vm
 
 
@@ -155,7 +170,7 @@ def _run_ours(vm, feeds):
     import tvm
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
-    out = vm["main"](*args)
+    out = vm[getattr(vm, "entry", "main")](*args)
     return out
 
 
@@ -262,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu_features is None:
             args.cpu_features = "-avx512f"
     target = make_target("cpu", mcpu=args.cpu, mattr=args.cpu_features)
+    # the symbolic-shape rows (a model, the dims it runs at, its shape buckets) run only when named
     models: dict[str, object] = benchmark_models()
     if args.models:
+        models.update(dynamic_models())
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         models = {k: v for k, v in models.items() if k in wanted}
 
@@ -322,10 +339,14 @@ def main(argv: list[str] | None = None) -> int:
     dev_ratios = []  # ours device-resident / onnxruntime numpy-boundary (quiet)
     for name, model in models.items():
         proto = load_proto(model)
-        feeds = feeds_for(proto)
+        row_dims = getattr(model, "dims", None)  # a DynamicRow: its shape, its buckets
+        feeds = feeds_for(proto, row_dims)
         t0 = time.perf_counter()
         build = build_vm_workbench if args.pipeline == "workbench" else build_vm
-        vm = build(proto, target)
+        buckets = getattr(model, "buckets", ()) if args.pipeline == "workbench" else ()
+        vm = build(proto, target, shape_buckets=buckets, feeds=feeds) if buckets else build(proto, target)
+        # beside a bucket, the general kernels at the same shape (timed in the same alternation)
+        general = build(proto, target) if buckets else None
         build_s = time.perf_counter() - t0
         cells = ""
         tvm_tuned, tuned_note = None, ""
@@ -367,17 +388,21 @@ def main(argv: list[str] | None = None) -> int:
                 # and the tuned geometric mean counts it as such so both means cover the same models
                 tuned_note = " tuned 0 kernels (= untuned)"
         spinning = args.ort_spinning == "on"
+        general_note = ""
         model_bytes = proto.SerializeToString()
         hide = hide_avx512
         with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning, hide_avx512=hide) as ort_proc, contextlib.ExitStack() as stack:
             ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning, hide_avx512=hide)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
+            if general is not None:
+                gerr = _check(general, ort_proc, feeds)
+                general_note += "" if gerr <= 0 else f" general MISMATCH {gerr:.2e}"
             if tvm_tuned is not None:
                 terr = _check(tvm_tuned, ort_proc, feeds)
                 tuned_note += "" if terr <= 0 else f" tuned MISMATCH {terr:.2e}"
             ours_n = ours_runner(vm, feeds, args.threads, adaptive=adaptive)
             probe, _ = alternate([ours_n, ort_proc.run], blocks=1, runs=1, warmup=1)
-            runs = _runs_for(probe[0][0] * (30 + 20 * one_thread + 10 * (tvm_tuned is not None)), probe[0][0], args.seconds, args.runs, args.blocks)
+            runs = _runs_for(probe[0][0] * (30 + 20 * one_thread + 10 * (tvm_tuned is not None) + 10 * (general is not None)), probe[0][0], args.seconds, args.runs, args.blocks)
             single_cells = ""
             dev_cells = f"{'-':>9}{'-':>7}"
             tuned_cell, tuned_ratio_cell = f"{'-':>10}", f"{'-':>7}"
@@ -398,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                 if n == 0 and tvm_tuned is not None:
                     extra["tuned"] = len(runners)
                     runners.append(ours_runner(tvm_tuned, feeds, args.threads, adaptive=adaptive))
+                if n == 0 and general is not None:
+                    extra["general"] = len(runners)
+                    runners.append(ours_runner(general, feeds, args.threads, adaptive=adaptive))
                 ours_n.fewer_threads = ours_n.one_thread = ours_n.runs = 0
                 with BackgroundLoad(n):
                     # core.compiler.measure.alternation: a pause between blocks, each started with untimed runs
@@ -434,15 +462,19 @@ def main(argv: list[str] | None = None) -> int:
                 elif n == 0 and args.tune_db:
                     tuned_ratios.append(ratio)
                     tuned_cell, tuned_ratio_cell = f"{statistics.median(ours):>10.3g}", f"{ratio:>7.2f}"
+                if "general" in extra:
+                    general_ms = statistics.median(timed[extra["general"]])
+                    general_note += (f"; ran {vm.path}, general kernels {general_ms:.3g} ms = "
+                                     f"{general_ms / statistics.median(ort):.2f}x ort")
             cells += dev_cells + single_cells
             pair_after = core_pair_speedup() if pair_before is not None else None
-        check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note
+        check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note + general_note
         if pair_before is not None and pair_after is not None:
             check += f"  cores {pair_before:.1f}/{pair_after:.1f}"
         if fewer_cells:
             check += f"  fewer threads {'/'.join(fewer_cells)}  one faster {'/'.join(one_cells)}"
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
-        del vm
+        del vm, general
     print("-" * len(header))
 
     def geomean(values: list[float]) -> float:
