@@ -16,9 +16,11 @@ reduction iterator, as LegalizeOps writes `matmul`. The schedule:
    thread streams its own contiguous part of the packed weight (see `runs_parallel`);
 4. the accumulator is written back once with bias, activation etc. inlined.
 
-Symbolic batch or row counts (a model's batch dimension) keep one row per tile. Not matched
-(None): symbolic columns or reduction, a column count that is not a multiple of the vector
-width, or a body that is not a product of two reads.
+Symbolic batch or row counts (a model's batch dimension) keep one row per tile. A symbolic
+reduction (attention's probs @ V over a symbolic sequence) is taken where B is an activation
+with whole column tiles, read in place, and runs in parallel. Not matched (None): symbolic
+columns, a symbolic reduction over a weight or a transposed B, or a body that is not a product
+of two reads.
 """
 from __future__ import annotations
 
@@ -212,10 +214,9 @@ class Matmul:
             return None
         _inline_elementwise_tail(sch, block)
         extents = iter_extents(sch, block)
-        # columns and the reduction must be static; batch and rows may be symbolic (a model's
-        # batch dimension): then rows are taken one at a time
-        if extents[-2] is None or extents[-1] is None:
-            return None
+        # columns must be static; batch and rows may be symbolic (a model's batch dimension): then
+        # rows are taken one at a time; so may the reduction (attention's probs @ V over a
+        # symbolic sequence) where B is an activation read in place
         stmt = sch.get(block)
         if len(stmt.reads) != 2:
             return None
@@ -233,6 +234,8 @@ class Matmul:
         transposed = b_names[-1] == k_var  # B[..., j, k]
         rows, cols = extents[-3], extents[-2]
         lanes = vector_lanes(target)
+        if cols is None:
+            return None  # symbolic columns (attention's scores over a symbolic sequence): not taken
         # symbolic rows: one row per tile, columns padded no more than a GEMM's would be
         ti, vb = choose_matmul_tile(1 if rows is None else rows, cols, lanes, vector_registers(target), pad_gemv=rows is not None)
         if config is not None:
@@ -244,7 +247,9 @@ class Matmul:
         weight = str(b_region.source.name)
         depth = extents[-1]
         in_place = (not transposed and not pad_cols and weight not in layout_free_params(sch)
-                    and depth * cols * _dtype_bytes(stmt) <= ACTIVATION_B_IN_PLACE_MAX_BYTES)
+                    and (depth is None or depth * cols * _dtype_bytes(stmt) <= ACTIVATION_B_IN_PLACE_MAX_BYTES))
+        if depth is None and not in_place:
+            return None  # a packed copy of B over a symbolic reduction: not taken
         if in_place and config is None and rows is not None:
             ti = in_place_tile_rows(rows, ti, vb, lanes, vector_registers(target))
         if in_place:
@@ -291,7 +296,8 @@ class Matmul:
         batch_count = 1
         for extent in extents[:-3]:
             batch_count *= extent or 1
-        if runs_parallel(rows, cols, extents[-1], batch_count, _dtype_bytes(stmt)):
+        # a symbolic reduction is a sequence (attention): batch x heads x rows of work, in parallel
+        if depth is None or runs_parallel(rows, cols, depth, batch_count, _dtype_bytes(stmt)):
             sch.parallel(parallel)
         sch.vectorize(j_inner)
         sch.unroll(i_inner)

@@ -25,7 +25,8 @@ element. Here:
    4 lanes wide before the last lane-by-lane steps;
 5. vector width from the target (core.compiler.target.vector_lanes), not from the host compiling.
 
-Not matched (None): a reduction over another axis, symbolic extents, several outputs.
+Symbolic rows (a batch, a sequence) are taken, in parallel; the row length must be static. Not
+matched (None): a reduction over another axis, a symbolic row length, several outputs.
 """
 from __future__ import annotations
 
@@ -81,11 +82,24 @@ def _element_bytes(sch, block) -> int:
     return max(1, sch.get(block).writes[0].source.dtype.bits // 8)
 
 
-def _product(values) -> int:
+def _product(values) -> int | None:
+    """The product of extents (None when one is symbolic)."""
     total = 1
     for v in values:
+        if v is None:
+            return None
         total *= v
     return total
+
+
+def _same_extents(sch, block, out) -> bool:
+    """Whether a reduction's spatial iterators are the output block's rows axis by axis (for
+    symbolic rows the products cannot be compared): as many, with structurally equal extents."""
+    import tvm_ffi  # TVM 0.27 keeps structural_equal in tvm_ffi
+
+    ours = [iv.dom.extent for iv in sch.get(block).iter_vars[:-1]]
+    theirs = [iv.dom.extent for iv in sch.get(out).iter_vars[:-1]]
+    return len(ours) == len(theirs) and all(tvm_ffi.structural_equal(a, b) for a, b in zip(ours, theirs))
 
 
 class RowReduction:
@@ -106,13 +120,14 @@ class RowReduction:
         out = blocks[-1]
         out_kinds = iter_kinds(sch, out)
         out_ext = iter_extents(sch, out)
-        if "R" in out_kinds or "O" in out_kinds or len(out_ext) < 2 or any(e is None for e in out_ext):
+        # the row length must be static; the rows may be symbolic (a batch, a sequence: None)
+        if "R" in out_kinds or "O" in out_kinds or len(out_ext) < 2 or out_ext[-1] is None:
             return None
         if len(sch.get_loops(out)) != len(out_ext):
             return None
         rows, width = _product(out_ext[:-1]), out_ext[-1]
         reductions = [b for b in blocks if "R" in iter_kinds(sch, b)]
-        if not reductions or not all(self._row_reduction(sch, b, rows, width) for b in reductions):
+        if not reductions or not all(self._row_reduction(sch, b, out, width) for b in reductions):
             return None
         lanes = vector_lanes(target)
         # 1. elementwise blocks into their consumers
@@ -137,7 +152,9 @@ class RowReduction:
         row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, row, preserve_unit_loops=True)
-        if rows > 1 and rows * width * _element_bytes(sch, out) >= ROWS_PARALLEL_MIN_BYTES:
+        # symbolic rows run in parallel: in a transformer they are batch x sequence, many rows
+        # (docs/performance.md: symbolic rows in parallel)
+        if rows is None or rows > 1 and rows * width * _element_bytes(sch, out) >= ROWS_PARALLEL_MIN_BYTES:
             sch.parallel(row)  # before decompose_reduction: it checks every block under the loop
         for rf in partials:
             # rfactor made the lane its first iterator and compute_at kept that order (under the
@@ -207,13 +224,20 @@ class RowReduction:
         return sch.rfactor(k_inner, factor_axis=len(iter_kinds(sch, block)) - 1)
 
     @staticmethod
-    def _row_reduction(sch, block, rows: int, width: int) -> bool:
+    def _row_reduction(sch, block, out, width: int) -> bool:
         """One reduction iterator, last, of extent `width`, over the innermost index of what it
-        reads; its spatial iterators cover the same rows as the output."""
+        reads; its spatial iterators cover the same rows as the output block `out`'s (where
+        symbolic: the same extents, axis by axis)."""
         kinds, ext = iter_kinds(sch, block), iter_extents(sch, block)
-        if not kinds.endswith("R") or kinds.count("R") != 1 or "O" in kinds or any(e is None for e in ext):
+        if not kinds.endswith("R") or kinds.count("R") != 1 or "O" in kinds or ext[-1] is None:
             return False
-        if ext[-1] != width or _product(ext[:-1]) != rows:
+        if ext[-1] != width:
+            return False
+        row_extents = iter_extents(sch, out)[:-1]
+        if None in row_extents or None in ext[:-1]:
+            if not _same_extents(sch, block, out):
+                return False
+        elif _product(ext[:-1]) != _product(row_extents):
             return False
         stmt = sch.get(block)
         k = stmt.iter_vars[-1].var
@@ -243,8 +267,7 @@ def _softmax_func(sch, func, lanes: int):
     if any(d is None for d in shape) or str(src.dtype) != "float32" or [const_int(d) for d in dst.shape] != shape:
         return None
     width = shape[-1]
-    rows = _product(shape[:-1])
-    if not RowReduction._row_reduction(sch, sch.get_sblock("T_softmax_maxelem"), rows, width):
+    if not RowReduction._row_reduction(sch, sch.get_sblock("T_softmax_maxelem"), sch.get_sblock("T_softmax_norm"), width):
         return None  # a softmax over another axis
     if width < 2 * lanes:
         return None
