@@ -62,7 +62,7 @@ def cpu_target(args, kind: str = "cpu"):
     return make_target(kind, mcpu=args.cpu, mattr=args.cpu_features)
 
 
-def parse_dims(items: list[str], model=None) -> dict[str, int]:
+def parse_dims(items: str | list[str], model=None) -> dict[str, int]:
     """--dim NAME=N values (core.model.dims, the parser the GUI's dims field uses too). With
     `model` (a Graph or an Artifact) a name that is not one of its symbolic dims is refused: its
     value would be ignored, and the dim checked and measured at 1."""
@@ -83,7 +83,7 @@ def add_bucket_argument(p) -> None:
 def parse_buckets(items: list[str], model=None) -> list[dict[str, int]]:
     """--shape-buckets values as dicts (each parsed as --dim's NAME=N list; with `model`, names it
     lacks are refused). That every symbolic dim is named is checked by compile_model."""
-    return [parse_dims([item], model) for item in items]
+    return [parse_dims(item, model) for item in items]
 
 
 def parse_tune_minutes(text: str | None, trials: int) -> float | None:

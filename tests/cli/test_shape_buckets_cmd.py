@@ -24,6 +24,22 @@ def test_compile_lists_the_buckets_and_bench_says_which_code_ran(tmp_path):
     assert json.loads(run_cli("bench", out, "--dim", "batch=2", "--runs", "2", "--json").stdout)["path"] == "bucket batch=2"
 
 
+def test_a_bucket_names_several_dims_separated_by_commas(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "relu", [x], [y])
+    model = tmp_path / "two_dims.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    done = run_cli("compile", model, "-o", tmp_path / "art", "--cpu", "haswell", "--shape-buckets", "batch=2,seq=3", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [b["dims"] for b in json.loads(done.stdout)["shape_buckets"]] == [{"batch": 2, "seq": 3}]
+    partial = run_cli("compile", model, "-o", tmp_path / "b", "--shape-buckets", "batch=2")
+    assert partial.returncode == 2 and "leaves 'seq' symbolic" in partial.stderr
+
+
 def test_a_bucket_must_name_the_models_dims(tmp_path):
     model = _mlp(tmp_path / "mlp.onnx")
     unknown = run_cli("compile", model, "-o", tmp_path / "a", "--shape-buckets", "rows=8")
