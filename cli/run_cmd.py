@@ -32,11 +32,14 @@ def run(args) -> int:
     if args.output:
         np.savez(args.output, **dict(zip(names, outputs)))
     info = [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype)} for n, o in zip(names, outputs)]
+    path = art.path_for(feeds) if art.manifest.shape_buckets else None  # which code ran (shape buckets)
     if args.json:
-        print(json.dumps({"outputs": info, "written": args.output}))
+        print(json.dumps({"outputs": info, "written": args.output, **({"path": path} if path else {})}))
     else:
         for i in info:
             print(f"{i['name']}: shape {i['shape']} dtype {i['dtype']}")
+        if path:
+            print(f"ran: {path}")
         if args.output:
             print(f"wrote {args.output}")
     return 0

@@ -22,6 +22,12 @@ def test_compile_lists_the_buckets_and_bench_says_which_code_ran(tmp_path):
         assert bench.returncode == 0, bench.stderr
         assert said in bench.stdout
     assert json.loads(run_cli("bench", out, "--dim", "batch=2", "--runs", "2", "--json").stdout)["path"] == "bucket batch=2"
+    import numpy as np
+
+    for n, said in ((8, "ran: bucket batch=8"), (5, "ran: general kernels")):
+        np.savez(tmp_path / "in.npz", x=np.ones((n, 64), np.float32))
+        ran = run_cli("run", out, "--inputs", tmp_path / "in.npz")
+        assert ran.returncode == 0 and said in ran.stdout, ran.stderr
 
 
 def test_a_bucket_names_several_dims_separated_by_commas(tmp_path):
