@@ -10,6 +10,9 @@ can be built from TOPI's resize: antialiasing, an aspect-ratio policy other than
 resize of the batch or channel axis, `tf_crop_and_resize` with a run-time region, and scales
 given at run time (ONNX maps coordinates by the given scale, TOPI by the output size).
 Everything else stays with the converter it had (core.compiler.frontend.converters' fix of TVM's).
+Nearest mode is one gather per axis with ONNX's float64 formulas, except where TVM's own resize2d
+provably picks the same pixels (`topi_agrees`: integer up- and downsampling, the common case), which
+then fuses into its neighbours' kernels.
 """
 from __future__ import annotations
 
@@ -141,6 +144,73 @@ def _build() -> dict[str, type]:
             x = bb.normalize(relax.op.take(x, bb.normalize(index), axis=a))
         return x
 
+    def topi_agrees(x, scales, sizes, mode: str, rounding: str) -> bool:
+        """Whether TVM's own nearest resize (resize2d: fused with its neighbours, scheduled) picks
+        ONNX's source pixels here: a 4-D input, constant scales or sizes of the two spatial axes,
+        and every output position's index the same by ONNX's formula in float64 (the given scale)
+        and by TOPI's in float32 (in/out sizes; with and without a fused multiply-add). Integer
+        up- and downsampling always agree; ties such as 0.5 may not."""
+        shape = getattr(x.ty, "shape", None)
+        if shape is None or len(shape) != 4 or not all(isinstance(d, tvm.tirx.IntImm) for d in shape):
+            return False
+        shape = [int(d) for d in shape]
+        use_sizes = isinstance(sizes, np.ndarray) and sizes.size == 4
+        if not use_sizes and not (isinstance(scales, np.ndarray) and scales.size == 4):
+            return False
+        given = sizes if use_sizes else scales
+        if any(float(given[a]) != (shape[a] if use_sizes else 1.0) for a in (0, 1)):
+            return False
+        if mode not in ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners", "tf_half_pixel_for_nn"):
+            return False
+        if rounding not in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+            return False
+        f32 = np.float32
+        for a in (2, 3):
+            n_in = shape[a]
+            n_out = int(given[a]) if use_sizes else int(np.floor(n_in * float(given[a])))
+            scale = float(given[a]) / n_in if use_sizes else float(given[a])
+            if n_out < 1:
+                return False
+            pos = np.arange(n_out, dtype=np.float64)
+            if mode in ("half_pixel", "pytorch_half_pixel"):
+                onnx_src = (pos + 0.5) / scale - 0.5
+                if mode == "pytorch_half_pixel" and n_out <= 1:
+                    onnx_src = np.zeros_like(pos)
+            elif mode == "tf_half_pixel_for_nn":
+                onnx_src = (pos + 0.5) / scale
+            elif mode == "asymmetric":
+                onnx_src = pos / scale
+            else:
+                onnx_src = pos * ((n_in - 1) / max(n_out - 1, 1))
+            want = np.clip(_round(onnx_src, rounding, 0.0), 0, n_in - 1)
+            step = f32(f32(n_in) / f32(n_out))
+            x32 = pos.astype(f32)
+            if mode in ("half_pixel", "pytorch_half_pixel", "tf_half_pixel_for_nn"):
+                shifted = (x32 + f32(0.5)).astype(np.float64)
+                sub = 0.0 if mode == "tf_half_pixel_for_nn" else 0.5
+                candidates = [(f32(shifted * step) - f32(sub)).astype(f32), (shifted * float(step) - sub).astype(f32)]  # rounded twice / once (FMA)
+                if mode == "pytorch_half_pixel" and n_out <= 1:
+                    candidates = [np.zeros(n_out, f32)]
+            elif mode == "asymmetric":
+                candidates = [(x32 * step).astype(f32)]
+                if rounding == "floor" and n_out % n_in == 0:
+                    candidates.append((pos // (n_out // n_in)).astype(f32))  # TOPI's integer division
+            else:
+                ratio = f32(f32(n_in - 1) / f32(max(n_out - 1, 1)))
+                candidates = [(ratio * x32).astype(f32)]
+            for src in candidates:
+                got = np.clip(_round(src.astype(np.float64), rounding, 1e-5), 0, n_in - 1)
+                if not np.array_equal(got, want):
+                    return False
+        return True
+
+    def _round(src, rounding: str, eps: float):
+        if rounding == "round_prefer_floor":
+            return np.ceil(src - 0.5)
+        if rounding == "round_prefer_ceil":
+            return np.floor(src + 0.5)
+        return np.floor(src + eps) if rounding == "floor" else np.ceil(src - eps)
+
     class ResizeSizes(base):
         @classmethod
         def get_converter(cls, opset):
@@ -162,6 +232,9 @@ def _build() -> dict[str, type]:
                 method = text(attr, "mode", "nearest")
                 runtime_sizes = sizes is not None and not isinstance(sizes, np.ndarray)
                 if method == "nearest" and mode != "tf_crop_and_resize":
+                    rounding = text(attr, "nearest_mode", "round_prefer_floor")
+                    if axes is None and policy == "stretch" and topi_agrees(x, scales, sizes, mode, rounding):
+                        return previous(bb, inputs, attr, params)  # resize2d: one op, fused with its neighbours
                     return _nearest(bb, x, rank, axes, scales, sizes, mode, text(attr, "nearest_mode", "round_prefer_floor"), policy)
                 if policy != "stretch":
                     refuse(f"in {method} mode with keep_aspect_ratio_policy '{policy}'")

@@ -365,7 +365,7 @@ def host_tensor(a: np.ndarray, copy: bool = True):
 
     if a.dtype.type not in _DLPACK_TYPES:
         return tvm.runtime.tensor(a)
-    if a.flags.c_contiguous and a.flags.writeable:
+    if a.flags.c_contiguous and a.flags.writeable and a.size:  # an empty array may have strides of 0: TVM wants compact ones
         t = tvm_ffi.from_dlpack(a)
         if t.data_ptr() % _ALIGNMENT == 0:
             return t

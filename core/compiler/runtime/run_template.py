@@ -96,7 +96,7 @@ _DLPACK_DTYPES = ("bool", "float16", "float32", "float64", "int8", "int16", "int
 def _host_tensor(tvm, np, a):
     if a.dtype.name not in _DLPACK_DTYPES:
         return tvm.runtime.tensor(a)
-    if not (a.flags.c_contiguous and a.flags.writeable and a.ctypes.data % 64 == 0):
+    if not (a.flags.c_contiguous and a.flags.writeable and a.size and a.ctypes.data % 64 == 0):  # (empty: strides may be 0)
         raw = np.empty(a.nbytes + 64, dtype=np.uint8)
         copy = np.ndarray(a.shape, a.dtype, raw, -raw.ctypes.data % 64)
         np.copyto(copy, a)
