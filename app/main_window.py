@@ -56,6 +56,8 @@ DOC_PAGES = (
     ("The G&UI", "docs/gui.md"),
     ("&Command Line", "docs/command-line.md"),
     ("The C&ompiler: Pipeline and Packages", "docs/compiler.md"),
+    ("Re&write Rules", "docs/rewrites.md"),
+    ("&Quantized Models", "docs/quantization.md"),
     ("&Tuning", "docs/tuning.md"),
     ("&Scheduling a Kernel by Hand", "docs/scheduling.md"),
     ("&Artifacts", "docs/artifacts.md"),

@@ -465,7 +465,7 @@ def _attr_text(v) -> str:
 def node_facts(graph, node_id: int) -> list[tuple[str, str, str]]:
     """(section, key, value) rows describing one ONNX node: op, name, domain, attributes, inputs
     and outputs with shape and dtype (constant inputs marked), and for a quantized op its inputs'
-    and output's quantization (core.views.quantized)."""
+    and output's quantization (core.views.quantization_rows)."""
     n = graph.node(node_id)
     consts = graph.constant_values()
     rows = [
@@ -488,7 +488,7 @@ def node_facts(graph, node_id: int) -> list[tuple[str, str, str]]:
         rows.append(("Inputs", role, f"{v.name}: {v.dtype} {v.shape_text}{kind}"))
     for v in n.output_values:
         rows.append(("Outputs", str(len([r for r in rows if r[0] == "Outputs"])), f"{v.name}: {v.dtype} {v.shape_text}"))
-    from .quantized import quantization_rows  # (it builds on this module)
+    from .quantization_rows import quantization_rows
 
     return rows + quantization_rows(graph, node_id)
 
