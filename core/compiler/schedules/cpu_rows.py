@@ -125,7 +125,7 @@ class RowReduction:
             return None
         if len(sch.get_loops(out)) != len(out_ext):
             return None
-        rows, width = _product(out_ext[:-1]), out_ext[-1]
+        width = out_ext[-1]
         reductions = [b for b in blocks if "R" in iter_kinds(sch, b)]
         if not reductions or not all(self._row_reduction(sch, b, out, width) for b in reductions):
             return None
@@ -152,9 +152,11 @@ class RowReduction:
         row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, row, preserve_unit_loops=True)
-        # symbolic rows run in parallel: in a transformer they are batch x sequence, many rows
-        # (docs/performance.md: symbolic rows in parallel)
-        if rows is None or rows > 1 and rows * width * _element_bytes(sch, out) >= ROWS_PARALLEL_MIN_BYTES:
+        # one symbolic row axis counts as 1 (a batch: 1 in the common deployment); two (batch x
+        # sequence in a transformer) as many rows, in parallel (docs/performance.md: symbolic rows in parallel)
+        known = _product([e for e in out_ext[:-1] if e is not None])
+        symbolic = sum(e is None for e in out_ext[:-1])
+        if symbolic >= 2 or known > 1 and known * width * _element_bytes(sch, out) >= ROWS_PARALLEL_MIN_BYTES:
             sch.parallel(row)  # before decompose_reduction: it checks every block under the loop
         for rf in partials:
             # rfactor made the lane its first iterator and compute_at kept that order (under the
