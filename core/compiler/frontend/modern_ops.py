@@ -37,6 +37,8 @@ _PRECISION = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 def _build() -> dict[str, type]:
     import numpy as np
+    import tvm
+    import tvm.sym
     from tvm import relax
     from tvm.relax.frontend.onnx import onnx_frontend as fe
 
@@ -52,6 +54,13 @@ def _build() -> dict[str, type]:
         except (TypeError, ValueError):
             raise UnsupportedOpError(f"{op} with a {what} of unknown or symbolic shape is not supported; give the model fixed input sizes.",
                                      op_type=op) from None
+
+    def dims(expr, op: str, what: str) -> list:
+        """The shape with its static sizes as ints and symbolic ones as they are (a known rank)."""
+        shape = getattr(getattr(expr, "ty", None), "shape", None)
+        if shape is None:
+            raise UnsupportedOpError(f"{op} with a {what} of unknown rank is not supported.", op_type=op)
+        return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in shape]
 
     def const(value, dt: str):
         return relax.const(np.array(value, dtype="float32" if dt == "bfloat16" else dt), dt)
@@ -80,8 +89,7 @@ def _build() -> dict[str, type]:
             mask, past_k, past_v, nonpad = (present(inputs, i) for i in (3, 4, 5, 6))
             n_out = int(attr.get("tvm_custom", {}).get("num_outputs", 1))
             dt = dtype_of(q)
-            q_shape = static_shape(q, "Attention", "query")
-            rank = len(q_shape)
+            rank = len(dims(q, "Attention", "query"))  # batch and sequence lengths may be symbolic
             q_heads = attr.get("q_num_heads")
             kv_heads = attr.get("kv_num_heads")
             if (past_k is None) != (past_v is None):
@@ -96,7 +104,9 @@ def _build() -> dict[str, type]:
                 v = cls._heads(bb, v, int(kv_heads))
             elif rank != 4:
                 raise UnsupportedOpError(f"Attention on {rank}-D inputs is not supported (ONNX allows 3-D and 4-D).", op_type="Attention")
-            batch, n_q, q_len, head = static_shape(q, "Attention", "query")
+            batch, n_q, q_len, head = dims(q, "Attention", "query")
+            if not isinstance(n_q, int) or not isinstance(head, int):
+                raise UnsupportedOpError("Attention with a symbolic number of heads or head size is not supported.", op_type="Attention")
             scale = attr.get("scale")
             scale = 1.0 / np.sqrt(head) if scale is None else float(scale)
             root = const(np.float32(np.sqrt(scale)), dt)  # ONNX scales Q and K by sqrt(scale) each
@@ -104,8 +114,14 @@ def _build() -> dict[str, type]:
                 k = bb.normalize(relax.op.concat([past_k, k], axis=2))
                 v = bb.normalize(relax.op.concat([past_v, v], axis=2))
             present_k, present_v = k, v
-            kv_len = static_shape(k, "Attention", "key")[2]
-            n_kv = static_shape(k, "Attention", "key")[1]
+            _b, n_kv, kv_len, _h = dims(k, "Attention", "key")
+            symbolic = not isinstance(q_len, int) or not isinstance(kv_len, int)
+            if symbolic and (past_k is not None or nonpad is not None or int(attr.get("left_window_size", -1)) >= 0
+                             or int(attr.get("right_window_size", -1)) >= 0):
+                raise UnsupportedOpError("Attention with a past cache, nonpad_kv_seqlen or a window needs fixed sequence lengths; "
+                                         "give the model fixed input sizes.", op_type="Attention")
+            if not isinstance(n_kv, int):
+                raise UnsupportedOpError("Attention with a symbolic number of key/value heads is not supported.", op_type="Attention")
             past_len = static_shape(past_k, "Attention", "past key")[2] if past_k is not None else 0
             bias = cls._bias(bb, mask, nonpad, attr, dt, batch, q_len, kv_len, past_len)
             if n_q != n_kv:
@@ -147,7 +163,9 @@ def _build() -> dict[str, type]:
 
         @staticmethod
         def _heads(bb, x, heads: int):
-            b, s, hidden = static_shape(x, "Attention", "3-D input")
+            b, s, hidden = dims(x, "Attention", "3-D input")
+            if not isinstance(hidden, int):
+                raise UnsupportedOpError("Attention on 3-D inputs of a symbolic hidden size is not supported.", op_type="Attention")
             if hidden % heads:
                 raise UnsupportedOpError(f"Attention with a hidden size {hidden} not divisible by {heads} heads is invalid.", op_type="Attention")
             return bb.normalize(relax.op.permute_dims(bb.normalize(relax.op.reshape(x, [b, s, heads, hidden // heads])), [0, 2, 1, 3]))
@@ -177,14 +195,22 @@ def _build() -> dict[str, type]:
                 elif dtype_of(mask) != dt:
                     mask = relax.op.astype(mask, dt)
                 mask = bb.normalize(mask)
-                m_shape = static_shape(mask, "Attention", "mask")
-                pad = kv_len - m_shape[-1]
+                m_shape = dims(mask, "Attention", "mask")
+                if isinstance(kv_len, int) and isinstance(m_shape[-1], int):
+                    pad = kv_len - m_shape[-1]
+                elif tvm.sym.Analyzer().can_prove_equal(kv_len, m_shape[-1]):
+                    pad = 0
+                else:
+                    raise UnsupportedOpError("Attention with a mask whose length cannot be matched to the keys' is not supported; "
+                                             "give the model fixed input sizes.", op_type="Attention")
                 if pad > 0:
                     fill = relax.op.full(m_shape[:-1] + [pad], ninf, dt)
                     mask = relax.op.concat([mask, fill], axis=-1)
                 bias = bb.normalize(mask)
-            i = relax.const(np.arange(q_len, dtype="int64").reshape(q_len, 1), "int64")
-            j = relax.const(np.arange(kv_len, dtype="int64").reshape(1, kv_len), "int64")
+            if not causal and not window and nonpad is None:
+                return bias
+            i = relax.op.expand_dims(relax.op.arange(0, q_len, 1, "int64"), 1)  # (q, 1); symbolic lengths too
+            j = relax.op.expand_dims(relax.op.arange(0, kv_len, 1, "int64"), 0)  # (1, kv)
             # the query block's position: after the past cache, or at nonpad - q_len per batch
             if nonpad is not None:
                 nonpad = bb.normalize(relax.op.astype(nonpad, "int64"))
@@ -223,7 +249,7 @@ def _build() -> dict[str, type]:
         def _impl_v23(cls, bb, inputs, attr, params):
             x, scale = inputs[0], inputs[1]
             dt = dtype_of(x)
-            rank = len(static_shape(x, "RMSNormalization", "input"))
+            rank = len(dims(x, "RMSNormalization", "input"))  # symbolic sizes are fine: only the axes matter
             axis = int(attr.get("axis", -1))
             axis = axis + rank if axis < 0 else axis
             stash = int(attr.get("stash_type", 1))
@@ -245,7 +271,11 @@ def _build() -> dict[str, type]:
         def _impl_v23(cls, bb, inputs, attr, params):
             x, cos, sin = inputs[0], inputs[1], inputs[2]
             positions = present(inputs, 3)
-            shape = static_shape(x, "RotaryEmbedding", "input")
+            shape = dims(x, "RotaryEmbedding", "input")  # batch and sequence may be symbolic
+            if len(shape) == 3 and not isinstance(shape[2], int):
+                raise UnsupportedOpError("RotaryEmbedding on a 3-D input of symbolic hidden size is not supported.", op_type="RotaryEmbedding")
+            if len(shape) == 4 and not isinstance(shape[3], int):
+                raise UnsupportedOpError("RotaryEmbedding of a symbolic head size is not supported.", op_type="RotaryEmbedding")
             if len(shape) == 4:  # (batch, heads, seq, head) -> (batch, seq, heads, head)
                 x = bb.normalize(relax.op.permute_dims(x, [0, 2, 1, 3]))
             elif len(shape) == 3:
@@ -256,14 +286,14 @@ def _build() -> dict[str, type]:
             else:
                 raise UnsupportedOpError(f"RotaryEmbedding on a {len(shape)}-D input is not supported (ONNX allows 3-D and 4-D).",
                                          op_type="RotaryEmbedding")
-            b, s, h, d = static_shape(x, "RotaryEmbedding", "input")
+            b, s, h, d = dims(x, "RotaryEmbedding", "input")
             rot = int(attr.get("rotary_embedding_dim", 0)) or d
             half = rot // 2
             if positions is not None:
                 cos, sin = relax.op.take(cos, positions, axis=0), relax.op.take(sin, positions, axis=0)
             cos = bb.normalize(relax.op.expand_dims(cos, 2))  # (batch, seq, 1, rot/2)
             sin = bb.normalize(relax.op.expand_dims(sin, 2))
-            if static_shape(cos, "RotaryEmbedding", "cos cache")[-1] != half:
+            if dims(cos, "RotaryEmbedding", "cos cache")[-1] != half:
                 raise UnsupportedOpError("RotaryEmbedding whose cos/sin cache does not hold rotary_embedding_dim/2 values is invalid.",
                                          op_type="RotaryEmbedding")
             interleaved = bool(attr.get("interleaved", 0))
