@@ -348,6 +348,24 @@ def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
     return rows
 
 
+def _open_in_fresh_process(path: Path, mode: str | None, preview: bool) -> dict:
+    """open_to_fitted_paint as the first open of a new process, as `main.py MODEL` opens it: in one
+    process the next open would also collect the models of the cases before it (~0.3-0.4 s for
+    these, what replacing a big model costs a user: docs/performance.md)."""
+    import json
+    import subprocess
+
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); import json; from pathlib import Path; "
+            "import benchmarks.canvas as c; c._app(); "
+            f"m = c.groups_open({mode!r}); p = c.first_picture({preview!r}); m.__enter__(); p.__enter__(); "
+            f"r = c.open_to_fitted_paint(Path({str(path)!r}), True); print('RESULT' + json.dumps(r))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT")), None)
+    if line is None:
+        raise RuntimeError(f"the open in a fresh process failed: {out.stderr.strip()[-500:]}")
+    return json.loads(line[len("RESULT"):])
+
+
 def scoped_table(d: Path) -> None:
     """The issue-16 rows: a 10,000-node scoped graph collapsed / expanded, one expand, compare."""
     scoped10k = make_scoped_model(10_000, d / "scoped_10k.onnx")
@@ -357,12 +375,11 @@ def scoped_table(d: Path) -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; 'cpu s' is the process's CPU time, 'UI cpu' the UI thread's own,"
           " worker steps are wall (CPU) seconds of load, view, layout, overview, open hooks")
     print("'picture' is the first paint of the collapsed groups drawn from the protobuf while the model loads (app.open_preview),"
-          " 'seconds' the paint of the loaded model's own view")
+          " 'seconds' the paint of the loaded model's own view; each open is the first of a fresh process")
     print(f"{'case':<40}{'drawn nodes':>12}{'layout':>16}{'picture':>9}{'seconds':>9}{'cpu s':>7}{'UI cpu':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
     for label, mode, target, preview in (("10k scoped, opens collapsed", None, 1.0, True), ("  the same without the first picture", None, 1.0, False),
                                          ("10k scoped, every group expanded", "all", 3.0, True)):
-        with groups_open(mode), first_picture(preview):
-            r = open_to_fitted_paint(scoped10k, True)
+        r = _open_in_fresh_process(scoped10k, mode, preview)
         steps = " ".join(f"{r['phases'].get(k, 0):.2f} ({r['worker_cpu'].get(k, float('nan')):.2f})" for k in ("load", "view", "layout", "overview", "hooks"))
         print(f"{label:<40}{r['nodes']:>12}{r['method']:>16}{r['picture']:>9.2f}{r['seconds']:>9.2f}{r['cpu']:>7.2f}{r['ui_cpu']:>7.2f}{target:>7.1f}"
               f"{r['stall'] * 1000:>7.0f} ms   {steps}")
