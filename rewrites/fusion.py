@@ -316,7 +316,9 @@ class FuseLayerNorm(PatternRule):
         base = (mean.producer().name or "layernorm").rsplit(".", 1)[0]
         gv = gamma if tuple(require_constant(gamma, "gamma").shape) == normalized else op.initializer(ir.tensor(g, name=ctx.unique_name(f"{base}.scale")))
         bv = beta if tuple(require_constant(beta, "beta").shape) == normalized else op.initializer(ir.tensor(b, name=ctx.unique_name(f"{base}.bias")))
-        return op.LayerNormalization(x, gv, bv, axis=axis, epsilon=e)
+        # axis counted from the end (-1 for the last), as exporters write it and the later fusions
+        # (onnxruntime's SkipLayerNormalization) look for it
+        return op.LayerNormalization(x, gv, bv, axis=axis - len(xs), epsilon=e)
 
 
 class FuseTransposeMatMul(PatternRule):

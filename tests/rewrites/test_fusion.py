@@ -113,10 +113,17 @@ def test_fuse_gelu_why_not_names_the_wrong_constant():
 
 
 def test_fuse_layernorm_on_the_transformer():
+    from core.rewrite import find_matches
+    from rewrites import get_rule
+
     g = load_model(sample("tiny_transformer"))
     pv = rewrite(g, "fuse-layernorm", expect_matches=2)
     assert ops(pv.graph).count("LayerNormalization") == 2
     assert "ReduceMean" not in ops(pv.graph) and "Sqrt" not in ops(pv.graph)
+    # the axis counted from the end, as exporters write it: onnxruntime's SkipLayerNormalization
+    # fusion (rewrite --for ort) then takes each residual Add in
+    assert [n.attributes["axis"] for n in pv.graph.nodes if n.op_type == "LayerNormalization"] == [-1, -1]
+    assert len(find_matches(pv.graph, get_rule("ort-skip-layer-normalization"))) == 1  # ln2, after the residual Add
 
 
 def test_fuse_layernorm_needs_opset_17_and_trailing_axes():
