@@ -261,15 +261,27 @@ def plan_default(base, target, kernel: str = "") -> DefaultStart:
     trace_json = plain_json(trace.as_json(remove_postproc=True))
     start = rooted.with_attr("global_symbol", "main")
     label = f"default schedule ({rule})"
-    try:
-        insts, final = _replay(start, trace)
-    except Exception as exc:  # noqa: BLE001 - TVM cannot replay the rule's trace (its edits outside the trace changed what it meant)
+
+    def replaced(exc) -> DefaultStart:
         logger.warning("the trace of %s's default schedule does not replay (%s): one step replaces the TIR", kernel, exc)
         import tvm
 
         step = parse_step({"primitive": "replace_tir", "label": f"{label}: its trace does not replay, so the whole TIR is replaced by the default's",
                            "tir": tvm.ir.save_json(func)})
         return DefaultStart(rule, [step], func, 0, 0)
+
+    try:
+        insts, final = _replay(start, trace)
+    except Exception as exc:  # noqa: BLE001 - TVM cannot replay the rule's trace (its edits outside the trace changed what it meant)
+        return replaced(exc)
+    try:
+        return _as_steps(start, trace, trace_json, insts, final, func, rule, label, kernel)
+    except Exception as exc:  # noqa: BLE001 - a part of it does not replay by name (two blocks rfactor named alike)
+        return replaced(exc)
+
+
+def _as_steps(start, trace, trace_json, insts, final, func, rule, label: str, kernel: str) -> DefaultStart:
+    """plan_default's steps from the replayed trace: the instructions a step names, the rest as TVM trace segments."""
     steps: list[dict] = []
     pending: list[_Inst] = []
     mapped = opaque = 0
