@@ -147,6 +147,37 @@ def dynamic_models() -> dict:
     }
 
 
+@dataclass(frozen=True)
+class QuantizedRow:
+    """An fp32 network quantized by onnxruntime's quantize_static (QDQ, benchmarks.architectures.qdq):
+    ours and onnxruntime's int8 kernels run the quantized model, and our build of `fp32` (the same
+    network unquantized) runs beside them in the same alternation."""
+
+    fp32: Callable
+
+    def __call__(self):
+        from benchmarks.architectures.qdq import quantize_qdq
+
+        return quantize_qdq(self.fp32())
+
+
+def _resnet18():
+    from benchmarks.architectures.resnet import resnet18
+
+    return resnet18()
+
+
+def _small_cnn():
+    from core.model import samples
+
+    return samples.small_cnn()
+
+
+def quantized_models() -> dict:
+    """The int8 rows (issue 40): a QDQ ResNet-18 and the small CNN sample, quantized by onnxruntime."""
+    return {"resnet18_qdq": QuantizedRow(_resnet18), "small_cnn_qdq": QuantizedRow(_small_cnn)}
+
+
 def benchmark_models() -> dict:
     """Every benchmark model by name: the light models, the samples, the architectures (the
     symbolic-shape rows are dynamic_models')."""

@@ -29,6 +29,13 @@ bucket for 8). 'ours' runs the code Artifact.run picks for the row's inputs (the
 which: 'ran bucket ...'), and the same model compiled without buckets (the general kernels) is
 timed in the same alternation and printed beside it ('general kernels X ms = Y x ort').
 
+The int8 rows (benchmarks.common.quantized_models; run only when named): `resnet18_qdq` and
+`small_cnn_qdq`, fp32 networks quantized by onnxruntime's quantize_static (QDQ, per-channel int8
+weights, uint8 activations). Both runtimes run the quantized model (onnxruntime with its fused int8
+kernels); our build of the same network in fp32 is timed in the same alternation ('our fp32 X ms,
+int8/fp32 Y'), and the check column gives ours against onnxruntime in quantization steps (the scale
+of the output's DequantizeLinear), as the compile check judges a quantized model.
+
 `--as-avx2` measures AVX2 code against AVX2 code on an AVX-512 host: ours compiled with -avx512f,
 onnxruntime's process with AVX-512 hidden from CPUID (core.compiler.measure.cpuid_mask), so its MLAS
 takes the kernels it takes on an AVX2 CPU. The host's caches, clocks and datapath stay its own.
@@ -59,6 +66,7 @@ from benchmarks.common import (  # noqa: E402 - first: it prepares the process b
     BackgroundLoad,
     benchmark_models,
     dynamic_models,
+    quantized_models,
     feeds_for,
     host_description,
     host_has_avx512,
@@ -186,6 +194,18 @@ def _spread(times: list[float]) -> str:
     return f"{np.median(a):.3g} ({np.percentile(a, 10):.3g}-{np.percentile(a, 90):.3g})"
 
 
+def _steps_note(vm, ort_proc, feeds, proto) -> str:
+    """Ours against onnxruntime's int8 kernels in quantization steps of each output."""
+    from core.tolerances import output_step_scales, quantization_steps
+
+    scales = output_step_scales(proto)
+    ours, ref = _to_numpy(_run_ours(vm, feeds)), ort_proc.outputs()
+    steps = [quantization_steps(a, b, *scales[o.name]) for o, a, b in zip(proto.graph.output, ours, ref) if o.name in scales]
+    if not steps or any(x is None for x in steps):
+        return ""
+    return f"{max(steps):.3g} quantization steps from ort"
+
+
 def _check(vm, ort_proc, feeds) -> float:
     ref = ort_proc.outputs()
     ours = _to_numpy(_run_ours(vm, feeds))
@@ -281,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     models: dict[str, object] = benchmark_models()
     if args.models:
         models.update(dynamic_models())
+        models.update(quantized_models())
         wanted = [m.strip() for m in args.models.split(",") if m.strip()]
         models = {k: v for k, v in models.items() if k in wanted}
 
@@ -347,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         vm = build(proto, target, shape_buckets=buckets, feeds=feeds) if buckets else build(proto, target)
         # beside a bucket, the general kernels at the same shape (timed in the same alternation)
         general = build(proto, target) if buckets else None
+        # beside a quantized model, our build of the same network in fp32
+        fp32_vm = build(model.fp32(), target) if getattr(model, "fp32", None) is not None else None
         build_s = time.perf_counter() - t0
         cells = ""
         tvm_tuned, tuned_note = None, ""
@@ -394,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
         with OrtProcess(model_bytes, feeds, args.threads, spinning=spinning, hide_avx512=hide) as ort_proc, contextlib.ExitStack() as stack:
             ort_one = stack.enter_context(OrtProcess(model_bytes, feeds, 1, spinning=spinning, hide_avx512=hide)) if one_thread else None
             err = _check(vm, ort_proc, feeds)
+            steps_note = _steps_note(vm, ort_proc, feeds, proto) if fp32_vm is not None else ""
+            if steps_note:
+                err = -0.0  # judged in quantization steps (the note), as the compile check judges it
             if general is not None:
                 gerr = _check(general, ort_proc, feeds)
                 general_note += "" if gerr <= 0 else f" general MISMATCH {gerr:.2e}"
@@ -426,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
                 if n == 0 and general is not None:
                     extra["general"] = len(runners)
                     runners.append(ours_runner(general, feeds, args.threads, adaptive=adaptive))
+                if n == 0 and fp32_vm is not None:
+                    extra["fp32"] = len(runners)
+                    runners.append(ours_runner(fp32_vm, feeds, args.threads, adaptive=adaptive))
                 ours_n.fewer_threads = ours_n.one_thread = ours_n.runs = 0
                 with BackgroundLoad(n):
                     # core.compiler.measure.alternation: a pause between blocks, each started with untimed runs
@@ -466,15 +495,18 @@ def main(argv: list[str] | None = None) -> int:
                     general_ms = statistics.median(timed[extra["general"]])
                     general_note += (f"; ran {vm.path}, general kernels {general_ms:.3g} ms = "
                                      f"{general_ms / statistics.median(ort):.2f}x ort")
+                if "fp32" in extra:
+                    fp32_ms = statistics.median(timed[extra["fp32"]])
+                    general_note += f"; our fp32 {fp32_ms:.3g} ms, int8/fp32 {statistics.median(ours) / fp32_ms:.2f}"
             cells += dev_cells + single_cells
             pair_after = core_pair_speedup() if pair_before is not None else None
-        check = (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}") + tuned_note + general_note
+        check = (steps_note or (f"ok ({-err:.1e})" if err <= 0 else f"MISMATCH {err:.2e}")) + tuned_note + general_note
         if pair_before is not None and pair_after is not None:
             check += f"  cores {pair_before:.1f}/{pair_after:.1f}"
         if fewer_cells:
             check += f"  fewer threads {'/'.join(fewer_cells)}  one faster {'/'.join(one_cells)}"
         print(f"{name:<18}{cells}{tuned_cell}{tuned_ratio_cell}  {check}  (build {build_s:.0f}s)", flush=True)
-        del vm, general
+        del vm, general, fp32_vm
     print("-" * len(header))
 
     def geomean(values: list[float]) -> float:
