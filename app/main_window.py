@@ -497,7 +497,6 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         graph, view, lo, extras = result
-        self.open_preview.load_ended(True)
         self.canvas.prime_model_layout(graph, view, lo, extras)
         self.canvas.set_empty_message(None)
         self.document.set_graph(graph, path)
@@ -513,7 +512,7 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
-        self.open_preview.load_ended(False)
+        self.open_preview.load_failed()
         if self.document.graph is None:  # nothing else to show: the canvas keeps saying why
             self.canvas.set_empty_message(f"Could not open {Path(path).name}.\n{message}\n\nFile ▸ Open (Ctrl+O) another model, or drop one here.")
         self.start_page.refresh()
@@ -525,7 +524,7 @@ class MainWindow(QMainWindow):
         self._load_job = None
         self._set_busy(False)
         self._load_result = False
-        self.open_preview.load_ended(False)
+        self.open_preview.load_failed()
         self.start_page.refresh()
         self.statusBar().showMessage("Opening cancelled.", 4000)
 

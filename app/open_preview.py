@@ -10,11 +10,13 @@ what was on screen before.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from PySide6.QtCore import QObject, Signal
 
+from core.errors import Cancelled
 from core.views.layout import layout
 from core.views.scope_preview import preview_view
 
@@ -22,6 +24,8 @@ from app.canvas import prepare_display
 from app.graph_items import node_size
 
 __all__ = ["OpenPreview"]
+
+logger = logging.getLogger(__name__)
 
 PAINT_WAIT_S = 0.5  # the worker waits at most this long for the UI thread to draw the picture
 
@@ -48,13 +52,20 @@ class OpenPreview(QObject):
     def make(self, job, proto, title: str) -> None:
         """On the load's worker, once the file is checked: the picture, when the model is big
         enough to open collapsed; waits (briefly) until the UI thread has drawn it, so the rest
-        of the load does not hold the GIL meanwhile."""
-        view = preview_view(proto, title)
-        if view is None or job.is_cancelled():
+        of the load does not hold the GIL meanwhile. A picture that cannot be made is left out
+        (logged): it must never stop a model that passed its checks from opening."""
+        try:
+            view = preview_view(proto, title)
+            if view is None or job.is_cancelled():
+                return
+            measure, direction = self.canvas.measure, self.canvas.direction
+            result = layout(view, {n.id: node_size(n, measure) for n in view.nodes}, cancel=job.is_cancelled, direction=direction)
+            extras = prepare_display(view, result, job)
+        except Cancelled:
+            raise
+        except Exception:  # noqa: BLE001 - the loaded view comes anyway
+            logger.exception("no first picture for %s", title)
             return
-        measure, direction = self.canvas.measure, self.canvas.direction
-        result = layout(view, {n.id: node_size(n, measure) for n in view.nodes}, cancel=job.is_cancelled, direction=direction)
-        extras = prepare_display(view, result, job)
         self._painted.clear()
         self._ready.emit(job, view, result, extras)
         self._painted.wait(PAINT_WAIT_S)
@@ -70,8 +81,8 @@ class OpenPreview(QObject):
         finally:
             self._painted.set()
 
-    def load_ended(self, opened: bool) -> None:
-        """The load ended (UI thread): opened (its view replaces the picture), or not (failed,
-        cancelled): the picture gives way to what was on screen before."""
-        if not opened and self.canvas.mode == "preview":
+    def load_failed(self) -> None:
+        """The load failed or was cancelled (UI thread): the picture gives way to what was on
+        screen before (when it opens, the model's own view replaces the picture anyway)."""
+        if self.canvas.mode == "preview":
             self.canvas.show_model()

@@ -350,8 +350,8 @@ def layout_methods(sizes=(300, 1000, 2000, 3000, 5000)) -> list[tuple]:
 
 def _open_in_fresh_process(path: Path, mode: str | None, preview: bool) -> dict:
     """open_to_fitted_paint as the first open of a new process, as `main.py MODEL` opens it: in one
-    process the next open would also collect the models of the cases before it (~0.3-0.4 s for
-    these, what replacing a big model costs a user: docs/performance.md)."""
+    process the next open would also collect the models of the cases before it (what replacing a
+    big model costs a user; figures in docs/performance.md)."""
     import json
     import subprocess
 

@@ -31,12 +31,14 @@ def _dtype(detail: str) -> str:
 
 
 def is_quantized_view(view: ViewGraph) -> bool:
-    return any(_op(n) in (_Q, _DQ) for n in view.nodes)
+    return any(n.label.endswith(("QuantizeLinear", "DequantizeLinear")) and _op(n) in (_Q, _DQ) for n in view.nodes)
 
 
 def fold_quantized(view: ViewGraph) -> ViewGraph:
     """`view` with each quantized op's Q/DQ nodes drawn inside its box (module docstring); the
-    view itself when nothing folds."""
+    view itself when nothing folds (a float model: one pass over the labels, on every open)."""
+    if not is_quantized_view(view):
+        return view
     by_id = {n.id: n for n in view.nodes}
     ins: dict[Hashable, list[ViewEdge]] = {}
     outs: dict[Hashable, list[ViewEdge]] = {}

@@ -24,7 +24,7 @@ from .viewgraph import ViewEdge, ViewGraph, ViewNode, input_node_id, op_category
 
 __all__ = ["PREVIEW_MIN_NODES", "preview_view"]
 
-# below this many nodes the whole open takes well under 0.3 s: no preview (it would flash)
+# smaller models open about as fast as their picture could be drawn: no preview (it would only flash)
 PREVIEW_MIN_NODES = 2_000
 
 

@@ -97,3 +97,14 @@ def test_cancel_after_the_preview_leaves_no_picture(window, qtbot, big_model, he
     assert window.document.graph is None
     assert window.canvas.mode == "model" and window.canvas.view is None
     assert window.start_page.isVisible()
+
+
+def test_a_picture_that_cannot_be_made_does_not_stop_the_open(window, big_model, monkeypatch, messages):
+    import app.open_preview
+
+    def broken(*_a, **_k):
+        raise ValueError("a bug in the preview")
+
+    monkeypatch.setattr(app.open_preview, "preview_view", broken)
+    assert window.open_model(big_model, wait=True)
+    assert window.document.graph is not None and window.canvas.mode == "model" and not messages
