@@ -28,7 +28,7 @@ def _mb(n) -> str:
 
 
 def run(args) -> int:
-    from cli.compile_cmd import cpu_target, parse_buckets, parse_dims
+    from cli.compile_cmd import cpu_options, cpu_target, parse_buckets, parse_dims
     from core import load_model
     from core.compiler.runtime.artifact import load_artifact
     from core.compiler.measure.bench import benchmark, spread_warning, threads_text
@@ -39,8 +39,8 @@ def run(args) -> int:
     if args.runs < 1:
         raise WorkbenchError(f"--runs must be at least 1, not {args.runs}.")
     if os.path.isdir(args.model):
-        if args.cpu or args.cpu_features:
-            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu and --cpu-features apply when compiling a model.")
+        if args.cpu or args.cpu_features or args.triple or args.preset:
+            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu, --cpu-features, --triple and --preset apply when compiling a model.")
         if args.shape_buckets:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --shape-buckets applies when compiling a model.")
         art = load_artifact(args.model)
@@ -56,7 +56,7 @@ def run(args) -> int:
         if not args.json:
             print(f"compiling {args.model} for {args.target}...", file=sys.stderr)
         buckets = parse_buckets(args.shape_buckets, graph)
-        art = compile_model(graph, args.target, verify_dims=dims or None, cpu=args.cpu, cpu_features=args.cpu_features,
+        art = compile_model(graph, args.target, verify_dims=dims or None, **cpu_options(args),
                             shape_buckets=buckets or None)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     if args.json:

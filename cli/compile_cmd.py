@@ -48,18 +48,42 @@ def add_target_argument(p, text: str) -> None:
 
 
 def add_cpu_arguments(p) -> None:
-    """--cpu / --cpu-features: the CPU the code is for (compile, lower, bench)."""
+    """--cpu / --cpu-features / --triple / --preset: the CPU the code is for (compile, lower, bench)."""
+    from core.compiler.target import DEVICE_PRESETS
+
     p.add_argument("--cpu", metavar="NAME", help="LLVM CPU to compile for, e.g. znver3, skylake-avx512, haswell, or host "
-                   "(default: $MLCWB_CPU, else this machine); code this machine cannot run is compiled and exported, not run")
-    p.add_argument("--cpu-features", metavar="FEATURES", help="LLVM feature changes for that CPU, e.g. -avx512f "
+                   "(default: $MLCWB_CPU, else this machine); with --triple aarch64-linux-gnu e.g. cortex-a76, neoverse-n1, "
+                   "generic (the default there); code this machine cannot run is compiled and exported, not run")
+    p.add_argument("--cpu-features", metavar="FEATURES", help="LLVM feature changes for that CPU, e.g. -avx512f, or +dotprod on ARM "
                    "(default: $MLCWB_CPU_FEATURES when --cpu is not given)")
+    p.add_argument("--triple", metavar="TRIPLE", help="build for another architecture: aarch64-linux-gnu (ARM64 Linux; "
+                   "the artifact is cross-linked with aarch64-linux-gnu-gcc)")
+    p.add_argument("--preset", metavar="DEVICE", help="a device's CPU, features and cores: " + ", ".join(DEVICE_PRESETS)
+                   + " (--cpu, --cpu-features and --triple override its parts)")
+
+
+def cpu_options(args) -> dict:
+    """compile_model's cpu, cpu_features, triple and cores from --cpu, --cpu-features, --triple and
+    --preset (a preset fills what the others leave out)."""
+    from core.compiler.target import device_preset
+
+    preset = device_preset(args.preset) if getattr(args, "preset", None) else None
+    triple = getattr(args, "triple", None) or (preset.triple if preset else None)
+    return {
+        "cpu": args.cpu or (preset.cpu if preset and triple == preset.triple else None),
+        "cpu_features": args.cpu_features if args.cpu_features is not None or not preset else list(preset.features),
+        "triple": triple,
+        "cores": preset.cores if preset else None,
+    }
 
 
 def cpu_target(args, kind: str = "cpu"):
-    """The tvm Target of --target with --cpu / --cpu-features (checked: one sentence when unknown)."""
+    """The tvm Target of --target with --cpu / --cpu-features / --triple / --preset (checked: one
+    sentence when unknown)."""
     from core.compiler.target import make_target
 
-    return make_target(kind, mcpu=args.cpu, mattr=args.cpu_features)
+    o = cpu_options(args)
+    return make_target(kind, mcpu=o["cpu"], mattr=o["cpu_features"], triple=o["triple"], cores=o["cores"])
 
 
 def parse_dims(items: str | list[str], model=None) -> dict[str, int]:
@@ -173,8 +197,7 @@ def run(args) -> int:
         tune_db=args.tune_db,
         tune_budget_s=budget_s,
         tune_rpc=args.tune_rpc,
-        cpu=args.cpu,
-        cpu_features=args.cpu_features,
+        **cpu_options(args),
         progress=progress,
         rtol=rtol,
         atol=atol,

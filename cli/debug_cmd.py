@@ -51,7 +51,12 @@ def run(args) -> int:
         report = debug_models(graph, other, inputs=inputs, seed=args.seed, dims=dims, rtol=rtol, atol=atol,
                               reference=args.model, subject=args.against)
     else:
-        cpu_target(args)  # an unknown CPU is refused before anything is compiled
+        from core.compiler.target import cannot_run_here, target_cpu
+        from core.errors import WorkbenchError
+
+        why = cannot_run_here(target_cpu(cpu_target(args)))  # an unknown CPU is refused before anything is compiled
+        if why and (args.triple or args.preset):
+            raise WorkbenchError(f"debug runs the compiled model here, step by step; {why[0].lower()}{why[1:]}")
         report = debug_compiled(graph, args.target, inputs=inputs, seed=args.seed, dims=dims, rtol=rtol, atol=atol,
                                 cpu=args.cpu, tune_db=args.tune_db, per_node=args.per_node,
                                 progress=None if args.json else _progress)

@@ -143,6 +143,8 @@ def compile_model(
     tune_rpc: str | None = None,
     cpu: str | None = None,
     cpu_features=None,
+    triple: str | None = None,
+    cores: int | None = None,
     progress: ProgressCallback | None = None,
     cancel: Callable[[], bool] | None = None,
     rtol: float = RTOL,
@@ -177,8 +179,10 @@ def compile_model(
     target must describe those devices).
     `cpu` / `cpu_features` name the CPU the code is for (an LLVM CPU name or "host", and feature
     changes such as "-avx512f"; default: MLCWB_CPU / MLCWB_CPU_FEATURES, else this host; see
-    core.compiler.target.make_target). Code this machine cannot run (AVX-512 code on an AVX2 host)
-    compiles and exports, but is not verified here, and is tuned only on RPC devices.
+    core.compiler.target.make_target); `triple` ("aarch64-linux-gnu") builds for another
+    architecture, `cores` for that many cores (core.compiler.target.DEVICE_PRESETS name both).
+    Code this machine cannot run (AVX-512 code on an AVX2 host, ARM64 code) compiles and exports
+    (cross-linked), but is not verified here, and is tuned only on RPC devices.
     `progress(event)` hears a core.progress.Progress as each step starts (and as tuning goes on):
     its `cancellable` says whether a cancel now stops at once; `cancel()` returning True stops the
     compile with core.errors.Cancelled at the next step, or within the steps that poll it.
@@ -196,7 +200,7 @@ def compile_model(
     cpu_kind = target is TargetKind.CPU
     tune_budget = _check_tuning_options(target, tune_trials, tune_budget_s)
     cuda_arch = (host_cuda_arch() or "sm_80") if not cpu_kind else "sm_80"
-    tvm_target = make_target(target, cuda_arch=cuda_arch, mcpu=cpu, mattr=cpu_features)
+    tvm_target = make_target(target, cuda_arch=cuda_arch, mcpu=cpu, mattr=cpu_features, triple=triple, cores=cores)
     built_for = target_cpu(tvm_target)
     foreign = foreign_code(built_for) if cpu_kind else None
     if foreign and (tune_trials > 0 or tune_budget_s is not None) and not tune_rpc:

@@ -131,11 +131,16 @@ def _build_groups(groups: list[dict], attrs, target, cancel, workers: int) -> li
     """Build each group of kernels into its own LLVM module (in order), polling `cancel`."""
     import tvm
 
+    from ..target import code_arch, host_arch, target_cpu
+
+    # another architecture's code is only exported (cross-linked), never loaded into this process
+    jit = target.kind.name != "llvm" or code_arch(target_cpu(target)) == host_arch()
+
     def build(group):
         lib = tvm.tirx.build(tvm.IRModule(group, attrs=attrs), target=target)
         # LLVM turns a module into machine code on the first function lookup (its JIT): do it
         # here, in parallel and cancellable, not in the first run of the model
-        for gv, func in group.items():
+        for gv, func in group.items() if jit else ():
             name = func.attrs["global_symbol"] if func.attrs is not None and "global_symbol" in func.attrs else gv.name_hint
             if lib.get_function(str(name), query_imports=False) is not None:
                 break

@@ -37,7 +37,7 @@ import numpy as np
 
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
-from ..target import TargetKind, cannot_run_here, gpu_present
+from ..target import TargetKind, cannot_run_here, code_arch, gpu_present, host_arch
 from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, choose_bucket, file_checksum, run_failure, path_text
 from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, ShapeBucket, TensorSpec
 from .recipe import RECIPE, RecipeSource, copy_recipe, write_recipe
@@ -307,8 +307,10 @@ class Artifact:
                 with quiet_tvm_scope_warnings():
                     self.manifest.cuda = export_cuda_library(self.library, lib_path)
             else:
+                from ..backend.cross import export_options
+
                 with quiet_tvm_scope_warnings():
-                    self.library.export_library(str(lib_path))
+                    self.library.export_library(str(lib_path), **export_options(self.manifest.target.cpu))
         if self.cuda_source:
             (folder / CUDA_SOURCE).write_text(self.cuda_source)
         if self.model_bytes is not None:
@@ -316,8 +318,8 @@ class Artifact:
         here = Path(__file__).parent
         shutil.copy2(here / "run_template.py", folder / RUNNER)
         shutil.copy2(here / CHECK_MODULE, folder / CHECK_MODULE)  # run.py's manifest reader and file checks
-        if self.target != TargetKind.CUDA:
-            self._export_thread_pool(folder)
+        if self.target != TargetKind.CUDA and code_arch(self.manifest.target.cpu) == host_arch():
+            self._export_thread_pool(folder)  # built for this machine: another architecture's run.py uses TVM's pool
         if self.recipe is not None:
             write_recipe(folder, self.recipe, self.manifest)
         elif self.folder is not None:  # a loaded artifact exported again: its recipe as it was
