@@ -130,7 +130,8 @@ def _write(ex, manifest: dict, checks, out: str) -> str:
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.rebuild-", dir=parent)
     try:
         library = manifest["library"]
-        _quiet(ex.export_library, os.path.join(staging, library))
+        linker = _linker(manifest)
+        _quiet(lambda: ex.export_library(os.path.join(staging, library), **linker))
         sums = {}
         for name in sorted(manifest["checksums"]):
             if name != library:
@@ -153,6 +154,30 @@ def _write(ex, manifest: dict, checks, out: str) -> str:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return out
+
+
+def _foreign_triple(manifest: dict) -> str | None:
+    """The triple of code built for another architecture than this machine's, else None."""
+    import platform
+
+    triple = ((manifest.get("target") or {}).get("cpu") or {}).get("triple")
+    here = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    return triple if triple and {"arm64": "aarch64"}.get(triple.split("-")[0], triple.split("-")[0]) != here else None
+
+
+def _linker(manifest: dict) -> dict:
+    """export_library's cross compiler for another architecture's code (MLCWB_CROSS_CC, else
+    TRIPLE-gcc on PATH), as the workbench's export links it."""
+    triple = _foreign_triple(manifest)
+    if not triple:
+        return {}
+    from tvm.support import cc
+
+    name = os.environ.get("MLCWB_CROSS_CC", "").strip() or f"{triple}-gcc"
+    if not shutil.which(name):
+        raise Refused(f"linking the code for {triple} needs the cross compiler {name}, which is not on PATH "
+                      "(Debian/Ubuntu: apt-get install gcc-aarch64-linux-gnu), or name one with MLCWB_CROSS_CC.")
+    return {"fcompile": cc.cross_compiler(shutil.which(name))}
 
 
 def _seeded_inputs(np, manifest: dict, seed: int) -> list:
@@ -196,6 +221,10 @@ def _compare(manifest: dict, out: str, seed: int) -> int:
     import numpy as np
     import tvm
 
+    if _foreign_triple(manifest):
+        print(f"rebuilt {out}; not checked: the code is for {_foreign_triple(manifest)}, which this machine cannot run "
+              "(run both libraries on such a device).")
+        return 0
     read = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures", allow_missing=True)
     needs = ((manifest.get("target") or {}).get("cpu") or {}).get("requires") or []
     host = {str(k): bool(v) for k, v in read().items()} if read is not None else {}
