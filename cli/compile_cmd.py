@@ -241,6 +241,10 @@ def run(args) -> int:
         listed = ", ".join(top + ([f"recipe/ ({len(recipe)} files)"] if recipe else []))
         print(f"artifact: {folder} ({listed})")
         print(f"run it: python {folder}/run.py --inputs IN.npz -o OUT.npz")
+        from core.compiler.runtime.deploy import deploy_summary
+
+        if m.deploy:
+            print(deploy_summary(m.deploy))
         if recipe:
             print(f"rebuild it with TVM alone: python {folder}/recipe/rebuild.py -o NEW_FOLDER")
     return 0

@@ -326,6 +326,9 @@ class Artifact:
             copy_recipe(self.folder, folder, self.manifest.files)
         if measured is not None:
             self.manifest.measured = measured
+        from .deploy import deploy_for
+
+        self.manifest.deploy = deploy_for(folder, self.manifest)
         written = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
         self.manifest.files = sorted({*written, MANIFEST})
         self.manifest.checksums = {name: FileChecksum(**file_checksum(folder / name)) for name in written}

@@ -321,6 +321,7 @@ def read_manifest(data, source: str = MANIFEST) -> dict:
         "measured": None,
         "cuda": f.get("cuda", lambda v: isinstance(v, dict), "an object", None),
         "thread_pool": f.text("thread_pool"),
+        "deploy": f.get("deploy", lambda v: isinstance(v, dict), "an object", None),
         "files": f.get("files", _is_str_list, "a list of file names", []),
         "checksums": f.get("checksums", lambda v: isinstance(v, dict) and all(_is_checksum(x) for x in v.values()),
                            "file names with their size and sha256", None),

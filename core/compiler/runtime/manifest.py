@@ -260,9 +260,9 @@ class Measured:
 _KEYS = ("format_version", "name", "library", "runner", "source_model", "source_model_sha256", "source_path", "target", "device",
          "tvm_version", "created", "inputs", "outputs", "code_names", "rewrites", "converter_fixes", "passes", "tuning",
          "kernel_lineage", "shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda",
-         "thread_pool", "files", "checksums")
+         "thread_pool", "deploy", "files", "checksums")
 _RECORDS = {"target", "inputs", "outputs", "passes", "tuning", "memory_estimate", "verification", "measured", "checksums", "shape_buckets"}
-_OPTIONAL = {"shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "checksums"}
+_OPTIONAL = {"shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "deploy", "checksums"}
 
 
 @dataclass
@@ -299,6 +299,7 @@ class Manifest:
     measured: Measured | None = None
     cuda: dict | None = None  # CUDA: how the kernels ship (core.compiler.backend.cuda.export_cuda_library)
     thread_pool: str | None = None  # the workbench's thread pool library in the folder (None: TVM's)
+    deploy: dict | None = None  # CPU: what the device installs and each part's bytes (core.compiler.runtime.deploy)
     files: list[str] = field(default_factory=list)
     checksums: dict[str, FileChecksum] | None = None  # every file but the manifest (None: exported before files were checked)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, written back as read
@@ -361,6 +362,8 @@ class Manifest:
 
     @property
     def built_for(self) -> str:
-        """'znver4 -avx512f': the CPU the code is for and the feature changes ('' when unrecorded)."""
+        """'znver4 -avx512f' or 'cortex-a76 +dotprod, aarch64-linux-gnu': the CPU the code is for, the
+        feature changes and another architecture's triple ('' when unrecorded)."""
         cpu = self.target.cpu or {}
-        return " ".join([str(cpu.get("name", "")), *(str(x) for x in cpu.get("features", []))]).strip()
+        text = " ".join([str(cpu.get("name", "")), *(str(x) for x in cpu.get("features", []))]).strip()
+        return f"{text}, {cpu['triple']}" if cpu.get("triple") else text

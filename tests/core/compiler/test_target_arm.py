@@ -102,6 +102,10 @@ def test_compile_for_a_preset_exports_a_cross_linked_artifact(tmp_path):
     cpu = manifest["target"]["cpu"]
     assert cpu["triple"] == ARM and cpu["name"] == "cortex-a76" and cpu["features"] == ["+dotprod"]
     assert not (out / "threadpool.so").exists()  # the workbench's pool is built for this machine only
+    deploy = manifest["deploy"]
+    assert deploy["platform"] == "linux-aarch64" and deploy["artifact_bytes"]["model.so"] == (out / "model.so").stat().st_size
+    assert "model.onnx" in deploy["check_only_bytes"] and "model.onnx" not in deploy["artifact_bytes"]
+    assert "the device (linux-aarch64) needs Python with numpy" in r.stdout
     assert manifest["verification"] is None or not manifest["verification"].get("passed")
     # the recipe rebuilds it for the same architecture, and says it cannot check it here
     rebuilt = tmp_path / "rebuilt"
