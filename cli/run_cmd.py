@@ -33,13 +33,17 @@ def run(args) -> int:
         np.savez(args.output, **dict(zip(names, outputs)))
     info = [{"name": n, "shape": list(o.shape), "dtype": str(o.dtype)} for n, o in zip(names, outputs)]
     path = art.path_for(feeds) if art.manifest.shape_buckets else None  # which code ran (shape buckets)
+    # code for another architecture ran under user-mode emulation (core.compiler.runtime.emulation): say so
+    emulated = f"under emulation of {art.manifest.target.cpu.get('triple')} (qemu-user; nothing measured)" if art.ran_emulated else None
     if args.json:
-        print(json.dumps({"outputs": info, "written": args.output, **({"path": path} if path else {})}))
+        print(json.dumps({"outputs": info, "written": args.output, **({"path": path} if path else {}), "emulated": art.ran_emulated}))
     else:
         for i in info:
             print(f"{i['name']}: shape {i['shape']} dtype {i['dtype']}")
         if path:
             print(f"ran: {path}")
+        if emulated:
+            print(f"ran {emulated}")
         if args.output:
             print(f"wrote {args.output}")
     return 0

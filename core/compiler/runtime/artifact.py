@@ -144,6 +144,9 @@ class Artifact:
     # runs from several threads take turns (the VM is not thread-safe; nor would the buffers be)
     _staging: dict = field(default_factory=dict, repr=False)
     _run_lock: Any = field(default_factory=threading.Lock, repr=False)
+    # the last run ran under user-mode emulation (code for another architecture: core.compiler.runtime.emulation),
+    # so a caller says so, and that it measured nothing
+    ran_emulated: bool = False
 
     # -- running -------------------------------------------------------------------------
 
@@ -153,10 +156,21 @@ class Artifact:
 
         return tvm.cuda(0) if self.target == TargetKind.CUDA else tvm.cpu(0)
 
+    @property
+    def foreign(self) -> bool:
+        """Whether the code is for another architecture than this machine's (an AArch64 build on x86-64):
+        `run` then runs it under emulation, and nothing else here can run it."""
+        return self.target != TargetKind.CUDA and code_arch(self.manifest.target.cpu) != host_arch()
+
     def vm(self):
         """The Relax VM (created on first use)."""
         if self._vm is None:
             from tvm import relax
+
+            if self.foreign:
+                triple = (self.manifest.target.cpu or {}).get("triple")
+                raise WorkbenchError(f"this model is compiled for {triple}, which this {host_arch()} machine runs only under emulation, where "
+                                     f"nothing is measured; run or check it here (run, bench --check-only), measure it on such a device.")
 
             if self.target == TargetKind.CUDA and not gpu_present():
                 raise WorkbenchError("this artifact is compiled for CUDA and this machine has no usable CUDA GPU; run it where one is.")
@@ -243,8 +257,14 @@ class Artifact:
         On the CPU the inputs are read in place where they can be (host_tensor), and copied into
         buffers kept for the next run where they cannot: the outputs are copies (to_numpy), so
         nothing of a run's buffers leaves it. Runs from several threads take turns. `function`:
-        as in run_device (default: the matching shape bucket, else main)."""
+        as in run_device (default: the matching shape bucket, else main).
+        Code for another architecture runs under emulation (`ran_emulated` says so afterwards): the
+        exported folder's run.py under qemu-user (core.compiler.runtime.emulation), which picks the
+        shape bucket itself; where emulation is not set up, one sentence says how."""
+        if self.foreign:
+            return self._run_emulated(feeds)
         with self._run_lock:
+            self.ran_emulated = False
             if self.target == TargetKind.CUDA:
                 return flatten_outputs(self.run_device(self.to_device(feeds), function))
             try:
@@ -252,6 +272,28 @@ class Artifact:
             except ArtifactRefused as e:
                 raise WorkbenchError(str(e)) from None
             return flatten_outputs(self.run_device([self._staged(i, a) for i, a in enumerate(arrays)], function))
+
+    def _run_emulated(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """`run` for code of another architecture: the folder's run.py under emulation (a model not
+        yet exported is exported to a temporary folder first)."""
+        from .emulation import emulator, not_set_up, run_emulated
+
+        triple = str((self.manifest.target.cpu or {}).get("triple"))
+        if emulator(triple) is None:
+            raise WorkbenchError(not_set_up(f"the artifact {self.folder}" if self.folder is not None else "this model", triple))
+        try:
+            check_feeds(self.inputs, feeds)
+        except ArtifactRefused as e:
+            raise WorkbenchError(str(e)) from None
+        with self._run_lock, contextlib.ExitStack() as stack:
+            folder = self.folder
+            if folder is None:
+                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mlcwb-foreign-")))
+                self.export(tmp / "artifact")
+                folder, self.folder = self.folder, None
+            out = run_emulated(folder, feeds)
+            self.ran_emulated = True
+        return [out[s.name] for s in self.outputs]
 
     def _staged(self, index: int, a: np.ndarray):
         """Input `index` as a CPU tensor: `a` itself where host_tensor reads it in place, else a
@@ -436,8 +478,11 @@ def load_artifact(folder: str | os.PathLike) -> Artifact:
             )
         register_cuda_compile_callback()
     try:
-        with quiet_tvm_scope_warnings():
-            lib = tvm.runtime.load_module(str(lib_path))
+        if target != TargetKind.CUDA and code_arch(manifest.target.cpu) != host_arch():
+            lib = None  # another architecture's code: not loadable here, run under emulation (Artifact.run)
+        else:
+            with quiet_tvm_scope_warnings():
+                lib = tvm.runtime.load_module(str(lib_path))
     except Exception as e:  # noqa: BLE001 - TVM raises several types
         raise WorkbenchError(cannot_load(lib_path, e)) from None
     src_model = folder / manifest.source_model  # inside the folder, and its hash checked, by check_artifact_folder

@@ -277,6 +277,22 @@ def _missing_cpu_features(tvm, manifest: dict) -> list:
     return sorted(f for f in cpu["requires"] if f in host and not host[f])
 
 
+def _virtual_machine(tvm, lib, dev):
+    """The Relax VM on `lib` for `dev`: tvm.runtime.vm.VirtualMachine (relax.VirtualMachine is the
+    same class, and `from tvm import relax` needs TVM's compiler library, which a runtime-only TVM,
+    TVM_USE_RUNTIME_LIB=1, lacks). Where even that module is missing, the VM is made as it makes
+    it: the executable's VM, initialised with (device type, index, allocator) for the device and
+    for the CPU (shape functions run there), the pooled allocator (2) for both."""
+    try:
+        from tvm.runtime.vm import VirtualMachine
+    except ImportError:
+        vm = lib["vm_load_executable"]()
+        cpu = tvm.cpu(0)
+        vm["vm_initialization"](dev.dlpack_device_type(), dev.index, 2, cpu.dlpack_device_type(), cpu.index, 2)
+        return vm  # vm["main"] is the function, as on VirtualMachine
+    return VirtualMachine(lib, dev)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the model; a refusal (artifact_check.ArtifactRefused) is one line on stderr, exit status 2."""
     args = _parse(argv)
@@ -339,7 +355,6 @@ def _main(args, checks) -> int:
     os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "20000")
     pool = _load_thread_pool(manifest) if (args.device or manifest.get("device", "cpu")) == "cpu" else None
     import tvm
-    from tvm import relax
 
     kind = args.device or manifest.get("device", "cpu")
     dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
@@ -355,7 +370,7 @@ def _main(args, checks) -> int:
         lib = _load_module(tvm, lib_path)
     except Exception as e:  # noqa: BLE001 - TVM raises several types
         return _fail(checks.cannot_load(lib_path, e))
-    vm = relax.VirtualMachine(lib, dev)
+    vm = _virtual_machine(tvm, lib, dev)
     args_dev = [tvm.runtime.tensor(a, dev) if kind == "cuda" else _host_tensor(tvm, np, a) for a in arrays]
 
     # a shape bucket compiled for exactly these input shapes, else the general main
