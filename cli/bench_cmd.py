@@ -1,4 +1,4 @@
-"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--cpu NAME] [--cpu-features F] [--shape-buckets NAME=N,...] [--runs N] [--vs-ort] [--json]`."""
+"""`bench MODEL|ARTIFACT_DIR [--target cpu] [--cpu NAME] [--cpu-features F] [--triple T] [--preset DEVICE] [--shape-buckets NAME=N,...] [--runs N] [--vs-ort] [--check-only] [--json]`."""
 from __future__ import annotations
 
 import json
@@ -20,6 +20,8 @@ def add_arguments(p) -> None:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim (repeatable; default 1)")
     add_bucket_argument(p)
     p.add_argument("--top", type=int, default=10, metavar="K", help="kernels listed in the text output (default 10)")
+    p.add_argument("--check-only", action="store_true", help="measure nothing: run it once on seeded inputs and compare with onnxruntime "
+                   "(an ARM64 build runs under emulation here: python scripts/setup_emulation.py sets it up)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -46,10 +48,13 @@ def run(args) -> int:
         art = load_artifact(args.model)
         dims = parse_dims(args.dim, art)
     else:
-        from core.compiler.target import cannot_run_here, target_cpu
+        from core.compiler.target import cannot_run_here, code_arch, host_arch, target_cpu
 
-        why = cannot_run_here(target_cpu(cpu_target(args, args.target)))
-        if why:  # refused before the compile, which would only be thrown away
+        built_for = target_cpu(cpu_target(args, args.target))
+        why = cannot_run_here(built_for)
+        # refused before the compile, which would only be thrown away (another architecture's code
+        # can still be checked under emulation)
+        if why and not (args.check_only and code_arch(built_for) != host_arch()):
             raise WorkbenchError(why)
         graph = load_model(args.model)
         dims = parse_dims(args.dim, graph)  # before the compile, which a misspelt dim would waste
@@ -58,6 +63,8 @@ def run(args) -> int:
         buckets = parse_buckets(args.shape_buckets, graph)
         art = compile_model(graph, args.target, verify_dims=dims or None, **cpu_options(args),
                             shape_buckets=buckets or None)
+    if args.check_only:
+        return _check_only(art, dims, args.json)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     if args.json:
         print(json.dumps(res.to_json()))
@@ -84,3 +91,18 @@ def run(args) -> int:
             nodes = ", ".join(k.onnx_nodes[:4]) + (" ..." if len(k.onnx_nodes) > 4 else "")
             print(f"  {k.ms:9.3f}  {k.share * 100:5.1f}%  {k.name}  [{nodes}]")
     return 0
+
+
+def _check_only(art, dims: dict, as_json: bool) -> int:
+    """bench --check-only: one run on seeded inputs against onnxruntime (emulated for another
+    architecture's code); exit status 0 when the outputs match, 1 when they differ."""
+    from core.compiler.check.artifact_run_check import check_artifact
+
+    if not as_json and art.foreign:
+        print("running it under emulation (no latency is measured; importing TVM alone takes ~10 s emulated)...", file=sys.stderr)
+    result = check_artifact(art, dims=dims or None)
+    if as_json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(result.sentence)
+    return 0 if result.match else 1

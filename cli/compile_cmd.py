@@ -217,7 +217,7 @@ def run(args) -> int:
         d = m.to_json()  # the manifest's own records, as manifest.json holds them
         print(json.dumps({"artifact": str(folder), "target": args.target, "cpu": m.target.cpu, "files": m.files, "verification": d.get("verification"),
                           "compile_seconds": m.compile_seconds, "memory_estimate": d.get("memory_estimate"), "measured": d.get("measured"),
-                          "tuning": d["tuning"], "shape_buckets": d.get("shape_buckets", [])}))
+                          "tuning": d["tuning"], "shape_buckets": d.get("shape_buckets", []), "deploy": d.get("deploy")}))
     else:
         v = m.verification
         check = (f"matches {v.reference} on {v.inputs} inputs (max abs error {v.max_abs_err:.3g})" if v is not None and v.checked
@@ -245,6 +245,9 @@ def run(args) -> int:
 
         if m.deploy:
             print(deploy_summary(m.deploy))
+        if (m.target.cpu or {}).get("triple"):
+            print(f"check it here under emulation: main.py bench {folder} --check-only; "
+                  f"time it on the device: main.py bench {folder} --rpc HOST:PORT:KEY")
         if recipe:
             print(f"rebuild it with TVM alone: python {folder}/recipe/rebuild.py -o NEW_FOLDER")
     return 0
