@@ -40,7 +40,11 @@
 
 A CUDA compile needs no GPU (code generation only); measuring it does, so without one the panel
 says so and offers Export. Likewise code for a CPU with features this machine lacks (AVX-512 code
-on an AVX2 host) is compiled and offered for Export, not run.
+on an AVX2 host) is compiled and offered for Export, not run. An ARM64 device (a preset such as
+Raspberry Pi 5, or "ARM64 device…") is compiled and cross-linked, never run here: the status says
+what was built, Export writes the AArch64 model.so, and the device row (app.panels.device_field)
+offers "Check under emulation" and "Time on device" (HOST:PORT:KEY of a TVM RPC tracker), whose
+per-kernel times reach the chart and the heat badges as the host's do.
 
 Parts in their own modules: the Tune box (app.panels.compile_tuning), Export / Save ONNX / Open
 Artifact (app.panels.compile_artifact), the kernel bar chart (app.panels.kernel_chart) and the
@@ -78,6 +82,7 @@ from app.panels.compile_artifact import ArtifactActions
 from app.panels.compile_results import built_for, result_rows, tuning_rows
 from app.panels.compile_tuning import TuneControls
 from app.panels.cpu_choice import CpuChoice
+from app.panels.device_field import DeviceControls
 from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
 from core import WorkbenchError
@@ -122,7 +127,7 @@ class _StatusLabel(QLabel):
             self.updateGeometry()  # a new width wraps the text into another number of lines
 
 
-class CompilePanel(TuneControls, ArtifactActions, QWidget):
+class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
     def __init__(self, window, dock: QDockWidget | None = None):
         super().__init__()
         self.window = window
@@ -163,6 +168,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.heat = QCheckBox("Heat on graph")
         self.heat.setChecked(True)
         self._make_tune_controls()
+        self._built_device = ""  # how the status names the ARM64 device the last compile was for ("Raspberry Pi 5")
+        device_row = self._make_device_controls()
         # the compile check's inputs and tolerances (app.dialogs.check), per model: reset when another is opened
         self.check = CheckChoice()
         self.check_label = QLabel()
@@ -218,7 +225,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.cpu.setMinimumContentsLength(14)
+        self.cpu.setMinimumContentsLength(17)  # 'Raspberry Pi 5 (Co…': longer entries are elided
         for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
@@ -244,6 +251,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(row)
         lay.addLayout(tune_row)
+        lay.addLayout(device_row)  # shown for an ARM64 choice or build (app.panels.device_field)
         status_row = QHBoxLayout()
         status_row.addWidget(self.status, 1)
         # beside the result line that says the values used (the two rows above are full at 1280 px)
@@ -266,6 +274,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.tune.toggled.connect(self._update_tune_controls)
         self.use_db.toggled.connect(self._update_tune_controls)
         self.target.currentIndexChanged.connect(self._update_tune_controls)
+        self.target.currentIndexChanged.connect(self._update_device_controls)
+        self.cpu.currentIndexChanged.connect(self._update_device_controls)
         self.tune_db_btn.clicked.connect(self.choose_tune_db)
         self._update_tune_controls()
         self.chart.kernelClicked.connect(self._select_kernel)
@@ -282,6 +292,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         # the heat map belongs to the ONNX graph: gone while a stage or preview is drawn, back with the model
         window.canvas.viewShown.connect(self._apply_heat)
         self._update_compile_button()
+        self._update_device_controls()
 
     # -- the compile check ----------------------------------------------------------------
 
@@ -413,7 +424,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         if graph is None or (self.job is not None and self.job.isRunning()):
             return
         target = self.target_kind()
-        cpu, cpu_features = self.cpu.choice()
+        cpu_target = self.cpu.choice()  # cpu, cpu_features, and for an ARM64 device its triple and cores
         runs = self.runs.value()
         vs_ort = self.vs_ort.isChecked()
         # the document's record of the rewrites, and the pass list the user set up for this
@@ -441,6 +452,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self._dims_refusal = None
         self._clear_offer()
         self.dims_used = dims
+        self._built_device = cpu_target.device if cpu_target.foreign_arch and target is TargetKind.CPU else ""
         self._tuning_job = bool(tuning)
         model = graph.clone()  # the worker owns its copy; edits during the compile do not race it
         autosaver = getattr(self.window, "autosaver", None)
@@ -453,7 +465,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             from core.compiler.target import foreign_code, gpu_present
 
             art = compile_model(
-                model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, cpu=cpu, cpu_features=cpu_features,
+                model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, **cpu_target.options(),
                 progress=lambda event: job.report(_as_compile(event)), verify_dims=dims or None, shape_buckets=buckets or None,
                 **check, **tuning,
             )
@@ -471,6 +483,8 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         if tuning:
             search = f"{tuning['tune_trials']} search trials per kernel" if tuning["tune_trials"] else "template search only"
             text = f"Compiling for {target.upper()} with tuning (budget {self.tune_minutes.value():g} min, {search})…"
+        elif self._built_device:
+            text = f"Compiling for {self._built_device} ({cpu_target.describe()})…"
         else:
             text = f"Compiling for {target.upper()}…"
         self._start_job(work, "Compile & Run", self._done, text, self._compile_progress, for_model=True)
@@ -548,6 +562,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self._busy_now = on
         self._update_compile_button()
         self._update_tune_controls()
+        self._update_device_controls()
 
     def _progress(self, frac: float, text: str, short: str | None = None) -> None:
         self.progress.setValue(int(frac * 1000))
@@ -633,9 +648,12 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
             from core.compiler.target import foreign_code
 
             foreign = art.target == TargetKind.CPU and foreign_code(m.target.cpu)
-            where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
-                     else "No GPU here to run it: Export the artifact and run it where a GPU is.")
-            self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.compile_seconds} s; {check}{extra}. {where}")
+            if self.artifact_foreign():  # another architecture's code: cross-linked, never run here
+                self.status.setText(self._foreign_arch_text(art) + (f" ({extra.removeprefix('; ')})" if extra else ""))
+            else:
+                where = ("This machine cannot run it: Export the artifact and run it on such a CPU." if foreign
+                         else "No GPU here to run it: Export the artifact and run it where a GPU is.")
+                self.status.setText(f"Compiled for {built_for(art)}{self._with_dims()} in {m.compile_seconds} s; {check}{extra}. {where}")
         else:
             ratio = f"; {res.ratio:g}× onnxruntime" if res.ratio is not None else ""
             if res.path:  # with shape buckets: which code the measurement ran
@@ -650,6 +668,19 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.chart.set_kernels(res.kernels if res is not None else [])
         self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
+
+    def _foreign_arch_text(self, art) -> str:
+        """'Compiled for Raspberry Pi 5 (cortex-a76 +dotprod, aarch64-linux-gnu) in 2.1 s: not run on
+        this x86_64 machine — export it, check it under emulation, or time it on the device.'"""
+        from core.compiler.target import host_arch
+
+        triple = str((art.manifest.target.cpu or {}).get("triple", ""))
+        built = art.manifest.built_for
+        if triple not in built:  # manifests name the triple in built_for since a1b7681
+            built = f"{built}, {triple}"
+        device = self._built_device or "an ARM64 device"
+        return (f"Compiled for {device} ({built}){self._with_dims()} in {art.manifest.compile_seconds} s: not run on this "
+                f"{host_arch()} machine — export it, check it under emulation, or time it on the device.")
 
     def _with_dims(self, measured: dict | None = None) -> str:
         """' with N=4': the symbolic dims the result was checked and measured at ('' for none)."""
@@ -767,6 +798,7 @@ class CompilePanel(TuneControls, ArtifactActions, QWidget):
         self.table.setRowCount(0)
         self.chart.set_kernels([])
         self.export_btn.setEnabled(False)
+        self._update_device_controls()
         self.status.setStyleSheet("")
         self.status.setText("Compile the open model to see its latency, memory and where the time goes.")
         # the bar's "done" / "exported" / "failed" was the old model's

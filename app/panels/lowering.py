@@ -13,6 +13,9 @@ them outlined. Double-clicking a call expands it into its fused function / TIR k
 returns); a TIR kernel also opens in the Schedule panel (app.panels.schedule), as it stands
 before ScheduleTIR. Keys: Ctrl+L lower, Alt+Down / Alt+Up next / previous stage.
 
+Beside the target, the CPU the code is for (app.panels.cpu_choice, as in the Compile panel): an
+ARM64 device lowers to AArch64 code and ends in its assembly.
+
 Lowering runs on a worker thread (app.workers.Job) with progress and Cancel; the GUI only shows
 what core.compiler.lowering computed.
 """
@@ -111,6 +114,13 @@ class LoweringPanel(QWidget):
         self.target_box.addItems(list(TargetKind))
         self.target_box.setToolTip("Target: CPU (LLVM) or CUDA (CUDA C is generated without a GPU)")
         self.target_box.currentTextChanged.connect(self._target_changed)
+        # the CPU the code is for (the Compile panel's choice: this host, an x86-64 CPU, an ARM64
+        # device): an ARM64 choice lowers to AArch64 code, its assembly the last stage
+        from app.panels.cpu_choice import CpuChoice
+
+        self.cpu_box = CpuChoice()
+        self.cpu_box.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        self.cpu_box.setMinimumContentsLength(9)
         self.lower_button = QPushButton("Lower")
         self.lower_button.setToolTip("Lower the model through the pipeline (Ctrl+L)")
         self.lower_button.clicked.connect(self.start)
@@ -150,6 +160,7 @@ class LoweringPanel(QWidget):
         lv.setSpacing(3)
         row = QHBoxLayout()
         row.addWidget(self.target_box)
+        row.addWidget(self.cpu_box)
         for b in (self.lower_button, self.cancel_button):  # the style's 80 px minimum widened the panel
             b.setMinimumWidth(b.fontMetrics().horizontalAdvance(b.text()) + 20)
             row.addWidget(b)
@@ -270,6 +281,7 @@ class LoweringPanel(QWidget):
         self.set_specs(default_pipeline(self.target_kind()))
 
     def _target_changed(self, target: str) -> None:
+        self.cpu_box.setVisible(self.target_kind() is TargetKind.CPU)  # CUDA's host CPU is this machine
         self.reset_passes()
 
     def _passes_edited(self, *_args) -> None:
@@ -302,11 +314,15 @@ class LoweringPanel(QWidget):
             self.dock.raise_()
         snapshot = graph.clone()  # the user may keep editing while this runs
         target = self.target_kind()
+        cpu = self.cpu_box.choice() if target is TargetKind.CPU else None
         cache = self.cache
 
         def work(job: Job):
             try:
-                stages = lower(snapshot, target, specs, cache=cache, cancel=job.is_cancelled, progress=job.report)
+                # another CPU than this host's: its target (TVM and LLVM's checks on the worker); an ARM64 device's assembly too
+                built_for = cpu.target() if cpu is not None and (cpu.cpu is not None or cpu.foreign_arch) else target
+                stages = lower(snapshot, built_for, specs, cache=cache, cancel=job.is_cancelled, progress=job.report,
+                               assembly=cpu is not None and cpu.foreign_arch)
                 return stages, ""
             except Cancelled as e:
                 return e.stages, "Cancelled."
