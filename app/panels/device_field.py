@@ -1,4 +1,5 @@
-"""The Compile & Run panel's device row, for code this machine cannot run (an ARM64 build):
+"""The Compile & Run panel's device row, shown for a deployment CPU (a named x86-64 CPU, an ARM64
+device) and for code this machine cannot run:
 "Check under emulation" runs the compiled model under user-mode emulation and compares it with
 onnxruntime (core.compiler.check.artifact_run_check.check_artifact: it says whether the outputs
 match and the largest error, and that an emulated run measures nothing), and the device field
@@ -12,7 +13,10 @@ says what it needs."""
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import re
+import tempfile
 
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton
@@ -20,10 +24,13 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QLineEdit, QPushButton
 from app.panels.compile_results import format_ms
 from app.workers import Job
 from core import WorkbenchError
+from core.errors import Cancelled
 from core.compiler.target import TargetKind
 from core.progress import Progress
 
 __all__ = ["DeviceControls", "check_function", "remote_function", "check_address"]
+
+logger = logging.getLogger(__name__)
 
 _CHECK = ("core.compiler.check.artifact_run_check", "check_artifact")
 _REMOTE = ("core.compiler.measure.remote", "bench_remote")
@@ -49,14 +56,24 @@ def remote_function():
 
 
 def check_address(text: str) -> str:
-    """The device field's 'HOST:PORT:KEY', stripped; one sentence when it is not of that form."""
-    m = _ADDRESS.match(text or "")
-    if not m or not 0 < int(m.group(2)) < 65536:
-        shown = (text or "").strip()
+    """The device field's 'HOST:PORT:KEY' (or 'HOST:PORT', an RPC server without a tracker), as
+    core.compiler.measure.remote reads it, stripped; one sentence in the panel's words otherwise."""
+    shown = (text or "").strip()
+    if not shown:
+        raise WorkbenchError("the device field is empty: give HOST:PORT:KEY (a TVM RPC tracker and the key its device registered under).")
+    try:
+        from core.compiler.measure.remote import parse_device_address
+    except ImportError:
+        parse_device_address = None
+    try:
+        if parse_device_address is not None:
+            parse_device_address(shown)
+        elif not _ADDRESS.match(shown):
+            raise WorkbenchError(shown)
+    except WorkbenchError:  # core's sentence names the CLI's --rpc: say it for the field
         raise WorkbenchError(f"the device field wants HOST:PORT:KEY (a TVM RPC tracker and the key its device registered under, "
-                             f"e.g. 127.0.0.1:9190:rpi5), not '{shown}'." if shown else
-                             "the device field is empty: give HOST:PORT:KEY (a TVM RPC tracker and the key its device registered under).")
-    return text.strip()
+                             f"e.g. 127.0.0.1:9190:rpi5) or HOST:PORT (an RPC server), not '{shown}'.") from None
+    return shown
 
 
 def _field(res, name: str, default=None):
@@ -78,6 +95,25 @@ def remote_kernels(res) -> list:
             out.append(KernelTime(name=str(k.get("name", "?")), ms=float(k.get("ms", 0.0)), share=float(k.get("share", 0.0) or 0.0),
                                   calls=int(k.get("calls", 1) or 1), onnx_nodes=[str(n) for n in k.get("onnx_nodes", []) or []]))
     return out
+
+
+def remote_rows(res) -> list[tuple[str, str, str]]:
+    """The results table's rows for a device's timing (label, on the device, '–': onnxruntime did not run there)."""
+    lat = _field(res, "latency_ms")
+    rows = []
+    get = (lambda n: lat.get(n)) if isinstance(lat, dict) else (lambda n: getattr(lat, n, None))
+    for label, a, b in (("Latency median", "median", None), ("Latency p10 – p90", "p10", "p90"), ("Latency min – max", "min", "max")):
+        x, y = get(a) if lat is not None else None, get(b) if lat is not None and b else None
+        if x is not None:
+            rows.append((label, f"{format_ms(x).removesuffix(' ms')} – {format_ms(y)}" if y is not None else format_ms(x), "–"))
+    runs = get("runs") if lat is not None else None
+    if runs is not None:
+        rows.append(("Runs", str(runs), "–"))
+    device = _field(res, "device") or {}
+    if isinstance(device, dict) and device:
+        # its CPU (the address is in the status line): "cortex-a76", else what the device did not say
+        rows.append(("Device CPU", str(device.get("name") or device.get("arch") or "not reported"), "–"))
+    return rows
 
 
 def remote_median(res) -> tuple[float | None, int | None]:
@@ -109,11 +145,11 @@ class DeviceControls:
         self.emulate_btn.clicked.connect(self.check_emulated)
         self.device_btn.clicked.connect(self.time_on_device)
         row = QHBoxLayout()
-        row.addWidget(self.emulate_btn)
-        row.addSpacing(12)
         row.addWidget(self.device_label)
         row.addWidget(self.device)
         row.addWidget(self.device_btn)
+        row.addSpacing(12)
+        row.addWidget(self.emulate_btn)
         row.addStretch(1)
         return row
 
@@ -124,12 +160,24 @@ class DeviceControls:
         art = self.artifact
         return art is not None and art.target == TargetKind.CPU and code_arch(art.manifest.target.cpu) != host_arch()
 
+    def _cannot_run_here(self) -> bool:
+        """The last compile's CPU code needs features this machine lacks (AVX-512 on an AVX2 host)."""
+        from core.compiler.target import foreign_code
+
+        art = self.artifact
+        return art is not None and art.target == TargetKind.CPU and bool(foreign_code(art.manifest.target.cpu))
+
     def _update_device_controls(self, *_args) -> None:
-        """The row shows for an ARM64 choice or an ARM64 build; each button says why it is off."""
+        """The row shows for a deployment CPU (a named one, an ARM64 device) or code this machine
+        cannot run, "Check under emulation" for another architecture's only; each button says why
+        it is off."""
         foreign = self.artifact_foreign()
-        shown = foreign or (self.target_kind() is TargetKind.CPU and self.cpu.choice().foreign_arch)
-        for w in (self.emulate_btn, self.device_label, self.device, self.device_btn):
+        choice = self.cpu.choice() if self.target_kind() is TargetKind.CPU else None
+        arm = foreign or (choice is not None and choice.foreign_arch)
+        shown = arm or (choice is not None and choice.cpu is not None) or self._cannot_run_here()
+        for w in (self.device_label, self.device, self.device_btn):
             w.setVisible(shown)
+        self.emulate_btn.setVisible(arm)
         busy = self._busy_now
         if check_function() is None:
             self.emulate_btn.setEnabled(False)
@@ -194,20 +242,31 @@ class DeviceControls:
             return
         runs = self.runs.value()
         dims = dict(self.dims_used)
+        foreign = self.artifact_foreign()
 
         def work(job: Job):
-            def progress(*args):
-                if len(args) == 1 and isinstance(args[0], Progress):
-                    job.report(args[0])
-                elif len(args) >= 2:
-                    job.report(Progress(float(args[1]), f"device: {args[0]}"))
+            def progress(step: str, fraction: float) -> None:
+                job.report(Progress(float(fraction), f"device: {step}"))
+
             try:
-                return address, bench_remote(art, address, runs=runs, warmup=3, dims=dims or None, per_kernel=True, progress=progress)
-            except WorkbenchError:
+                with tempfile.TemporaryDirectory(prefix="mlcwb-device-") as tmp:
+                    what = art
+                    if foreign:  # another architecture's model.so: exported (cross-linked) as Export does, then sent
+                        job.report(Progress(0.02, "device: exporting the cross-linked library"))
+                        exported_to = art.folder
+                        try:
+                            what = str(art.export(os.path.join(tmp, "artifact")))
+                        finally:
+                            art.folder = exported_to  # the temporary folder goes with this job
+                    return address, bench_remote(what, address, runs=runs, warmup=3, dims=dims or None, per_kernel=True,
+                                                 progress=progress, cancel=job.is_cancelled)
+            except (WorkbenchError, Cancelled):
                 raise
             except Exception as e:  # noqa: BLE001 - RPC raises TVMError, OSError, TimeoutError…
-                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-                raise WorkbenchError(f"timing on the device {address} failed: {first}") from e
+                logger.exception("Time on device %s", address)
+                lines = [l.strip() for l in str(e).splitlines() if l.strip()] or [type(e).__name__]
+                said = lines[0] + (f" {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else "")
+                raise WorkbenchError(f"timing on the device {address} failed: {said.rstrip('.')} (details in the log).") from e
 
         self._start_job(work, "Time on device", self._device_done, f"Timing on the device {address} (through the RPC tracker)…")
 
@@ -219,21 +278,13 @@ class DeviceControls:
         self.status.setStyleSheet("")
         median, runs = remote_median(res)
         kernels = remote_kernels(res)
-        from core.compiler.measure.bench import BenchResult
-
-        if isinstance(res, BenchResult):
-            from app.panels.compile_results import result_rows
-
-            self._fill_table(result_rows(res))
-            self._warn_spread(res)
-        else:
-            self._fill_table([("Latency median (device)", format_ms(median) if median is not None else "–", "–"),
-                              ("Runs", str(runs) if runs is not None else "–", "–")])
+        self._fill_table(remote_rows(res))
         # the per-kernel times take the host's path: the chart, and the heat badges on the graph
         self.chart.set_kernels(kernels)
         self.heat_kernels = kernels
         self._apply_heat()
         where = f"the device {address}"
         lat = f"median {format_ms(median)}" + (f" over {runs} runs" if runs else "") if median is not None else "no latency came back"
-        heat = f"; {len(kernels)} kernel times on the graph" if kernels else ""
+        note = _field(res, "kernels_note")
+        heat = f"; {len(kernels)} kernel times on the graph" if kernels else (f"; {str(note).rstrip('.')}" if note else "")
         self.status.setText(f"Timed on {where}: {lat}{heat}.")

@@ -130,7 +130,7 @@ def test_the_device_field_refuses_a_bad_address_in_one_sentence(window, qtbot, m
     assert panel.device_btn.isEnabled()
     panel.device_btn.click()
     text = panel.status.text()
-    assert "HOST:PORT:KEY" in text and "rpi5.local:port:key" in text and text.count(". ") == 0
+    assert "HOST:PORT:KEY" in text and "rpi5.local:port:key" in text and "\n" not in text and "--rpc" not in text
     assert panel.compile_btn.isEnabled()  # nothing started
     # a tracker nobody listens on: one sentence, and the panel comes back
     panel.device.setText("127.0.0.1:1:nokey")
@@ -204,6 +204,9 @@ def test_time_on_device_through_a_loopback_rpc_server(window, qtbot, monkeypatch
         assert window.open_model(str(sample("mm_relu")), wait=True)
         panel = _panel(window)
         panel.runs.setValue(3)
+        assert not panel.device.isVisible()  # this host: nothing to deploy to
+        assert panel.cpu.select("haswell", "")  # a deployment CPU (AVX2: every host of this project runs it)
+        assert panel.device.isVisible() and not panel.emulate_btn.isVisible()
         panel.start()
         qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=180_000)
         assert panel.artifact is not None, panel.status.text()
@@ -211,7 +214,18 @@ def test_time_on_device_through_a_loopback_rpc_server(window, qtbot, monkeypatch
         panel.device_btn.click()
         qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=180_000)
         assert panel.status.text().startswith(f"Timed on the device 127.0.0.1:{tracker.port}:loopback: median"), panel.status.text()
-        assert panel.heat_values()
+        assert panel.heat_values() and panel.table.item(panel.table.rowCount() - 1, 0).text() == "Device CPU"
+        # an ARM64 build sent to this x86-64 server: exported cross-linked, then refused in one sentence naming both
+        _needs_cross_compiler()
+        assert panel.cpu.select_device("rpi5")
+        panel.start()
+        qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=180_000)
+        assert panel.artifact_foreign()
+        panel.device_btn.click()
+        qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=180_000)
+        text = panel.status.text()
+        assert panel.progress.format() == "failed" and "built for aarch64-linux-gnu" in text and "x86_64" in text, text
+        assert panel.artifact.folder is None  # the temporary export went with the job
     finally:
         server.terminate()
         tracker.terminate()
