@@ -61,6 +61,7 @@ DOC_PAGES = (
     ("&Tuning", "docs/tuning.md"),
     ("&Scheduling a Kernel by Hand", "docs/scheduling.md"),
     ("&Artifacts", "docs/artifacts.md"),
+    ("&Deploying to ARM64 Devices", "docs/deploy.md"),
     ("&Measuring", "docs/measuring.md"),
     ("&Performance Figures", "docs/performance.md"),
     ("&Reliability and Safety", "docs/reliability.md"),

@@ -1,4 +1,4 @@
-"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--shape-buckets NAME=N,NAME=N ...] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
+"""`compile MODEL --target cpu|cuda -o ARTIFACT_DIR [--cpu NAME] [--cpu-features F] [--triple T] [--preset DEVICE] [--tune-trials N] [--tune-minutes M] [--tune-db DIR] [--tune-rpc HOST:PORT:KEY] [--shape-buckets NAME=N,NAME=N ...] [--verify-inputs IN.npz] [--rtol R] [--atol A]`."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""`lower MODEL [--target cpu|cuda] [--cpu NAME] [--cpu-features F] [--dump DIR] [--json]`: the model, one lowering step at a time.
+"""`lower MODEL [--target cpu|cuda] [--cpu NAME] [--cpu-features F] [--triple T] [--preset DEVICE] [--dump DIR] [--json]`: the model, one lowering step at a time.
 
 Runs core.compiler.lowering.lower (the same stages the GUI's Lowering panel shows) and prints each stage's
 name, abstraction level, pass and seconds; with --dump, writes one numbered text file per stage
