@@ -117,18 +117,13 @@ def local_runner(threads: int | None = 1):
     return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=config, f_run_evaluator=_run_evaluator_on(threads))
 
 
-def parse_rpc_address(text: str) -> tuple[str, int, str]:
+def parse_rpc_address(text: str, option: str = "--tune-rpc") -> tuple[str, int, str]:
     """'HOST:PORT:KEY' (a TVM RPC tracker and the key its devices registered under) as
-    (host, port, key); a WorkbenchError naming what is wrong otherwise."""
-    from ...errors import WorkbenchError
+    (host, port, key); a WorkbenchError naming what is wrong otherwise (`option`: the flag it names).
+    The parser lives with `bench --rpc`'s (core.compiler.measure.remote), below tuning."""
+    from ..measure.remote import parse_tracker_address
 
-    parts = str(text).strip().rsplit(":", 2)
-    if len(parts) != 3 or not all(p.strip() for p in parts):
-        raise WorkbenchError(f"--tune-rpc wants HOST:PORT:KEY (a TVM RPC tracker and a device key), not '{text}'.")
-    host, port, key = (p.strip() for p in parts)
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise WorkbenchError(f"--tune-rpc: the tracker port must be a number from 1 to 65535, not '{port}'.")
-    return host, int(port), key
+    return parse_tracker_address(text, option)
 
 
 def rpc_runner(tracker_host: str, tracker_port: int, key: str, *, session_timeout_s: int = 60, max_workers: int = 1, repeat: int = 1, number: int = 3):
