@@ -20,6 +20,9 @@ def add_arguments(p) -> None:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N", help="value of a symbolic dim (repeatable; default 1)")
     add_bucket_argument(p)
     p.add_argument("--top", type=int, default=10, metavar="K", help="kernels listed in the text output (default 10)")
+    from cli import bench_remote
+
+    bench_remote.add_arguments(p)
     p.add_argument("--check-only", action="store_true", help="measure nothing: run it once on seeded inputs and compare with onnxruntime "
                    "(an ARM64 build runs under emulation here: python scripts/setup_emulation.py sets it up)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -37,9 +40,21 @@ def run(args) -> int:
     from core.compiler.compile import compile_model
     from core.errors import WorkbenchError
 
+    from cli import bench_remote
+
     parse_dims(args.dim)  # a malformed value is refused before anything is loaded; the names once it is
     if args.runs < 1:
         raise WorkbenchError(f"--runs must be at least 1, not {args.runs}.")
+    if args.rpc is not None and args.check_only:
+        raise WorkbenchError("--check-only runs the model here (emulated for another architecture) and --rpc times it on a device; give one of them.")
+    if args.rpc is not None:
+        from core.compiler.measure.remote import parse_device_address
+
+        parse_device_address(args.rpc)  # a malformed address is refused before anything is compiled
+    if os.path.isdir(args.model) and args.rpc is not None:
+        if args.cpu or args.cpu_features or args.triple or args.preset or args.shape_buckets:
+            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu, --cpu-features, --triple, --preset and --shape-buckets apply when compiling a model.")
+        return bench_remote.run(args, args.model)  # the folder's model.so is never loaded here (it may be for another CPU)
     if os.path.isdir(args.model):
         if args.cpu or args.cpu_features or args.triple or args.preset:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu, --cpu-features, --triple and --preset apply when compiling a model.")
@@ -53,8 +68,8 @@ def run(args) -> int:
         built_for = target_cpu(cpu_target(args, args.target))
         why = cannot_run_here(built_for)
         # refused before the compile, which would only be thrown away (another architecture's code
-        # can still be checked under emulation)
-        if why and not (args.check_only and code_arch(built_for) != host_arch()):
+        # can still be checked under emulation; a device runs what this machine cannot)
+        if why and args.rpc is None and not (args.check_only and code_arch(built_for) != host_arch()):
             raise WorkbenchError(why)
         graph = load_model(args.model)
         dims = parse_dims(args.dim, graph)  # before the compile, which a misspelt dim would waste
@@ -65,6 +80,8 @@ def run(args) -> int:
                             shape_buckets=buckets or None)
     if args.check_only:
         return _check_only(art, dims, args.json)
+    if args.rpc is not None:
+        return bench_remote.run(args, art)
     res = benchmark(art, runs=args.runs, warmup=args.warmup, vs_ort=args.vs_ort, dims=dims or None)
     if args.json:
         print(json.dumps(res.to_json()))

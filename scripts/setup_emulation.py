@@ -32,7 +32,7 @@ import time
 import zipfile
 from pathlib import Path
 
-FORMAT = 1
+FORMAT = 2  # 2: the RPC server's packages too
 STAMP = "stamp.json"
 DIR_ENV = "MLCWB_EMULATION_DIR"
 # What each triple needs: Debian's architecture name, qemu's, the wheel platform tags pip may take.
@@ -147,7 +147,8 @@ def install_wheels(root: Path, python: str, platforms: list[str], versions: dict
     wheels.mkdir(exist_ok=True)
     base = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--implementation", "cp",
             "--python-version", python, *[x for p in platforms for x in ("--platform", p)], "-d", str(wheels), "-q"]
-    for name in ("numpy", "ml_dtypes", "typing_extensions"):
+    # numpy and TVM's dependencies; cloudpickle, psutil and tornado are TVM's RPC server's (an emulated device)
+    for name in ("numpy", "ml_dtypes", "typing_extensions", "cloudpickle", "psutil", "tornado"):
         say(f"pip download {name} for Python {python}")
         run([*base, name])
     for name, version in versions.items():  # pinned to the host's; a post-release may have no wheel for this platform

@@ -31,6 +31,7 @@ __all__ = [
     "emulation_dir",
     "not_set_up",
     "run_emulated",
+    "device_server",
     "artifact_triple",
     "DIR_ENV",
     "SETUP_COMMAND",
@@ -154,3 +155,30 @@ def run_emulated(artifact_dir: str | os.PathLike, feeds: dict[str, np.ndarray], 
             return read_npz(outputs)
         except ArtifactRefused as e:
             raise WorkbenchError(f"{folder / RUNNER} under {emu.name} emulation wrote no outputs ({e}).") from None
+
+
+# TVM's RPC server in the emulated Python's own process: tvm.rpc.Server starts it in a child
+# interpreter (exec of an AArch64 binary, which the kernel refuses without binfmt_misc), so the
+# server's state is made here instead; each session is still served in a forked process.
+_DEVICE_SERVER = """
+import sys, time
+from tvm.rpc import server
+host, port, key, tracker = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+addr = (tracker.rsplit(":", 1)[0], int(tracker.rsplit(":", 1)[1])) if tracker else None
+port = server._popen_start_rpc_server(host, port, port + 1, key=key, tracker_addr=addr, silent=True)
+print("serving", port, flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def device_server(triple: str, port: int, key: str = "", tracker: str | None = None, host: str = "127.0.0.1") -> subprocess.Popen:
+    """An emulated device: TVM's RPC server in the AArch64 Python under qemu, listening on
+    host:port (registered with the tracker HOST:PORT under `key` when given), to try `bench --rpc`
+    and tuning over RPC without the device. Its latencies are the emulator's, not the device's.
+    The caller stops it (terminate()); it has printed 'serving PORT' once it listens."""
+    emu = emulator(triple)
+    if emu is None:
+        raise WorkbenchError(not_set_up("an emulated RPC device", triple))
+    return subprocess.Popen(emu.command("-c", _DEVICE_SERVER, host, str(port), key, tracker or ""), env=emu.environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
