@@ -33,6 +33,7 @@ __all__ = [
     "fma_microseconds",
     "parallel_pays",
     "conv_runs_parallel",
+    "is_aarch64",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,20 @@ def conv_runs_parallel(macs: int) -> bool:
     """Whether a (non-depthwise) conv of `macs` multiply-adds runs its outer loop in parallel: from
     its estimated one-core time (see PARALLEL_MIN_US): 0.27 M multiply-adds and up."""
     return parallel_pays(fma_microseconds(macs))
+
+
+def is_aarch64(target) -> bool:
+    """Whether `target` builds AArch64 code (its triple's, or this machine's when it names none).
+
+    NEON's FMA takes no memory operand: where x86 folds each broadcast input into its FMA
+    (vfmadd231ps with a broadcast memory operand), AArch64 loads it into a vector register of its
+    own (ldr s / ld1r, then fmla by lane), so its register tiles leave room for those inputs."""
+    from ..target import code_arch, target_cpu
+
+    try:
+        return code_arch(target_cpu(target)) == "aarch64"
+    except Exception:  # noqa: BLE001 - a target without a CPU record
+        return False
 
 
 def const_int(expr) -> int | None:

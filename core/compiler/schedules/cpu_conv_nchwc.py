@@ -15,6 +15,7 @@ from .cpu_common import (
     conv_runs_parallel,
     decompose_vector_init,
     find_block,
+    is_aarch64,
     schedule_remaining_blocks,
     split_padding_by_rows,
 )
@@ -218,7 +219,8 @@ class Conv2dNCHWc:
         padded = const_int(stmt.reads[0].source.shape[3]) if padded else None  # the padded copy's width
         flat = flat_1x1(extents, [const_int(d) for d in stmt.reads[0].source.shape], padded)
         return {"conv": conv, "extents": extents, "data_region": stmt.reads[0], "in_block": in_block, "lanes": vector_lanes(target),
-                "registers": vector_registers(target), "padded": padded, "full_width": full_width_avx512(target), "flat": flat}
+                "registers": vector_registers(target), "padded": padded, "full_width": full_width_avx512(target), "flat": flat,
+                "aarch64": is_aarch64(target)}
 
     def _default_tile(self, info) -> tuple[int, int]:
         _, _, out_height, out_width, oc_block, _, kh, kw = info["extents"]
@@ -242,7 +244,13 @@ class Conv2dNCHWc:
         oc2 = pixel_channel_blocks(chunks, out_height * out_width)
         two_fma_units = info["full_width"] or (AVX2_TWO_BLOCKS and info["lanes"] == 8)  # (see FULL_WIDTH_AVX512_CPUS)
         flat = False
-        if oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
+        if info["aarch64"] and info["in_block"] < info["lanes"] and oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
+            # AArch64 image stem (NCHW3c): every input is a register of its own (no FMA reads memory)
+            # and a strided row of T columns reads 2T + 1 of them per tap row; 4 columns of two
+            # channel blocks (8 accumulators, 6 weight vectors) fit v0-v31 where 8 x 1 spilled
+            # under Cortex-A76's scheduling (docs/performance.md: ARM64 (AArch64))
+            t, th, oc2 = max(d for d in range(1, 5) if out_width % d == 0), 1, 2
+        elif oc2 == 1 and chunks % 2 == 0 and oc_block == info["lanes"]:
             # two blocks where the FMA units are two, or where one block's tile has too few
             # independent FMAs to hide their latency (see MIN_ACCUMULATORS)
             few = t * th < MIN_ACCUMULATORS
@@ -255,7 +263,9 @@ class Conv2dNCHWc:
             if pair is not None:
                 (t, th), oc2 = pair, 2
         config = {"t": t, "th": th, **({"oc2": oc2} if oc2 > 1 else {}), **({"flat": True} if flat else {})}
-        if reads_padding_in_place(info["extents"], info["in_block"], info["lanes"], info["padded"]):
+        # (AArch64: the stem copies its padding; read in place, the selects' branches split the
+        # tile's loop and LLVM spilled it, with one row or two)
+        if reads_padding_in_place(info["extents"], info["in_block"], info["lanes"], info["padded"]) and not info["aarch64"]:
             config["inline_pad"] = True
             if th == 1 and out_height % 2 == 0 and 2 * t * oc2 * (oc_block // info["lanes"]) <= info["registers"] // 2:
                 config["th"] = 2  # two rows share the tile's weight vectors (AVX-512's 32 registers only)
@@ -367,6 +377,12 @@ class Conv2dNCHWc:
         tile = [loop for loop in (oc_inner, oh_inner, ow_inner) if loop is not None]
         outer = [loop for loop in (n, occ, oh_outer, oc_group) if loop is not None]
         sch.reorder(*outer, ow_outer, ic_outer, kh, kw, ic_inner, *tile, ocb)
+        if info["aarch64"] and not unroll_kw:
+            # AArch64: NEON's FMA takes no memory operand, so each input is a register of its own;
+            # with the input channel outside kw, the inputs a strided conv's columns share across
+            # kw (2c + 2 = 2(c + 1) + 0) stay live for one channel, not for all four, and the
+            # tile fits v0-v31 (docs/performance.md: ARM64 (AArch64))
+            sch.reorder(ic_inner, kw)
         for loop in tile[:-1]:  # ow_inner is unrolled below
             sch.unroll(loop)
         if unroll_kw:

@@ -39,6 +39,7 @@ from .cpu_common import (
     decompose_vector_init,
     find_block,
     fit_lanes,
+    is_aarch64,
     iter_kinds,
     layout_free_params,
     pack_read_buffer,
@@ -103,11 +104,14 @@ def use_blocked_form(channels: int, out_width: int, lanes: int, stride: int = 1)
     return fit_lanes(channels, lanes) is not None and (stride > 1 or out_width <= BLOCKED_MAX_WIDTH)
 
 
-def blocked_tile(out_width: int, registers: int) -> int:
+def blocked_tile(out_width: int, registers: int, row_taps: int = 0) -> int:
     """Output columns per register tile of the blocked form: the widest divisor of the row
     whose accumulators leave room for the weight, the input and a spare (<= registers - 4),
-    at most 14."""
+    at most 14. With `row_taps` (AArch64: the kernel's width; its FMA reads no memory operand)
+    the row's T + row_taps - 1 input vectors and row_taps weights are registers too."""
     limit = min(14, registers - 4)
+    if row_taps:
+        limit = min(limit, (registers - 2 * row_taps - 2) // 2)
     return max(d for d in range(1, limit + 1) if out_width % d == 0)
 
 
@@ -160,7 +164,7 @@ class Pool2dNCHW:
         parallel = depthwise_runs_parallel(work, buffer_bytes(data) + buffer_bytes(stmt.writes[0].source))
         return DepthwiseConv2dNCHW._schedule_blocked(
             sch, pool, pad, extents[4] * extents[5], extents[3], parallel, block, vector_registers(target), weighted=False,
-            min_rows=halo_min_rows(extents[4], row[0]),
+            min_rows=halo_min_rows(extents[4], row[0]), row_taps=extents[5] if is_aarch64(target) else 0,
         )
 
 
@@ -245,7 +249,8 @@ class DepthwiseConv2dNCHW:
         if pad is not None and use_blocked_form(channels, out_w, lanes, stride):
             block = fit_lanes(channels, lanes)  # a full vector of channels, else a half one (72, 88, 120)
             return self._schedule_blocked(
-                sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target), min_rows=halo_min_rows(kh, stride)
+                sch, conv, pad, kh * kw, out_w, parallel, block, vector_registers(target), min_rows=halo_min_rows(kh, stride),
+                row_taps=kw if is_aarch64(target) else 0,
             )
 
         writeback = cache_write_and_inline_epilogue(sch, conv)
@@ -292,7 +297,7 @@ class DepthwiseConv2dNCHW:
         return sch
 
     @staticmethod
-    def _schedule_blocked(sch, conv, pad, taps, out_w, parallel, lanes, registers, weighted=True, min_rows=1):
+    def _schedule_blocked(sch, conv, pad, taps, out_w, parallel, lanes, registers, weighted=True, min_rows=1, row_taps=0):
         """Channels in vectors: the padded input copied per block of `lanes` channels into
         [h][w][lanes] (a transpose, once per input element), the weight packed to
         [c / lanes][kh][kw][lanes] at compile time, accumulators [T columns][lanes] in registers,
@@ -301,7 +306,12 @@ class DepthwiseConv2dNCHW:
 
         Parallel over channel blocks, and over chunks of output rows (of `min_rows` or more,
         cpu_balance.balanced_row_chunks) where the blocks alone split unevenly: each chunk then
-        copies the padded rows it reads."""
+        copies the padded rows it reads.
+
+        `row_taps` (AArch64 targets: the kernel's width): NEON's FMA takes no memory operand, so
+        the T + KW - 1 input vectors a row of taps reads are registers beside the T accumulators
+        and the KW weights; the tile is narrowed to leave them room (`blocked_tile`), where 14
+        columns spilled (docs/performance.md: ARM64 (AArch64))."""
         L = lanes
         sch.transform_layout(pad, ("write", 0), lambda n, c, h, w: (n, c // L, h, w, c % L))
         sch.transform_block_layout(pad, lambda n, c, h, w: (n, c // L, h, w, c % L))
@@ -311,7 +321,7 @@ class DepthwiseConv2dNCHW:
             )
         writeback = cache_write_and_inline_epilogue(sch, conv)
         sch.transform_layout(conv, ("write", 0), lambda n, c, h, w: (n, h, w, c))
-        t = blocked_tile(out_w, registers)
+        t = blocked_tile(out_w, registers, row_taps)
         n, c, oh, ow, *reduction = sch.get_loops(conv)
         rc, rw = reduction[0], reduction[-1]
         cb, ci = sch.split(c, [None, L])
