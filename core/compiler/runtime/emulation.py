@@ -157,12 +157,16 @@ def run_emulated(artifact_dir: str | os.PathLike, feeds: dict[str, np.ndarray], 
             raise WorkbenchError(f"{folder / RUNNER} under {emu.name} emulation wrote no outputs ({e}).") from None
 
 
-# TVM's RPC server in the emulated Python's own process: tvm.rpc.Server starts it in a child
+# TVM's RPC server in the emulated Python's own process (TVM's runtime alone, with its extra
+# functions loaded as the full wheel does): tvm.rpc.Server starts it in a child
 # interpreter (exec of an AArch64 binary, which the kernel refuses without binfmt_misc), so the
 # server's state is made here instead; each session is still served in a forked process.
 _DEVICE_SERVER = """
-import sys, time
+import ctypes, os, sys, time
+import tvm
 from tvm.rpc import server
+# the runtime's extra functions (random fill, which tuning over RPC asks for), as the full wheel has them
+ctypes.CDLL(os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_runtime_extra.so"), ctypes.RTLD_GLOBAL)
 host, port, key, tracker = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 addr = (tracker.rsplit(":", 1)[0], int(tracker.rsplit(":", 1)[1])) if tracker else None
 port = server._popen_start_rpc_server(host, port, port + 1, key=key, tracker_addr=addr, silent=True)

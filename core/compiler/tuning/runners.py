@@ -70,15 +70,44 @@ def _build_without_intrinsics():
     return build
 
 
-def local_builder(workers: int | None = None):
+def local_builder(workers: int | None = None, target=None):
     """A LocalBuilder that starts in seconds (no tensor-intrinsic import); one worker per core
-    up to two by default (builds are LLVM-bound; candidates are built in batches)."""
+    up to two by default (builds are LLVM-bound; candidates are built in batches). For a `target`
+    of another architecture (an ARM64 device over RPC) each candidate is linked here with the
+    cross compiler, so the device loads a library and needs no C compiler of its own (MetaSchedule
+    sends a tar of objects for the device to link otherwise)."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..target import host_cores
 
     workers = workers or max(1, min(2, host_cores()))
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics())
+    export = _cross_export(target) if target is not None else None
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120, f_build=_build_without_intrinsics(), f_export=export)
+
+
+def _cross_export(target):
+    """MetaSchedule's export of a built candidate as a library cross-linked for `target`, or None
+    (its default) for this machine's code."""
+    from ..target import code_arch, host_arch, target_cpu
+
+    cpu = target_cpu(target) if target.kind.name == "llvm" else None
+    if cpu is None or code_arch(cpu) == host_arch():
+        return None
+    from ..backend.cross import cross_compiler_for
+
+    compiler = cross_compiler_for(cpu["triple"])  # refused here, in one sentence, before any worker starts
+
+    def export(mod) -> str:
+        import os
+        import tempfile
+
+        from tvm.support import cc
+
+        path = os.path.join(tempfile.mkdtemp(), "tvm_tmp_mod.so")
+        mod.export_library(path, fcompile=cc.cross_compiler(compiler))
+        return path
+
+    return export
 
 
 def _run_evaluator_on(threads: int):

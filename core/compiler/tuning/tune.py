@@ -271,7 +271,7 @@ def tune_module(
     made = {"builder": builder, "runner": runner, "confirm": confirm_runner or runner}
 
     def tools():
-        made["builder"] = made["builder"] or local_builder()
+        made["builder"] = made["builder"] or local_builder(target=target)
         made["confirm"] = made["confirm"] or local_runner(threads=_cores(target))
         made["runner"] = made["runner"] or local_runner()
         return made["builder"], made["runner"], made["confirm"]

@@ -271,7 +271,7 @@ def tune_choices(mod, target, database, *, deadline: float, builder=None, runner
             from ..target import host_cores
 
             cores = target.attrs.get("num-cores") if target.attrs is not None else None
-            builder, runner = local_builder(), runner or local_runner()
+            builder, runner = local_builder(target=target), runner or local_runner()
             confirm_runner = confirm_runner or local_runner(threads=int(cores) if cores else host_cores())
         record = _tune_one(call, target, builder, runner, confirm_runner or runner, cancel)
         spent.append(time.monotonic() - started)
