@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     except WorkbenchError as e:
         print(f"emulated_device: {e}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))  # a kill stops the server too
     print(f"starting TVM's RPC server for {args.triple} under emulation (importing TVM takes ~10 s)...", flush=True)
     try:
         line = server.stdout.readline().strip()
