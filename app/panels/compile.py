@@ -86,7 +86,7 @@ from app.panels.device_field import DeviceControls
 from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
 from core import WorkbenchError
-from core.compiler.target import TargetKind
+from core.compiler.target import TargetKind, foreign_code
 from core.progress import Progress
 
 __all__ = ["create_panel", "CompilePanel", "AREA"]
@@ -225,7 +225,7 @@ class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
         self.progress.setMinimumWidth(120)
         row = QHBoxLayout()
         self.cpu.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-        self.cpu.setMinimumContentsLength(17)  # 'Raspberry Pi 5 (Co…': longer entries are elided
+        self.cpu.setMinimumContentsLength(16)  # 'Raspberry Pi 5 (C…': longer entries are elided
         for w in (self.target, self.cpu, self.runs, self.vs_ort, self.compile_btn, self.cancel_btn, self.export_btn, self.save_onnx_btn, self.open_artifact_btn, self.heat):
             row.addWidget(w)
         row.addWidget(self.progress, 1)
@@ -462,7 +462,7 @@ class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
         def work(job: Job):
             from core.compiler.measure.bench import benchmark, measured_for_manifest
             from core.compiler.compile import compile_model
-            from core.compiler.target import foreign_code, gpu_present
+            from core.compiler.target import gpu_present
 
             art = compile_model(
                 model, target, pipeline=pipeline, rewrites=rewrites, cancel=job.is_cancelled, **cpu_target.options(),
@@ -645,8 +645,6 @@ class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
 
             extra += f"; {describe_ab(tuning.model_ab)}"
         if res is None:
-            from core.compiler.target import foreign_code
-
             foreign = art.target == TargetKind.CPU and foreign_code(m.target.cpu)
             if self.artifact_foreign():  # another architecture's code: cross-linked, never run here
                 self.status.setText(self._foreign_arch_text(art) + (f" ({extra.removeprefix('; ')})" if extra else ""))
@@ -665,7 +663,9 @@ class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
         rows += tuning_rows(m.tuning)
         self._fill_table(rows)
         self._warn_spread(res)
-        self.chart.set_kernels(res.kernels if res is not None else [])
+        self.chart.set_kernels(res.kernels if res is not None else [], empty_text=(
+            "Per-kernel time appears here after Time on device (this build runs on another machine)." if res is None and art.target == TargetKind.CPU and foreign_code(m.target.cpu)
+            else "Per-kernel time appears here after Compile & Run."))
         self.heat_kernels = list(res.kernels) if res is not None else []
         self._apply_heat()
 

@@ -10,6 +10,9 @@ from PySide6.QtWidgets import QWidget
 __all__ = ["KernelChart"]
 
 
+EMPTY_TEXT = "Per-kernel time appears here after Compile & Run."
+
+
 class KernelChart(QWidget):
     """Horizontal bars: per-kernel time (core.compiler.measure.bench.KernelTime rows), largest
     first. Clicking a bar emits its row."""
@@ -24,11 +27,13 @@ class KernelChart(QWidget):
         super().__init__(parent)
         self.kernels: list = []  # KernelTime
         self.selected = -1
+        self.empty_text = EMPTY_TEXT  # what the chart says before it has times
         self.setMinimumHeight(120)
         self.setMouseTracking(True)
 
-    def set_kernels(self, kernels: list, top: int = 16) -> None:
+    def set_kernels(self, kernels: list, top: int = 16, empty_text: str = EMPTY_TEXT) -> None:
         self.kernels = list(kernels[:top])
+        self.empty_text = empty_text
         self.selected = -1
         self.setMinimumHeight(max(60, 24 + len(self.kernels) * (self.BAR_H + self.GAP)))
         self.updateGeometry()
@@ -54,7 +59,7 @@ class KernelChart(QWidget):
         p.fillRect(self.rect(), pal.base())
         if not self.kernels:
             p.setPen(pal.placeholderText().color())
-            p.drawText(self.rect(), Qt.AlignCenter, "Per-kernel time appears here after Compile & Run.")
+            p.drawText(self.rect(), Qt.AlignCenter, self.empty_text)
             return
         fm = QFontMetrics(self.font())
         lw = self._label_width()
