@@ -242,8 +242,8 @@ def host_has_avx512() -> bool:
 
 def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False, boundary: str = "numpy"):
     """A function n -> [ms of n runs of `vm`]. `boundary` "numpy": each run takes numpy inputs
-    and returns numpy outputs as Artifact.run does (its checks of the inputs when `vm.input_specs`
-    holds the artifact's, host_tensor, flatten_outputs), the boundary onnxruntime's session.run
+    and returns numpy outputs as Artifact.run does (core.compiler.runtime.boundary, when `vm.input_specs`
+    holds the artifact's and `vm.library` its executable; else host_tensor, flatten_outputs), the boundary onnxruntime's session.run
     is timed at; "device": inputs converted once before, outputs left on the device. `adaptive`: before each run (timed with it) the
     thread count is chosen as Artifact.run_device chooses it (core.compiler.runtime.threads: the cores
     other processes leave free, at most `threads`, and the pool's run choice), and not at all for a
@@ -258,17 +258,25 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False, b
     from core.compiler.runtime.threads import ThreadGovernor, runtime_threads
 
     from core.compiler.runtime.artifact import flatten_outputs, host_tensor
-    from core.compiler.runtime.artifact_check import check_feeds
+    from core.compiler.runtime.boundary import NumpyBoundary
 
     args = [tvm.runtime.tensor(v) for v in feeds.values()]
-    main = vm[getattr(vm, "entry", "main")]  # a shape bucket's function where one matches (build_vm_workbench)
+    entry = getattr(vm, "entry", "main")
+    main = vm[entry]  # a shape bucket's function where one matches (build_vm_workbench)
     specs = getattr(vm, "input_specs", None)
-    if boundary == "numpy":
+    if boundary == "numpy" and specs is not None:
+        # Artifact.run's boundary (core.compiler.runtime.boundary): inputs checked once per signature,
+        # kept buffers for inputs it cannot read in place, outputs the VM allocated handed out uncopied
+        numpy_boundary = NumpyBoundary(specs, getattr(vm, "library", None))
+
+        def fn(*_):
+            ins = numpy_boundary.arrays(feeds)
+            return numpy_boundary.outputs(main(*[numpy_boundary.tensor(i, a) for i, a in enumerate(ins)]), entry)
+    elif boundary == "numpy":
         arrays = list(feeds.values())
 
         def fn(*_):
-            ins = check_feeds(specs, feeds) if specs is not None else arrays
-            return flatten_outputs(main(*[host_tensor(a) for a in ins]))
+            return flatten_outputs(main(*[host_tensor(a) for a in arrays]))
     else:
         fn = main
     governed = adaptive and getattr(vm, "parallel_kernels", None) != 0

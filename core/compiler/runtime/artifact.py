@@ -38,6 +38,7 @@ import numpy as np
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from ..target import TargetKind, cannot_run_here, code_arch, gpu_present, host_arch
+from .boundary import NumpyBoundary, flatten_outputs, host_tensor, to_numpy
 from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, choose_bucket, file_checksum, run_failure, path_text
 from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, ShapeBucket, TensorSpec
 from .recipe import RECIPE, RecipeSource, copy_recipe, write_recipe
@@ -140,9 +141,10 @@ class Artifact:
     _governor: Any = None  # core.compiler.runtime.threads.ThreadGovernor, on first CPU run
     _main: Any = None  # the VM's "main", looked up once (a lookup is a sizeable part of a tiny model's run)
     _functions: dict = field(default_factory=dict, repr=False)  # shape buckets' VM functions, looked up once
-    # run's aligned input buffers, input index -> (numpy array, TVM tensor on it), and the lock that makes
-    # runs from several threads take turns (the VM is not thread-safe; nor would the buffers be)
-    _staging: dict = field(default_factory=dict, repr=False)
+    # run's numpy boundary on the CPU (core.compiler.runtime.boundary: kept input buffers, outputs handed
+    # out without a copy), and the lock that makes runs from several threads take turns (the VM is not
+    # thread-safe; nor would the buffers be)
+    _boundary: Any = field(default=None, repr=False)
     _run_lock: Any = field(default_factory=threading.Lock, repr=False)
     # the last run ran under user-mode emulation (code for another architecture: core.compiler.runtime.emulation),
     # so a caller says so, and that it measured nothing
@@ -254,24 +256,33 @@ class Artifact:
     def run(self, feeds: dict[str, np.ndarray], function: str | None = None) -> list[np.ndarray]:
         """Run on numpy inputs (by input name); outputs in the model's output order, arrays of
         their own (never views of the inputs, the model's constants or another run's results).
-        On the CPU the inputs are read in place where they can be (host_tensor), and copied into
-        buffers kept for the next run where they cannot: the outputs are copies (to_numpy), so
-        nothing of a run's buffers leaves it. Runs from several threads take turns. `function`:
+        On the CPU (core.compiler.runtime.boundary) the inputs are checked once per signature, read in
+        place where they can be and copied into buffers kept for the next run where they cannot; an
+        output the VM allocated in this run is handed out as it is (the array keeps its memory from
+        later runs), any other is copied. Runs from several threads take turns. `function`:
         as in run_device (default: the matching shape bucket, else main).
         Code for another architecture runs under emulation (`ran_emulated` says so afterwards): the
         exported folder's run.py under qemu-user (core.compiler.runtime.emulation), which picks the
         shape bucket itself; where emulation is not set up, one sentence says how."""
-        if self.foreign:
+        boundary = self._boundary  # made by the first CPU run of code for this machine
+        if boundary is None and self.foreign:
             return self._run_emulated(feeds)
         with self._run_lock:
             self.ran_emulated = False
             if self.target == TargetKind.CUDA:
                 return flatten_outputs(self.run_device(self.to_device(feeds), function))
+            if boundary is None:
+                boundary = self._boundary = NumpyBoundary(self.inputs, self.library)
             try:
-                arrays = check_feeds(self.inputs, feeds)
+                arrays = boundary.arrays(feeds)
             except ArtifactRefused as e:
                 raise WorkbenchError(str(e)) from None
-            return flatten_outputs(self.run_device([self._staged(i, a) for i, a in enumerate(arrays)], function))
+            args = [boundary.tensor(i, a) for i, a in enumerate(arrays)]
+            if function is None and self.manifest.shape_buckets:
+                bucket = self.bucket_for([a.shape for a in arrays])
+                function = bucket.function if bucket is not None else None
+            function = function or "main"
+            return boundary.outputs(self.run_device(args, function), function)
 
     def _run_emulated(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """`run` for code of another architecture: the folder's run.py under emulation (a model not
@@ -294,21 +305,6 @@ class Artifact:
             out = run_emulated(folder, feeds)
             self.ran_emulated = True
         return [out[s.name] for s in self.outputs]
-
-    def _staged(self, index: int, a: np.ndarray):
-        """Input `index` as a CPU tensor: `a` itself where host_tensor reads it in place, else a
-        copy into this input's kept aligned buffer (~3 us less than a fresh one: docs/performance.md)."""
-        if a.dtype.type not in _DLPACK_TYPES:
-            return host_tensor(a)  # TVM's own copy
-        t = host_tensor(a, copy=False)
-        if t is not None:
-            return t
-        kept = self._staging.get(index)
-        if kept is None or kept[0].shape != a.shape or kept[0].dtype != a.dtype:
-            t = host_tensor(np.empty_like(a))  # aligned (a copy where empty_like's buffer is not)
-            kept = self._staging[index] = (np.from_dlpack(t), t)
-        np.copyto(kept[0], a)
-        return kept[1]
 
     # -- export --------------------------------------------------------------------------
 
@@ -391,68 +387,6 @@ class Artifact:
         # artifact is not written without the pool it was measured with
         shutil.copy2(built, folder / native_pool.ARTIFACT_FILE)
         self.manifest.thread_pool = native_pool.ARTIFACT_FILE
-
-
-# Tensors numpy and TVM exchange through DLPack (bfloat16 and other ml_dtypes types go through
-# TVM's own copy). TVM's kernels assume 64-byte aligned buffers: tvm.runtime.from_dlpack refuses less.
-_DLPACK_DTYPES = frozenset(
-    ["bool", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
-_DLPACK_TYPES = frozenset(np.dtype(name).type for name in _DLPACK_DTYPES)  # dtype.type: dtype.name costs 2 us
-_ALIGNMENT = 64
-
-
-def host_tensor(a: np.ndarray, copy: bool = True):
-    """`a` as a CPU TVM tensor: the array itself where it is C-contiguous, writable and 64-byte
-    aligned (no copy: tvm.runtime.tensor allocates and copies, ~20 us of a tiny model's ~40 us
-    run), else a copy into a fresh aligned numpy buffer (fresh per call: concurrent runs share
-    nothing). tvm_ffi.from_dlpack, and its data_ptr for the alignment: numpy's ctypes.data costs
-    1 us. With `copy` False, None instead of a copy. Figures: docs/performance.md, "numpy boundary"."""
-    import tvm
-    import tvm_ffi
-
-    if a.dtype.type not in _DLPACK_TYPES:
-        return tvm.runtime.tensor(a)
-    if a.flags.c_contiguous and a.flags.writeable and a.size:  # an empty array may have strides of 0: TVM wants compact ones
-        t = tvm_ffi.from_dlpack(a)
-        if t.data_ptr() % _ALIGNMENT == 0:
-            return t
-    if not copy:
-        return None
-    raw = np.empty(a.nbytes + _ALIGNMENT, dtype=np.uint8)
-    copy = np.ndarray(a.shape, a.dtype, raw, -tvm_ffi.from_dlpack(raw).data_ptr() % _ALIGNMENT)
-    np.copyto(copy, a)
-    return tvm_ffi.from_dlpack(copy)
-
-
-def to_numpy(t) -> np.ndarray:
-    """A TVM tensor as a numpy array of its own: a copy, since the tensor may be an input read in
-    place, a constant of the model or a buffer the VM hands out again. On the CPU the copy is
-    numpy's, through a DLPack view (Tensor.numpy() costs ~7 us more per output); what numpy
-    cannot import (bfloat16, a GPU tensor) goes through Tensor.numpy()."""
-    if t.device.dlpack_device_type() == 1:  # kDLCPU
-        try:
-            return np.from_dlpack(t).copy()
-        except (BufferError, TypeError, ValueError, RuntimeError):
-            pass
-    return t.numpy()
-
-
-def flatten_outputs(out) -> list[np.ndarray]:
-    """The VM's result as a flat list of numpy arrays of their own (to_numpy): tensors, tuples
-    (recursively), shapes (a Shape node's output comes back as a ShapeTuple: int64, like
-    onnxruntime's) and scalars."""
-    import tvm
-
-    if hasattr(out, "numpy"):
-        return [to_numpy(out)]
-    if isinstance(out, tvm.runtime.ShapeTuple):
-        return [np.array(list(out), dtype=np.int64)]
-    if isinstance(out, (bool, int, float, np.generic)):
-        return [np.asarray(out)]
-    result = []
-    for x in out:
-        result.extend(flatten_outputs(x))
-    return result
 
 
 def load_artifact(folder: str | os.PathLike) -> Artifact:

@@ -1,7 +1,8 @@
-"""Artifact.run's numpy boundary (host_tensor, to_numpy; run.py's copies of them): inputs read in
-place where C-contiguous, writable and 64-byte aligned, else copied; outputs copied out. The
-results must be bitwise those of the plain path (tvm.runtime.tensor in, Tensor.numpy() out), and no
-result may alias an input, a constant of the model or another run's result."""
+"""Artifact.run's numpy boundary (core.compiler.runtime.boundary; run.py's copies of host_tensor and
+to_numpy): inputs checked once per signature, read in place where C-contiguous, writable and 64-byte
+aligned, else copied into kept buffers; outputs the VM allocated in the run handed out without a
+copy, the rest copied. The results must be bitwise those of the plain path (tvm.runtime.tensor in,
+Tensor.numpy() out), and no result may alias an input, a constant of the model or another run's result."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,6 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from core.compiler.compile import compile_model
 from core.compiler.runtime import run_template
 from core.compiler.runtime.artifact import host_tensor, to_numpy
+from core.compiler.runtime.boundary import fresh_outputs
+from core.errors import WorkbenchError
 from tests.conftest import sample
 
 
@@ -34,7 +37,8 @@ def _two_outputs(tmp_path):
 def arts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("boundary")
     return {name: compile_model(str(path), "cpu", verify=False)
-            for name, path in {"small_cnn": sample("small_cnn"), "mlp": sample("mlp"), "two": _two_outputs(tmp)}.items()}
+            for name, path in {"small_cnn": sample("small_cnn"), "mlp": sample("mlp"), "mm_relu": sample("mm_relu"),
+                               "two": _two_outputs(tmp)}.items()}
 
 
 def _plain(art, feeds):
@@ -63,14 +67,18 @@ def _layouts(a: np.ndarray):
     return {"aligned": aligned, "unaligned": unaligned, "strided": strided, "readonly": readonly}
 
 
-@pytest.mark.parametrize("name", ["small_cnn", "mlp", "two"])
+@pytest.mark.parametrize("name", ["small_cnn", "mlp", "mm_relu", "two"])
 def test_results_bitwise_as_before_for_every_input_layout(arts, name):
     art = arts[name]
     rng = np.random.default_rng(0)
     base = {s.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in s.shape]).astype(s.dtype) for s in art.inputs}
     want = _plain(art, base)
-    for layout in ("aligned", "unaligned", "strided", "readonly"):
-        feeds = {k: _layouts(v)[layout] for k, v in base.items()}
+    layouts = {k: _layouts(v) for k, v in base.items()}
+    # each layout twice in a row (the second run takes the checked signature and, for an array copied
+    # before, the kept buffer without asking its address), then the layouts mixed
+    order = [lay for lay in ("aligned", "unaligned", "strided", "readonly") for _ in range(2)] + ["unaligned", "aligned", "strided"]
+    for layout in order:
+        feeds = {k: v[layout] for k, v in layouts.items()}
         got = art.run(feeds)
         assert len(got) == len(want)
         for g, w in zip(got, want):
@@ -84,7 +92,9 @@ def test_outputs_alias_no_input_constant_or_earlier_run(arts):
     y1, z1, k1 = art.run({"x": x1})
     kept = [y1.copy(), z1.copy(), k1.copy()]
     for out in (y1, z1, k1):
-        assert not np.shares_memory(out, x1) and out.flags.owndata and out.flags.writeable
+        assert not np.shares_memory(out, x1) and out.flags.writeable
+    # y is allocated by the VM in this run: handed out as it is; z (the input) and k (a constant) are copies
+    assert not y1.flags.owndata and z1.flags.owndata and k1.flags.owndata
     z1[...] = 100.0  # writing a result changes neither the input nor the model
     k1[...] = 0
     x2 = _layouts(np.ones((2, 4), dtype=np.float32))["aligned"]
@@ -136,3 +146,102 @@ def test_kept_input_buffers_serve_one_run_at_a_time(arts):
         for _ in range(3):
             got = list(pool.map(lambda x: art.run({spec.name: x})[0], xs))
             assert all(np.array_equal(g, w) for g, w in zip(got, want))
+
+
+def test_an_input_array_given_again_is_read_again(arts):
+    """The same (misaligned, hence copied) array object, its values changed between runs: each run
+    sees the values it holds then, as does a new array at another address."""
+    art = arts["mm_relu"]
+    rng = np.random.default_rng(3)
+    a, b = (_layouts(rng.standard_normal((128, 128)).astype(np.float32))["unaligned"] for _ in range(2))
+    for step in range(3):
+        a[...] = rng.standard_normal((128, 128)).astype(np.float32)
+        want = _plain(art, {"A": a, "B": b})[0]
+        assert np.array_equal(art.run({"A": a, "B": b})[0], want), step
+    aligned = _layouts(a.copy())["aligned"]
+    assert np.array_equal(art.run({"A": aligned, "B": b})[0], _plain(art, {"A": aligned, "B": b})[0])
+
+
+def test_returned_outputs_survive_later_runs(arts):
+    """Outputs handed out without a copy hold their memory: kept ones are never overwritten by
+    later runs, and memory freed by dropping one is reused only by a later run's own result."""
+    art = arts["mlp"]
+    spec = art.inputs[0]
+    shape = [d if isinstance(d, int) else 1 for d in spec.shape]
+    xs = [np.random.default_rng(i).standard_normal(shape).astype(spec.dtype) for i in range(12)]
+    want = [_plain(art, {spec.name: x})[0] for x in xs]
+    kept = []
+    for i, x in enumerate(xs):
+        out = art.run({spec.name: x})[0]
+        assert not out.flags.owndata  # the VM's own buffer, not a copy
+        if i % 2 == 0:
+            kept.append((i, out))  # the odd runs' outputs are dropped: their memory goes back to the VM's pool
+    for i, out in kept:
+        assert np.array_equal(out, want[i]), i
+    assert len({out.ctypes.data for _, out in kept}) == len(kept)
+
+
+def test_signature_fast_path_refuses_what_check_feeds_refuses(arts):
+    art = arts["mm_relu"]
+    a = np.ones((128, 128), np.float32)
+    art.run({"A": a, "B": a})
+    with pytest.raises(WorkbenchError, match="input 'B' has dtype float64"):
+        art.run({"A": a, "B": a.astype(np.float64)})
+    with pytest.raises(WorkbenchError, match=r"input 'A' has shape \[128, 64\]"):
+        art.run({"A": a[:, :64], "B": a})
+    with pytest.raises(WorkbenchError, match="input 'B' is missing"):
+        art.run({"A": a})
+    with pytest.raises(WorkbenchError, match="input 'A' has dtype float64"):
+        art.run({"A": a.tolist(), "B": a})  # a list: converted (float64) and refused as check_feeds does
+
+    class Sub(np.ndarray):
+        pass
+
+    sub = art.run({"A": a.view(Sub), "B": a})[0]  # not a plain array: through check_feeds' conversion
+    assert type(sub) is np.ndarray and np.array_equal(sub, art.run({"A": a, "B": a})[0])
+
+
+_TEXT = """@main:
+  call  vm.builtin.check_tensor_info in: %0, i2, c[0], c[1] dst: %void
+  call  vm.builtin.alloc_storage in: %vm, c[2], i0, c[3], c[4] dst: %1
+  call  vm.builtin.alloc_tensor in: %1, i0, c[5], c[0] dst: %2
+  call  vm.builtin.null_value in:              dst: %1
+  call  vm.builtin.alloc_storage in: %vm, c[2], i0, c[3], c[4] dst: %3
+  call  vm.builtin.alloc_tensor in: %3, i0, c[5], c[0] dst: %4
+  call  vm.builtin.alloc_tensor in: %3, i64, c[5], c[0] dst: %5
+  call  fused_relu_add1  in: %0, c[6], %2 dst: %void
+  call  vm.builtin.reshape in: %2, c[8]   dst: %6
+  call  vm.builtin.make_tuple in: %5, c[7] dst: %7
+  call  vm.builtin.make_tuple in: %2, %0, c[7], %6, %4, %7, %2 dst: %8
+  call  vm.builtin.null_value in:              dst: %2
+  ret   %8
+
+@single:
+  call  vm.builtin.alloc_storage in: %vm, c[2], i0, c[3], c[4] dst: %1
+  call  vm.builtin.alloc_tensor in: %1, i0, c[5], c[0] dst: %2
+  call  k in: %0, %2 dst: %void
+  ret   %2
+
+@branchy:
+  call  vm.builtin.alloc_storage in: %vm, c[2], i0, c[3], c[4] dst: %1
+  If    %0, 3
+  call  vm.builtin.alloc_tensor in: %1, i0, c[5], c[0] dst: %2
+  ret   %2
+
+@vm.builtin.alloc_storage packed_func;
+"""
+
+
+def test_fresh_outputs_reads_the_bytecode():
+    # %2 returned twice (and made into the view %6), %0 the input ends the list (what follows is copied)
+    assert fresh_outputs(_TEXT, "main") == (False,)
+    assert fresh_outputs(_TEXT, "single") == (True,)
+    assert fresh_outputs(_TEXT, "branchy") is None  # anything but calls and one return: copy everything
+    assert fresh_outputs(_TEXT, "absent") is None
+    once = _TEXT.replace(", %2 dst: %8", " dst: %8")  # %2 returned once, but a view of it (%6) is made
+    assert fresh_outputs(once, "main") == (False,)
+    no_view = once.replace("  call  vm.builtin.reshape in: %2, c[8]   dst: %6\n", "").replace(", %6,", ",")
+    assert fresh_outputs(no_view, "main") == (True,)
+    # %4 and %5 share storage %3: neither is fresh
+    first = no_view.replace("make_tuple in: %2, %0, c[7], %4, %7 dst: %8", "make_tuple in: %2, %4, %7, %0 dst: %8")
+    assert fresh_outputs(first, "main") == (True, False, False)
