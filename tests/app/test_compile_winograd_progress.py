@@ -44,7 +44,7 @@ def test_the_winograd_choice_reports_each_conv_and_cancel_stops_after_it(window,
         return None
 
     monkeypatch.setattr(winograd_choice, "_tune_one", measure_until_cancel)
-    monkeypatch.setattr(tuning_runners, "local_builder", _Builder)
+    monkeypatch.setattr(tuning_runners, "local_builder", lambda *a, **k: _Builder())
     monkeypatch.setattr(tuning_runners, "local_runner", lambda threads=None: _Runner(lambda position: 1e-3))
     assert window.open_model(two_convs(tmp_path / "two_convs.onnx"), wait=True)
     panel = window.panels["compile"].widget()
