@@ -101,6 +101,7 @@ class LoweringPanel(QWidget):
         self.cache = LoweringCache()
         self.stages: list[Stage] = []
         self.error = ""
+        self.lowered_for = ""  # the device or CPU the stages were lowered for, where the user chose one
         self.job: Job | None = None
         self.view_job: Job | None = None
         self.current: Stage | None = None
@@ -316,6 +317,9 @@ class LoweringPanel(QWidget):
         target = self.target_kind()
         cpu = self.cpu_box.choice() if target is TargetKind.CPU else None
         cache = self.cache
+        # the status names a device or CPU the user chose (not this host)
+        named = cpu is not None and (cpu.cpu is not None or cpu.foreign_arch)
+        self.lowered_for = (f"{cpu.device} ({cpu.describe()})" if cpu.device else cpu.describe()) if named else ""
 
         def work(job: Job):
             try:
@@ -379,7 +383,8 @@ class LoweringPanel(QWidget):
             self.status.setText(error + (f" The {len(stages)} stage(s) before it are listed." if stages else ""))
             self.status.setStyleSheet("color: #b00020;")
         else:
-            self.status.setText(f"{len(self.stages)} stages, {total:.2f} s" + (f" ({cached} from the cache)" if cached else "") + ".")
+            built = f" for {self.lowered_for}" if self.lowered_for else ""
+            self.status.setText(f"{len(self.stages)} stages{built}, {total:.2f} s" + (f" ({cached} from the cache)" if cached else "") + ".")
             self.status.setStyleSheet("")
         self._fill_tree(previous)
 
