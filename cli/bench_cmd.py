@@ -51,15 +51,13 @@ def run(args) -> int:
         from core.compiler.measure.remote import parse_device_address
 
         parse_device_address(args.rpc)  # a malformed address is refused before anything is compiled
-    if os.path.isdir(args.model) and args.rpc is not None:
-        if args.cpu or args.cpu_features or args.triple or args.preset or args.shape_buckets:
-            raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu, --cpu-features, --triple, --preset and --shape-buckets apply when compiling a model.")
-        return bench_remote.run(args, args.model)  # the folder's model.so is never loaded here (it may be for another CPU)
     if os.path.isdir(args.model):
         if args.cpu or args.cpu_features or args.triple or args.preset:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --cpu, --cpu-features, --triple and --preset apply when compiling a model.")
         if args.shape_buckets:
             raise WorkbenchError(f"{args.model} is an artifact folder, compiled already; --shape-buckets applies when compiling a model.")
+        if args.rpc is not None:
+            return bench_remote.run(args, args.model)  # the folder's model.so is never loaded here (it may be for another CPU)
         art = load_artifact(args.model)
         dims = parse_dims(args.dim, art)
     else:

@@ -93,10 +93,9 @@ def _arm_entries() -> list[tuple[str, CpuTarget]]:
 
 def aarch64_cpus() -> list[str]:
     """The CPU names LLVM knows for AArch64 (the dialog's list; imports TVM)."""
-    import tvm
+    from core.compiler.target import known_cpus
 
-    probe = tvm.target.Target({"kind": "llvm", "mtriple": ARM_TRIPLE})
-    return sorted(str(c) for c in tvm.get_global_func("target.llvm_get_cpu_archlist")(probe))
+    return sorted(known_cpus(ARM_TRIPLE))
 
 
 class ArmDeviceDialog(QDialog):

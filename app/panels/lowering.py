@@ -319,7 +319,7 @@ class LoweringPanel(QWidget):
         cache = self.cache
         # the status names a device or CPU the user chose (not this host)
         named = cpu is not None and (cpu.cpu is not None or cpu.foreign_arch)
-        self.lowered_for = (f"{cpu.device} ({cpu.describe()})" if cpu.device else cpu.describe()) if named else ""
+        self.lowered_for = (cpu.device or cpu.describe()) if named else ""  # short: the status line is the stage list's width
 
         def work(job: Job):
             try:

@@ -32,6 +32,7 @@ __all__ = [
     "host_arch",
     "code_arch",
     "check_triple",
+    "known_cpus",
     "DevicePreset",
     "DEVICE_PRESETS",
     "device_preset",
@@ -186,7 +187,7 @@ def code_arch(cpu: dict | None) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _known_cpus(triple: str | None = None) -> tuple[str, ...]:
+def known_cpus(triple: str | None = None) -> tuple[str, ...]:
     """The CPU names this TVM's LLVM knows for this machine's architecture, or for `triple`'s
     (LLVM's own list)."""
     import tvm
@@ -206,7 +207,7 @@ def check_cpu_name(name: str | None, triple: str | None = None) -> str:
         raise WorkbenchError(f"CPU 'host' is this {host_arch()} machine, and the code is for {triple}; name that device's CPU (e.g. cortex-a76, neoverse-n1, generic) or a --preset.")
     if not text or text == "host":
         return "generic" if triple else host_cpu()
-    known = _known_cpus(triple)
+    known = known_cpus(triple)
     if text not in known:
         import difflib
 

@@ -22,6 +22,8 @@ from ..errors import WorkbenchError
 __all__ = [
     "CHECKED_ON",
     "IMPORTER_HOOKS",
+    "LIBRARY_BIN_SYMBOL",
+    "RPC_SERVER_START",
     "attach_system_lib_prefix",
     "cook_toom_matrices",
     "importer_params",
@@ -145,6 +147,16 @@ def importer_params(importer) -> dict[str, Any]:
     if not isinstance(params, dict):
         raise _missing("the ONNX graph importer's kept parameters (ONNXGraphImporter._params)")
     return {name: entry[1] if isinstance(entry, tuple) else entry for name, entry in params.items()}
+
+
+# ---- RPC (core.compiler.measure.remote, core.compiler.runtime.emulation) -----------------------
+# Both are used where the workbench cannot call a function of this module, so they are names:
+# the symbol under which an exported library embeds its VM executable (remote.py renames it so a
+# device loads the kernels alone), and tvm.rpc.server's in-process start of a server, which the
+# emulated device's Python calls itself (tvm.rpc.Server would exec a child interpreter).
+# tests/core/compiler/test_tvm_compat.py checks both against the installed TVM.
+LIBRARY_BIN_SYMBOL = "__tvm_ffi__library_bin"
+RPC_SERVER_START = "_popen_start_rpc_server"
 
 
 # ---- TOPI (core.compiler.passes.layout.winograd) -----------------------------------------------

@@ -33,6 +33,7 @@ from ...errors import WorkbenchError
 from ..check.reference import random_feeds
 from ..runtime.manifest import LatencyStats, Manifest, MemoryUse, TensorSpec
 from ..target import TargetKind
+from ..tvm_compat import LIBRARY_BIN_SYMBOL
 from .bench import KernelTime, latency_stats
 
 __all__ = ["RemoteBenchResult", "RemoteAddress", "parse_tracker_address", "parse_device_address", "bench_remote"]
@@ -42,7 +43,7 @@ logger = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5.0  # a tracker or device that does not answer a connection in this time is unreachable
 DEVICE_WAIT_S = 30.0  # how long the tracker may take to hand out a device registered but busy
 SESSION_TIMEOUT_S = 600  # the server ends a session older than this (a device stuck in a run)
-_HIDDEN_BIN = (b"__tvm_ffi__library_bin\x00", b"__tvm_ffi__library_biN\x00")  # same length: the ELF layout stays
+_HIDDEN_BIN = (LIBRARY_BIN_SYMBOL.encode() + b"\x00", LIBRARY_BIN_SYMBOL[:-1].encode() + b"N\x00")  # same length: the ELF layout stays
 
 
 @dataclass(frozen=True)

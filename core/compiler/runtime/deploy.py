@@ -9,6 +9,7 @@ architecture the code is for: this machine's, or the AArch64 ones of the emulati
 (core.compiler.runtime.emulation) when that is set up; else they are left out and say so."""
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 from pathlib import Path
@@ -36,21 +37,17 @@ def _tree_bytes(path: Path, skip: tuple[str, ...] = ()) -> int:
     return total
 
 
-def _site_of(arch_site: Path | None) -> Path | None:
-    """The site-packages holding tvm, tvm_ffi and numpy: `arch_site`, or this interpreter's."""
-    if arch_site is not None:
-        return arch_site if (arch_site / "tvm").is_dir() else None
+def _this_site() -> Path:
+    """This interpreter's site-packages holding tvm, tvm_ffi and numpy."""
     import tvm
 
     return Path(tvm.__file__).resolve().parent.parent
 
 
-def runtime_sizes(arch_site: Path | None = None) -> dict[str, int] | None:
-    """Bytes of each package the device installs, measured in `arch_site` (another architecture's
-    unpacked wheels) or this interpreter's site-packages; None when there is nothing to measure."""
-    site = _site_of(arch_site)
-    if site is None:
-        return None
+@functools.lru_cache(maxsize=4)
+def runtime_sizes(site: Path) -> dict[str, int]:
+    """Bytes of each package the device installs, measured in the site-packages folder `site`
+    (walked once per process: the installed packages do not change between exports)."""
     tvm_dir = site / "tvm"
     sizes = {
         "libtvm_runtime.so": (tvm_dir / "lib" / "libtvm_runtime.so").stat().st_size if (tvm_dir / "lib" / "libtvm_runtime.so").exists() else 0,
@@ -74,18 +71,20 @@ def _version(name: str, site: Path | None = None) -> str | None:
         return None
 
 
-def deploy_record(folder: Path, manifest, arch: str, arch_site: Path | None = None) -> dict:
+def deploy_record(folder: Path, arch: str, site: Path | None) -> dict:
     """The manifest's `deploy` record for the artifact files in `folder`: the platform, the
-    packages to install (the versions this workbench built with), and the bytes of each part."""
+    packages to install and the bytes of each part, measured on the packages in `site` (that
+    architecture's site-packages; None: not at hand, sizes and versions left out)."""
     folder = Path(folder)
     needed, check_only = {}, {}
     for entry in sorted(folder.iterdir()):
         size = _tree_bytes(entry) if entry.is_dir() else entry.stat().st_size
         (check_only if entry.name in _CHECK_ONLY else needed)[entry.name + ("/" if entry.is_dir() else "")] = size
-    runtime = runtime_sizes(arch_site)
+    here = site is not None and site == _this_site()
+    runtime = runtime_sizes(site) if site is not None else None
     record = {
         "platform": f"linux-{arch}",
-        "packages": {name: _version(name, arch_site) for name in ("apache-tvm", "apache-tvm-ffi", "numpy")},
+        "packages": {name: _version(name, None if here else site) if site is not None else None for name in ("apache-tvm", "apache-tvm-ffi", "numpy")},
         "artifact_bytes": needed,
         "check_only_bytes": check_only,
         "runtime_bytes": None,
@@ -93,7 +92,7 @@ def deploy_record(folder: Path, manifest, arch: str, arch_site: Path | None = No
     }
     if runtime is not None:
         record["runtime_bytes"] = runtime
-        record["runtime_measured_on"] = f"the linux-{arch} packages " + ("of the emulation cache" if arch_site is not None else "installed here")
+        record["runtime_measured_on"] = f"the linux-{arch} packages " + ("installed here" if here else "of the emulation cache")
     return record
 
 
@@ -132,8 +131,8 @@ def deploy_for(folder: Path, manifest) -> dict | None:
     cpu = manifest.target.cpu
     arch = code_arch(cpu)
     if arch == host_arch():
-        return deploy_record(folder, manifest, arch)
+        return deploy_record(folder, arch, _this_site())
     from .emulation import emulation_dir
 
     site = emulation_dir(str(cpu["triple"])) / "site"
-    return deploy_record(folder, manifest, arch, site if (site / "tvm").is_dir() else Path(folder) / ".no-site")
+    return deploy_record(folder, arch, site if (site / "tvm").is_dir() else None)

@@ -169,7 +169,7 @@ from tvm.rpc import server
 ctypes.CDLL(os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_runtime_extra.so"), ctypes.RTLD_GLOBAL)
 host, port, key, tracker = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 addr = (tracker.rsplit(":", 1)[0], int(tracker.rsplit(":", 1)[1])) if tracker else None
-port = server._popen_start_rpc_server(host, port, port + 1, key=key, tracker_addr=addr, silent=True)
+port = getattr(server, "{start}")(host, port, port + 1, key=key, tracker_addr=addr, silent=True)
 print("serving", port, flush=True)
 while True:
     time.sleep(3600)
@@ -184,5 +184,8 @@ def device_server(triple: str, port: int, key: str = "", tracker: str | None = N
     emu = emulator(triple)
     if emu is None:
         raise WorkbenchError(not_set_up("an emulated RPC device", triple))
-    return subprocess.Popen(emu.command("-c", _DEVICE_SERVER, host, str(port), key, tracker or ""), env=emu.environment(),
+    from ..tvm_compat import RPC_SERVER_START
+
+    code = _DEVICE_SERVER.replace("{start}", RPC_SERVER_START)
+    return subprocess.Popen(emu.command("-c", code, host, str(port), key, tracker or ""), env=emu.environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

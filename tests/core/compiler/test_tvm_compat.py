@@ -190,3 +190,25 @@ def test_no_module_outside_the_adapter_uses_tvms_privates():
     uses = [f"{f.relative_to(ROOT).parent}/{u}" for f in sources("core/compiler/tvm_compat.py")
             for u in private_uses(f, "tvm", TVM_PRIVATES)]
     assert not uses, "TVM privates used outside core/compiler/tvm_compat.py: " + "; ".join(uses)
+
+
+def test_the_rpc_paths_internals_are_in_this_tvm(tmp_path):
+    """remote.py renames the symbol an exported library embeds its VM executable under, and the
+    emulated device calls tvm.rpc.server's in-process start: both still there, by those names."""
+    import tvm
+    import tvm.rpc.server
+    from tvm.script import relax as R
+
+    from core.compiler.tvm_compat import LIBRARY_BIN_SYMBOL, RPC_SERVER_START
+
+    assert callable(getattr(tvm.rpc.server, RPC_SERVER_START, None))
+
+    @tvm.script.ir_module
+    class Module:
+        @R.function
+        def main(x: R.Tensor((4,), "float32")):
+            return R.add(x, x)
+
+    path = tmp_path / "m.so"
+    tvm.compile(Module, target="llvm").export_library(str(path))
+    assert LIBRARY_BIN_SYMBOL.encode() + b"\x00" in path.read_bytes()
