@@ -443,18 +443,24 @@ class MainWindow(QMainWindow):
             gc.disable()
             try:
                 graph = load_model(path, allow_absolute_external=allow_absolute_external,
-                                   checked=lambda proto: self.open_preview.make(job, proto, Path(path).name))
+                                   checked=lambda proto, types: self.open_preview.make(job, proto, types, path))
                 gc.freeze()
                 lap("load")
                 job.check()
                 job.report(0.3, "Building the view")
-                view = self.canvas.model_view(graph)  # big graphs: groups collapsed (app.scopes)
-                sizes = {n.id: node_size(n, measure) for n in view.nodes}
+                made = self.open_preview.take(job)  # a big model's view, made (and drawn) while it was built
+                if made is not None:
+                    view, (result, extras) = self.canvas.scopes.adopt(graph, made[0]), made[1:]
+                else:
+                    view, result, extras = self.canvas.model_view(graph), None, None  # big graphs: groups collapsed (app.scopes)
                 lap("view")
                 job.check()
-                result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"), direction=direction)
+                if result is None:
+                    sizes = {n.id: node_size(n, measure) for n in view.nodes}
+                    result = layout(view, sizes, cancel=job.is_cancelled, progress=lambda f: job.report(0.35 + 0.55 * f, "Laying out the graph"), direction=direction)
                 lap("layout")
-                extras = prepare_display(view, result, job)
+                if extras is None:
+                    extras = prepare_display(view, result, job)
                 lap("overview")
                 for hook in list(self.open_hooks):
                     try:

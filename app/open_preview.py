@@ -1,12 +1,13 @@
-"""A big model's first picture while it loads.
+"""A big model on screen before its onnx_ir model is built.
 
-Opening a 10,000-node model spends most of its time building the onnx_ir model, inferring shapes
-and making the view of every node, although it opens showing ~26 collapsed groups. Once the file
-has passed its checks, the load's worker makes those boxes from the protobuf
-(core.views.scope_preview), lays them out and hands them to the UI thread, which draws them
-(canvas mode "preview": looked at, panned and zoomed, not worked on) while the load goes on. The
-loaded model's view replaces the picture; a load that fails or is cancelled after it brings back
-what was on screen before.
+Opening a 10,000-node model spends a third of its time building the onnx_ir model, which
+nothing on screen needs. Once the file has passed its checks and its shapes are inferred, the
+load's worker makes the model's view from the protobuf (core.views.scope_preview.open_view: the
+same view, groups and parameter counts the loaded model gets), and, when it opens collapsed, lays
+it out and hands it to the UI thread, which draws it (canvas mode "preview": looked at, panned
+and zoomed, not worked on) while the onnx_ir model is built. The loaded model then adopts that
+view, its groups and its layout (`take`): nothing is made twice. A load that fails or is
+cancelled after the picture brings back what was on screen before.
 """
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import time
 
 from PySide6.QtCore import QObject, Signal
 
+from pathlib import Path
+
 from core.errors import Cancelled
 from core.views.layout import layout
-from core.views.scope_preview import preview_view
+from core.views.scope_preview import open_view
 
 from app.canvas import prepare_display
 from app.graph_items import node_size
@@ -42,6 +45,7 @@ class OpenPreview(QObject):
         self.last_seconds: float | None = None  # open -> the picture drawn, for the last open that had one
         self._t0 = 0.0
         self._painted = threading.Event()
+        self._made: tuple | None = None  # (job, OpenView, layout, extras) of the load running now
         self._ready.connect(self._show)
 
     def start(self, t0: float) -> None:
@@ -49,27 +53,43 @@ class OpenPreview(QObject):
         self._t0 = t0
         self.last_seconds = None
 
-    def make(self, job, proto, title: str) -> None:
-        """On the load's worker, once the file is checked: the picture, when the model is big
-        enough to open collapsed; waits (briefly) until the UI thread has drawn it, so the rest
-        of the load does not hold the GIL meanwhile. A picture that cannot be made is left out
-        (logged): it must never stop a model that passed its checks from opening."""
+    def make(self, job, proto, types, path) -> None:
+        """On the load's worker, once the file is checked and its shapes inferred (`types`): the
+        view a big model opens with, drawn now when it opens collapsed; waits (briefly) until the
+        UI thread has drawn it, so the rest of the load does not hold the GIL meanwhile. A view
+        that cannot be made is left out (logged): the loaded model makes its own, as small
+        models do; this must never stop a model that passed its checks from opening."""
+        self._made = None
+        title = Path(path).name
         try:
-            view = preview_view(proto, title)
-            if view is None or job.is_cancelled():
+            opened = open_view(proto, types, title, Path(path).parent, fold=self.canvas.scopes.fold_quantized)
+            if opened is None or job.is_cancelled():
                 return
+            if not opened.collapsed:  # every node drawn: laid out once the model is built
+                self._made = (job, opened, None, None)
+                return
+            view = opened.view
             measure, direction = self.canvas.measure, self.canvas.direction
             result = layout(view, {n.id: node_size(n, measure) for n in view.nodes}, cancel=job.is_cancelled, direction=direction)
             extras = prepare_display(view, result, job)
         except Cancelled:
             raise
-        except Exception:  # noqa: BLE001 - the loaded view comes anyway
-            logger.exception("no first picture for %s", title)
+        except Exception:  # noqa: BLE001 - the loaded model makes its own view
+            logger.exception("no early view for %s", title)
             return
+        self._made = (job, opened, result, extras)
         self._painted.clear()
         self._ready.emit(job, view, result, extras)
         self._painted.wait(PAINT_WAIT_S)
-        job.report(0.1, f"Loading {title}: the picture is a preview until the model is built")
+        job.report(0.1, f"Loading {title}: shown, being built")
+
+    def take(self, job):
+        """On the load's worker, once the model is built: (OpenView, layout or None, extras or
+        None) made for `job` by `make`, or None (a small model, or none could be made)."""
+        made, self._made = self._made, None
+        if made is None or made[0] is not job:
+            return None
+        return made[1:]
 
     def _show(self, job, view, result, extras) -> None:
         try:

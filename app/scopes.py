@@ -66,6 +66,17 @@ class ScopeController(QObject):
             self._layouts = {}
         return self._full, self._tree
 
+    def adopt(self, graph, opened) -> ViewGraph:
+        """Take over the view, groups and open groups made for `graph` from its protobuf while it
+        loaded (core.views.scope_preview.OpenView), as `tree` and `model_view` would have made
+        them; returns the view drawn. Called on the load's worker, before the UI sees `graph`."""
+        opened.tree.graph = graph
+        self._full, self._tree, self._key = opened.full, opened.tree, (id(graph), graph.revision, opened.fold)
+        self._layouts = {}
+        self._graph_id = id(graph)
+        self.expanded = set(opened.expanded)
+        return opened.view
+
     def model_view(self, graph) -> ViewGraph:
         """What the canvas shows for `graph` (called on worker threads too: it only reads)."""
         full, tree = self.tree(graph)

@@ -217,7 +217,8 @@ class groups_open:
 
 
 class first_picture:
-    """Open with the first picture of a big model (app.open_preview) as the app does, or without it."""
+    """Open a big model as the app does (its view made from the protobuf and drawn while its onnx_ir
+    model is built: app.open_preview), or with its view made from the loaded Graph."""
 
     def __init__(self, on: bool):
         self.on = on
@@ -374,10 +375,10 @@ def scoped_table(d: Path) -> None:
     print("Scoped graphs (torch-named BERT layers, offscreen 1600x1000, all panels)")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; 'cpu s' is the process's CPU time, 'UI cpu' the UI thread's own,"
           " worker steps are wall (CPU) seconds of load, view, layout, overview, open hooks")
-    print("'picture' is the first paint of the collapsed groups drawn from the protobuf while the model loads (app.open_preview),"
-          " 'seconds' the paint of the loaded model's own view; each open is the first of a fresh process")
+    print("'picture' is the first paint of the model's view, made from the protobuf and drawn while its onnx_ir model is built"
+          " (app.open_preview), 'seconds' the paint once the model is built and can be worked on; each open is the first of a fresh process")
     print(f"{'case':<40}{'drawn nodes':>12}{'layout':>16}{'picture':>9}{'seconds':>9}{'cpu s':>7}{'UI cpu':>7}{'target':>7}{'UI stall':>10}   worker steps (s)")
-    for label, mode, target, preview in (("10k scoped, opens collapsed", None, 1.0, True), ("  the same without the first picture", None, 1.0, False),
+    for label, mode, target, preview in (("10k scoped, opens collapsed", None, 1.0, True), ("  the same, its view made from the Graph", None, 1.0, False),
                                          ("10k scoped, every group expanded", "all", 3.0, True)):
         r = _open_in_fresh_process(scoped10k, mode, preview)
         steps = " ".join(f"{r['phases'].get(k, 0):.2f} ({r['worker_cpu'].get(k, float('nan')):.2f})" for k in ("load", "view", "layout", "overview", "hooks"))

@@ -128,7 +128,7 @@ class GraphCanvas(SceneBuilder, Decorations, QGraphicsView):
         self._layout_and_show(view, {"fit": fit})
 
     def show_preview(self, view: ViewGraph, result: Layout, extras: DisplayExtras | None = None) -> None:
-        """Draw a big model's first picture while it loads (core.views.scope_preview), placed as
+        """Draw a big model's view while its onnx_ir model is built (app.open_preview), placed as
         the model's own view will be: to look at, not to work on (no selection, overlay or
         activation; `mode` is "preview") until the loaded model's view replaces it (or
         show_model() brings back the one before)."""

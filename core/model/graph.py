@@ -441,12 +441,13 @@ class Graph(Mutations):
             yield from n.outputs
 
     # ---- shapes --------------------------------------------------------------------------
-    def infer_shapes(self, proto: onnx.ModelProto | None = None, data: bytes | None = None) -> None:
+    def infer_shapes(self, proto: onnx.ModelProto | None = None, data: bytes | None = None, inferred=None) -> None:
         """Fill in shapes/dtypes the file leaves out, using ONNX shape inference (C++, on the
         protobuf; read back once per distinct type, core.model.shapes).
 
         Results go into each value's meta (not saved); `proto`: the graph already serialized (as
-        loaded), `data`: its bytes from the file. Problems go to `shape_problems`."""
+        loaded), `data`: its bytes; `inferred`: `infer_types`' answer for it, already found.
+        Problems go to `shape_problems`."""
         from .shapes import infer_types
 
         self.shape_problems = []
@@ -454,7 +455,8 @@ class Graph(Mutations):
         for v in (v for v in values if _INFERRED in v.meta):  # a missed pop costs a KeyError (~2 us a value)
             del v.meta[_INFERRED]
         try:
-            types, self.shape_problems = infer_types(proto if proto is not None else self.to_proto(), data=data)
+            types, problems = inferred or infer_types(proto if proto is not None else self.to_proto(), data=data)
+            self.shape_problems = list(problems)
         except Exception as e:  # noqa: BLE001 - inference is advisory; keep the model open
             self.shape_problems.append(f"shape inference failed: {str(e).strip().splitlines()[0]}")
             return

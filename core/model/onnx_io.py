@@ -24,6 +24,7 @@ from .onnx_checks import (
     start_checker,
     truncated_by,
 )
+from .shapes import InferredTypes, infer_types
 
 __all__ = ["KNOWN_DOMAINS", "SaveResult", "load_model", "load_model_bytes", "save_model", "truncated_by", "validate_graph"]
 
@@ -33,16 +34,17 @@ KNOWN_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.training", "ai.onnx.previ
 
 
 def load_model(path: str | os.PathLike, *, allow_absolute_external: bool = False,
-               checked: Callable[[onnx.ModelProto], None] | None = None) -> Graph:
+               checked: Callable[[onnx.ModelProto, InferredTypes], None] | None = None) -> Graph:
     """Load an ONNX file into a Graph, validated, with missing shapes inferred.
 
     Raises ModelLoadError / InvalidModelError with one sentence naming the file and the problem.
     External data is read lazily, and only from files inside the model's folder: a file from
     elsewhere could make the workbench read any file on the machine. `allow_absolute_external`
     also accepts absolute paths, for files the workbench wrote itself (autosaves, which refer to
-    the weights where they are instead of copying them). `checked(proto)` is called once the file
-    has passed every check, before the model is built (the GUI draws a big model's first picture
-    from it: core.views.scope_preview); it must not change `proto`.
+    the weights where they are instead of copying them). `checked(proto, types)` is called once the file
+    has passed every check and its shapes are inferred (`types`: core.model.shapes), before the
+    model is built (the GUI draws a big model's view from them while the model is built:
+    core.views.proto_view); it must not change `proto`.
     """
     p = Path(path)
     return load_model_bytes(read_model_bytes(p), p, allow_absolute_external=allow_absolute_external, checked=checked)
@@ -64,7 +66,7 @@ def _gc_paused():
 
 
 def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_external: bool = False,
-                     checked: Callable[[onnx.ModelProto], None] | None = None) -> Graph:
+                     checked: Callable[[onnx.ModelProto, InferredTypes], None] | None = None) -> Graph:
     """Like `load_model`, from bytes already read; `path` names the file and anchors external data.
 
     The checks run on the parsed protobuf first (core.model.onnx_checks, shared with `inspect`),
@@ -80,8 +82,10 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
         checker = start_checker(parsed, p)
         try:
             check_structure(proto, p, produced=parsed.produced)
+            inferred = None
             if checked is not None and checker(report=False) is None:
-                checked(proto)
+                inferred = infer_types(proto, data=parsed.data)  # once: the Graph reads the same answer
+                checked(proto, inferred[0])
             try:
                 # onnx_ir logs its own warning for dangling inputs; check_structure explains them better
                 ir_logger = logging.getLogger("onnx_ir")
@@ -104,7 +108,7 @@ def load_model_bytes(data: bytes, path: str | os.PathLike, *, allow_absolute_ext
         graph = Graph(model, p)
         graph.value_info_names = {vi.name for vi in proto.graph.value_info}
         # the parsed proto is the model: infer on it instead of serializing the graph again
-        graph.infer_shapes(proto=proto, data=parsed.data)
+        graph.infer_shapes(proto=proto, data=parsed.data, inferred=inferred)
     return graph
 
 

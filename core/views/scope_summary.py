@@ -69,13 +69,13 @@ def scope_facts(scope, tree) -> ScopeFacts:
             tensors.update(dict.fromkeys(badge_tensors))
     params = 0
     graph = tree.graph
-    if graph is not None:
-        sizes = _param_sizes(tree)
+    sizes = _param_sizes(tree)  # filled up front for a tree made before its Graph (core.views.scope_preview)
+    if graph is not None or sizes:
         for t in tensors:
             s = sizes.get(t)
             if s is None:
                 try:
-                    s = graph.value(t).size or 0
+                    s = graph.value(t).size or 0 if graph is not None else 0
                 except KeyError:
                     s = 0
                 sizes[t] = s

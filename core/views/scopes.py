@@ -455,15 +455,7 @@ def _shape_list(tensors: dict[str, str], limit: int = 2) -> str:
 
 
 def group_node(scope: Scope) -> ViewNode:
-    """The box of a collapsed scope: name; size and params; op histogram; shapes in and out
-    (a preview's box, core.views.scope_preview: name, size and ops only)."""
-    root = scope
-    while root.parent is not None:
-        root = root.parent
-    if root.tree is not None and root.tree.view is not None and root.tree.view.data.get("source") == "onnx-preview":
-        return ViewNode(id=scope_node_id(scope.path), label=scope.name, detail=f"{scope.size} nodes", category="group",
-                        badges=[scope.histogram_text()], tooltip=f"{scope.path}  ({scope.size} nodes)\nloading…",
-                        data={"kind": "scope", "path": scope.path, "name": scope.path, "size": scope.size, "preview": True})
+    """The box of a collapsed scope: name; size and params; op histogram; shapes in and out."""
     lines = [scope.histogram_text()]
     if scope.inputs or scope.outputs:
         lines.append(f"in {_shape_list(scope.inputs) or '—'}  →  out {_shape_list(scope.outputs) or '—'}")

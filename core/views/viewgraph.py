@@ -122,17 +122,15 @@ def _ints_text(v) -> str:
         return str(v)
 
 
-_PLAIN_OPS = frozenset(("Relu", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "BatchNormalization", "Identity", "Dropout"))
-
-
-def _key_detail(node, out_shape: str) -> str:
-    """The second label line: the attribute that tells this node apart, else its output shape."""
-    op = node.op_type
-    if op in _PLAIN_OPS:
-        return out_shape if out_shape != "?" else ""
-    attrs = node.attributes
-    out = node.output_values[0] if node.output_values else None
+def _key_detail(op: str, out_shape: str, facts) -> str:
+    """The second label line: the attribute that tells this node apart, else its output shape.
+    `facts()` (read only for ops whose line comes from an attribute, _DETAIL_OPS and Reduce*):
+    (plain attribute values by name, the first output's dims or None, a callable giving the
+    second input's constant data or None: a Reduce's axes)."""
     out_shape = out_shape if out_shape != "?" else ""
+    if op not in _DETAIL_OPS and not op.startswith("Reduce"):
+        return out_shape
+    attrs, out_dims, second_input = facts()
     if op in ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv"):
         parts = []
         if "kernel_shape" in attrs:
@@ -144,8 +142,8 @@ def _key_detail(node, out_shape: str) -> str:
         if group and int(group) != 1:
             parts.append(f"g{int(group)}")
         text = " ".join(parts)
-        if out is not None and out.shape is not None and len(out.shape) >= 2 and isinstance(out.shape[1], int):
-            text = f"{text} → {out.shape[1]}ch" if text else f"{out.shape[1]}ch"
+        if out_dims is not None and len(out_dims) >= 2 and isinstance(out_dims[1], int):
+            text = f"{text} → {out_dims[1]}ch" if text else f"{out_dims[1]}ch"
         return text or out_shape
     if op in ("MaxPool", "AveragePool", "LpPool"):
         parts = [_ints_text(attrs["kernel_shape"])] if "kernel_shape" in attrs else []
@@ -158,8 +156,8 @@ def _key_detail(node, out_shape: str) -> str:
             return f"axis {attrs['axis']}"
     if op.startswith("Reduce") or op in ("ArgMax", "ArgMin"):
         axes = attrs.get("axes")
-        if axes is None and len(node.input_values) > 1 and node.input_values[1] is not None:
-            data = node.input_values[1].numpy() if node.input_values[1].is_initializer else None
+        if axes is None:
+            data = second_input()
             axes = None if data is None else data.reshape(-1).tolist()
         if axes is not None:
             return "axes " + ",".join(str(int(a)) for a in axes) + ("" if attrs.get("keepdims", 1) else " drop")
@@ -175,6 +173,13 @@ def _key_detail(node, out_shape: str) -> str:
     if op in ("LeakyRelu", "Elu") and "alpha" in attrs:
         return f"α {float(attrs['alpha']):g}"
     return out_shape
+
+
+def _node_facts(node) -> tuple:
+    """What `_key_detail` reads of a Graph node."""
+    second = node.input_values[1:2]
+    return (node.attributes, node.output_values[0].shape if node.output_values else None,
+            lambda: second[0].numpy() if second and second[0] is not None and second[0].is_initializer else None)
 
 
 _FORMAL_INPUTS: dict[tuple[str, str, int], list[str]] = {}
@@ -206,19 +211,20 @@ def _formal_name(formal: list[str], i: int) -> str:
     return f"in{i}"
 
 
-def _unconnected(graph, n, opset: int) -> list[str]:
-    """Schema names of the required inputs node `n` leaves unconnected (X, B)."""
+def _unconnected(op_type: str, domain: str, opset_imports: dict, present: list[bool], opset: int) -> list[str]:
+    """Schema names of the required inputs a node leaves unconnected (X, B); `present`: which
+    of its inputs are connected."""
     from ..model.meta import unconnected_required_inputs
 
-    missing = unconnected_required_inputs(n.op_type, n.domain, graph.opset_imports, [v is not None for v in n.inputs])
-    formal = _formal_input_names(n.op_type, n.domain or "", opset)
+    missing = unconnected_required_inputs(op_type, domain, opset_imports, present)
+    formal = _formal_input_names(op_type, domain or "", opset)
     return [_formal_name(formal, k) for k in missing]
 
 
-def _badge(formal: str, value) -> str:
-    shape = value.shape
+def _badge(formal: str, shape, data) -> str:
+    """A constant input's badge: its schema name and shape, or a scalar's value (`data`: the
+    initializer's array, None when not an initializer)."""
     if shape is not None and len(shape) == 0:
-        data = value.numpy() if value.is_initializer else None
         if data is not None and data.size == 1:
             return f"{formal} = {data.reshape(-1)[0]:g}" if data.dtype.kind == "f" else f"{formal} = {data.reshape(-1)[0]}"
     return f"{formal} {_dims_text(shape)}"
@@ -235,6 +241,20 @@ def _dtype_text(d) -> str:
 
         text = _DTYPE_TEXT[d] = dtype_name(d)
     return text
+
+
+def _op_node(node_id: int, op_type: str, domain: str, name: str, detail: str, badges: list[str], out_text: str,
+             bodies: list[str], unconnected, tensors: dict) -> ViewNode:
+    """An op's box; `tensors`: its inputs', outputs' and badges' tensor names (data fields)."""
+    more = f"\nDouble-click to open its {' / '.join(bodies)}." if bodies else ""
+    # cut off (a Delete upstream): the box says which input waits, so it can be reconnected
+    if unconnected:
+        detail = f"{', '.join(unconnected)} not connected"
+        more += (f"\nInput {' and '.join(unconnected)} {'is' if len(unconnected) == 1 else 'are'} not connected, so this computes "
+                 "nothing: drag from an output's lower edge onto this box to connect it.")
+    return ViewNode(node_id, op_type if not domain or domain == "ai.onnx" else f"{domain}.{op_type}", detail, op_category(op_type), badges,
+                    f"{name or op_type} ({op_type})\n→ {out_text}{more}", [node_id],
+                    {"kind": "node", "name": name, **tensors, "subgraphs": bodies, "unconnected": unconnected})
 
 
 def input_node_id(name: str) -> str:
@@ -345,7 +365,7 @@ def from_graph(graph) -> ViewGraph:
                 value = Value(graph, v)
                 shape = value.shape
                 if shape is not None and len(shape) == 0:
-                    badges.append(_badge(formal, value))  # a scalar shows its value
+                    badges.append(_badge(formal, shape, value.numpy() if value.is_initializer else None))  # a scalar shows its value
                 else:
                     key = (formal, shape)
                     text = badge_text.get(key)
@@ -363,31 +383,11 @@ def from_graph(graph) -> ViewGraph:
             out_text = ", ".join(f"{name}: {text_of(o)[4]}" for name, o in zip(out_names[:4], outs))
         # control flow (If, Loop, Scan): the graphs in its attributes, opened by a double-click
         bodies = [k for k, a in n.attributes.items() if a.type is graph_attr] if n.attributes else []
-        more = f"\nDouble-click to open its {' / '.join(bodies)}." if bodies else ""
         out_shape = text_of(outs[0])[0] if outs else ""
-        if op_type in _DETAIL_OPS or op_type.startswith("Reduce"):
-            detail = _key_detail(Node(graph, n), out_shape)
-        else:
-            detail = out_shape if out_shape != "?" else ""
-        # cut off (a Delete upstream): the box says which input waits, so it can be reconnected
-        unconnected = _unconnected(graph, n, opset) if "" in input_names else ()
-        if unconnected:
-            detail = f"{', '.join(unconnected)} not connected"
-            more += (f"\nInput {' and '.join(unconnected)} {'is' if len(unconnected) == 1 else 'are'} not connected, so this computes "
-                     "nothing: drag from an output's lower edge onto this box to connect it.")
-        nodes.append(
-            ViewNode(
-                node_id,
-                op_type if not domain or domain == "ai.onnx" else f"{domain}.{op_type}",
-                detail,
-                op_category(op_type),
-                badges,
-                f"{n.name or op_type} ({op_type})\n→ {out_text}{more}",
-                [node_id],
-                {"kind": "node", "name": n.name or "", "inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors,
-                 "subgraphs": bodies, "unconnected": unconnected},
-            )
-        )
+        detail = _key_detail(op_type, out_shape, lambda n=n: _node_facts(Node(graph, n)))
+        unconnected = _unconnected(op_type, domain, graph.opset_imports, [v is not None for v in n.inputs], opset) if "" in input_names else ()
+        nodes.append(_op_node(node_id, op_type, domain, n.name or "", detail, badges, out_text, bodies, unconnected,
+                              {"inputs": input_names, "outputs": out_names, "badge_tensors": badge_tensors}))
         for name in out_names:
             if name:
                 producer_of[name] = node_id

@@ -105,6 +105,29 @@ def test_a_picture_that_cannot_be_made_does_not_stop_the_open(window, big_model,
     def broken(*_a, **_k):
         raise ValueError("a bug in the preview")
 
-    monkeypatch.setattr(app.open_preview, "preview_view", broken)
+    monkeypatch.setattr(app.open_preview, "open_view", broken)
     assert window.open_model(big_model, wait=True)
     assert window.document.graph is not None and window.canvas.mode == "model" and not messages
+    assert any(str(n.id).startswith("scope:") for n in window.canvas.view.nodes)  # made from the Graph instead
+
+
+def test_the_loaded_model_adopts_the_view_drawn_early(window, big_model, monkeypatch):
+    """Nothing is made twice: no view of every node from the Graph, no second layout; the
+    groups' parameter counts are the Graph's."""
+    import app.scopes
+    from core.views.scopes import scope_tree, scoped_view
+    from core.views.viewgraph import from_graph
+
+    calls = []
+    monkeypatch.setattr(app.scopes, "from_graph", lambda g: calls.append(g) or from_graph(g))
+    assert window.open_model(big_model, wait=True)
+    assert calls == [] and window.open_preview.last_seconds is not None
+    graph, canvas = window.document.graph, window.canvas
+    full = from_graph(graph)
+    tree = scope_tree(full, graph)
+    expected = scoped_view(full, tree, canvas.scopes.expanded)
+    assert [(n.id, n.label, n.detail, n.badges) for n in canvas.view.nodes] == [(n.id, n.label, n.detail, n.badges) for n in expected.nodes]
+    # the adopted groups open in place
+    drawn = len(canvas.view.nodes)
+    canvas.scopes.expand(next(n.id for n in canvas.view.nodes if str(n.id).startswith("scope:"))[len("scope:"):])
+    assert canvas.mode == "model" and len(canvas.view.nodes) > drawn

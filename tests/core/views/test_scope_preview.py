@@ -1,7 +1,8 @@
-"""The first picture of a big model, from its protobuf (core.views.scope_preview): the same boxes
-and edges as the loaded model's collapsed view, or nothing when there is nothing collapsed."""
+"""A big model's view from its protobuf (core.views.scope_preview): the same view, groups and
+parameter counts as the loaded model's, drawn early only when something opens collapsed."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import onnx
@@ -11,7 +12,8 @@ from onnx import TensorProto, helper
 from core import load_model
 from core.model.samples import scoped_bert
 from core.model.summary import proto_constants
-from core.views.scope_preview import preview_view
+from core.model.shapes import infer_types
+from core.views.scope_preview import open_view
 from core.views.scopes import NAME_SCOPES_KEY, scope_tree, scoped_view
 from core.views.viewgraph import from_graph
 
@@ -26,9 +28,13 @@ def _loaded_view(path: Path):
 
 
 def _same_picture(preview, view) -> None:
-    assert [(n.id, n.label, n.category) for n in preview.nodes] == [(n.id, n.label, n.category) for n in view.nodes]
-    assert [n.data.get("size") for n in preview.nodes] == [n.data.get("size") for n in view.nodes]
-    assert sorted((str(e.src), str(e.dst)) for e in preview.edges) == sorted((str(e.src), str(e.dst)) for e in view.edges)
+    assert [asdict(n) for n in preview.nodes] == [asdict(n) for n in view.nodes]  # labels, shapes, parameter counts
+    assert [asdict(e) for e in preview.edges] == [asdict(e) for e in view.edges]
+
+
+def _open_view(path: Path, min_nodes: int = 0):
+    proto = onnx.load(path)
+    return open_view(proto, infer_types(proto)[0], path.name, path.parent, min_nodes=min_nodes)
 
 
 def test_preview_has_the_boxes_and_edges_the_loaded_model_opens_with(tmp_path):
@@ -54,13 +60,12 @@ def test_preview_has_the_boxes_and_edges_the_loaded_model_opens_with(tmp_path):
     onnx.checker.check_model(proto)
 
     graph, view = _loaded_view(path)
-    preview = preview_view(onnx.load(path), "bert.onnx", min_nodes=0)
-    assert preview is not None and preview.data["preview"]
-    assert sum(n.category == "group" for n in preview.nodes) >= 6
-    _same_picture(preview, view)
-    # what only the loaded model knows is not claimed: no shapes, no parameter counts
-    box = next(n for n in preview.nodes if n.category == "group")
-    assert "params" not in box.detail and not any("→" in b for b in box.badges)
+    opened = _open_view(path)
+    assert opened is not None and opened.collapsed
+    assert sum(n.category == "group" for n in opened.view.nodes) >= 6
+    _same_picture(opened.view, view)
+    box = next(n for n in opened.view.nodes if n.category == "group")
+    assert "params" in box.detail or any("params" in b for b in box.badges) or "params" in box.tooltip
     assert proto_constants(onnx.load(path)) == set(graph.constant_values())
 
 
@@ -76,15 +81,18 @@ def test_scopes_from_dynamo_metadata_without_names(tmp_path):
     path = tmp_path / "dynamo.onnx"
     onnx.save(proto, path)
     _, view = _loaded_view(path)
-    preview = preview_view(onnx.load(path), "dynamo.onnx", min_nodes=0)
-    assert preview is not None
-    _same_picture(preview, view)
+    opened = _open_view(path)
+    assert opened is not None and opened.collapsed
+    _same_picture(opened.view, view)
 
 
 @pytest.mark.parametrize("name", ["light_resnet50.onnx", "light_densenet121.onnx"])
-def test_no_preview_where_nothing_opens_collapsed(name):
-    """The light models open expanded (no names to group by, a few hundred drawn nodes)."""
-    assert preview_view(onnx.load(LIGHT / name), name, min_nodes=0) is None
+def test_nothing_drawn_early_where_nothing_opens_collapsed(name):
+    """The light models open expanded (no names to group by, a few hundred drawn nodes): their
+    view is every node, laid out once the model is built."""
+    opened = _open_view(LIGHT / name)
+    assert opened is not None and not opened.collapsed
+    _same_picture(opened.view, _loaded_view(LIGHT / name)[1])
 
 
 def test_constants_from_the_protobuf_match_the_loaded_graph():
@@ -94,5 +102,6 @@ def test_constants_from_the_protobuf_match_the_loaded_graph():
         assert proto_constants(onnx.load(LIGHT / name)) == set(load_model(LIGHT / name).constant_values())
 
 
-def test_small_models_get_no_preview():
-    assert preview_view(scoped_bert(layers=3, dim=8, heads=2, ffn=16, vocab=32), "small") is None
+def test_small_models_get_their_view_from_the_loaded_graph():
+    proto = scoped_bert(layers=3, dim=8, heads=2, ffn=16, vocab=32)
+    assert open_view(proto, infer_types(proto)[0], "small") is None
