@@ -267,7 +267,7 @@ def ours_runner(vm, feeds, threads: int | None = None, adaptive: bool = False, b
     if boundary == "numpy" and specs is not None:
         # Artifact.run's boundary (core.compiler.runtime.boundary): inputs checked once per signature,
         # kept buffers for inputs it cannot read in place, outputs the VM allocated handed out uncopied
-        numpy_boundary = NumpyBoundary(specs, getattr(vm, "library", None))
+        numpy_boundary = NumpyBoundary(specs, getattr(vm, "library", None), getattr(vm, "input_alignment", None) or 64)
 
         def fn(*_):
             ins = numpy_boundary.arrays(feeds)

@@ -145,6 +145,7 @@ def build_vm_workbench(proto, target, database: str | None = None, shape_buckets
     vm.parallel_kernels = art.manifest.parallel_kernels
     vm.input_specs = art.inputs  # ours_runner checks the inputs as Artifact.run does
     vm.library = art.library  # and hands out the outputs as Artifact.run does (its executable's bytecode says which)
+    vm.input_alignment = art.manifest.input_alignment  # and reads them in place as it does
     bucket = art.bucket_for([np.shape(feeds[s.name]) for s in art.inputs]) if feeds is not None else None
     vm.entry = bucket.function if bucket is not None else "main"
     vm.path = path_text(bucket)
@@ -395,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 tvm_tuned = artifact.vm() if covered or chosen else None
                 if tvm_tuned is not None:
                     tvm_tuned.input_specs, tvm_tuned.library = artifact.inputs, artifact.library
+                    tvm_tuned.input_alignment = artifact.manifest.input_alignment
             else:
                 if tune_s:
                     from core.compiler.tuning.tune import tune_module

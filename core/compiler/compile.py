@@ -333,6 +333,10 @@ def compile_model(
     )
     if cpu_kind:
         manifest.parallel_kernels = parallel_kernel_count(scheduled)
+        from .passes.input_alignment import DEFAULT, input_alignment
+
+        alignment = input_alignment(final)  # 16: numpy's arrays are read in place (ReadInputsInPlace)
+        manifest.input_alignment = alignment if alignment != DEFAULT else None
     art = Artifact(
         library=ex,
         target=target,

@@ -386,6 +386,10 @@ for _info in [
     PassInfo("DataflowLowering", Level.TENSOR_PROGRAM, _seq("RewriteDataflowReshape", "ToNonDataflow", "RemovePurityChecking"),
              "reshapes become views, dataflow blocks become plain bindings, purity checks go.", required=True,
              vm_lowering=True),
+    PassInfo("ReadInputsInPlace", Level.TENSOR_PROGRAM, _own("passes.input_alignment", "read_inputs_in_place_pass"),
+             "the kernels that read a model input declare it 16-byte aligned (numpy's alignment), so a run reads the "
+             "caller's arrays in place instead of copying them (CPU; core.compiler.passes.input_alignment).",
+             needs_kernels=True, vm_lowering=True),
     PassInfo("CallTIRRewrite", Level.TENSOR_PROGRAM, _relax("CallTIRRewrite"),
              "call_tir becomes explicit output allocation + a call in destination-passing style.", required=True,
              needs_kernels=True, vm_lowering=True),
@@ -422,6 +426,7 @@ _DEFAULT = [
     "DeadCodeElimination",
     "ScheduleTIR",
     "DataflowLowering",
+    "ReadInputsInPlace",
     "CallTIRRewrite",
     "StaticPlanBlockMemory",
     "VMFinalize",
@@ -443,6 +448,7 @@ def default_pipeline(target) -> list[PassSpec]:
         names.remove("CombineParallelMatmul")  # measured, and sized to L2, for the CPU's matmul schedule
         names.remove("FuseLRN")  # its kernel is scheduled by a CPU rule (schedules.cpu_lrn)
         names.remove("WidenConvRows")  # for the CPU's channel-blocked conv tiles
+        names.remove("ReadInputsInPlace")  # a GPU's inputs are copied to the device
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 

@@ -38,7 +38,7 @@ import numpy as np
 from ...errors import UnsupportedOpError, WorkbenchError
 from ..backend.cuda import CUDA_SOURCE, export_cuda_library, register_cuda_compile_callback
 from ..target import TargetKind, cannot_run_here, code_arch, gpu_present, host_arch
-from .boundary import NumpyBoundary, flatten_outputs, host_tensor, to_numpy
+from .boundary import ALIGNMENT, NumpyBoundary, flatten_outputs, host_tensor, to_numpy
 from .artifact_check import CHECK_MODULE, LIBRARY, MANIFEST, RUNNER, SOURCE_MODEL, ArtifactRefused, cannot_load, check_feeds, check_folder, choose_bucket, file_checksum, run_failure, path_text
 from .manifest import FORMAT_VERSION, FileChecksum, Manifest, Measured, ShapeBucket, TensorSpec
 from .recipe import RECIPE, RecipeSource, copy_recipe, write_recipe
@@ -201,7 +201,8 @@ class Artifact:
             raise WorkbenchError(str(e)) from None
         if self.target == TargetKind.CUDA:
             return [tvm.runtime.tensor(a, self.device) for a in arrays]
-        return [host_tensor(a) for a in arrays]
+        alignment = self.manifest.input_alignment or ALIGNMENT
+        return [host_tensor(a, alignment=alignment) for a in arrays]
 
     def bucket_for(self, shapes) -> ShapeBucket | None:
         """The shape bucket whose dims the inputs' `shapes` (in input order) match exactly, or None
@@ -272,7 +273,7 @@ class Artifact:
             if self.target == TargetKind.CUDA:
                 return flatten_outputs(self.run_device(self.to_device(feeds), function))
             if boundary is None:
-                boundary = self._boundary = NumpyBoundary(self.inputs, self.library)
+                boundary = self._boundary = NumpyBoundary(self.inputs, self.library, self.manifest.input_alignment or ALIGNMENT)
             try:
                 arrays = boundary.arrays(feeds)
             except ArtifactRefused as e:

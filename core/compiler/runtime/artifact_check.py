@@ -321,6 +321,7 @@ def read_manifest(data, source: str = MANIFEST) -> dict:
         "measured": None,
         "cuda": f.get("cuda", lambda v: isinstance(v, dict), "an object", None),
         "thread_pool": f.text("thread_pool"),
+        "input_alignment": f.get("input_alignment", lambda v: v in (16, 64) and type(v) is int, "16 or 64", None),
         "deploy": f.get("deploy", lambda v: isinstance(v, dict), "an object", None),
         "files": f.get("files", _is_str_list, "a list of file names", []),
         "checksums": f.get("checksums", lambda v: isinstance(v, dict) and all(_is_checksum(x) for x in v.values()),

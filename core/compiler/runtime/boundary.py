@@ -3,9 +3,10 @@ per-run cost as a tiny model allows (issue 40 item 3; figures: docs/performance.
 
 * Inputs: checked once per input signature (`NumpyBoundary.arrays`: the same type, dtype and shape
   as the last accepted run skip artifact_check.check_feeds, whose sentences every other run gets);
-  read in place where C-contiguous, writable and 64-byte aligned (`host_tensor`), else copied into
-  a buffer kept per input (the kernels assume 64-byte aligned inputs: `tvm.runtime.from_dlpack`
-  refuses less, and LLVM is told so).
+  read in place where C-contiguous, writable and aligned as the kernels reading them were declared
+  (`host_tensor`; the manifest's `input_alignment`: 16, numpy's own, since ReadInputsInPlace
+  (core.compiler.passes.input_alignment), else TVM's 64, and LLVM is told so), else copied into a
+  buffer kept per input.
 * Outputs: handed out without a copy where the VM allocated them in this run (`fresh_outputs`
   reads the VM's bytecode once per function: a tensor made by `vm.builtin.alloc_tensor` on
   storage `vm.builtin.alloc_storage` made for it alone); the numpy array then holds the tensor, so
@@ -29,10 +30,10 @@ DLPACK_TYPES = frozenset(np.dtype(name).type for name in _DLPACK_DTYPES)  # dtyp
 ALIGNMENT = 64
 
 
-def host_tensor(a: np.ndarray, copy: bool = True):
+def host_tensor(a: np.ndarray, copy: bool = True, alignment: int = ALIGNMENT):
     """`a` as a CPU TVM tensor: the array itself where it is C-contiguous, writable and 64-byte
-    aligned (no copy: tvm.runtime.tensor allocates and copies, ~20 us of a tiny model's ~40 us
-    run), else a copy into a fresh aligned numpy buffer (fresh per call: concurrent runs share
+    aligned (`alignment`: what the kernels reading it accept; no copy: tvm.runtime.tensor allocates
+    and copies, ~20 us of a tiny model's ~40 us run), else a copy into a fresh aligned numpy buffer (fresh per call: concurrent runs share
     nothing). tvm_ffi.from_dlpack, and its data_ptr for the alignment: numpy's ctypes.data costs
     1 us. With `copy` False, None instead of a copy. Figures: docs/performance.md, "numpy boundary"."""
     import tvm
@@ -42,7 +43,7 @@ def host_tensor(a: np.ndarray, copy: bool = True):
         return tvm.runtime.tensor(a)
     if a.flags.c_contiguous and a.flags.writeable and a.size:  # an empty array may have strides of 0: TVM wants compact ones
         t = tvm_ffi.from_dlpack(a)
-        if t.data_ptr() % ALIGNMENT == 0:
+        if t.data_ptr() % alignment == 0:
             return t
     if not copy:
         return None
@@ -207,8 +208,9 @@ class NumpyBoundary:
     accepted, the kept aligned input buffers, which outputs each VM function allocates anew.
     Not thread-safe: Artifact.run holds its lock around a run."""
 
-    def __init__(self, specs, library):
+    def __init__(self, specs, library, alignment: int = ALIGNMENT):
         self._specs = list(specs)
+        self._alignment = alignment  # what the kernels reading the inputs accept (the manifest's input_alignment)
         self._names = [s.name for s in self._specs]
         self._accepted: list | None = None  # per input: (dtype, shape) of the last accepted run
         # input index -> (aligned array, TVM tensor on it, weak reference to the array last copied into it)
@@ -254,7 +256,7 @@ class NumpyBoundary:
         flags = a.flags
         if flags.c_contiguous and flags.writeable and a.size:  # host_tensor's test, inlined (~0.5 us)
             t = self._from_dlpack(a)
-            if t.data_ptr() % ALIGNMENT == 0:
+            if t.data_ptr() % self._alignment == 0:
                 return t
         if kept is None or kept[0].shape != a.shape or kept[0].dtype != a.dtype:
             buf = aligned_empty(a.shape, a.dtype)

@@ -260,9 +260,9 @@ class Measured:
 _KEYS = ("format_version", "name", "library", "runner", "source_model", "source_model_sha256", "source_path", "target", "device",
          "tvm_version", "created", "inputs", "outputs", "code_names", "rewrites", "converter_fixes", "passes", "tuning",
          "kernel_lineage", "shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda",
-         "thread_pool", "deploy", "files", "checksums")
+         "thread_pool", "input_alignment", "deploy", "files", "checksums")
 _RECORDS = {"target", "inputs", "outputs", "passes", "tuning", "memory_estimate", "verification", "measured", "checksums", "shape_buckets"}
-_OPTIONAL = {"shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "deploy", "checksums"}
+_OPTIONAL = {"shape_buckets", "parallel_kernels", "memory_estimate", "verification", "compile_seconds", "measured", "cuda", "thread_pool", "input_alignment", "deploy", "checksums"}
 
 
 @dataclass
@@ -299,6 +299,7 @@ class Manifest:
     measured: Measured | None = None
     cuda: dict | None = None  # CUDA: how the kernels ship (core.compiler.backend.cuda.export_cuda_library)
     thread_pool: str | None = None  # the workbench's thread pool library in the folder (None: TVM's)
+    input_alignment: int | None = None  # CPU: the bytes the kernels reading an input accept (None: TVM's 64; core.compiler.passes.input_alignment)
     deploy: dict | None = None  # CPU: what the device installs and each part's bytes (core.compiler.runtime.deploy)
     files: list[str] = field(default_factory=list)
     checksums: dict[str, FileChecksum] | None = None  # every file but the manifest (None: exported before files were checked)

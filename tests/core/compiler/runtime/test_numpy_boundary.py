@@ -1,6 +1,6 @@
 """Artifact.run's numpy boundary (core.compiler.runtime.boundary; run.py's copies of host_tensor and
-to_numpy): inputs checked once per signature, read in place where C-contiguous, writable and 64-byte
-aligned, else copied into kept buffers; outputs the VM allocated in the run handed out without a
+to_numpy): inputs checked once per signature, read in place where C-contiguous, writable and aligned
+as the manifest's input_alignment says (16: numpy's own), else copied into kept buffers; outputs the VM allocated in the run handed out without a
 copy, the rest copied. The results must be bitwise those of the plain path (tvm.runtime.tensor in,
 Tensor.numpy() out), and no result may alias an input, a constant of the model or another run's result."""
 from __future__ import annotations
@@ -60,11 +60,16 @@ def _layouts(a: np.ndarray):
     off = -raw2.ctypes.data % 64 + a.dtype.itemsize  # one element past a 64-byte boundary
     unaligned = raw2[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
     unaligned[...] = a
+    raw3 = np.empty(a.nbytes + 128, dtype=np.uint8)
+    off = -raw3.ctypes.data % 64 + 16  # numpy's own alignment: 16 bytes past a 64-byte boundary
+    numpy16 = raw3[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
+    numpy16[...] = a
     strided = np.repeat(a[..., None], 2, axis=-1)[..., 0]
     readonly = a.copy()
     readonly.flags.writeable = False
-    assert aligned.ctypes.data % 64 == 0 and unaligned.ctypes.data % 64 != 0 and not strided.flags.c_contiguous
-    return {"aligned": aligned, "unaligned": unaligned, "strided": strided, "readonly": readonly}
+    assert aligned.ctypes.data % 64 == 0 and unaligned.ctypes.data % 16 != 0 and not strided.flags.c_contiguous
+    assert numpy16.ctypes.data % 64 == 16
+    return {"aligned": aligned, "unaligned": unaligned, "numpy16": numpy16, "strided": strided, "readonly": readonly}
 
 
 @pytest.mark.parametrize("name", ["small_cnn", "mlp", "mm_relu", "two"])
@@ -76,10 +81,13 @@ def test_results_bitwise_as_before_for_every_input_layout(arts, name):
     layouts = {k: _layouts(v) for k, v in base.items()}
     # each layout twice in a row (the second run takes the checked signature and, for an array copied
     # before, the kept buffer without asking its address), then the layouts mixed
-    order = [lay for lay in ("aligned", "unaligned", "strided", "readonly") for _ in range(2)] + ["unaligned", "aligned", "strided"]
+    order = [lay for lay in ("aligned", "unaligned", "numpy16", "strided", "readonly") for _ in range(2)] + ["unaligned", "numpy16", "aligned", "strided"]
     for layout in order:
         feeds = {k: v[layout] for k, v in layouts.items()}
         got = art.run(feeds)
+        if layout in ("aligned", "numpy16"):  # the kernels reading the inputs were declared 16-byte aligned: read in place
+            arrays = art._boundary.arrays(feeds)
+            assert all(art._boundary.tensor(i, a).data_ptr() == a.ctypes.data for i, a in enumerate(arrays)), layout
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.dtype == w.dtype and g.shape == w.shape
@@ -120,11 +128,26 @@ def test_run_py_boundary_matches_the_workbench():
     import tvm
 
     a = _layouts(np.arange(12, dtype=np.int64).reshape(3, 4))
-    for layout, arr in a.items():
-        t = run_template._host_tensor(tvm, np, arr)
-        assert np.shares_memory(np.from_dlpack(t), arr) == (layout == "aligned")
-        out = run_template._to_numpy(np, t)
-        assert np.array_equal(out, arr) and not np.shares_memory(out, arr)
+    for alignment, in_place in ((64, {"aligned"}), (16, {"aligned", "numpy16"})):  # the manifest's input_alignment
+        for layout, arr in a.items():
+            t = run_template._host_tensor(tvm, np, arr, alignment)
+            assert np.shares_memory(np.from_dlpack(t), arr) == (layout in in_place)
+            assert np.from_dlpack(t).ctypes.data % alignment == 0
+            out = run_template._to_numpy(np, t)
+            assert np.array_equal(out, arr) and not np.shares_memory(out, arr)
+
+
+def test_the_manifest_says_which_inputs_are_read_in_place(arts):
+    """ReadInputsInPlace re-declared every input reader: the manifest says 16 (numpy's alignment);
+    an artifact without the field (made before it) is taken as TVM's 64, and copies such arrays."""
+    from core.compiler.runtime.boundary import NumpyBoundary
+
+    for name in ("small_cnn", "mlp", "mm_relu", "two"):
+        assert arts[name].manifest.input_alignment == 16, name
+    art = arts["mm_relu"]
+    a = _layouts(np.ones([int(d) for d in art.inputs[0].shape], dtype=np.float32))["numpy16"]
+    assert NumpyBoundary(art.inputs, art.library).tensor(0, a).data_ptr() != a.ctypes.data
+    assert NumpyBoundary(art.inputs, art.library, 16).tensor(0, a).data_ptr() == a.ctypes.data
 
 
 def test_kept_input_buffers_serve_one_run_at_a_time(arts):

@@ -1,0 +1,159 @@
+"""ReadInputsInPlace: the kernels that read a model input take it at numpy's 16-byte alignment.
+
+Why: TVM declares every kernel parameter 64-byte aligned, and LLVM believes it (aligned vector
+loads: a kernel given a pointer 16 bytes past a 64-byte boundary crashes). numpy's own buffers
+are only 16-byte aligned (glibc's malloc: an mmap'ed block plus its 16-byte header), so the run
+boundary (core.compiler.runtime.boundary) copied most inputs into aligned buffers before every
+run: a tiny model's two 64 KiB inputs cost it more than its kernel's time difference with
+onnxruntime. Declared 16-byte aligned, the same kernels load with unaligned vector moves, which
+cost nothing on data that happens to be aligned and nothing measurable on data that is not
+(docs/performance.md, "The numpy boundary").
+
+What: after the scheduling step (tuning records match kernels by their structure, alignment
+included, so this comes later), every parameter of a kernel that receives a public function's
+input, directly or through views of it (reshape, match_cast, a tuple's field), is re-declared
+`align=16`, by a TVMScript round trip of that kernel; the printed kernel must come back equal
+but for `align=16`, else it is left as it was. The module's attribute `mlcwb.input_alignment`
+says what every input's readers accept: 16 when each of them was re-declared, else 64 (the
+manifest records it; the boundary and run.py read inputs in place at that alignment).
+CPU targets only (a GPU's inputs are copied to the device anyway).
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = ["ALIGNED", "ATTR", "input_alignment", "input_readers", "read_inputs_in_place", "read_inputs_in_place_pass"]
+
+logger = logging.getLogger(__name__)
+
+ALIGNED = 16  # numpy's allocations (and TVM's own 64) are at least this aligned
+DEFAULT = 64  # what TVM declares
+ATTR = "mlcwb.input_alignment"
+_VIEWS = frozenset(("relax.reshape", "relax.memory.view", "relax.flatten"))
+
+
+def input_readers(mod) -> dict:
+    """GlobalVar of a kernel -> the indices of its parameters that receive an input of a public
+    Relax function (or a view of one)."""
+    from tvm import relax
+
+    readers: dict = {}
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or func.attrs is None or "global_symbol" not in func.attrs:
+            continue
+        inputs = {p for p in func.params}
+
+        def aliased(e) -> bool:
+            if isinstance(e, relax.Var):
+                return e in inputs
+            if isinstance(e, relax.TupleGetItem):
+                return aliased(e.tuple_value)
+            return isinstance(e, relax.Call) and getattr(e.op, "name", "") in _VIEWS and bool(e.args) and aliased(e.args[0])
+
+        for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else ():
+            for b in block.bindings:
+                value = b.value
+                if aliased(value):
+                    inputs.add(b.var)
+                    continue
+                if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") in ("relax.call_tir", "relax.call_tir_inplace")):
+                    continue
+                args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
+                hit = {i for i, a in enumerate(args) if aliased(a)}
+                if hit:
+                    readers.setdefault(value.args[0], set()).update(hit)
+    return readers
+
+
+def _realigned(func, indices: set[int]):
+    """`func` with parameters `indices` declared ALIGNED-byte aligned, or None where the round trip
+    does not give back the same kernel."""
+    import tvm
+
+    params = [p for i, p in enumerate(func.params) if i in indices and getattr(p, "data_alignment", 0) > ALIGNED]
+    if not params:
+        return func
+    text = func.script()
+    start = text.find("def ")
+    end = text.find("):\n", start)
+    if start < 0 or end < 0:
+        return None
+    head = text[start:end]
+    for p in params:
+        key = f"{p.name}: T.Buffer("
+        at = next((k for k in _find_all(head, key) if head[k - 1] in "(, "), -1)
+        if at < 0:
+            return None
+        close = _closing(head, at + len(key) - 1)
+        if close < 0:
+            return None
+        head = f"{head[:close]}, align={ALIGNED}{head[close:]}"
+    try:
+        new = tvm.script.from_source(text[:start] + head + text[end:])
+    except Exception:  # noqa: BLE001 - a kernel TVMScript does not take back keeps its declaration
+        logger.debug("kernel not re-declared: TVMScript did not parse it back", exc_info=True)
+        return None
+    if new.script().replace(f", align={ALIGNED}", "") != text:
+        return None
+    return new
+
+
+def _find_all(text: str, key: str):
+    k = text.find(key)
+    while k >= 0:
+        yield k
+        k = text.find(key, k + 1)
+
+
+def _closing(text: str, open_at: int) -> int:
+    """The index of the parenthesis closing the one at `open_at` (-1: none)."""
+    depth = 0
+    for k in range(open_at, len(text)):
+        c = text[k]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return k
+    return -1
+
+
+def read_inputs_in_place(mod):
+    """`mod` with its input-reading kernels re-declared (module docstring) and ATTR set."""
+    from tvm import tirx
+
+    alignment = ALIGNED
+    updates = {}
+    for gv, indices in input_readers(mod).items():
+        func = mod[gv]
+        if not isinstance(func, tirx.PrimFunc):
+            alignment = DEFAULT  # not a kernel of this module: what it assumes is unknown
+            continue
+        new = _realigned(func, indices)
+        if new is None:
+            alignment = DEFAULT
+        elif new is not func:
+            updates[gv] = new
+    if updates:
+        mod = mod.clone()  # a pass leaves the module it is given as it was
+        for gv, new in updates.items():
+            mod.update_func(gv, new)
+    return mod.with_attr(ATTR, alignment)
+
+
+def input_alignment(mod) -> int:
+    """The alignment in bytes every kernel reading an input of `mod` accepts (64: TVM's own, where
+    ReadInputsInPlace has not run)."""
+    attrs = mod.attrs
+    return int(attrs[ATTR]) if attrs is not None and ATTR in attrs else DEFAULT
+
+
+def read_inputs_in_place_pass(target=None):
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="ReadInputsInPlace")
+    def _pass(mod, _ctx):
+        return read_inputs_in_place(mod)
+
+    return _pass
