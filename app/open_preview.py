@@ -81,7 +81,7 @@ class OpenPreview(QObject):
         self._painted.clear()
         self._ready.emit(job, view, result, extras)
         self._painted.wait(PAINT_WAIT_S)
-        job.report(0.1, f"Loading {title}: shown, being built")
+        job.report(0.1, f"Loading {title}: drawn; building the model to work on")
 
     def take(self, job):
         """On the load's worker, once the model is built: (OpenView, layout or None, extras or

@@ -139,6 +139,7 @@ class InspectorPanel(QTreeWidget):
         doc.graphReplaced.connect(self.refresh)
         window.canvas.viewSelectionChanged.connect(lambda _ids: self.refresh())
         window.canvas.viewShown.connect(lambda _v: self.refresh())
+        window.canvas.previewShown.connect(lambda _v: self.refresh())
         window.canvas.tensorActivated.connect(self.view_tensor)  # double-click on a weight badge
         self.refresh()
 
@@ -243,6 +244,8 @@ class InspectorPanel(QTreeWidget):
         canvas = self.window.canvas
         graph = doc.graph
         if graph is None:
+            if canvas.mode == "preview":  # a big model drawn while it is built (app.open_preview)
+                return [("Inspector", "", "The model is being built: its facts and selection follow in a moment.")]
             return [("Inspector", "", "Open a model to inspect it.")]
         if canvas.mode == "model":
             tensor = doc.selected_tensor

@@ -58,6 +58,7 @@ def test_the_groups_show_before_the_model_is_built(window, qtbot, big_model, hel
     preview_ids = [n.id for n in canvas.view.nodes]
     assert window.document.graph is None and any(str(i).startswith("scope:") for i in preview_ids)
     assert not canvas.isInteractive()
+    assert "being built" in window.panels["inspector"].widget().empty_hint.text()  # not "Open a model"
     # a picture, not a model: double-click and Enter open nothing
     qtbot.mouseDClick(canvas.viewport(), Qt.LeftButton, pos=_box_center(canvas))
     qtbot.keyClick(canvas, Qt.Key_Return)
