@@ -16,7 +16,9 @@ input, directly or through views of it (reshape, match_cast, a tuple's field), i
 but for `align=16`, else it is left as it was. The module's attribute `mlcwb.input_alignment`
 says what every input's readers accept: 16 when each of them was re-declared, else 64 (the
 manifest records it; the boundary and run.py read inputs in place at that alignment).
-CPU targets only (a GPU's inputs are copied to the device anyway).
+CPU targets only (a GPU's inputs are copied to the device anyway). Models whose inputs are all
+static and under SMALL_INPUTS_BYTES in all are left as they are (64): copying them costs at most
+about a microsecond a run, and TVMScript's parser 30-150 ms of compile per kernel.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 ALIGNED = 16  # numpy's allocations (and TVM's own 64) are at least this aligned
 DEFAULT = 64  # what TVM declares
 ATTR = "mlcwb.input_alignment"
+SMALL_INPUTS_BYTES = 32 * 1024
 _VIEWS = frozenset(("relax.reshape", "relax.memory.view", "relax.flatten"))
 
 
@@ -123,6 +126,8 @@ def read_inputs_in_place(mod):
     """`mod` with its input-reading kernels re-declared (module docstring) and ATTR set."""
     from tvm import tirx
 
+    if _inputs_bytes(mod) < SMALL_INPUTS_BYTES:
+        return mod.with_attr(ATTR, DEFAULT)
     alignment = ALIGNED
     updates = {}
     for gv, indices in input_readers(mod).items():
@@ -140,6 +145,40 @@ def read_inputs_in_place(mod):
         for gv, new in updates.items():
             mod.update_func(gv, new)
     return mod.with_attr(ATTR, alignment)
+
+
+def _inputs_bytes(mod) -> float:
+    """Bytes of the public functions' tensor inputs, the largest function's (infinite where a
+    shape is symbolic or unknown)."""
+    from tvm import relax, tirx
+
+    most = 0.0
+    for _, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or func.attrs is None or "global_symbol" not in func.attrs:
+            continue
+        total = 0.0
+        for p in func.params:
+            info = p.ty
+            if isinstance(info, relax.TupleType):
+                return float("inf")  # tensors inside: not counted here, so not taken as small
+            if not isinstance(info, relax.TensorType):
+                continue
+            dims = list(info.shape.values) if isinstance(info.shape, relax.ShapeExpr) else None
+            if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
+                return float("inf")
+            count = 1
+            for d in dims:
+                count *= int(d.value)
+            total += count * max(1, _dtype_bytes(info.dtype))
+        most = max(most, total)
+    return most
+
+
+def _dtype_bytes(dtype) -> int:
+    import tvm
+
+    t = tvm.DataType(str(dtype))
+    return (t.bits * t.lanes + 7) // 8
 
 
 def input_alignment(mod) -> int:

@@ -18,12 +18,12 @@ def _model():
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
-    shape = numpy_helper.from_array(np.array([8, 64], np.int64), "shape")
+    shape = numpy_helper.from_array(np.array([128, 64], np.int64), "shape")
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["x", "shape"], ["x2"]), helper.make_node("MatMul", ["x2", "w"], ["m"]),
          helper.make_node("Add", ["m", "b"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
-        "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 64])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4, 64])],
+        "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16, 64])],  # 32 KiB: not "small"
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 32]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 16, 64])],
         [w, b, shape])
     return checked_model(graph)
 
@@ -56,6 +56,15 @@ def test_a_kernel_that_does_not_come_back_keeps_its_declaration(lowered, monkeyp
         raise ValueError("not parsed")
 
     monkeypatch.setattr(tvm.script, "from_source", broken)
+    out = read_inputs_in_place(lowered)
+    assert input_alignment(out) == 64
+    assert all(p.data_alignment == 64 for gv in input_readers(lowered) for p in out[gv].params)
+
+
+def test_small_static_inputs_are_left_as_they_are(monkeypatch, lowered):
+    import core.compiler.passes.input_alignment as ia
+
+    monkeypatch.setattr(ia, "SMALL_INPUTS_BYTES", 8 * 16 * 64 * 4 + 1)  # the model's one input, 32 KiB
     out = read_inputs_in_place(lowered)
     assert input_alignment(out) == 64
     assert all(p.data_alignment == 64 for gv in input_readers(lowered) for p in out[gv].params)

@@ -85,7 +85,7 @@ def test_results_bitwise_as_before_for_every_input_layout(arts, name):
     for layout in order:
         feeds = {k: v[layout] for k, v in layouts.items()}
         got = art.run(feeds)
-        if layout in ("aligned", "numpy16"):  # the kernels reading the inputs were declared 16-byte aligned: read in place
+        if layout == "aligned" or (layout == "numpy16" and art.manifest.input_alignment == 16):  # read in place
             arrays = art._boundary.arrays(feeds)
             assert all(art._boundary.tensor(i, a).data_ptr() == a.ctypes.data for i, a in enumerate(arrays)), layout
         assert len(got) == len(want)
@@ -138,12 +138,12 @@ def test_run_py_boundary_matches_the_workbench():
 
 
 def test_the_manifest_says_which_inputs_are_read_in_place(arts):
-    """ReadInputsInPlace re-declared every input reader: the manifest says 16 (numpy's alignment);
+    """ReadInputsInPlace re-declared every input reader: the manifest says 16 (numpy's alignment),
+    except where the inputs are small and static (a copy costs next to nothing: 64, as before);
     an artifact without the field (made before it) is taken as TVM's 64, and copies such arrays."""
     from core.compiler.runtime.boundary import NumpyBoundary
 
-    for name in ("small_cnn", "mlp", "mm_relu", "two"):
-        assert arts[name].manifest.input_alignment == 16, name
+    assert [arts[name].manifest.input_alignment for name in ("mm_relu", "mlp", "small_cnn", "two")] == [16, 16, None, None]
     art = arts["mm_relu"]
     a = _layouts(np.ones([int(d) for d in art.inputs[0].shape], dtype=np.float32))["numpy16"]
     assert NumpyBoundary(art.inputs, art.library).tensor(0, a).data_ptr() != a.ctypes.data
