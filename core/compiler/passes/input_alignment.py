@@ -12,13 +12,11 @@ cost nothing on data that happens to be aligned and nothing measurable on data t
 What: after the scheduling step (tuning records match kernels by their structure, alignment
 included, so this comes later), every parameter of a kernel that receives a public function's
 input, directly or through views of it (reshape, match_cast, a tuple's field), is re-declared
-`align=16`, by a TVMScript round trip of that kernel; the printed kernel must come back equal
-but for `align=16`, else it is left as it was. The module's attribute `mlcwb.input_alignment`
+`align=16` (through TVM's JSON form: `_realigned`); the kernel must print back the same but for
+`align=16`, else it is left as it was. The module's attribute `mlcwb.input_alignment`
 says what every input's readers accept: 16 when each of them was re-declared, else 64 (the
 manifest records it; the boundary and run.py read inputs in place at that alignment).
-CPU targets only (a GPU's inputs are copied to the device anyway). Models whose inputs are all
-static and under SMALL_INPUTS_BYTES in all are left as they are (64): copying them costs at most
-about a microsecond a run, and TVMScript's parser 30-150 ms of compile per kernel.
+CPU targets only (a GPU's inputs are copied to the device anyway).
 """
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ logger = logging.getLogger(__name__)
 ALIGNED = 16  # numpy's allocations (and TVM's own 64) are at least this aligned
 DEFAULT = 64  # what TVM declares
 ATTR = "mlcwb.input_alignment"
-SMALL_INPUTS_BYTES = 32 * 1024
 _VIEWS = frozenset(("relax.reshape", "relax.memory.view", "relax.flatten"))
 
 
@@ -69,65 +66,42 @@ def input_readers(mod) -> dict:
 
 
 def _realigned(func, indices: set[int]):
-    """`func` with parameters `indices` declared ALIGNED-byte aligned, or None where the round trip
-    does not give back the same kernel."""
+    """`func` with parameters `indices` declared ALIGNED-byte aligned, or None where that cannot
+    be done exactly. In TVM 0.27 a buffer is a variable whose type carries its alignment: the
+    kernel goes through TVM's JSON form, each chosen parameter's variable gets a copy of its type
+    with the new alignment (every use of the variable follows), and the kernel must print back
+    the same but for `align=16`."""
+    import json
+
     import tvm
 
-    params = [p for i, p in enumerate(func.params) if i in indices and getattr(p, "data_alignment", 0) > ALIGNED]
-    if not params:
+    if not any(getattr(p, "data_alignment", 0) > ALIGNED for i, p in enumerate(func.params) if i in indices):
         return func
-    text = func.script()
-    start = text.find("def ")
-    end = text.find("):\n", start)
-    if start < 0 or end < 0:
-        return None
-    head = text[start:end]
-    for p in params:
-        key = f"{p.name}: T.Buffer("
-        at = next((k for k in _find_all(head, key) if head[k - 1] in "(, "), -1)
-        if at < 0:
-            return None
-        close = _closing(head, at + len(key) - 1)
-        if close < 0:
-            return None
-        head = f"{head[:close]}, align={ALIGNED}{head[close:]}"
     try:
-        new = tvm.script.from_source(text[:start] + head + text[end:])
-    except Exception:  # noqa: BLE001 - a kernel TVMScript does not take back keeps its declaration
-        logger.debug("kernel not re-declared: TVMScript did not parse it back", exc_info=True)
+        data = json.loads(tvm.ir.save_json(func))
+        nodes = data["nodes"]
+        params = nodes[nodes[data["root_index"]]["data"]["params"]]["data"]
+        for i in sorted(indices):
+            var = nodes[params[i]]
+            ty = dict(nodes[var["data"]["ty"]])
+            if ty.get("type") != "tirx.BufferType" or ty["data"].get("data_alignment", 0) <= ALIGNED:
+                continue
+            ty["data"] = {**ty["data"], "data_alignment": ALIGNED}
+            nodes.append(ty)
+            var["data"] = {**var["data"], "ty": len(nodes) - 1}
+        new = tvm.ir.load_json(json.dumps(data))
+    except Exception:  # noqa: BLE001 - a kernel whose JSON form is not as expected keeps its declaration
+        logger.debug("kernel not re-declared", exc_info=True)
         return None
-    if new.script().replace(f", align={ALIGNED}", "") != text:
+    if new.script().replace(f", align={ALIGNED}", "") != func.script():
         return None
     return new
-
-
-def _find_all(text: str, key: str):
-    k = text.find(key)
-    while k >= 0:
-        yield k
-        k = text.find(key, k + 1)
-
-
-def _closing(text: str, open_at: int) -> int:
-    """The index of the parenthesis closing the one at `open_at` (-1: none)."""
-    depth = 0
-    for k in range(open_at, len(text)):
-        c = text[k]
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return k
-    return -1
 
 
 def read_inputs_in_place(mod):
     """`mod` with its input-reading kernels re-declared (module docstring) and ATTR set."""
     from tvm import tirx
 
-    if _inputs_bytes(mod) < SMALL_INPUTS_BYTES:
-        return mod.with_attr(ATTR, DEFAULT)
     alignment = ALIGNED
     updates = {}
     for gv, indices in input_readers(mod).items():
@@ -145,40 +119,6 @@ def read_inputs_in_place(mod):
         for gv, new in updates.items():
             mod.update_func(gv, new)
     return mod.with_attr(ATTR, alignment)
-
-
-def _inputs_bytes(mod) -> float:
-    """Bytes of the public functions' tensor inputs, the largest function's (infinite where a
-    shape is symbolic or unknown)."""
-    from tvm import relax, tirx
-
-    most = 0.0
-    for _, func in mod.functions_items():
-        if not isinstance(func, relax.Function) or func.attrs is None or "global_symbol" not in func.attrs:
-            continue
-        total = 0.0
-        for p in func.params:
-            info = p.ty
-            if isinstance(info, relax.TupleType):
-                return float("inf")  # tensors inside: not counted here, so not taken as small
-            if not isinstance(info, relax.TensorType):
-                continue
-            dims = list(info.shape.values) if isinstance(info.shape, relax.ShapeExpr) else None
-            if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
-                return float("inf")
-            count = 1
-            for d in dims:
-                count *= int(d.value)
-            total += count * max(1, _dtype_bytes(info.dtype))
-        most = max(most, total)
-    return most
-
-
-def _dtype_bytes(dtype) -> int:
-    import tvm
-
-    t = tvm.DataType(str(dtype))
-    return (t.bits * t.lanes + 7) // 8
 
 
 def input_alignment(mod) -> int:

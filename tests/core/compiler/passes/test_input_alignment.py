@@ -1,6 +1,6 @@
 """ReadInputsInPlace (core.compiler.passes.input_alignment): the kernels that read a model input,
 directly or through a view, declare it 16-byte aligned and nothing else changes; where a kernel
-does not come back from TVMScript the same, it keeps TVM's 64 and the module says so."""
+does not come back from TVM's JSON form the same, it keeps TVM's 64 and the module says so."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +22,7 @@ def _model():
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["x", "shape"], ["x2"]), helper.make_node("MatMul", ["x2", "w"], ["m"]),
          helper.make_node("Add", ["m", "b"], ["y"]), helper.make_node("Relu", ["x"], ["z"])],
-        "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16, 64])],  # 32 KiB: not "small"
+        "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 32]), helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 16, 64])],
         [w, b, shape])
     return checked_model(graph)
@@ -55,16 +55,7 @@ def test_a_kernel_that_does_not_come_back_keeps_its_declaration(lowered, monkeyp
     def broken(*_a, **_k):
         raise ValueError("not parsed")
 
-    monkeypatch.setattr(tvm.script, "from_source", broken)
-    out = read_inputs_in_place(lowered)
-    assert input_alignment(out) == 64
-    assert all(p.data_alignment == 64 for gv in input_readers(lowered) for p in out[gv].params)
-
-
-def test_small_static_inputs_are_left_as_they_are(monkeypatch, lowered):
-    import core.compiler.passes.input_alignment as ia
-
-    monkeypatch.setattr(ia, "SMALL_INPUTS_BYTES", 8 * 16 * 64 * 4 + 1)  # the model's one input, 32 KiB
+    monkeypatch.setattr(tvm.ir, "load_json", broken)
     out = read_inputs_in_place(lowered)
     assert input_alignment(out) == 64
     assert all(p.data_alignment == 64 for gv in input_readers(lowered) for p in out[gv].params)
