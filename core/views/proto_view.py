@@ -1,7 +1,7 @@
 """A model's view straight from its checked protobuf, before the onnx_ir model exists.
 
-Opening a 10,000-node model spends a third of its time building the onnx_ir model (~18 us a
-node), which nothing on screen needs: the view (core.views.viewgraph.from_graph) reads node ops,
+Opening a big model spends much of its time building the onnx_ir model (docs/performance.md),
+which nothing on screen needs: the view (core.views.viewgraph.from_graph) reads node ops,
 names, attributes, tensor names and types, all in the protobuf and ONNX's shape inference. Here
 `proto_view(proto, types)` makes that same view from them, so the workbench can draw a big model
 (and its collapsed groups) while the onnx_ir model is built, and take this view over as the

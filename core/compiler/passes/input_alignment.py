@@ -14,8 +14,9 @@ included, so this comes later), every parameter of a kernel that receives a publ
 input, directly or through views of it (reshape, match_cast, a tuple's field), is re-declared
 `align=16` (through TVM's JSON form: `_realigned`); the kernel must print back the same but for
 `align=16`, else it is left as it was. The module's attribute `mlcwb.input_alignment`
-says what every input's readers accept: 16 when each of them was re-declared, else 64 (the
-manifest records it; the boundary and run.py read inputs in place at that alignment).
+says what every input's readers accept: 16 when each of them was re-declared, else 64, as also
+when an input goes anywhere but a kernel (a packed function, a branch) (the manifest records it;
+the boundary and run.py read inputs in place at that alignment).
 CPU targets only (a GPU's inputs are copied to the device anyway).
 """
 from __future__ import annotations
@@ -32,9 +33,12 @@ ATTR = "mlcwb.input_alignment"
 _VIEWS = frozenset(("relax.reshape", "relax.memory.view", "relax.flatten"))
 
 
-def input_readers(mod) -> dict:
+def input_readers(mod) -> dict | None:
     """GlobalVar of a kernel -> the indices of its parameters that receive an input of a public
-    Relax function (or a view of one)."""
+    Relax function (or a view of one); None where an input (or a view, or a tuple holding one)
+    goes anywhere else but a kernel call, a view, a tuple or shape_of (a branch, a packed
+    function, another function): who reads it there is not known, so nothing may claim less
+    than TVM's 64."""
     from tvm import relax
 
     readers: dict = {}
@@ -50,18 +54,22 @@ def input_readers(mod) -> dict:
                 return aliased(e.tuple_value)
             return isinstance(e, relax.Call) and getattr(e.op, "name", "") in _VIEWS and bool(e.args) and aliased(e.args[0])
 
-        for block in func.body.blocks if isinstance(func.body, relax.SeqExpr) else ():
+        if not isinstance(func.body, relax.SeqExpr):
+            return None
+        for block in func.body.blocks:
             for b in block.bindings:
                 value = b.value
-                if aliased(value):
-                    inputs.add(b.var)
-                    continue
-                if not (isinstance(value, relax.Call) and getattr(value.op, "name", "") in ("relax.call_tir", "relax.call_tir_inplace")):
-                    continue
-                args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
-                hit = {i for i, a in enumerate(args) if aliased(a)}
-                if hit:
-                    readers.setdefault(value.args[0], set()).update(hit)
+                op = getattr(value, "op", None) if isinstance(value, relax.Call) else None
+                name = getattr(op, "name", "")
+                if aliased(value) or (isinstance(value, relax.Tuple) and any(aliased(f) for f in value.fields)):
+                    inputs.add(b.var)  # a view, or a tuple that holds one (its fields are views too)
+                elif name in ("relax.call_tir", "relax.call_tir_inplace"):
+                    args = value.args[1].fields if isinstance(value.args[1], relax.Tuple) else [value.args[1]]
+                    hit = {i for i, a in enumerate(args) if aliased(a)}
+                    if hit:
+                        readers.setdefault(value.args[0], set()).update(hit)
+                elif name != "relax.shape_of" and any(v in inputs for v in relax.analysis.free_vars(value)):
+                    return None
     return readers
 
 
@@ -102,9 +110,12 @@ def read_inputs_in_place(mod):
     """`mod` with its input-reading kernels re-declared (module docstring) and ATTR set."""
     from tvm import tirx
 
+    readers = input_readers(mod)
+    if readers is None:
+        return mod.with_attr(ATTR, DEFAULT)
     alignment = ALIGNED
     updates = {}
-    for gv, indices in input_readers(mod).items():
+    for gv, indices in readers.items():
         func = mod[gv]
         if not isinstance(func, tirx.PrimFunc):
             alignment = DEFAULT  # not a kernel of this module: what it assumes is unknown

@@ -61,6 +61,20 @@ def test_a_kernel_that_does_not_come_back_keeps_its_declaration(lowered, monkeyp
     assert all(p.data_alignment == 64 for gv in input_readers(lowered) for p in out[gv].params)
 
 
+def test_an_input_read_by_anything_but_a_kernel_keeps_tvms_alignment():
+    """A packed function (or a branch, another function) may assume 64 bytes: nothing claims 16."""
+    from tvm import relax
+
+    t = relax.TensorType([8], "float32")
+    x = relax.Var("x", t)
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        bb.emit_func_output(bb.emit(relax.call_dps_packed("a_library_kernel", relax.Tuple([x]), t)))
+    mod = bb.get()
+    assert "global_symbol" in mod["main"].attrs
+    assert input_readers(mod) is None and input_alignment(read_inputs_in_place(mod)) == 64
+
+
 def test_cpu_pipelines_only():
     assert "ReadInputsInPlace" in [s.name for s in default_pipeline(make_target("cpu"))]
     assert "ReadInputsInPlace" not in [s.name for s in default_pipeline("cuda")]
