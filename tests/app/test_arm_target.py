@@ -149,8 +149,10 @@ def test_check_under_emulation_says_match_and_no_latency(window, qtbot, monkeypa
         assert not panel.emulate_btn.isEnabled() and "check_artifact" in panel.emulate_btn.toolTip()
         return
     assert panel.emulate_btn.isEnabled()
+    # the compile's worker thread may still be winding down (a loaded host): the click waits for it
+    qtbot.waitUntil(lambda: panel.job is None or not panel.job.isRunning(), timeout=60_000)
     panel.emulate_btn.click()
-    qtbot.waitUntil(lambda: panel.compile_btn.isEnabled(), timeout=300_000)
+    qtbot.waitUntil(lambda: panel.progress.format() in ("outputs match", "outputs differ", "failed"), timeout=300_000)
     text = panel.status.text()
     from core.compiler.runtime.emulation import emulator
 
