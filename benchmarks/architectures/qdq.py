@@ -13,9 +13,10 @@ import onnx
 __all__ = ["quantize_qdq"]
 
 
-def quantize_qdq(model: onnx.ModelProto, seed: int = 0, samples: int = 4) -> onnx.ModelProto:
+def quantize_qdq(model: onnx.ModelProto, seed: int = 0, samples: int = 4, activations: str = "uint8") -> onnx.ModelProto:
     """`model` quantized by onnxruntime.quantization.quantize_static: QDQ format, per-channel int8
-    weights, uint8 activations, calibrated (MinMax) on `samples` seeded standard normal inputs."""
+    weights, `activations` (uint8 or int8) activations, calibrated (MinMax) on `samples` seeded
+    standard normal inputs."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     inp = model.graph.input[0]
@@ -34,5 +35,5 @@ def quantize_qdq(model: onnx.ModelProto, seed: int = 0, samples: int = 4) -> onn
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "qdq.onnx"
         onnx.save(model, src)
         quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                        activation_type=QuantType.QInt8 if activations == "int8" else QuantType.QUInt8, weight_type=QuantType.QInt8)
         return onnx.load(dst)

@@ -105,7 +105,9 @@ def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused
     nodes whose bindings a pass rewrote (a batch-norm that DecomposeOpsForInference expanded)
     are recovered as the ONNX nodes lying on paths between two nodes of the same kernel.
     FuseTIR may rename kernels (a suffix when a name is taken); main's calls keep their order, so
-    the names are taken from `final_mod` (the scheduled module) call by call.
+    the names are taken from `final_mod` (the scheduled module) call by call. A kernel a pass built
+    from several bindings names them in its `mlcwb.absorbs` attribute (IntegerConv: the conv and
+    its DequantizeLinear inputs), and their nodes are the kernel's too.
     """
     from tvm import relax
 
@@ -175,6 +177,10 @@ def kernel_lineage(fused_mod, var_lineage: dict[str, list[str]], graph, prefused
                         break
         else:
             matched = original((name, tuple(outer_args)))
+            absorbed = inner.attrs.get("mlcwb.absorbs", None) if inner is not None and inner.attrs is not None else None
+            for var in absorbed or ():  # bindings a pass computed in this kernel (passes.integer_conv)
+                if trusted(str(var)):
+                    labels.update(var_lineage[str(var)])
         if matched:
             outer_name[b.var.name] = matched
         for var in (matched, b.var.name):

@@ -334,6 +334,10 @@ for _info in [
              "batch_norm, layer_norm and friends become elementwise arithmetic (inference semantics)."),
     PassInfo("CanonicalizeBindings", Level.GRAPH, _relax("CanonicalizeBindings"),
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
+    PassInfo("IntegerConv", Level.GRAPH, _own("passes.integer_conv", "integer_conv_pass"),
+             "a quantized conv (DequantizeLinear -> Conv -> QuantizeLinear) becomes one int8 kernel: uint8 x int8 "
+             "summed in int32 by AVX-512 VNNI, requantized once, as onnxruntime's QLinearConv (CPUs with VNNI; "
+             "core.compiler.passes.integer_conv)."),
     PassInfo("FoldWeights", Level.GRAPH, fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),
     PassInfo("FuseLayerNorm", Level.GRAPH, _own("passes.fuse_layer_norm", "fuse_layer_norm_pass"),
@@ -407,6 +411,7 @@ for _info in [
 _DEFAULT = [
     "DecomposeOpsForInference",
     "CanonicalizeBindings",
+    "IntegerConv",
     "FoldWeights",
     "FuseLayerNorm",
     "PadAttentionKeys",
@@ -449,6 +454,7 @@ def default_pipeline(target) -> list[PassSpec]:
         names.remove("FuseLRN")  # its kernel is scheduled by a CPU rule (schedules.cpu_lrn)
         names.remove("WidenConvRows")  # for the CPU's channel-blocked conv tiles
         names.remove("ReadInputsInPlace")  # a GPU's inputs are copied to the device
+        names.remove("IntegerConv")  # an x86 kernel (VNNI)
         names.insert(names.index("VMFinalize"), "RewriteCUDAGraph")
     return [PassSpec(n, enabled=n not in _OFF_BY_DEFAULT) for n in names]
 

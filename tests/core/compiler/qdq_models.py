@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks.architectures.qdq import quantize_qdq
 
-__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn"]
+__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn", "fp32_wide_cnn"]
 
 
 def fp32_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
@@ -39,3 +39,30 @@ def fp32_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
 def qdq_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
     """fp32_cnn quantized by onnxruntime (quantize_qdq): two convs with DequantizeLinear'd int8 weights."""
     return quantize_qdq(fp32_cnn(seed, size), seed=seed)
+
+
+def fp32_wide_cnn(seed: int = 0, size: int = 15) -> onnx.ModelProto:
+    """Convs whose output channels fill AVX-512 VNNI's 16 lanes: 3->16 3x3 stride 2 with asymmetric
+    pads + Relu, 16->32 3x3 + bias, 32->16 1x1 + Relu, GlobalAveragePool: input [2, 3, size, size]."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) * 0.4).astype(np.float32), "w1"),
+        numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((32, 16, 3, 3)) * 0.1).astype(np.float32), "w2"),
+        numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b2"),
+        numpy_helper.from_array((rng.standard_normal((16, 32, 1, 1)) * 0.2).astype(np.float32), "w3"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1", pads=[1, 0, 1, 2], strides=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["c2", "w3"], ["c3"], name="conv3"),
+        helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
+        helper.make_node("GlobalAveragePool", ["r3"], ["out0"], name="pool"),
+    ]
+    graph = helper.make_graph(nodes, "wide_cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, size, size])],
+                              [helper.make_tensor_value_info("out0", TensorProto.FLOAT, [2, 16, 1, 1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,420 @@
+"""IntegerConv: a QDQ model's quantized convolutions computed in integers, as onnxruntime does.
+
+Why: a model quantized in ONNX's QDQ form (DequantizeLinear -> Conv -> QuantizeLinear) computes, as
+ONNX writes it, a float32 convolution between its Q/DQ nodes, so it ran exactly as fast as the float
+model. onnxruntime fuses such a group into one integer kernel (QLinearConv): uint8 activations times
+int8 weights summed in int32, then one requantization. AVX-512 VNNI's `vpdpbusd` does 64 of those
+multiply-adds per instruction, four times an fp32 FMA's 16.
+
+What: on an x86 target with AVX-512 VNNI, every binding computing
+
+    Q(Conv(DQ(x), DQ(w)) [+ DQ(bias)])      x uint8 or int8 (one scale and zero point), w a constant
+                                            int8 weight with per-channel (or one) scale, zero point 0
+
+becomes one call to a kernel built here (`integer_conv_kernel`, already scheduled):
+
+* x is copied into channel blocks of 4 (NCHW4c), its padding filled with x's zero point, so the
+  padded taps add nothing once the zero point is taken out (int8 inputs are moved to uint8 by +128);
+* `acc[o] = sum x * w` in int32, 16 output channels by 4 input channels per `vpdpbusd`, over a tile
+  of up to 14 output columns held in registers;
+* `y = saturate(round_half_even(float32(acc + c[o]) * m[o]) + y_zero_point)`, with
+  `c[o] = bias[o] - (x_zero_point + shift) * sum(w[o])` (shift 128 for int8 inputs, else 0) and `m[o] = x_scale * w_scale[o] / y_scale` (float32,
+  onnxruntime's order) -- onnxruntime's requantization of QLinearConv (MLAS).
+
+The result is onnxruntime's fused int8 kernels' arithmetic, not the float arithmetic the ONNX graph
+writes (the two differ by a quantization step where a float sum lands near a rounding boundary;
+docs/quantization.md). Anything else is left to the float path: another CPU, a weight zero point,
+groups or dilation, a bias whose scale is not x_scale * w_scale, output channels not a multiple of
+16, a symbolic shape.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+
+__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_conv", "integer_conv_pass"]
+
+logger = logging.getLogger(__name__)
+
+INTRINSIC = "mlcwb_vnni_u8s8_16x4"
+KERNEL_ATTR = "mlcwb.integer_conv"  # on each kernel built here: the ONNX-level facts it computes
+_LANES, _DEPTH = 16, 4  # output channels per vpdpbusd, input channels per lane
+_MAX_TILE = 14  # output columns per register tile (14 accumulators + weights + broadcasts < 32 zmm)
+_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
+
+
+def has_vnni(target) -> bool:
+    """Whether `target` (an LLVM target) has AVX-512 VNNI (vpdpbusd on 512-bit registers), read
+    from its mcpu/mattr, not from the machine compiling."""
+    from tvm.target import codegen
+
+    if target is None or target.kind.name != "llvm":
+        return False
+    try:
+        return bool(codegen.target_has_features("avx512vnni", target) and codegen.target_has_features("avx512bw", target))
+    except Exception:  # noqa: BLE001 - a non-x86 target LLVM cannot describe
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _register_intrinsic() -> str:
+    """The 16x4 u8 x s8 -> s32 dot product as a tensor intrinsic. TVM's own (dot_16x4_vnni) calls
+    vpdpbusd with the pre-LLVM-17 signature (i32 vectors), which the LLVM it ships with rejects."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+             c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
+            T.writes(c[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+             c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
+            T.writes(c[0:16])
+            four = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
+            c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+                c.vload([0], dtype="int32x16"),
+                T.reinterpret(T.broadcast(four, 16), dtype="int8x64"),
+                b.vload([0, 0], dtype="int8x64"),
+                dtype="int32x16",
+            )
+
+    TensorIntrin.register(INTRINSIC, desc, impl, override=True)
+    return INTRINSIC
+
+
+def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[int, int], strides, pads,
+                        x_zero_point: int, y_zero_point: int, y_dtype: str):
+    """The scheduled PrimFunc (x, w_packed, c, m) -> y of the module docstring.
+
+    x: `x_shape` (N, C, H, W) of `x_dtype`; w_packed: (O/16, ceil(C/4), KH, KW, 16, 4) int8 (`pack_weight`);
+    c: (O,) int32 (`bias - (x_zero_point + _shift(x_dtype)) * sum(w)`); m: (O,) float32; y: (N, O, OH, OW) of `y_dtype`. `pads` are (top, left, bottom,
+    right)."""
+    from tvm import s_tir, te, tirx
+
+    n, ch, h, w = (int(d) for d in x_shape)
+    kh_n, kw_n = kernel
+    sh, sw = strides
+    pt, pl, pb, pr = pads
+    blocks = -(-ch // _DEPTH)
+    hp, wp = h + pt + pb, w + pl + pr
+    oh, ow = (hp - kh_n) // sh + 1, (wp - kw_n) // sw + 1
+    lo, hi = _RANGES[y_dtype]
+    shift = _shift(x_dtype)
+    x = te.placeholder((n, ch, h, w), x_dtype, name="x")
+    wt = te.placeholder((out_channels // _LANES, blocks, kh_n, kw_n, _LANES, _DEPTH), "int8", name="w")
+    corr = te.placeholder((out_channels,), "int32", name="c")
+    mult = te.placeholder((out_channels,), "float32", name="m")
+
+    def source(b, c, i, j, k):
+        v = x[b, c * _DEPTH + k, i - pt, j - pl]
+        v = (v.astype("int32") + shift).astype("uint8") if shift else v
+        inside = tirx.all(i >= pt, i < h + pt, j >= pl, j < w + pl, c * _DEPTH + k < ch)
+        return tirx.if_then_else(inside, v, tirx.const(x_zero_point + shift, "uint8"))
+
+    packed = te.compute((n, blocks, hp, wp, _DEPTH), source, name="pack")
+    rc = te.reduce_axis((0, blocks), "rc")
+    ry = te.reduce_axis((0, kh_n), "ry")
+    rx = te.reduce_axis((0, kw_n), "rx")
+    rk = te.reduce_axis((0, _DEPTH), "rk")
+    acc = te.compute(
+        (n, out_channels // _LANES, oh, ow, _LANES),
+        lambda b, oc, i, j, lane: te.sum(
+            packed[b, rc, i * sh + ry, j * sw + rx, rk].astype("int32") * wt[oc, rc, ry, rx, lane, rk].astype("int32"),
+            axis=[rc, ry, rx, rk]),
+        name="acc")
+
+    def requantize(b, o, i, j):
+        v = (acc[b, o // _LANES, i, j, o % _LANES] + corr[o]).astype("float32") * mult[o]
+        v = tirx.round(v) + tirx.const(float(y_zero_point), "float32")
+        return tirx.max(tirx.min(v, float(hi)), float(lo)).astype(y_dtype)
+
+    y = te.compute((n, out_channels, oh, ow), requantize, name="y")
+    sch = s_tir.Schedule(te.create_prim_func([x, wt, corr, mult, y]))
+    pack_b, acc_b, out_b = sch.get_sblock("pack"), sch.get_sblock("acc"), sch.get_sblock("y")
+    tile = max(t for t in range(1, _MAX_TILE + 1) if ow % t == 0)
+    b, o, i, j = sch.get_loops(out_b)
+    oc, lane = sch.split(o, [None, _LANES])
+    jo, ji = sch.split(j, [None, tile])
+    sch.reorder(b, oc, i, jo, lane, ji)
+    sch.compute_at(acc_b, jo)  # the accumulator is one tile: registers
+    sch.parallel(sch.fuse(b, oc, i))
+    sch.vectorize(sch.get_loops(out_b)[-1])
+    pack_loops = sch.get_loops(pack_b)
+    sch.parallel(sch.fuse(*pack_loops[:3]))
+    sch.vectorize(pack_loops[-1])
+    # the tile's loops under jo, those of extent 1 elided by compute_at
+    kept = [name for name, extent in (("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n), ("rk", _DEPTH))
+            if extent > 1]
+    loops = dict(zip(kept, sch.get_loops(acc_b)[-len(kept):]))
+    order = [loops[k] for k in ("rc", "ry", "rx", "col", "lane", "rk") if k in loops]
+    sch.reorder(*order)
+    init = sch.decompose_reduction(acc_b, order[0])
+    sch.tensorize(loops["lane"], _register_intrinsic())
+    if "col" in loops:
+        sch.unroll(loops["col"])
+    sch.vectorize(sch.get_loops(init)[-1])
+    prim = sch.mod["main"].without_attr("global_symbol")
+    return prim.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)  # opaque: never fused
+
+
+def _shift(x_dtype: str) -> int:
+    """What the kernel adds to `x_dtype` activations to read them as uint8 (vpdpbusd's unsigned operand)."""
+    return 128 if x_dtype == "int8" else 0
+
+
+def pack_weight(weight):
+    """(O, C, KH, KW) int8 -> (O/16, ceil(C/4), KH, KW, 16, 4), input channels padded with zeros."""
+    import numpy as np
+
+    o, c, kh, kw = weight.shape
+    c4 = -(-c // _DEPTH) * _DEPTH
+    full = np.zeros((o, c4, kh, kw), np.int8)
+    full[:, :c] = weight
+    return np.ascontiguousarray(full.reshape(o // _LANES, _LANES, c4 // _DEPTH, _DEPTH, kh, kw).transpose(0, 2, 4, 5, 1, 3))
+
+
+# ---- matching the import's Q/DQ arithmetic (core.compiler.frontend.quantized) ----------------------
+
+
+def _op(expr) -> str:
+    import tvm
+    from tvm import relax
+
+    return expr.op.name if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) else ""
+
+
+class _Function:
+    """One Relax function's bindings, for following variables to what computes them."""
+
+    def __init__(self, func):
+        from tvm import relax
+
+        self.defs = {}
+        if isinstance(func.body, relax.SeqExpr):
+            for block in func.body.blocks:
+                for b in block.bindings:
+                    if isinstance(b, relax.VarBinding):
+                        self.defs[b.var] = b.value
+
+    def value(self, expr):
+        """What `expr` is bound to (itself when it is no bound variable)."""
+        seen = 0
+        while expr in self.defs and seen < 64:
+            expr, seen = self.defs[expr], seen + 1
+        return expr
+
+    def call(self, expr, op: str):
+        e = self.value(expr)
+        return e if _op(e) == op else None
+
+    def const(self, expr):
+        """The numpy value of an expression of constants (astype, reshape, expand_dims, arithmetic), or None."""
+        import numpy as np
+
+        from .relax_rewrite import is_const
+
+        e = self.value(expr)
+        if is_const(e):
+            return e.value.numpy()
+        op = _op(e)
+        if op == "relax.astype":
+            v = self.const(e.args[0])
+            return None if v is None else v.astype(str(e.attrs.dtype))
+        if op == "relax.reshape":
+            v, dims = self.const(e.args[0]), getattr(e.args[1], "values", None)
+            return None if v is None or dims is None else v.reshape([int(d) for d in dims])
+        if op == "relax.expand_dims":
+            v = self.const(e.args[0])
+            return None if v is None else np.expand_dims(v, tuple(int(a) for a in e.attrs.axis))
+        binary = {"relax.subtract": np.subtract, "relax.multiply": np.multiply, "relax.add": np.add}
+        if op in binary:
+            a, b = self.const(e.args[0]), self.const(e.args[1])
+            return None if a is None or b is None else binary[op](a, b)
+        return None
+
+    def dequantized(self, expr):
+        """(q, scale, zero point) where `expr` is DequantizeLinear's `float32(int32(q) - zp) * scale`
+        with constant scale and zero point (numpy arrays, as broadcast against q), else None."""
+        mul = self.call(expr, "relax.multiply")
+        if mul is None:
+            return None
+        scale = self.const(mul.args[1])
+        to_float = self.call(mul.args[0], "relax.astype")
+        if scale is None or scale.dtype != "float32" or to_float is None or str(to_float.attrs.dtype) != "float32":
+            return None
+        inner, zp = to_float.args[0], 0
+        sub = self.call(inner, "relax.subtract")
+        if sub is not None:
+            zp = self.const(sub.args[1])
+            inner = sub.args[0]
+            if zp is None:
+                return None
+        to_int = self.call(inner, "relax.astype")
+        if to_int is None or str(to_int.attrs.dtype) != "int32":
+            return None
+        return to_int.args[0], scale, zp
+
+    def quantized(self, expr):
+        """(y, scale, zero point, dtype) where `expr` is QuantizeLinear's
+        `dtype(clip(round(y / scale) + zp, lo, hi))` with constant scalar scale and zero point."""
+        import numpy as np
+
+        cast = self.call(expr, "relax.astype")
+        if cast is None or str(cast.attrs.dtype) not in _RANGES:
+            return None
+        out = str(cast.attrs.dtype)
+        clip = self.call(cast.args[0], "relax.clip")
+        if clip is None or [float(v.value) for v in clip.args[1:3]] != [float(r) for r in _RANGES[out]]:
+            return None
+        inner, zp = clip.args[0], np.zeros((), np.float32)
+        add = self.call(inner, "relax.add")
+        if add is not None:
+            zp = self.const(add.args[1])
+            inner = add.args[0]
+        rnd = self.call(inner, "relax.round")
+        div = self.call(rnd.args[0], "relax.divide") if rnd is not None else None
+        scale = self.const(div.args[1]) if div is not None else None
+        if zp is None or scale is None or scale.size != 1 or zp.size != 1 or scale.dtype != "float32":
+            return None
+        return div.args[0], float(scale.reshape(())), zp.reshape(()), out
+
+
+def _static_shape(expr):
+    from .relax_rewrite import static_shape
+
+    return static_shape(expr)
+
+
+def _match(fn: _Function, binding):
+    """The kernel's inputs when `binding` is a quantized conv the kernel computes (module docstring), else None."""
+    import numpy as np
+    from tvm import relax
+
+    q = fn.quantized(binding.value)
+    if q is None:
+        return None
+    y, y_scale, y_zp, y_dtype = q
+    bias = None
+    conv = fn.call(y, "relax.nn.conv2d")
+    if conv is None:
+        add = fn.call(y, "relax.add")
+        if add is None:
+            return None
+        conv, bias = fn.call(add.args[0], "relax.nn.conv2d"), add.args[1]
+    if conv is None:
+        return None
+    a = conv.attrs
+    if (int(a.groups) != 1 or [int(d) for d in a.dilation] != [1, 1] or str(a.data_layout) != "NCHW"
+            or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"):
+        return None
+    dx, dw = fn.dequantized(conv.args[0]), fn.dequantized(conv.args[1])
+    if dx is None or dw is None:
+        return None
+    x, x_scale, x_zp = dx
+    x_shape = _static_shape(x)
+    x_dtype = str(getattr(getattr(x, "ty", None), "dtype", ""))
+    weight = fn.const(dw[0])
+    if x_shape is None or len(x_shape) != 4 or x_dtype not in _RANGES or weight is None or weight.dtype != "int8":
+        return None
+    w_scale, w_zp = np.asarray(dw[1], np.float32), np.asarray(dw[2])
+    out_channels = weight.shape[0]
+    if x_scale.size != 1 or np.size(x_zp) != 1 or np.any(w_zp != 0) or out_channels % _LANES:
+        return None
+    w_scale = np.broadcast_to(w_scale.reshape(-1), (out_channels,)) if w_scale.size in (1, out_channels) else None
+    if w_scale is None:
+        return None
+    # onnxruntime's order: (x_scale * w_scale) / y_scale, in float32
+    acc_scale = np.float32(x_scale.reshape(())) * w_scale
+    # the kernel reads int8 activations as uint8 (+128), their zero point with them
+    corr = -(int(np.asarray(x_zp).reshape(())) + _shift(x_dtype)) * weight.astype(np.int64).sum(axis=(1, 2, 3))
+    if bias is not None:
+        b = fn.const(bias)
+        if b is None or b.size != out_channels:
+            return None
+        b = b.reshape(-1).astype(np.float32)
+        ints = np.rint(b.astype(np.float64) / acc_scale.astype(np.float64))
+        if not np.array_equal((ints * acc_scale.astype(np.float64)).astype(np.float32), b) or np.abs(ints).max(initial=0) >= 2**31:
+            return None  # a bias not in the accumulator's scale (not DequantizeLinear(int32, x_scale * w_scale))
+        corr = corr + ints.astype(np.int64)
+    if np.abs(corr).max(initial=0) >= 2**31:
+        return None
+    strides = [int(s) for s in a.strides]
+    pads = [int(p) for p in a.padding]
+    pads = pads * 2 if len(pads) == 2 else pads
+    absorbed = [v.name for v in (y, conv.args[0], conv.args[1], bias) if isinstance(v, relax.Var)]
+    return dict(absorbed=absorbed, x=x, x_shape=x_shape, x_dtype=x_dtype, weight=weight, kernel=tuple(weight.shape[2:]), strides=strides,
+                pads=pads, x_zp=int(np.asarray(x_zp).reshape(())), y_zp=int(y_zp), y_dtype=y_dtype,
+                corr=corr.astype(np.int32), mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
+
+
+def integer_conv(mod, target):
+    """`mod` with every quantized conv of its Relax functions computed by an integer kernel (module
+    docstring); `mod` itself when the target lacks VNNI or nothing matches."""
+    from tvm import relax
+
+    from .relax_rewrite import array_const
+
+    if not has_vnni(target):
+        return mod
+    bb = relax.BlockBuilder(mod)
+    updates = {}
+    count = 0
+    for gv, func in mod.functions_items():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        fn = _Function(func)
+        blocks, changed = [], False
+        for block in func.body.blocks:
+            bindings = []
+            for b in block.bindings:
+                m = _match(fn, b) if isinstance(b, relax.VarBinding) else None
+                if m is None:
+                    bindings.append(b)
+                    continue
+                prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], m["weight"].shape[0], m["kernel"], m["strides"],
+                                           m["pads"], m["x_zp"], m["y_zp"], m["y_dtype"])
+                facts = {"x_zero_point": m["x_zp"], "y_zero_point": m["y_zp"], "kernel": list(m["kernel"]),
+                         "strides": m["strides"], "pads": m["pads"]}
+                # lineage (core.compiler.pipeline.lineage) adds the nodes of the bindings the kernel took in
+                prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", m["absorbed"])
+                kernel = bb.add_func(prim, f"integer_conv_{b.var.name}")
+                args = relax.Tuple([m["x"], array_const(pack_weight(m["weight"])), array_const(m["corr"]), array_const(m["mult"])])
+                call = relax.op.call_tir(kernel, args, b.var.ty)
+                bindings.append(relax.VarBinding(b.var, call))
+                changed = True
+                count += 1
+            blocks.append(relax.DataflowBlock(bindings, block.span) if isinstance(block, relax.DataflowBlock)
+                          else relax.BindingBlock(bindings, block.span))
+        if changed:
+            body = relax.SeqExpr(blocks, func.body.body, func.body.span)
+            updates[gv] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    if not updates:
+        return mod
+    out = bb.get().clone()
+    for gv, func in updates.items():
+        out[gv] = relax.analysis.remove_all_unused(func)
+    logger.info("IntegerConv: %d quantized convs computed in int8 (VNNI)", count)
+    return out
+
+
+def integer_conv_pass(target):
+    """IntegerConv as a tvm module pass for `target` (the pipeline's factory)."""
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="IntegerConv")
+    def _pass(mod, _ctx):
+        return integer_conv(mod, target)
+
+    return _pass

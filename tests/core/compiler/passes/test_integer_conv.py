@@ -1,0 +1,130 @@
+"""IntegerConv (core.compiler.passes.integer_conv): a QDQ model's quantized convs become int8 VNNI
+kernels on CPUs that have VNNI, computing what onnxruntime's fused QLinearConv computes; other
+targets and convs the kernel does not cover keep the float path."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from core.compiler.passes.integer_conv import has_vnni, integer_conv, integer_conv_kernel, pack_weight
+from core.compiler.target import host_lacks, make_target
+from tests.core.compiler.qdq_models import fp32_cnn, fp32_wide_cnn, quantize_qdq
+from tests.helpers import relax_through
+
+needs_vnni = pytest.mark.skipif(bool(host_lacks(["avx512vnni"])), reason="this CPU has no AVX-512 VNNI to run the kernel")
+ZEN4, ZEN3 = "znver4", "znver3"  # AVX-512 VNNI / AVX2 only
+
+
+def _reference(x, w, corr, mult, strides, pads, x_zp, y_zp, y_dtype):
+    """The module docstring's arithmetic in numpy: int64 sums, float32 requantization."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64) - x_zp, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh, ow = (xp.shape[2] - kh) // strides[0] + 1, (xp.shape[3] - kw) // strides[1] + 1
+    acc = np.zeros((n, o, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = xp[:, :, i:i + strides[0] * oh:strides[0], j:j + strides[1] * ow:strides[1]]
+            acc += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.int64))
+    shift = 128 if x.dtype == np.int8 else 0  # corr = bias - (x_zp + shift) * sum(w)
+    bias = corr.astype(np.int64) + (x_zp + shift) * w.astype(np.int64).sum(axis=(1, 2, 3))
+    v = np.round((acc + bias[None, :, None, None]).astype(np.float32) * mult[None, :, None, None]) + y_zp
+    lo, hi = (0, 255) if y_dtype == "uint8" else (-128, 127)
+    return np.clip(v, lo, hi).astype(y_dtype)
+
+
+@pytest.mark.parametrize("case", [
+    # (x shape, x dtype, out channels, kernel, strides, pads (t, l, b, r), x zp, y zp, y dtype)
+    ((1, 3, 17, 17), "uint8", 16, (3, 3), (2, 2), (1, 0, 2, 1), 7, 3, "uint8"),
+    ((2, 8, 6, 9), "uint8", 32, (1, 1), (1, 1), (0, 0, 0, 0), 128, 0, "uint8"),
+    ((1, 20, 7, 7), "int8", 16, (3, 3), (1, 1), (1, 1, 1, 1), -5, -2, "int8"),
+    ((1, 4, 5, 29), "uint8", 16, (3, 5), (1, 2), (0, 2, 0, 2), 0, 10, "uint8"),  # a prime output width
+])
+def test_kernel_matches_integer_arithmetic(case):
+    import tvm
+
+    shape, x_dtype, o, kernel, strides, pads, x_zp, y_zp, y_dtype = case
+    rng = np.random.default_rng(0)
+    lo, hi = (0, 256) if x_dtype == "uint8" else (-128, 128)
+    x = rng.integers(lo, hi, shape).astype(x_dtype)
+    w = rng.integers(-127, 128, (o, shape[1], *kernel)).astype(np.int8)
+    corr = rng.integers(-5000, 5000, o).astype(np.int32)
+    mult = (rng.uniform(0.5, 2.0, o) / (shape[1] * kernel[0] * kernel[1] * 60)).astype(np.float32)
+    func = integer_conv_kernel(shape, x_dtype, o, kernel, strides, pads, x_zp, y_zp, y_dtype)
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=make_target("cpu", mcpu=ZEN4))
+    asm = "\n".join(m.inspect_source("asm") for m in [lib.mod, *lib.mod.imports] if m.kind == "llvm")
+    assert asm.count("vpdpbusd") >= 2  # the tile's dot products, whatever this host is
+    if host_lacks(["avx512vnni"]):
+        pytest.skip("built for VNNI; this CPU cannot run it")
+    want = _reference(x, w, corr, mult, strides, pads, x_zp, y_zp, y_dtype)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in (x, pack_weight(w), corr, mult, np.zeros(want.shape, y_dtype))]
+    lib["main"](*args)
+    np.testing.assert_array_equal(args[-1].numpy(), want)
+
+
+def _kernels(mod) -> list[str]:
+    return sorted(gv.name_hint for gv, f in mod.functions_items() if gv.name_hint.startswith("integer_conv"))
+
+
+def _convs(mod) -> int:
+    return mod["main"].script().count("R.nn.conv2d(")
+
+
+@pytest.fixture(scope="module")
+def wide_qdq():
+    return quantize_qdq(fp32_wide_cnn())
+
+
+def test_pass_takes_each_quantized_conv_on_a_vnni_cpu_only(wide_qdq):
+    after = relax_through(wide_qdq, make_target("cpu", mcpu=ZEN4), last="IntegerConv")
+    assert len(_kernels(after)) == 3 and _convs(after) == 0
+    assert "metadata" in after["main"].script()  # the packed weights are constants of the call
+    avx2 = relax_through(wide_qdq, make_target("cpu", mcpu=ZEN3), last="IntegerConv")
+    assert _kernels(avx2) == [] and _convs(avx2) == 3
+    assert not has_vnni(make_target("cpu", triple="aarch64-linux-gnu", mcpu="cortex-a76"))
+
+
+def test_pass_leaves_convs_it_cannot_compute():
+    # 8 and 4 output channels (not whole 16-lane blocks): the float path, unchanged
+    small = quantize_qdq(fp32_cnn())
+    mod = relax_through(small, make_target("cpu", mcpu=ZEN4), last="CanonicalizeBindings")
+    assert integer_conv(mod, make_target("cpu", mcpu=ZEN4)).same_as(mod)
+    # a weight zero point: (x - x_zp) * (w - w_zp) no longer fits the kernel's int8 weights
+    model = quantize_qdq(fp32_wide_cnn())
+    for init in model.graph.initializer:
+        if init.name.endswith("weight_zero_point") or init.name.startswith("w") and "zero_point" in init.name:
+            init.CopyFrom(onnx.numpy_helper.from_array(np.ones(onnx.numpy_helper.to_array(init).shape, np.int8), init.name))
+    mod = relax_through(model, make_target("cpu", mcpu=ZEN4), last="IntegerConv")
+    assert _kernels(mod) == [] and _convs(mod) == 3
+
+
+def _ort(model, feeds, optimized: bool):
+    opts = ort.SessionOptions()
+    if not optimized:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@needs_vnni
+@pytest.mark.parametrize("activations", ["uint8", "int8"])
+def test_compiled_model_computes_onnxruntimes_fused_kernels(tmp_path, activations):
+    """Through compile (its own check included): the same integers as onnxruntime's QLinearConv."""
+    from core.compiler.compile import compile_model
+
+    model = quantize_qdq(fp32_wide_cnn(seed=1), seed=1, activations=activations)
+    path = tmp_path / "wide_qdq.onnx"
+    onnx.save(model, path)
+    art = compile_model(str(path), "cpu")
+    kernels = {k: v for k, v in art.kernel_lineage.items() if k.startswith("integer_conv")}
+    assert len(kernels) == 3
+    # each kernel's time lands on its Conv, the Conv's DequantizeLinear inputs and its QuantizeLinear
+    assert {"conv1", "conv2", "conv3"} <= {label for labels in kernels.values() for label in labels}
+    assert all(any(l.endswith("_QuantizeLinear") for l in labels) and any(l.endswith("_DequantizeLinear") for l in labels)
+               for labels in kernels.values())
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((2, 3, 15, 15)).astype(np.float32) * 2
+        ours = art.run({"input": x})[0]
+        np.testing.assert_array_equal(ours, _ort(model, {"input": x}, optimized=True))
