@@ -1,4 +1,4 @@
-"""IntegerConv: a QDQ model's quantized convolutions computed in integers, as onnxruntime does.
+"""IntegerConv: a QDQ model's quantized convolutions and matmuls computed in integers, as onnxruntime does.
 
 Why: a model quantized in ONNX's QDQ form (DequantizeLinear -> Conv -> QuantizeLinear) computes, as
 ONNX writes it, a float32 convolution between its Q/DQ nodes, so it ran exactly as fast as the float
@@ -21,6 +21,9 @@ becomes one call to a kernel built here (`integer_conv_kernel`, already schedule
   `c[o] = bias[o] - (x_zero_point + shift) * sum(w[o])` (shift 128 for int8 inputs, else 0) and `m[o] = x_scale * w_scale[o] / y_scale` (float32,
   onnxruntime's order) -- onnxruntime's requantization of QLinearConv (MLAS).
 
+Quantized matmuls likewise (`integer_dense_kernel`): Q(MatMul(DQ(a), DQ(W)) [+ DQ(bias)]) with W a
+constant int8 (k, n) weight or its transpose (Gemm's transB), a's rows viewed as one matrix.
+
 The result is onnxruntime's fused int8 kernels' arithmetic, not the float arithmetic the ONNX graph
 writes (the two differ by a quantization step where a float sum lands near a rounding boundary;
 docs/quantization.md). Anything else is left to the float path: another CPU, a weight zero point,
@@ -32,7 +35,7 @@ from __future__ import annotations
 import functools
 import logging
 
-__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_conv", "integer_conv_pass"]
+__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_dense_kernel", "integer_conv", "integer_conv_pass", "pack_weight"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,6 @@ def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[
     blocks = -(-ch // _DEPTH)
     hp, wp = h + pt + pb, w + pl + pr
     oh, ow = (hp - kh_n) // sh + 1, (wp - kw_n) // sw + 1
-    lo, hi = _RANGES[y_dtype]
     shift = _shift(x_dtype)
     x = te.placeholder((n, ch, h, w), x_dtype, name="x")
     wt = te.placeholder((out_channels // _LANES, blocks, kh_n, kw_n, _LANES, _DEPTH), "int8", name="w")
@@ -135,12 +137,8 @@ def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[
             axis=[rc, ry, rx, rk]),
         name="acc")
 
-    def requantize(b, o, i, j):
-        v = (acc[b, o // _LANES, i, j, o % _LANES] + corr[o]).astype("float32") * mult[o]
-        v = tirx.round(v) + tirx.const(float(y_zero_point), "float32")
-        return tirx.max(tirx.min(v, float(hi)), float(lo)).astype(y_dtype)
-
-    y = te.compute((n, out_channels, oh, ow), requantize, name="y")
+    y = te.compute((n, out_channels, oh, ow), lambda b, o, i, j: _requantized(
+        acc[b, o // _LANES, i, j, o % _LANES] + corr[o], mult[o], y_zero_point, y_dtype), name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, corr, mult, y]))
     pack_b, acc_b, out_b = sch.get_sblock("pack"), sch.get_sblock("acc"), sch.get_sblock("y")
     tile = max(t for t in range(1, _MAX_TILE + 1) if ow % t == 0)
@@ -154,24 +152,40 @@ def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[
     pack_loops = sch.get_loops(pack_b)
     sch.parallel(sch.fuse(*pack_loops[:3]))
     sch.vectorize(pack_loops[-1])
-    # the tile's loops under jo, those of extent 1 elided by compute_at
-    kept = [name for name, extent in (("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n), ("rk", _DEPTH))
-            if extent > 1]
-    loops = dict(zip(kept, sch.get_loops(acc_b)[-len(kept):]))
-    order = [loops[k] for k in ("rc", "ry", "rx", "col", "lane", "rk") if k in loops]
-    sch.reorder(*order)
-    init = sch.decompose_reduction(acc_b, order[0])
-    sch.tensorize(loops["lane"], _register_intrinsic())
-    if "col" in loops:
-        sch.unroll(loops["col"])
-    sch.vectorize(sch.get_loops(init)[-1])
-    prim = sch.mod["main"].without_attr("global_symbol")
-    return prim.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)  # opaque: never fused
+    return _tensorized(sch, acc_b, (("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n), ("rk", _DEPTH)),
+                       ("rc", "ry", "rx", "col", "lane", "rk"), "col")
 
 
 def _shift(x_dtype: str) -> int:
     """What the kernel adds to `x_dtype` activations to read them as uint8 (vpdpbusd's unsigned operand)."""
     return 128 if x_dtype == "int8" else 0
+
+
+def _tensorized(sch, acc_b, extents, order, unrolled: str):
+    """The accumulator's tile loops (named in `extents` in their order after compute_at, which
+    elides those of extent 1) put in `order`, its zeroing split off, the 16 lanes x 4 depths
+    tensorized as one vpdpbusd and the `unrolled` loop unrolled (its accumulators stay in registers):
+    the finished PrimFunc, marked scheduled and opaque (never fused)."""
+    kept = [name for name, extent in extents if extent > 1]
+    loops = dict(zip(kept, sch.get_loops(acc_b)[-len(kept):]))
+    ordered = [loops[k] for k in order if k in loops]
+    sch.reorder(*ordered)
+    init = sch.decompose_reduction(acc_b, ordered[0])
+    sch.tensorize(loops["lane"], _register_intrinsic())
+    if unrolled in loops:
+        sch.unroll(loops[unrolled])
+    sch.vectorize(sch.get_loops(init)[-1])
+    prim = sch.mod["main"].without_attr("global_symbol")
+    return prim.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
+
+
+def _requantized(total, mult, y_zero_point: int, y_dtype: str):
+    """saturate(round_half_even(float32(total) * mult) + y_zero_point) as `y_dtype` (a TIR expression)."""
+    from tvm import tirx
+
+    lo, hi = _RANGES[y_dtype]
+    v = tirx.round(total.astype("float32") * mult) + tirx.const(float(y_zero_point), "float32")
+    return tirx.max(tirx.min(v, float(hi)), float(lo)).astype(y_dtype)
 
 
 def pack_weight(weight):
@@ -183,6 +197,49 @@ def pack_weight(weight):
     full = np.zeros((o, c4, kh, kw), np.int8)
     full[:, :c] = weight
     return np.ascontiguousarray(full.reshape(o // _LANES, _LANES, c4 // _DEPTH, _DEPTH, kh, kw).transpose(0, 2, 4, 5, 1, 3))
+
+
+def integer_dense_kernel(rows: int, depth: int, a_dtype: str, cols: int, a_zero_point: int, y_zero_point: int, y_dtype: str):
+    """The scheduled PrimFunc (a, w_packed, c, m) -> y of a quantized matmul: a (rows, depth) of
+    `a_dtype`, w_packed (cols/16, ceil(depth/4), 16, 4) int8 (`pack_weight` of the (cols, depth)
+    weight), c and m per column as for the conv, y (rows, cols) of `y_dtype`. Rows are read in place
+    (4 bytes of a row broadcast per vpdpbusd) when a is uint8 with depth a multiple of 4, else copied
+    (int8 moved to uint8, depth padded)."""
+    from tvm import s_tir, te, tirx
+
+    blocks = -(-depth // _DEPTH)
+    a = te.placeholder((rows, depth), a_dtype, name="a")
+    wt = te.placeholder((cols // _LANES, blocks, _LANES, _DEPTH), "int8", name="w")
+    corr = te.placeholder((cols,), "int32", name="c")
+    mult = te.placeholder((cols,), "float32", name="m")
+    src = a
+    if a_dtype != "uint8" or depth % _DEPTH:
+        shift = _shift(a_dtype)
+        src = te.compute((rows, blocks * _DEPTH), lambda i, k: tirx.if_then_else(
+            k < depth, (a[i, k].astype("int32") + shift).astype("uint8") if shift else a[i, k], tirx.const(0, "uint8")), name="pack")
+    rk = te.reduce_axis((0, blocks), "rk")
+    r4 = te.reduce_axis((0, _DEPTH), "r4")
+    acc = te.compute((cols // _LANES, rows, _LANES), lambda nb, i, lane: te.sum(
+        src[i, rk * _DEPTH + r4].astype("int32") * wt[nb, rk, lane, r4].astype("int32"), axis=[rk, r4]), name="acc")
+
+    y = te.compute((rows, cols), lambda i, j: _requantized(acc[j // _LANES, i, j % _LANES] + corr[j], mult[j], y_zero_point, y_dtype),
+                   name="y")
+    sch = s_tir.Schedule(te.create_prim_func([a, wt, corr, mult, y]))
+    acc_b, out_b = sch.get_sblock("acc"), sch.get_sblock("y")
+    tile = max(t for t in range(1, _MAX_TILE + 1) if rows % t == 0)
+    i, j = sch.get_loops(out_b)
+    io, ii = sch.split(i, [None, tile])
+    nb, lane = sch.split(j, [None, _LANES])
+    sch.reorder(io, nb, ii, lane)
+    sch.compute_at(acc_b, nb)
+    sch.parallel(sch.fuse(io, nb))
+    sch.vectorize(sch.get_loops(out_b)[-1])
+    if src is not a:
+        pack_b = sch.get_sblock("pack")
+        pl = sch.get_loops(pack_b)
+        sch.parallel(pl[0])
+        sch.vectorize(pl[-1])
+    return _tensorized(sch, acc_b, (("row", tile), ("lane", _LANES), ("rk", blocks), ("r4", _DEPTH)), ("rk", "row", "lane", "r4"), "row")
 
 
 # ---- matching the import's Q/DQ arithmetic (core.compiler.frontend.quantized) ----------------------
@@ -297,24 +354,30 @@ def _static_shape(expr):
     return static_shape(expr)
 
 
+def _quantized_call(fn: _Function, binding, op: str):
+    """(call, bias expression or None, QuantizeLinear's (y, scale, zero point, dtype)) where `binding`
+    quantizes `op(...)` or `op(...) + bias`, else None."""
+    q = fn.quantized(binding.value)
+    if q is None:
+        return None
+    call, bias = fn.call(q[0], op), None
+    if call is None:
+        add = fn.call(q[0], "relax.add")
+        if add is None:
+            return None
+        call, bias = fn.call(add.args[0], op), add.args[1]
+    return None if call is None else (call, bias, q)
+
+
 def _match(fn: _Function, binding):
     """The kernel's inputs when `binding` is a quantized conv the kernel computes (module docstring), else None."""
     import numpy as np
     from tvm import relax
 
-    q = fn.quantized(binding.value)
-    if q is None:
+    found = _quantized_call(fn, binding, "relax.nn.conv2d")
+    if found is None:
         return None
-    y, y_scale, y_zp, y_dtype = q
-    bias = None
-    conv = fn.call(y, "relax.nn.conv2d")
-    if conv is None:
-        add = fn.call(y, "relax.add")
-        if add is None:
-            return None
-        conv, bias = fn.call(add.args[0], "relax.nn.conv2d"), add.args[1]
-    if conv is None:
-        return None
+    conv, bias, (y, y_scale, y_zp, y_dtype) = found
     a = conv.attrs
     if (int(a.groups) != 1 or [int(d) for d in a.dilation] != [1, 1] or str(a.data_layout) != "NCHW"
             or str(a.kernel_layout) != "OIHW" or str(a.out_layout) != "NCHW"):
@@ -326,19 +389,74 @@ def _match(fn: _Function, binding):
     x_shape = _static_shape(x)
     x_dtype = str(getattr(getattr(x, "ty", None), "dtype", ""))
     weight = fn.const(dw[0])
-    if x_shape is None or len(x_shape) != 4 or x_dtype not in _RANGES or weight is None or weight.dtype != "int8":
+    if x_shape is None or len(x_shape) != 4 or x_dtype not in _RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 4:
         return None
-    w_scale, w_zp = np.asarray(dw[1], np.float32), np.asarray(dw[2])
+    params = _requantization(fn, weight, dw[1], dw[2], x_scale, x_zp, x_dtype, bias, y_scale)
+    if params is None:
+        return None
+    strides = [int(s) for s in a.strides]
+    pads = [int(p) for p in a.padding]
+    pads = pads * 2 if len(pads) == 2 else pads
+    absorbed = [v.name for v in (y, conv.args[0], conv.args[1], bias) if isinstance(v, relax.Var)]
+    return dict(absorbed=absorbed, x=x, x_shape=x_shape, x_dtype=x_dtype, weight=weight, kernel=tuple(weight.shape[2:]), strides=strides,
+                pads=pads, x_zp=int(np.asarray(x_zp).reshape(())), y_zp=int(y_zp), y_dtype=y_dtype, **params)
+
+
+def _match_dense(fn: _Function, binding):
+    """The dense kernel's inputs when `binding` is Q(MatMul(DQ(a), DQ(W)) [+ bias]) with W a constant
+    (k, n) int8 weight, or its transpose (Gemm's transB), else None."""
+    import numpy as np
+    from tvm import relax
+
+    found = _quantized_call(fn, binding, "relax.matmul")
+    if found is None:
+        return None
+    mm, bias, (y, y_scale, y_zp, y_dtype) = found
+    if str(mm.attrs.out_dtype) not in ("", "None", "float32", "void"):
+        return None
+    w_expr, transposed = mm.args[1], False
+    perm = fn.call(w_expr, "relax.permute_dims")
+    if perm is not None and [int(v) for v in perm.attrs.axes] == [1, 0]:
+        w_expr, transposed = perm.args[0], True
+    da, dw = fn.dequantized(mm.args[0]), fn.dequantized(w_expr)
+    if da is None or dw is None:
+        return None
+    a, a_scale, a_zp = da
+    a_shape, a_dtype = _static_shape(a), str(getattr(getattr(a, "ty", None), "dtype", ""))
+    weight = fn.const(dw[0])
+    if a_shape is None or len(a_shape) < 2 or a_dtype not in _RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 2:
+        return None
+    w_scale = np.broadcast_to(np.asarray(dw[1], np.float32), weight.shape)
+    w_zp = np.broadcast_to(np.asarray(dw[2]), weight.shape)
+    if not transposed:  # (k, n) -> output channels first
+        weight, w_scale, w_zp = weight.T, w_scale.T, w_zp.T
+    if weight.shape[1] != a_shape[-1]:
+        return None
+    params = _requantization(fn, np.ascontiguousarray(weight), w_scale, w_zp, a_scale, a_zp, a_dtype, bias, y_scale)
+    if params is None:
+        return None
+    absorbed = [v.name for v in (binding.var, y, mm.args[0], mm.args[1], w_expr, bias) if isinstance(v, relax.Var)]
+    return dict(absorbed=absorbed, a=a, a_shape=a_shape, a_dtype=a_dtype, weight=np.ascontiguousarray(weight),
+                a_zp=int(np.asarray(a_zp).reshape(())), y_zp=int(y_zp), y_dtype=y_dtype, **params)
+
+
+def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype: str, bias, y_scale: float):
+    """The kernel's `c` (int32) and `m` (float32) per output channel (module docstring) for an int8
+    `weight` (output channels first) with `w_scale` / `w_zp` as broadcast against it, or None where
+    the kernel cannot compute it (a weight zero point, scales that vary along the sums, a bias not
+    in the accumulator's scale)."""
+    import numpy as np
+
     out_channels = weight.shape[0]
-    if x_scale.size != 1 or np.size(x_zp) != 1 or np.any(w_zp != 0) or out_channels % _LANES:
+    if out_channels % _LANES:
         return None
-    w_scale = np.broadcast_to(w_scale.reshape(-1), (out_channels,)) if w_scale.size in (1, out_channels) else None
-    if w_scale is None:
+    w_scale = np.broadcast_to(np.asarray(w_scale, np.float32), weight.shape).reshape(out_channels, -1)
+    if np.any(np.asarray(w_zp) != 0) or np.size(x_scale) != 1 or np.size(x_zp) != 1 or np.any(w_scale != w_scale[:, :1]):
         return None
     # onnxruntime's order: (x_scale * w_scale) / y_scale, in float32
-    acc_scale = np.float32(x_scale.reshape(())) * w_scale
+    acc_scale = np.float32(np.asarray(x_scale).reshape(())) * w_scale[:, 0]
     # the kernel reads int8 activations as uint8 (+128), their zero point with them
-    corr = -(int(np.asarray(x_zp).reshape(())) + _shift(x_dtype)) * weight.astype(np.int64).sum(axis=(1, 2, 3))
+    corr = -(int(np.asarray(x_zp).reshape(())) + _shift(x_dtype)) * weight.reshape(out_channels, -1).astype(np.int64).sum(axis=1)
     if bias is not None:
         b = fn.const(bias)
         if b is None or b.size != out_channels:
@@ -350,21 +468,58 @@ def _match(fn: _Function, binding):
         corr = corr + ints.astype(np.int64)
     if np.abs(corr).max(initial=0) >= 2**31:
         return None
-    strides = [int(s) for s in a.strides]
-    pads = [int(p) for p in a.padding]
-    pads = pads * 2 if len(pads) == 2 else pads
-    absorbed = [v.name for v in (y, conv.args[0], conv.args[1], bias) if isinstance(v, relax.Var)]
-    return dict(absorbed=absorbed, x=x, x_shape=x_shape, x_dtype=x_dtype, weight=weight, kernel=tuple(weight.shape[2:]), strides=strides,
-                pads=pads, x_zp=int(np.asarray(x_zp).reshape(())), y_zp=int(y_zp), y_dtype=y_dtype,
-                corr=corr.astype(np.int32), mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
+    return dict(corr=corr.astype(np.int32), mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
+
+
+def _rewrite(bb, fn: _Function, b):
+    """The bindings computing `b` with an integer kernel (added to `bb`), or None when it is no
+    quantized conv or matmul the kernels compute."""
+    import numpy as np
+    from tvm import relax
+
+    from .relax_rewrite import array_const
+
+    m = _match(fn, b)
+    if m is not None:
+        prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], m["weight"].shape[0], m["kernel"], m["strides"],
+                                   m["pads"], m["x_zp"], m["y_zp"], m["y_dtype"])
+        facts = {"op": "conv", "x_zero_point": m["x_zp"], "y_zero_point": m["y_zp"], "kernel": list(m["kernel"]),
+                 "strides": m["strides"], "pads": m["pads"]}
+        inputs, weight = m["x"], pack_weight(m["weight"])
+    else:
+        m = _match_dense(fn, b)
+        if m is None:
+            return None
+        rows, depth = int(np.prod(m["a_shape"][:-1])), m["a_shape"][-1]
+        cols = m["weight"].shape[0]
+        prim = integer_dense_kernel(rows, depth, m["a_dtype"], cols, m["a_zp"], m["y_zp"], m["y_dtype"])
+        facts = {"op": "matmul", "a_zero_point": m["a_zp"], "y_zero_point": m["y_zp"]}
+        inputs = m["a"] if len(m["a_shape"]) == 2 else relax.op.reshape(m["a"], [rows, depth])
+        weight = pack_weight(m["weight"][:, :, None, None]).reshape(cols // _LANES, -1, _LANES, _DEPTH)
+    # lineage (core.compiler.pipeline.lineage) adds the nodes of the bindings the kernel took in
+    prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", m["absorbed"])
+    kernel = bb.add_func(prim, f"integer_{facts['op']}_{b.var.name}")
+    out = []
+    new_var = relax.DataflowVar if isinstance(b.var, relax.DataflowVar) else relax.Var
+    if not isinstance(inputs, relax.Var):  # a's rows as one matrix: a view
+        view = new_var(f"{b.var.name}_rows", relax.TensorType([rows, depth], m["a_dtype"]))
+        out.append(relax.VarBinding(view, inputs))
+        inputs = view
+    args = relax.Tuple([inputs, array_const(weight), array_const(m["corr"]), array_const(m["mult"])])
+    shape = [int(d) for d in b.var.ty.shape]
+    if facts["op"] == "matmul" and len(shape) != 2:
+        flat = new_var(f"{b.var.name}_flat", relax.TensorType([rows, cols], m["y_dtype"]))
+        out.append(relax.VarBinding(flat, relax.op.call_tir(kernel, args, flat.ty)))
+        out.append(relax.VarBinding(b.var, relax.op.reshape(flat, shape)))
+    else:
+        out.append(relax.VarBinding(b.var, relax.op.call_tir(kernel, args, b.var.ty)))
+    return out
 
 
 def integer_conv(mod, target):
     """`mod` with every quantized conv of its Relax functions computed by an integer kernel (module
     docstring); `mod` itself when the target lacks VNNI or nothing matches."""
     from tvm import relax
-
-    from .relax_rewrite import array_const
 
     if not has_vnni(target):
         return mod
@@ -379,22 +534,10 @@ def integer_conv(mod, target):
         for block in func.body.blocks:
             bindings = []
             for b in block.bindings:
-                m = _match(fn, b) if isinstance(b, relax.VarBinding) else None
-                if m is None:
-                    bindings.append(b)
-                    continue
-                prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], m["weight"].shape[0], m["kernel"], m["strides"],
-                                           m["pads"], m["x_zp"], m["y_zp"], m["y_dtype"])
-                facts = {"x_zero_point": m["x_zp"], "y_zero_point": m["y_zp"], "kernel": list(m["kernel"]),
-                         "strides": m["strides"], "pads": m["pads"]}
-                # lineage (core.compiler.pipeline.lineage) adds the nodes of the bindings the kernel took in
-                prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", m["absorbed"])
-                kernel = bb.add_func(prim, f"integer_conv_{b.var.name}")
-                args = relax.Tuple([m["x"], array_const(pack_weight(m["weight"])), array_const(m["corr"]), array_const(m["mult"])])
-                call = relax.op.call_tir(kernel, args, b.var.ty)
-                bindings.append(relax.VarBinding(b.var, call))
-                changed = True
-                count += 1
+                new = _rewrite(bb, fn, b) if isinstance(b, relax.VarBinding) else None
+                bindings.extend(new or [b])
+                changed = changed or new is not None
+                count += new is not None
             blocks.append(relax.DataflowBlock(bindings, block.span) if isinstance(block, relax.DataflowBlock)
                           else relax.BindingBlock(bindings, block.span))
         if changed:

@@ -335,8 +335,8 @@ for _info in [
     PassInfo("CanonicalizeBindings", Level.GRAPH, _relax("CanonicalizeBindings"),
              "removes trivial re-bindings (x = y) and folds tuple accesses of known tuples."),
     PassInfo("IntegerConv", Level.GRAPH, _own("passes.integer_conv", "integer_conv_pass"),
-             "a quantized conv (DequantizeLinear -> Conv -> QuantizeLinear) becomes one int8 kernel: uint8 x int8 "
-             "summed in int32 by AVX-512 VNNI, requantized once, as onnxruntime's QLinearConv (CPUs with VNNI; "
+             "a quantized conv or matmul (DequantizeLinear -> Conv / MatMul / Gemm -> QuantizeLinear) becomes one int8 "
+             "kernel: uint8 x int8 summed in int32 by AVX-512 VNNI, requantized once, as onnxruntime's QLinearConv (CPUs with VNNI; "
              "core.compiler.passes.integer_conv)."),
     PassInfo("FoldWeights", Level.GRAPH, fold_weights_pass,
              "computes weight-only expressions (broadcasts, batch-norm scale/shift) on the host with numpy."),

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks.architectures.qdq import quantize_qdq
 
-__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn", "fp32_wide_cnn"]
+__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn", "fp32_linear", "fp32_wide_cnn"]
 
 
 def fp32_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
@@ -62,6 +62,25 @@ def fp32_wide_cnn(seed: int = 0, size: int = 15) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "wide_cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [2, 3, size, size])],
                               [helper.make_tensor_value_info("out0", TensorProto.FLOAT, [2, 16, 1, 1])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def fp32_linear(seed: int = 0) -> onnx.ModelProto:
+    """x [1, 8, 64] -> MatMul [64, 32] + bias -> Relu -> Reshape [8, 32] -> Gemm (transB, [16, 32] + bias) -> out [8, 16]."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 32)) * 0.2).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b1"),
+             numpy_helper.from_array((rng.standard_normal((16, 32)) * 0.2).astype(np.float32), "w2"),
+             numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b2"),
+             numpy_helper.from_array(np.array([8, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"), helper.make_node("Add", ["m1", "b1"], ["a1"], name="add1"),
+             helper.make_node("Relu", ["a1"], ["r1"], name="relu1"), helper.make_node("Reshape", ["r1", "shape"], ["r2"], name="rows"),
+             helper.make_node("Gemm", ["r2", "w2", "b2"], ["out"], name="gemm", transB=1)]
+    graph = helper.make_graph(nodes, "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [8, 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)

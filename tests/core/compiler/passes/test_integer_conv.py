@@ -8,9 +8,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from core.compiler.passes.integer_conv import has_vnni, integer_conv, integer_conv_kernel, pack_weight
+from core.compiler.passes.integer_conv import has_vnni, integer_conv, integer_conv_kernel, integer_dense_kernel, pack_weight
 from core.compiler.target import host_lacks, make_target
-from tests.core.compiler.qdq_models import fp32_cnn, fp32_wide_cnn, quantize_qdq
+from tests.core.compiler.qdq_models import fp32_cnn, fp32_linear, fp32_wide_cnn, quantize_qdq
 from tests.helpers import relax_through
 
 needs_vnni = pytest.mark.skipif(bool(host_lacks(["avx512vnni"])), reason="this CPU has no AVX-512 VNNI to run the kernel")
@@ -65,8 +65,38 @@ def test_kernel_matches_integer_arithmetic(case):
     np.testing.assert_array_equal(args[-1].numpy(), want)
 
 
+@pytest.mark.parametrize("case", [
+    # (rows, depth, a dtype, cols, a zp, y zp, y dtype): uint8 rows read in place; int8 or a depth
+    # no multiple of 4 copied first
+    (24, 64, "uint8", 32, 9, 4, "uint8"),
+    (7, 30, "uint8", 16, 0, 0, "uint8"),
+    (10, 48, "int8", 48, -3, -7, "int8"),
+])
+def test_dense_kernel_matches_integer_arithmetic(case):
+    import tvm
+
+    rows, depth, a_dtype, cols, a_zp, y_zp, y_dtype = case
+    rng = np.random.default_rng(1)
+    lo, hi = (0, 256) if a_dtype == "uint8" else (-128, 128)
+    a = rng.integers(lo, hi, (rows, depth)).astype(a_dtype)
+    w = rng.integers(-127, 128, (cols, depth)).astype(np.int8)  # output columns first
+    corr = rng.integers(-5000, 5000, cols).astype(np.int32)
+    mult = (rng.uniform(0.5, 2.0, cols) / (depth * 60)).astype(np.float32)
+    func = integer_dense_kernel(rows, depth, a_dtype, cols, a_zp, y_zp, y_dtype)
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=make_target("cpu", mcpu=ZEN4))
+    if host_lacks(["avx512vnni"]):
+        pytest.skip("built for VNNI; this CPU cannot run it")
+    # a matmul is a 1x1 conv of one row of pixels: the conv's reference
+    want = _reference(a.T[None, :, None, :], w[:, :, None, None], corr, mult, (1, 1), (0, 0, 0, 0), a_zp, y_zp, y_dtype)[0, :, 0, :].T
+    packed = pack_weight(w[:, :, None, None]).reshape(cols // 16, -1, 16, 4)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(v, dev) for v in (a, packed, corr, mult, np.zeros((rows, cols), y_dtype))]
+    lib["main"](*args)
+    np.testing.assert_array_equal(args[-1].numpy(), want)
+
+
 def _kernels(mod) -> list[str]:
-    return sorted(gv.name_hint for gv, f in mod.functions_items() if gv.name_hint.startswith("integer_conv"))
+    return sorted(gv.name_hint for gv, f in mod.functions_items() if gv.name_hint.startswith("integer_"))
 
 
 def _convs(mod) -> int:
@@ -128,3 +158,21 @@ def test_compiled_model_computes_onnxruntimes_fused_kernels(tmp_path, activation
         x = np.random.default_rng(seed).standard_normal((2, 3, 15, 15)).astype(np.float32) * 2
         ours = art.run({"input": x})[0]
         np.testing.assert_array_equal(ours, _ort(model, {"input": x}, optimized=True))
+
+
+@needs_vnni
+def test_quantized_matmul_and_gemm_run_as_integer_kernels(tmp_path):
+    """A 3-D MatMul (its rows viewed as one matrix) and a Gemm with transB and a bias: onnxruntime's integers."""
+    from core.compiler.compile import compile_model
+
+    model = quantize_qdq(fp32_linear())
+    after = relax_through(model, make_target("cpu", mcpu=ZEN4), last="IntegerConv")
+    assert len(_kernels(after)) == 2 and "R.matmul(" not in after["main"].script()
+    path = tmp_path / "linear_qdq.onnx"
+    onnx.save(model, path)
+    art = compile_model(str(path), "cpu")
+    kernels = {k: v for k, v in art.kernel_lineage.items() if k.startswith("integer_matmul")}
+    assert {"mm1", "gemm"} <= {label for labels in kernels.values() for label in labels}
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((1, 8, 64)).astype(np.float32) * 2
+        np.testing.assert_array_equal(art.run({"x": x})[0], _ort(model, {"x": x}, optimized=True))
