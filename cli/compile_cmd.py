@@ -223,6 +223,11 @@ def run(args) -> int:
         check = (f"matches {v.reference} on {v.inputs} inputs (max abs error {v.max_abs_err:.3g})" if v is not None and v.checked
                  else f"not checked against onnxruntime ({v.reason if v is not None else 'no record'})")
         print(f"compiled {args.model} for {args.target} ({m.built_for}) in {m.compile_seconds} s; {check}")
+        from core.compiler.passes.integer_conv import int8_path
+
+        quantized = int8_path(m.kernel_lineage, (n.op_type for n in graph.nodes))
+        if quantized:
+            print(f"int8: {quantized}")
         for b in m.shape_buckets:
             bv = b.verification
             checked = f"matches {bv.reference} (max abs error {bv.max_abs_err:.3g})" if bv is not None and bv.checked else "not checked"

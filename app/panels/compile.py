@@ -86,6 +86,7 @@ from app.panels.device_field import DeviceControls
 from app.panels.kernel_chart import KernelChart
 from app.workers import Job, error_text, start_job
 from core import WorkbenchError
+from core.compiler.passes.integer_conv import int8_path
 from core.compiler.target import TargetKind, foreign_code
 from core.progress import Progress
 
@@ -637,6 +638,10 @@ class CompilePanel(TuneControls, DeviceControls, ArtifactActions, QWidget):
             check = f"not checked against onnxruntime: {v.reason if v is not None else 'no record'}"
         fixes = m.converter_fixes
         extra = f"; converter fixes used: {', '.join(fixes)}" if fixes else ""
+        document = getattr(self.window, "document", None)
+        graph = getattr(document, "graph", None)
+        quantized = int8_path(m.kernel_lineage, (n.op_type for n in graph.nodes) if graph is not None else ())
+        extra += f"; {quantized}" if quantized else ""
         tuning = m.tuning
         if tuning and tuning.kernels:
             extra += f"; {tuning.kernels_from_database} of {tuning.kernels} kernels on tuned schedules"

@@ -35,7 +35,8 @@ from __future__ import annotations
 import functools
 import logging
 
-__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_dense_kernel", "integer_conv", "integer_conv_pass", "pack_weight"]
+__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_dense_kernel", "integer_conv", "integer_conv_pass",
+           "int8_path", "pack_weight"]
 
 logger = logging.getLogger(__name__)
 
@@ -561,3 +562,20 @@ def integer_conv_pass(target):
         return integer_conv(mod, target)
 
     return _pass
+
+
+def int8_path(kernel_names, op_types) -> str:
+    """Which path a compiled model's quantized ops took, for compile's summary line: "20 quantized
+    convs and 1 matmul on int8 kernels (AVX-512 VNNI)", or for a model with Q/DQ nodes and none,
+    that they compute in float; "" for a model without quantized ops. `kernel_names`: the
+    artifact's kernels; `op_types`: the model's ONNX op types."""
+    names = list(kernel_names)
+    convs = sum(n.startswith("integer_conv_") for n in names)
+    matmuls = sum(n.startswith("integer_matmul_") for n in names)
+    if convs or matmuls:
+        parts = [f"{n} quantized {what}{'s' if n != 1 else ''}" for n, what in ((convs, "conv"), (matmuls, "matmul")) if n]
+        return f"{' and '.join(parts)} on int8 kernels (AVX-512 VNNI)"
+    if "DequantizeLinear" in set(op_types):
+        return ("quantized ops in float between their Q/DQ nodes (int8 kernels need AVX-512 VNNI and convs or "
+                "matmuls in whole blocks of 16 output channels: docs/quantization.md)")
+    return ""

@@ -176,3 +176,12 @@ def test_quantized_matmul_and_gemm_run_as_integer_kernels(tmp_path):
     for seed in range(3):
         x = np.random.default_rng(seed).standard_normal((1, 8, 64)).astype(np.float32) * 2
         np.testing.assert_array_equal(art.run({"x": x})[0], _ort(model, {"x": x}, optimized=True))
+
+
+def test_the_pass_runs_before_the_weights_are_folded_on_cpus_only():
+    from core.compiler.pipeline.pass_list import default_pipeline
+
+    names = [s.name for s in default_pipeline(make_target("cpu"))]
+    # FoldWeights would turn DequantizeLinear(int8 weight) into a float constant
+    assert names.index("CanonicalizeBindings") < names.index("IntegerConv") < names.index("FoldWeights")
+    assert "IntegerConv" not in [s.name for s in default_pipeline("cuda")]
