@@ -21,6 +21,7 @@ becomes one call to a kernel built here (`integer_conv_kernel`, already schedule
   `c[o] = bias[o] - (x_zero_point + shift) * sum(w[o])` (shift 128 for int8 inputs, else 0) and `m[o] = x_scale * w_scale[o] / y_scale` (float32,
   onnxruntime's order) -- onnxruntime's requantization of QLinearConv (MLAS).
 
+A Q(MaxPool(DQ(x))) with one scale and zero point pools the integers (`_integer_max_pool`).
 Quantized matmuls likewise (`integer_dense_kernel`): Q(MatMul(DQ(a), DQ(W)) [+ DQ(bias)]) with W a
 constant int8 (k, n) weight or its transpose (Gemm's transB), a's rows viewed as one matrix.
 
@@ -142,19 +143,21 @@ def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[
         acc[b, o // _LANES, i, j, o % _LANES] + corr[o], mult[o], y_zero_point, y_dtype), name="y")
     sch = s_tir.Schedule(te.create_prim_func([x, wt, corr, mult, y]))
     pack_b, acc_b, out_b = sch.get_sblock("pack"), sch.get_sblock("acc"), sch.get_sblock("y")
-    tile = max(t for t in range(1, _MAX_TILE + 1) if ow % t == 0)
+    # one input block (an image stem's 3 channels): two output blocks share each broadcast, on 8 columns
+    pair = 2 if blocks == 1 and out_channels % (2 * _LANES) == 0 else 1
+    tile = max(t for t in range(1, (_MAX_TILE if pair == 1 else 8) + 1) if ow % t == 0)
     b, o, i, j = sch.get_loops(out_b)
-    oc, lane = sch.split(o, [None, _LANES])
+    oc, ob, lane = sch.split(o, [None, pair, _LANES])
     jo, ji = sch.split(j, [None, tile])
-    sch.reorder(b, oc, i, jo, lane, ji)
+    sch.reorder(b, oc, i, jo, ob, lane, ji)
     sch.compute_at(acc_b, jo)  # the accumulator is one tile: registers
     sch.parallel(sch.fuse(b, oc, i))
     sch.vectorize(sch.get_loops(out_b)[-1])
     pack_loops = sch.get_loops(pack_b)
     sch.parallel(sch.fuse(*pack_loops[:3]))
     sch.vectorize(pack_loops[-1])
-    return _tensorized(sch, acc_b, (("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n), ("rk", _DEPTH)),
-                       ("rc", "ry", "rx", "col", "lane", "rk"), "col")
+    return _tensorized(sch, acc_b, (("pair", pair), ("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n),
+                                    ("rk", _DEPTH)), ("rc", "ry", "rx", "pair", "col", "lane", "rk"), ("pair", "col"))
 
 
 def _shift(x_dtype: str) -> int:
@@ -162,19 +165,20 @@ def _shift(x_dtype: str) -> int:
     return 128 if x_dtype == "int8" else 0
 
 
-def _tensorized(sch, acc_b, extents, order, unrolled: str):
+def _tensorized(sch, acc_b, extents, order, unrolled):
     """The accumulator's tile loops (named in `extents` in their order after compute_at, which
     elides those of extent 1) put in `order`, its zeroing split off, the 16 lanes x 4 depths
-    tensorized as one vpdpbusd and the `unrolled` loop unrolled (its accumulators stay in registers):
-    the finished PrimFunc, marked scheduled and opaque (never fused)."""
+    tensorized as one vpdpbusd and the `unrolled` loops unrolled (their accumulators stay in
+    registers): the finished PrimFunc, marked scheduled and opaque (never fused)."""
     kept = [name for name, extent in extents if extent > 1]
     loops = dict(zip(kept, sch.get_loops(acc_b)[-len(kept):]))
     ordered = [loops[k] for k in order if k in loops]
     sch.reorder(*ordered)
     init = sch.decompose_reduction(acc_b, ordered[0])
     sch.tensorize(loops["lane"], _register_intrinsic())
-    if unrolled in loops:
-        sch.unroll(loops[unrolled])
+    for name in unrolled:
+        if name in loops:
+            sch.unroll(loops[name])
     sch.vectorize(sch.get_loops(init)[-1])
     prim = sch.mod["main"].without_attr("global_symbol")
     return prim.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
@@ -240,7 +244,7 @@ def integer_dense_kernel(rows: int, depth: int, a_dtype: str, cols: int, a_zero_
         pl = sch.get_loops(pack_b)
         sch.parallel(pl[0])
         sch.vectorize(pl[-1])
-    return _tensorized(sch, acc_b, (("row", tile), ("lane", _LANES), ("rk", blocks), ("r4", _DEPTH)), ("rk", "row", "lane", "r4"), "row")
+    return _tensorized(sch, acc_b, (("row", tile), ("lane", _LANES), ("rk", blocks), ("r4", _DEPTH)), ("rk", "row", "lane", "r4"), ("row",))
 
 
 # ---- matching the import's Q/DQ arithmetic (core.compiler.frontend.quantized) ----------------------
@@ -472,14 +476,45 @@ def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype
     return dict(corr=corr.astype(np.int32), mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
 
 
+def _integer_max_pool(fn: _Function, b):
+    """The bindings of max_pool2d of the integers where `b` is Q(MaxPool(DQ(x))) with the same scale and zero point
+    on both sides (the quantizer writes them so): exactly the float path's result, since both
+    steps are monotone and Q(DQ(k)) = k; the padding's smallest integer is never larger than a
+    real value of the window. None otherwise."""
+    import numpy as np
+    from tvm import relax
+
+    q = fn.quantized(b.value)
+    pool = fn.call(q[0], "relax.nn.max_pool2d") if q is not None else None
+    dq = fn.dequantized(pool.args[0]) if pool is not None else None
+    if dq is None:
+        return None
+    x, x_scale, x_zp = dq
+    _, y_scale, y_zp, y_dtype = q
+    if (str(getattr(getattr(x, "ty", None), "dtype", "")) != y_dtype or np.size(x_scale) != 1 or np.size(x_zp) != 1
+            or np.float32(np.asarray(x_scale).reshape(())) != np.float32(y_scale) or int(np.asarray(x_zp).reshape(())) != int(y_zp)):
+        return None
+    a = pool.attrs
+    pooled = relax.op.nn.max_pool2d(x, a.pool_size, a.strides, a.padding, a.dilation, bool(a.ceil_mode), bool(a.count_include_pad),
+                                    str(a.layout), str(a.out_layout))
+    if not isinstance(q[0], relax.Var):
+        return [relax.VarBinding(b.var, pooled)]
+    # computed under the MaxPool's own name (its kernel's time lands on the MaxPool), the Q's name its alias
+    named = (relax.DataflowVar if isinstance(b.var, relax.DataflowVar) else relax.Var)(q[0].name, b.var.ty)
+    return [relax.VarBinding(named, pooled), relax.VarBinding(b.var, named)]
+
+
 def _rewrite(bb, fn: _Function, b):
     """The bindings computing `b` with an integer kernel (added to `bb`), or None when it is no
-    quantized conv or matmul the kernels compute."""
+    quantized conv, matmul or max pool the kernels compute."""
     import numpy as np
     from tvm import relax
 
     from .relax_rewrite import array_const
 
+    pooled = _integer_max_pool(fn, b)
+    if pooled is not None:
+        return pooled
     m = _match(fn, b)
     if m is not None:
         prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], m["weight"].shape[0], m["kernel"], m["strides"],

@@ -43,7 +43,7 @@ def qdq_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
 
 def fp32_wide_cnn(seed: int = 0, size: int = 15) -> onnx.ModelProto:
     """Convs whose output channels fill AVX-512 VNNI's 16 lanes: 3->16 3x3 stride 2 with asymmetric
-    pads + Relu, 16->32 3x3 + bias, 32->16 1x1 + Relu, GlobalAveragePool: input [2, 3, size, size]."""
+    pads + Relu, MaxPool 3x3, 16->32 3x3 + bias, 32->16 1x1 + Relu, GlobalAveragePool: input [2, 3, size, size]."""
     rng = np.random.default_rng(seed)
     inits = [
         numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) * 0.4).astype(np.float32), "w1"),
@@ -55,7 +55,8 @@ def fp32_wide_cnn(seed: int = 0, size: int = 15) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Conv", ["input", "w1", "b1"], ["c1"], name="conv1", pads=[1, 0, 1, 2], strides=[2, 2]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["c2", "w3"], ["c3"], name="conv3"),
         helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
         helper.make_node("GlobalAveragePool", ["r3"], ["out0"], name="pool"),

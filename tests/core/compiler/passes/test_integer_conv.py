@@ -41,6 +41,7 @@ def _reference(x, w, corr, mult, strides, pads, x_zp, y_zp, y_dtype):
     ((2, 8, 6, 9), "uint8", 32, (1, 1), (1, 1), (0, 0, 0, 0), 128, 0, "uint8"),
     ((1, 20, 7, 7), "int8", 16, (3, 3), (1, 1), (1, 1, 1, 1), -5, -2, "int8"),
     ((1, 4, 5, 29), "uint8", 16, (3, 5), (1, 2), (0, 2, 0, 2), 0, 10, "uint8"),  # a prime output width
+    ((1, 3, 20, 20), "uint8", 32, (7, 7), (2, 2), (3, 3, 3, 3), 5, 1, "uint8"),  # a stem: two output blocks a tile
 ])
 def test_kernel_matches_integer_arithmetic(case):
     import tvm
@@ -112,6 +113,9 @@ def test_pass_takes_each_quantized_conv_on_a_vnni_cpu_only(wide_qdq):
     after = relax_through(wide_qdq, make_target("cpu", mcpu=ZEN4), last="IntegerConv")
     assert len(_kernels(after)) == 3 and _convs(after) == 0
     assert "metadata" in after["main"].script()  # the packed weights are constants of the call
+    # the max pool between two quantized convs pools the integers (the same scale on both sides)
+    pools = [b for blk in after["main"].body.blocks for b in blk.bindings if "max_pool2d" in str(getattr(b.value, "op", ""))]
+    assert len(pools) == 1 and pools[0].var.ty.dtype == "uint8" and pools[0].var.name == "p1"
     avx2 = relax_through(wide_qdq, make_target("cpu", mcpu=ZEN3), last="IntegerConv")
     assert _kernels(avx2) == [] and _convs(avx2) == 3
     assert not has_vnni(make_target("cpu", triple="aarch64-linux-gnu", mcpu="cortex-a76"))
