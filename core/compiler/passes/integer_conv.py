@@ -453,8 +453,8 @@ def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype
     import numpy as np
 
     out_channels = weight.shape[0]
-    if out_channels % _LANES:
-        return None
+    if out_channels % _LANES or 255 * 128 * (weight.size // out_channels) >= 2**31:
+        return None  # not whole lane blocks, or sums that could leave int32
     w_scale = np.broadcast_to(np.asarray(w_scale, np.float32), weight.shape).reshape(out_channels, -1)
     if np.any(np.asarray(w_zp) != 0) or np.size(x_scale) != 1 or np.size(x_zp) != 1 or np.any(w_scale != w_scale[:, :1]):
         return None

@@ -189,3 +189,24 @@ def test_the_pass_runs_before_the_weights_are_folded_on_cpus_only():
     # FoldWeights would turn DequantizeLinear(int8 weight) into a float constant
     assert names.index("CanonicalizeBindings") < names.index("IntegerConv") < names.index("FoldWeights")
     assert "IntegerConv" not in [s.name for s in default_pipeline("cuda")]
+
+
+def test_sums_that_could_leave_int32_keep_the_float_path():
+    """A depth of 66,000: 255 * 128 * 66,000 > 2^31, so int32 sums could wrap; onnxruntime's int32 would too."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def model(depth: int) -> onnx.ModelProto:
+        rng = np.random.default_rng(0)
+        inits = [numpy_helper.from_array(np.array(0.02, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+                 numpy_helper.from_array(rng.integers(-127, 128, (depth, 16)).astype(np.int8), "w"),
+                 numpy_helper.from_array(np.full(16, 0.001, np.float32), "ws"), numpy_helper.from_array(np.zeros(16, np.int8), "wz")]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+                 helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], axis=1), helper.make_node("MatMul", ["xd", "wd"], ["m"]),
+                 helper.make_node("QuantizeLinear", ["m", "s", "z"], ["mq"]), helper.make_node("DequantizeLinear", ["mq", "s", "z"], ["y"])]
+        graph = helper.make_graph(nodes, "deep", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, depth])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+    zen4 = make_target("cpu", mcpu=ZEN4)
+    assert len(_kernels(relax_through(model(64), zen4, last="IntegerConv"))) == 1
+    assert _kernels(relax_through(model(66_000), zen4, last="IntegerConv")) == []
