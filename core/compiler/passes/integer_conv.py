@@ -11,7 +11,7 @@ What: on an x86 target with AVX-512 VNNI, every binding computing
     Q(Conv(DQ(x), DQ(w)) [+ DQ(bias)])      x uint8 or int8 (one scale and zero point), w a constant
                                             int8 weight with per-channel (or one) scale, zero point 0
 
-becomes one call to a kernel built here (`integer_conv_kernel`, already scheduled):
+becomes one call to a kernel built and scheduled by core.compiler.passes.integer_kernels:
 
 * x is copied into channel blocks of 4 (NCHW4c), its padding filled with x's zero point, so the
   padded taps add nothing once the zero point is taken out (int8 inputs are moved to uint8 by +128);
@@ -27,224 +27,23 @@ constant int8 (k, n) weight or its transpose (Gemm's transB), a's rows viewed as
 
 The result is onnxruntime's fused int8 kernels' arithmetic, not the float arithmetic the ONNX graph
 writes (the two differ by a quantization step where a float sum lands near a rounding boundary;
-docs/quantization.md). Anything else is left to the float path: another CPU, a weight zero point,
-groups or dilation, a bias whose scale is not x_scale * w_scale, output channels not a multiple of
-16, a symbolic shape.
+docs/quantization.md). Output channels that fill no whole block of 16 are computed padded with zero
+weights and cut off after the kernel. Anything else is left to the float path: another CPU, a
+weight zero point, groups or dilation, a bias whose scale is not x_scale * w_scale, a symbolic
+shape, sums that could leave int32.
 """
 from __future__ import annotations
 
-import functools
 import logging
 
-__all__ = ["INTRINSIC", "KERNEL_ATTR", "has_vnni", "integer_conv_kernel", "integer_dense_kernel", "integer_conv", "integer_conv_pass",
-           "int8_path", "pack_weight"]
+__all__ = ["KERNEL_ATTR", "has_vnni", "integer_conv", "integer_conv_kernel", "integer_conv_pass", "integer_dense_kernel", "int8_path",
+           "pack_weight"]
+
+from .integer_kernels import DEPTH, LANES, RANGES, has_vnni, integer_conv_kernel, integer_dense_kernel, pack_weight, shift_for
 
 logger = logging.getLogger(__name__)
 
-INTRINSIC = "mlcwb_vnni_u8s8_16x4"
 KERNEL_ATTR = "mlcwb.integer_conv"  # on each kernel built here: the ONNX-level facts it computes
-_LANES, _DEPTH = 16, 4  # output channels per vpdpbusd, input channels per lane
-_MAX_TILE = 14  # output columns per register tile (14 accumulators + weights + broadcasts < 32 zmm)
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127)}
-
-
-def has_vnni(target) -> bool:
-    """Whether `target` (an LLVM target) has AVX-512 VNNI (vpdpbusd on 512-bit registers), read
-    from its mcpu/mattr, not from the machine compiling."""
-    from tvm.target import codegen
-
-    if target is None or target.kind.name != "llvm":
-        return False
-    try:
-        return bool(codegen.target_has_features("avx512vnni", target) and codegen.target_has_features("avx512bw", target))
-    except Exception:  # noqa: BLE001 - a non-x86 target LLVM cannot describe
-        return False
-
-
-@functools.lru_cache(maxsize=1)
-def _register_intrinsic() -> str:
-    """The 16x4 u8 x s8 -> s32 dot product as a tensor intrinsic. TVM's own (dot_16x4_vnni) calls
-    vpdpbusd with the pre-LLVM-17 signature (i32 vectors), which the LLVM it ships with rejects."""
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
-             c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
-            T.writes(c[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
-             c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
-            T.writes(c[0:16])
-            four = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
-                c.vload([0], dtype="int32x16"),
-                T.reinterpret(T.broadcast(four, 16), dtype="int8x64"),
-                b.vload([0, 0], dtype="int8x64"),
-                dtype="int32x16",
-            )
-
-    TensorIntrin.register(INTRINSIC, desc, impl, override=True)
-    return INTRINSIC
-
-
-def integer_conv_kernel(x_shape, x_dtype: str, out_channels: int, kernel: tuple[int, int], strides, pads,
-                        x_zero_point: int, y_zero_point: int, y_dtype: str):
-    """The scheduled PrimFunc (x, w_packed, c, m) -> y of the module docstring.
-
-    x: `x_shape` (N, C, H, W) of `x_dtype`; w_packed: (O/16, ceil(C/4), KH, KW, 16, 4) int8 (`pack_weight`);
-    c: (O,) int32 (`bias - (x_zero_point + _shift(x_dtype)) * sum(w)`); m: (O,) float32; y: (N, O, OH, OW) of `y_dtype`. `pads` are (top, left, bottom,
-    right)."""
-    from tvm import s_tir, te, tirx
-
-    n, ch, h, w = (int(d) for d in x_shape)
-    kh_n, kw_n = kernel
-    sh, sw = strides
-    pt, pl, pb, pr = pads
-    blocks = -(-ch // _DEPTH)
-    hp, wp = h + pt + pb, w + pl + pr
-    oh, ow = (hp - kh_n) // sh + 1, (wp - kw_n) // sw + 1
-    shift = _shift(x_dtype)
-    x = te.placeholder((n, ch, h, w), x_dtype, name="x")
-    wt = te.placeholder((out_channels // _LANES, blocks, kh_n, kw_n, _LANES, _DEPTH), "int8", name="w")
-    corr = te.placeholder((out_channels,), "int32", name="c")
-    mult = te.placeholder((out_channels,), "float32", name="m")
-
-    def source(b, c, i, j, k):
-        v = x[b, c * _DEPTH + k, i - pt, j - pl]
-        v = (v.astype("int32") + shift).astype("uint8") if shift else v
-        inside = tirx.all(i >= pt, i < h + pt, j >= pl, j < w + pl, c * _DEPTH + k < ch)
-        return tirx.if_then_else(inside, v, tirx.const(x_zero_point + shift, "uint8"))
-
-    packed = te.compute((n, blocks, hp, wp, _DEPTH), source, name="pack")
-    rc = te.reduce_axis((0, blocks), "rc")
-    ry = te.reduce_axis((0, kh_n), "ry")
-    rx = te.reduce_axis((0, kw_n), "rx")
-    rk = te.reduce_axis((0, _DEPTH), "rk")
-    acc = te.compute(
-        (n, out_channels // _LANES, oh, ow, _LANES),
-        lambda b, oc, i, j, lane: te.sum(
-            packed[b, rc, i * sh + ry, j * sw + rx, rk].astype("int32") * wt[oc, rc, ry, rx, lane, rk].astype("int32"),
-            axis=[rc, ry, rx, rk]),
-        name="acc")
-
-    y = te.compute((n, out_channels, oh, ow), lambda b, o, i, j: _requantized(
-        acc[b, o // _LANES, i, j, o % _LANES] + corr[o], mult[o], y_zero_point, y_dtype), name="y")
-    sch = s_tir.Schedule(te.create_prim_func([x, wt, corr, mult, y]))
-    pack_b, acc_b, out_b = sch.get_sblock("pack"), sch.get_sblock("acc"), sch.get_sblock("y")
-    # one input block (an image stem's 3 channels): two output blocks share each broadcast, on 8 columns
-    pair = 2 if blocks == 1 and out_channels % (2 * _LANES) == 0 else 1
-    tile = max(t for t in range(1, (_MAX_TILE if pair == 1 else 8) + 1) if ow % t == 0)
-    b, o, i, j = sch.get_loops(out_b)
-    oc, ob, lane = sch.split(o, [None, pair, _LANES])
-    jo, ji = sch.split(j, [None, tile])
-    sch.reorder(b, oc, i, jo, ob, lane, ji)
-    sch.compute_at(acc_b, jo)  # the accumulator is one tile: registers
-    sch.parallel(sch.fuse(b, oc, i))
-    sch.vectorize(sch.get_loops(out_b)[-1])
-    pack_loops = sch.get_loops(pack_b)
-    sch.parallel(sch.fuse(*pack_loops[:3]))
-    sch.vectorize(pack_loops[-1])
-    return _tensorized(sch, acc_b, (("pair", pair), ("col", tile), ("lane", _LANES), ("rc", blocks), ("ry", kh_n), ("rx", kw_n),
-                                    ("rk", _DEPTH)), ("rc", "ry", "rx", "pair", "col", "lane", "rk"), ("pair", "col"))
-
-
-def _shift(x_dtype: str) -> int:
-    """What the kernel adds to `x_dtype` activations to read them as uint8 (vpdpbusd's unsigned operand)."""
-    return 128 if x_dtype == "int8" else 0
-
-
-def _tensorized(sch, acc_b, extents, order, unrolled):
-    """The accumulator's tile loops (named in `extents` in their order after compute_at, which
-    elides those of extent 1) put in `order`, its zeroing split off, the 16 lanes x 4 depths
-    tensorized as one vpdpbusd and the `unrolled` loops unrolled (their accumulators stay in
-    registers): the finished PrimFunc, marked scheduled and opaque (never fused)."""
-    kept = [name for name, extent in extents if extent > 1]
-    loops = dict(zip(kept, sch.get_loops(acc_b)[-len(kept):]))
-    ordered = [loops[k] for k in order if k in loops]
-    sch.reorder(*ordered)
-    init = sch.decompose_reduction(acc_b, ordered[0])
-    sch.tensorize(loops["lane"], _register_intrinsic())
-    for name in unrolled:
-        if name in loops:
-            sch.unroll(loops[name])
-    sch.vectorize(sch.get_loops(init)[-1])
-    prim = sch.mod["main"].without_attr("global_symbol")
-    return prim.with_attr("tirx.is_scheduled", True).with_attr("op_pattern", 8)
-
-
-def _requantized(total, mult, y_zero_point: int, y_dtype: str):
-    """saturate(round_half_even(float32(total) * mult) + y_zero_point) as `y_dtype` (a TIR expression)."""
-    from tvm import tirx
-
-    lo, hi = _RANGES[y_dtype]
-    v = tirx.round(total.astype("float32") * mult) + tirx.const(float(y_zero_point), "float32")
-    return tirx.max(tirx.min(v, float(hi)), float(lo)).astype(y_dtype)
-
-
-def pack_weight(weight):
-    """(O, C, KH, KW) int8 -> (O/16, ceil(C/4), KH, KW, 16, 4), input channels padded with zeros."""
-    import numpy as np
-
-    o, c, kh, kw = weight.shape
-    c4 = -(-c // _DEPTH) * _DEPTH
-    full = np.zeros((o, c4, kh, kw), np.int8)
-    full[:, :c] = weight
-    return np.ascontiguousarray(full.reshape(o // _LANES, _LANES, c4 // _DEPTH, _DEPTH, kh, kw).transpose(0, 2, 4, 5, 1, 3))
-
-
-def integer_dense_kernel(rows: int, depth: int, a_dtype: str, cols: int, a_zero_point: int, y_zero_point: int, y_dtype: str):
-    """The scheduled PrimFunc (a, w_packed, c, m) -> y of a quantized matmul: a (rows, depth) of
-    `a_dtype`, w_packed (cols/16, ceil(depth/4), 16, 4) int8 (`pack_weight` of the (cols, depth)
-    weight), c and m per column as for the conv, y (rows, cols) of `y_dtype`. Rows are read in place
-    (4 bytes of a row broadcast per vpdpbusd) when a is uint8 with depth a multiple of 4, else copied
-    (int8 moved to uint8, depth padded)."""
-    from tvm import s_tir, te, tirx
-
-    blocks = -(-depth // _DEPTH)
-    a = te.placeholder((rows, depth), a_dtype, name="a")
-    wt = te.placeholder((cols // _LANES, blocks, _LANES, _DEPTH), "int8", name="w")
-    corr = te.placeholder((cols,), "int32", name="c")
-    mult = te.placeholder((cols,), "float32", name="m")
-    src = a
-    if a_dtype != "uint8" or depth % _DEPTH:
-        shift = _shift(a_dtype)
-        src = te.compute((rows, blocks * _DEPTH), lambda i, k: tirx.if_then_else(
-            k < depth, (a[i, k].astype("int32") + shift).astype("uint8") if shift else a[i, k], tirx.const(0, "uint8")), name="pack")
-    rk = te.reduce_axis((0, blocks), "rk")
-    r4 = te.reduce_axis((0, _DEPTH), "r4")
-    acc = te.compute((cols // _LANES, rows, _LANES), lambda nb, i, lane: te.sum(
-        src[i, rk * _DEPTH + r4].astype("int32") * wt[nb, rk, lane, r4].astype("int32"), axis=[rk, r4]), name="acc")
-
-    y = te.compute((rows, cols), lambda i, j: _requantized(acc[j // _LANES, i, j % _LANES] + corr[j], mult[j], y_zero_point, y_dtype),
-                   name="y")
-    sch = s_tir.Schedule(te.create_prim_func([a, wt, corr, mult, y]))
-    acc_b, out_b = sch.get_sblock("acc"), sch.get_sblock("y")
-    tile = max(t for t in range(1, _MAX_TILE + 1) if rows % t == 0)
-    i, j = sch.get_loops(out_b)
-    io, ii = sch.split(i, [None, tile])
-    nb, lane = sch.split(j, [None, _LANES])
-    sch.reorder(io, nb, ii, lane)
-    sch.compute_at(acc_b, nb)
-    sch.parallel(sch.fuse(io, nb))
-    sch.vectorize(sch.get_loops(out_b)[-1])
-    if src is not a:
-        pack_b = sch.get_sblock("pack")
-        pl = sch.get_loops(pack_b)
-        sch.parallel(pl[0])
-        sch.vectorize(pl[-1])
-    return _tensorized(sch, acc_b, (("row", tile), ("lane", _LANES), ("rk", blocks), ("r4", _DEPTH)), ("rk", "row", "lane", "r4"), ("row",))
 
 
 # ---- matching the import's Q/DQ arithmetic (core.compiler.frontend.quantized) ----------------------
@@ -334,11 +133,11 @@ class _Function:
         import numpy as np
 
         cast = self.call(expr, "relax.astype")
-        if cast is None or str(cast.attrs.dtype) not in _RANGES:
+        if cast is None or str(cast.attrs.dtype) not in RANGES:
             return None
         out = str(cast.attrs.dtype)
         clip = self.call(cast.args[0], "relax.clip")
-        if clip is None or [float(v.value) for v in clip.args[1:3]] != [float(r) for r in _RANGES[out]]:
+        if clip is None or [float(v.value) for v in clip.args[1:3]] != [float(r) for r in RANGES[out]]:
             return None
         inner, zp = clip.args[0], np.zeros((), np.float32)
         add = self.call(inner, "relax.add")
@@ -394,7 +193,7 @@ def _match(fn: _Function, binding):
     x_shape = _static_shape(x)
     x_dtype = str(getattr(getattr(x, "ty", None), "dtype", ""))
     weight = fn.const(dw[0])
-    if x_shape is None or len(x_shape) != 4 or x_dtype not in _RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 4:
+    if x_shape is None or len(x_shape) != 4 or x_dtype not in RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 4:
         return None
     params = _requantization(fn, weight, dw[1], dw[2], x_scale, x_zp, x_dtype, bias, y_scale)
     if params is None:
@@ -429,7 +228,7 @@ def _match_dense(fn: _Function, binding):
     a, a_scale, a_zp = da
     a_shape, a_dtype = _static_shape(a), str(getattr(getattr(a, "ty", None), "dtype", ""))
     weight = fn.const(dw[0])
-    if a_shape is None or len(a_shape) < 2 or a_dtype not in _RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 2:
+    if a_shape is None or len(a_shape) < 2 or a_dtype not in RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 2:
         return None
     w_scale = np.broadcast_to(np.asarray(dw[1], np.float32), weight.shape)
     w_zp = np.broadcast_to(np.asarray(dw[2]), weight.shape)
@@ -453,15 +252,15 @@ def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype
     import numpy as np
 
     out_channels = weight.shape[0]
-    if out_channels % _LANES or 255 * 128 * (weight.size // out_channels) >= 2**31:
-        return None  # not whole lane blocks, or sums that could leave int32
+    if 255 * 128 * (weight.size // out_channels) >= 2**31:
+        return None  # sums that could leave int32
     w_scale = np.broadcast_to(np.asarray(w_scale, np.float32), weight.shape).reshape(out_channels, -1)
     if np.any(np.asarray(w_zp) != 0) or np.size(x_scale) != 1 or np.size(x_zp) != 1 or np.any(w_scale != w_scale[:, :1]):
         return None
     # onnxruntime's order: (x_scale * w_scale) / y_scale, in float32
     acc_scale = np.float32(np.asarray(x_scale).reshape(())) * w_scale[:, 0]
     # the kernel reads int8 activations as uint8 (+128), their zero point with them
-    corr = -(int(np.asarray(x_zp).reshape(())) + _shift(x_dtype)) * weight.reshape(out_channels, -1).astype(np.int64).sum(axis=1)
+    corr = -(int(np.asarray(x_zp).reshape(())) + shift_for(x_dtype)) * weight.reshape(out_channels, -1).astype(np.int64).sum(axis=1)
     if bias is not None:
         b = fn.const(bias)
         if b is None or b.size != out_channels:
@@ -516,39 +315,51 @@ def _rewrite(bb, fn: _Function, b):
     if pooled is not None:
         return pooled
     m = _match(fn, b)
-    if m is not None:
-        prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], m["weight"].shape[0], m["kernel"], m["strides"],
-                                   m["pads"], m["x_zp"], m["y_zp"], m["y_dtype"])
+    conv = m is not None
+    m = m if conv else _match_dense(fn, b)
+    if m is None:
+        return None
+    channels = m["weight"].shape[0]
+    padded = -(-channels // LANES) * LANES
+    if padded != channels:  # whole lane blocks: zero weights, the extra outputs cut off after the kernel
+        m["weight"] = np.concatenate([m["weight"], np.zeros((padded - channels, *m["weight"].shape[1:]), np.int8)])
+        m["corr"], m["mult"] = np.pad(m["corr"], (0, padded - channels)), np.pad(m["mult"], (0, padded - channels))
+    shape = [int(d) for d in b.var.ty.shape]
+    if conv:
+        prim = integer_conv_kernel(m["x_shape"], m["x_dtype"], padded, m["kernel"], m["strides"], m["pads"], m["x_zp"],
+                                   m["y_zp"], m["y_dtype"])
         facts = {"op": "conv", "x_zero_point": m["x_zp"], "y_zero_point": m["y_zp"], "kernel": list(m["kernel"]),
                  "strides": m["strides"], "pads": m["pads"]}
-        inputs, weight = m["x"], pack_weight(m["weight"])
+        inputs, weight, kernel_shape = m["x"], pack_weight(m["weight"]), [shape[0], padded, *shape[2:]]
     else:
-        m = _match_dense(fn, b)
-        if m is None:
-            return None
         rows, depth = int(np.prod(m["a_shape"][:-1])), m["a_shape"][-1]
-        cols = m["weight"].shape[0]
-        prim = integer_dense_kernel(rows, depth, m["a_dtype"], cols, m["a_zp"], m["y_zp"], m["y_dtype"])
+        prim = integer_dense_kernel(rows, depth, m["a_dtype"], padded, m["a_zp"], m["y_zp"], m["y_dtype"])
         facts = {"op": "matmul", "a_zero_point": m["a_zp"], "y_zero_point": m["y_zp"]}
         inputs = m["a"] if len(m["a_shape"]) == 2 else relax.op.reshape(m["a"], [rows, depth])
-        weight = pack_weight(m["weight"][:, :, None, None]).reshape(cols // _LANES, -1, _LANES, _DEPTH)
+        weight, kernel_shape = pack_weight(m["weight"][:, :, None, None]).reshape(padded // LANES, -1, LANES, DEPTH), [rows, padded]
     # lineage (core.compiler.pipeline.lineage) adds the nodes of the bindings the kernel took in
     prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", m["absorbed"])
     kernel = bb.add_func(prim, f"integer_{facts['op']}_{b.var.name}")
     out = []
     new_var = relax.DataflowVar if isinstance(b.var, relax.DataflowVar) else relax.Var
+
+    def bind(value, dims, dtype, name=None):  # a new variable, or b's own for the last step (name None)
+        var = b.var if name is None else new_var(f"{b.var.name}_{name}", relax.TensorType(dims, dtype))
+        out.append(relax.VarBinding(var, value))
+        return var
+
     if not isinstance(inputs, relax.Var):  # a's rows as one matrix: a view
-        view = new_var(f"{b.var.name}_rows", relax.TensorType([rows, depth], m["a_dtype"]))
-        out.append(relax.VarBinding(view, inputs))
-        inputs = view
+        inputs = bind(inputs, [rows, depth], m["a_dtype"], "rows")
     args = relax.Tuple([inputs, array_const(weight), array_const(m["corr"]), array_const(m["mult"])])
-    shape = [int(d) for d in b.var.ty.shape]
-    if facts["op"] == "matmul" and len(shape) != 2:
-        flat = new_var(f"{b.var.name}_flat", relax.TensorType([rows, cols], m["y_dtype"]))
-        out.append(relax.VarBinding(flat, relax.op.call_tir(kernel, args, flat.ty)))
-        out.append(relax.VarBinding(b.var, relax.op.reshape(flat, shape)))
-    else:
-        out.append(relax.VarBinding(b.var, relax.op.call_tir(kernel, args, b.var.ty)))
+    sliced = [*kernel_shape[:1], channels, *kernel_shape[2:]]
+    steps = [(lambda v: relax.op.call_tir(kernel, args, relax.TensorType(kernel_shape, m["y_dtype"])), kernel_shape, "int8")]
+    if padded != channels:  # the padded channels cut off
+        steps.append((lambda v: relax.op.strided_slice(v, axes=[1], begin=[0], end=[channels]), sliced, "sliced"))
+    if sliced != shape:  # a matmul's rows back in the activation's shape
+        steps.append((lambda v: relax.op.reshape(v, shape), shape, "out"))
+    value = None
+    for k, (make, dims, name) in enumerate(steps):
+        value = bind(make(value), dims, m["y_dtype"], name if k < len(steps) - 1 else None)
     return out
 
 
@@ -611,6 +422,6 @@ def int8_path(kernel_names, op_types) -> str:
         parts = [f"{n} quantized {what}{'s' if n != 1 else ''}" for n, what in ((convs, "conv"), (matmuls, "matmul")) if n]
         return f"{' and '.join(parts)} on int8 kernels (AVX-512 VNNI)"
     if "DequantizeLinear" in set(op_types):
-        return ("quantized ops in float between their Q/DQ nodes (int8 kernels need AVX-512 VNNI and convs or "
-                "matmuls in whole blocks of 16 output channels: docs/quantization.md)")
+        return ("quantized ops in float between their Q/DQ nodes (int8 kernels need AVX-512 VNNI, and convs or "
+                "matmuls with constant symmetric int8 weights: docs/quantization.md)")
     return ""
