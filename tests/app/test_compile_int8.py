@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import onnx
 
-from core.compiler.target import host_lacks
+from core.compiler.passes.integer_conv import has_vnni
+from core.compiler.target import make_target
 from tests.core.compiler.qdq_models import fp32_wide_cnn, quantize_qdq
 
 
@@ -18,7 +19,7 @@ def test_compile_says_which_path_the_quantized_ops_took(window, qtbot, tmp_path)
     panel.start()
     qtbot.waitUntil(lambda: panel.result is not None, timeout=120_000)
     text = panel.status.text()
-    if host_lacks(["avx512vnni"]):  # this host's own CPU is the target
+    if not has_vnni(make_target("cpu")):  # the target is this host's CPU
         assert "quantized ops in float between their Q/DQ nodes" in text, text
         return
     assert "3 quantized convs on int8 kernels (AVX-512 VNNI)" in text and "match onnxruntime" in text, text
