@@ -21,7 +21,8 @@ becomes one call to a kernel built and scheduled by core.compiler.passes.integer
   `c[o] = bias[o] - (x_zero_point + shift) * sum(w[o])` (shift 128 for int8 inputs, else 0) and `m[o] = x_scale * w_scale[o] / y_scale` (float32,
   onnxruntime's order) -- onnxruntime's requantization of QLinearConv (MLAS).
 
-A Q(MaxPool(DQ(x))) with one scale and zero point pools the integers (`_integer_max_pool`).
+A Q(MaxPool(DQ(x))) with one scale and zero point pools the integers (`_integer_max_pool`). ONNX's
+QLinearConv / QLinearMatMul, as the import writes them, run on the same kernels (`_match_qlinear`).
 Quantized matmuls likewise (`integer_dense_kernel`): Q(MatMul(DQ(a), DQ(W)) [+ DQ(bias)]) with W a
 constant int8 (k, n) weight or its transpose (Gemm's transB), a's rows viewed as one matrix.
 
@@ -99,7 +100,7 @@ class _Function:
         if op == "relax.expand_dims":
             v = self.const(e.args[0])
             return None if v is None else np.expand_dims(v, tuple(int(a) for a in e.attrs.axis))
-        binary = {"relax.subtract": np.subtract, "relax.multiply": np.multiply, "relax.add": np.add}
+        binary = {"relax.subtract": np.subtract, "relax.multiply": np.multiply, "relax.add": np.add, "relax.divide": np.divide}
         if op in binary:
             a, b = self.const(e.args[0]), self.const(e.args[1])
             return None if a is None or b is None else binary[op](a, b)
@@ -127,9 +128,9 @@ class _Function:
             return None
         return to_int.args[0], scale, zp
 
-    def quantized(self, expr):
-        """(y, scale, zero point, dtype) where `expr` is QuantizeLinear's
-        `dtype(clip(round(y / scale) + zp, lo, hi))` with constant scalar scale and zero point."""
+    def rounded(self, expr):
+        """(x, zero point, dtype) where `expr` is `dtype(clip(round(x) + zp, lo, hi))` with a constant
+        scalar zero point (0 when absent) and the type's own bounds, else None."""
         import numpy as np
 
         cast = self.call(expr, "relax.astype")
@@ -145,11 +146,28 @@ class _Function:
             zp = self.const(add.args[1])
             inner = add.args[0]
         rnd = self.call(inner, "relax.round")
-        div = self.call(rnd.args[0], "relax.divide") if rnd is not None else None
-        scale = self.const(div.args[1]) if div is not None else None
-        if zp is None or scale is None or scale.size != 1 or zp.size != 1 or scale.dtype != "float32":
+        if rnd is None or zp is None or zp.size != 1:
             return None
-        return div.args[0], float(scale.reshape(())), zp.reshape(()), out
+        return rnd.args[0], zp.reshape(()), out
+
+    def quantized(self, expr):
+        """(y, scale, zero point, dtype) where `expr` is QuantizeLinear's
+        `dtype(clip(round(y / scale) + zp, lo, hi))` with constant scalar scale and zero point."""
+        found = self.rounded(expr)
+        div = self.call(found[0], "relax.divide") if found is not None else None
+        scale = self.const(div.args[1]) if div is not None else None
+        if scale is None or scale.size != 1 or scale.dtype != "float32":
+            return None
+        return div.args[0], float(scale.reshape(())), found[1], found[2]
+
+    def integer_operand(self, expr):
+        """(q, zero point) where `expr` is `int32(q) - zp` (zp a constant) or `int32(q)`, else None."""
+        sub = self.call(expr, "relax.subtract")
+        zp, inner = (self.const(sub.args[1]), sub.args[0]) if sub is not None else (0, expr)
+        cast = self.call(inner, "relax.astype")
+        if zp is None or cast is None or str(cast.attrs.dtype) != "int32":
+            return None
+        return cast.args[0], zp
 
 
 def _static_shape(expr):
@@ -244,6 +262,61 @@ def _match_dense(fn: _Function, binding):
                 a_zp=int(np.asarray(a_zp).reshape(())), y_zp=int(y_zp), y_dtype=y_dtype, **params)
 
 
+def _match_qlinear(fn: _Function, binding):
+    """(conv?, the kernel's inputs) where `binding` is what the import makes of ONNX's QLinearConv or
+    QLinearMatMul (core.compiler.frontend.quantized: an int32 conv / matmul of the operands less
+    their zero points, plus the int32 bias, times x_scale * w_scale / y_scale, rounded), with a
+    constant int8 weight of zero point 0; else None."""
+    import numpy as np
+    from tvm import relax
+
+    found = fn.rounded(binding.value)
+    mul = fn.call(found[0], "relax.multiply") if found is not None else None
+    to_float = fn.call(mul.args[0], "relax.astype") if mul is not None else None
+    mult = fn.const(mul.args[1]) if mul is not None else None
+    if to_float is None or str(to_float.attrs.dtype) != "float32" or mult is None or mult.dtype != "float32":
+        return None
+    acc, bias = to_float.args[0], None
+    add = fn.call(acc, "relax.add")
+    if add is not None:
+        acc, bias = add.args[0], fn.const(add.args[1])
+        if bias is None or bias.dtype != "int32":
+            return None
+    call = fn.call(acc, "relax.nn.conv2d")
+    call = call if call is not None else fn.call(acc, "relax.matmul")
+    if call is None:
+        return None
+    conv = _op(call) == "relax.nn.conv2d"
+    if conv and (int(call.attrs.groups) != 1 or [int(d) for d in call.attrs.dilation] != [1, 1] or str(call.attrs.data_layout) != "NCHW"):
+        return None
+    xo, wo = fn.integer_operand(call.args[0]), fn.integer_operand(call.args[1])
+    weight = fn.const(wo[0]) if wo is not None else None
+    if xo is None or weight is None or weight.dtype != "int8" or np.any(np.asarray(wo[1]) != 0) or np.size(xo[1]) != 1:
+        return None
+    x, x_zp = xo[0], int(np.asarray(xo[1]).reshape(()))
+    x_shape, x_dtype = _static_shape(x), str(getattr(getattr(x, "ty", None), "dtype", ""))
+    if x_shape is None or x_dtype not in RANGES or weight.ndim != (4 if conv else 2) or len(x_shape) < 2 or (conv and len(x_shape) != 4):
+        return None
+    if not conv:
+        weight = np.ascontiguousarray(weight.T)  # (k, n) -> output columns first
+    channels = weight.shape[0]
+    mult = np.broadcast_to(mult, (1, channels, 1, 1) if conv else (1, channels)).reshape(channels)
+    bias = np.zeros(channels, np.int64) if bias is None else np.broadcast_to(bias, (1, channels, 1, 1) if conv else (1, channels)).reshape(channels)
+    corr = bias.astype(np.int64) - (x_zp + shift_for(x_dtype)) * weight.reshape(channels, -1).astype(np.int64).sum(axis=1)
+    if 255 * 128 * (weight.size // channels) >= 2**31 or np.abs(corr).max(initial=0) >= 2**31:
+        return None
+    names = [v.name for v in (call.args[0], call.args[1], acc) if isinstance(v, relax.Var)]
+    m = dict(absorbed=names, weight=weight, y_zp=int(found[1]), y_dtype=found[2], corr=corr.astype(np.int32),
+             mult=np.ascontiguousarray(mult, np.float32))
+    if conv:
+        pads = [int(p) for p in call.attrs.padding]
+        m.update(x=x, x_shape=x_shape, x_dtype=x_dtype, x_zp=x_zp, kernel=tuple(weight.shape[2:]),
+                 strides=[int(v) for v in call.attrs.strides], pads=pads * 2 if len(pads) == 2 else pads)
+    else:
+        m.update(a=x, a_shape=x_shape, a_dtype=x_dtype, a_zp=x_zp)
+    return conv, m
+
+
 def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype: str, bias, y_scale: float):
     """The kernel's `c` (int32) and `m` (float32) per output channel (module docstring) for an int8
     `weight` (output channels first) with `w_scale` / `w_zp` as broadcast against it, or None where
@@ -318,7 +391,10 @@ def _rewrite(bb, fn: _Function, b):
     conv = m is not None
     m = m if conv else _match_dense(fn, b)
     if m is None:
-        return None
+        qlinear = _match_qlinear(fn, b)
+        if qlinear is None:
+            return None
+        conv, m = qlinear
     channels = m["weight"].shape[0]
     padded = -(-channels // LANES) * LANES
     if padded != channels:  # whole lane blocks: zero weights, the extra outputs cut off after the kernel
@@ -338,7 +414,8 @@ def _rewrite(bb, fn: _Function, b):
         inputs = m["a"] if len(m["a_shape"]) == 2 else relax.op.reshape(m["a"], [rows, depth])
         weight, kernel_shape = pack_weight(m["weight"][:, :, None, None]).reshape(padded // LANES, -1, LANES, DEPTH), [rows, padded]
     # lineage (core.compiler.pipeline.lineage) adds the nodes of the bindings the kernel took in
-    prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", m["absorbed"])
+    # (b's own name too: the call is bound to a new variable when its result is sliced or reshaped)
+    prim = prim.with_attr(KERNEL_ATTR, str(facts)).with_attr("mlcwb.absorbs", [b.var.name, *m["absorbed"]])
     kernel = bb.add_func(prim, f"integer_{facts['op']}_{b.var.name}")
     out = []
     new_var = relax.DataflowVar if isinstance(b.var, relax.DataflowVar) else relax.Var

@@ -47,7 +47,7 @@ def _register_intrinsic() -> str:
     from tvm.script import tirx as T
 
     @T.prim_func(s_tir=True)
-    def desc(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+    def desc(a: T.Buffer((4,), "uint8", offset_factor=1, align=4), b: T.Buffer((16, 4), "int8", offset_factor=1),
              c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(c[0:16], a[0:4], b[0:16, 0:4])
@@ -59,7 +59,7 @@ def _register_intrinsic() -> str:
                         c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def impl(a: T.Buffer((4,), "uint8", offset_factor=1), b: T.Buffer((16, 4), "int8", offset_factor=1),
+    def impl(a: T.Buffer((4,), "uint8", offset_factor=1, align=4), b: T.Buffer((16, 4), "int8", offset_factor=1),
              c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(c[0:16], a[0:4], b[0:16, 0:4])

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks.architectures.qdq import quantize_qdq
 
-__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn", "fp32_linear", "fp32_wide_cnn"]
+__all__ = ["qdq_cnn", "quantize_qdq", "fp32_cnn", "fp32_linear", "fp32_wide_cnn", "qlinear_ops"]
 
 
 def fp32_cnn(seed: int = 0, size: int = 16) -> onnx.ModelProto:
@@ -84,5 +84,28 @@ def fp32_linear(seed: int = 0) -> onnx.ModelProto:
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, [8, 16])], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def qlinear_ops(seed: int = 0) -> onnx.ModelProto:
+    """ONNX's own integer ops, on uint8 model inputs: QLinearConv 8->16 3x3 (per-channel int8 weight,
+    int32 bias) on x [1, 8, 10, 10]; QLinearMatMul [6, 32] x [32, 24] (24 columns: not a whole 16-lane block)."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "xs"), numpy_helper.from_array(np.array(120, np.uint8), "xz"),
+             numpy_helper.from_array(rng.integers(-127, 128, (16, 8, 3, 3)).astype(np.int8), "w"),
+             numpy_helper.from_array(rng.uniform(0.001, 0.01, 16).astype(np.float32), "ws"), numpy_helper.from_array(np.zeros(16, np.int8), "wz"),
+             numpy_helper.from_array(np.array(0.2, np.float32), "ys"), numpy_helper.from_array(np.array(10, np.uint8), "yz"),
+             numpy_helper.from_array(rng.integers(-2000, 2000, 16).astype(np.int32), "b"),
+             numpy_helper.from_array(rng.integers(-127, 128, (32, 24)).astype(np.int8), "mw"), numpy_helper.from_array(np.array(0.01, np.float32), "mws"),
+             numpy_helper.from_array(np.array(0, np.int8), "mwz"), numpy_helper.from_array(np.array(0.3, np.float32), "ms"),
+             numpy_helper.from_array(np.array(5, np.uint8), "mz")]
+    nodes = [helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"], name="qconv", pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearMatMul", ["a", "ys", "yz", "mw", "mws", "mwz", "ms", "mz"], ["z"], name="qmatmul")]
+    graph = helper.make_graph(nodes, "qlinear", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 10, 10]),
+                                                 helper.make_tensor_value_info("a", TensorProto.UINT8, [6, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 16, 10, 10]),
+                               helper.make_tensor_value_info("z", TensorProto.UINT8, [6, 24])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.checker.check_model(model)
     return model

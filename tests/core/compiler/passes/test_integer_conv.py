@@ -10,7 +10,7 @@ import pytest
 
 from core.compiler.passes.integer_conv import has_vnni, integer_conv, integer_conv_kernel, integer_dense_kernel, pack_weight
 from core.compiler.target import host_lacks, make_target
-from tests.core.compiler.qdq_models import fp32_cnn, fp32_linear, fp32_wide_cnn, quantize_qdq
+from tests.core.compiler.qdq_models import fp32_cnn, fp32_linear, fp32_wide_cnn, qlinear_ops, quantize_qdq
 from tests.helpers import relax_through
 
 def needs_vnni(test):
@@ -237,3 +237,22 @@ def test_compile_for_this_host_takes_the_path_its_cpu_allows():
     """On CI's AVX2 rerun (AVX-512 masked off) the same model keeps the float path; else the int8 one."""
     after = relax_through(quantize_qdq(fp32_wide_cnn()), make_target("cpu"), last="IntegerConv")
     assert len(_kernels(after)) == (3 if has_vnni(make_target("cpu")) else 0)
+
+
+@needs_vnni
+def test_qlinear_conv_and_matmul_run_as_integer_kernels(tmp_path):
+    """ONNX's QLinearConv and QLinearMatMul on uint8 model inputs (read in place at 16 bytes): the same
+    kernels, onnxruntime's integers, each kernel's time on its node."""
+    from core.compiler.compile import compile_model
+
+    path = tmp_path / "qlinear.onnx"
+    onnx.save(qlinear_ops(), path)
+    art = compile_model(str(path), "cpu")
+    kernels = {k: v for k, v in art.kernel_lineage.items() if k.startswith("integer_")}
+    assert sorted(label for labels in kernels.values() for label in labels) == ["qconv", "qmatmul"]
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        feeds = {"x": rng.integers(0, 256, (1, 8, 10, 10)).astype(np.uint8), "a": rng.integers(0, 256, (6, 32)).astype(np.uint8)}
+        for ours, theirs in zip(art.run(feeds), session.run(None, feeds)):
+            np.testing.assert_array_equal(ours, theirs)
