@@ -1,6 +1,6 @@
 """The workbench's converters for ONNX's quantized ops: QuantizeLinear / DequantizeLinear exactly as ONNX
-defines them, and the integer ops TVM 0.27's ONNX frontend cannot import (QLinearConv, QLinearMatMul,
-ConvInteger).
+defines them, the integer ops TVM 0.27's ONNX frontend cannot import (QLinearConv, QLinearMatMul,
+ConvInteger), and onnxruntime's QLinearAdd, QLinearGlobalAveragePool and QGemm.
 
 Importing this module registers them with `core.compiler.frontend.registry.register_converter`
 (onnx_import loads it through CONVERTER_MODULES). Every converter emits plain Relax arithmetic, so the
@@ -17,6 +17,8 @@ lowering view shows what is computed and the checks of docs/quantization.md hold
 * ConvInteger: the int32 convolution alone.
 * DynamicQuantizeLinear: TVM's arithmetic, except that an input whose range is one value (all
   zeros) gets scale 1 and zero point 0 as in onnxruntime; TVM divided by a zero scale.
+* onnxruntime's QOperator ops (com.microsoft): QLinearAdd, QLinearGlobalAveragePool and QGemm, in
+  the order MLAS computes them (docs/quantization.md).
 
 TVM's own QuantizeLinear / DequantizeLinear (relax.quantize / relax.dequantize) compute the same
 values for the cases they take (round via nearbyint, x / scale); they refuse block_size, and the
@@ -284,8 +286,94 @@ def _build() -> dict[str, type]:
             y = saturate_round(relax.op.divide(x, scale), relax.op.astype(zp, "float32"), "uint8")
             return relax.Tuple([y, scale, zp])
 
+    def scalar_f32(bb, expr):
+        return reshape(bb, as_f32(expr), []) if shape(expr) else as_f32(expr)
+
+    def scalar_zp(bb, op, attr, zp, what):
+        if zp is None:
+            return relax.const(0.0, "float32")
+        if not is_scalar(zp):
+            raise refuse(op, attr, f"has a non-scalar {what} zero point; onnxruntime defines a scalar one")
+        return scalar_f32(bb, zp)
+
+    class QLinearAdd(fe.OnnxOpConverter):
+        """com.microsoft QLinearAdd: C = quantize(A_scale * (A - A_zp) + B_scale * (B - B_zp)), as
+        onnxruntime's MLAS computes it: A * (A_scale / C_scale) + B * (B_scale / C_scale) + (C_zp -
+        A_zp * A_scale / C_scale - B_zp * B_scale / C_scale), rounded half to even, saturated."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            a, a_s, a_z, b, b_s, b_z, c_s = (inputs[i] for i in range(7))
+            c_z = inputs[7] if len(inputs) > 7 else None
+            out = out_type("QLinearAdd", attr, c_z, a)
+            for sc, what in ((a_s, "A"), (b_s, "B"), (c_s, "C")):
+                if not is_scalar(sc):
+                    raise refuse("QLinearAdd", attr, f"has a non-scalar {what} scale; onnxruntime defines a scalar one")
+            c_scale = bb.normalize(scalar_f32(bb, c_s))
+            ra = bb.normalize(relax.op.divide(scalar_f32(bb, a_s), c_scale))
+            rb = bb.normalize(relax.op.divide(scalar_f32(bb, b_s), c_scale))
+            shift = relax.op.subtract(relax.op.subtract(scalar_zp(bb, "QLinearAdd", attr, c_z, "C"),
+                                                        relax.op.multiply(ra, scalar_zp(bb, "QLinearAdd", attr, a_z, "A"))),
+                                      relax.op.multiply(rb, scalar_zp(bb, "QLinearAdd", attr, b_z, "B")))
+            value = relax.op.add(relax.op.add(relax.op.multiply(relax.op.astype(a, "float32"), ra),
+                                              relax.op.multiply(relax.op.astype(b, "float32"), rb)), shift)
+            return saturate_round(value, None, out)
+
+    class QLinearGlobalAveragePool(fe.OnnxOpConverter):
+        """com.microsoft QLinearGlobalAveragePool (NCHW): the int32 sum of each channel less N * x_zp,
+        times x_scale / (y_scale * N), rounded half to even, plus y_zp, saturated (MLAS's order)."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            x, x_s, x_z, y_s = (inputs[i] for i in range(4))
+            y_z = inputs[4] if len(inputs) > 4 else None
+            out = out_type("QLinearGlobalAveragePool", attr, y_z, x)
+            if int(attr.get("channels_last", 0)):
+                raise refuse("QLinearGlobalAveragePool", attr, "pools channels-last data, which the workbench does not take")
+            dims = shape(x)
+            if dims is None or len(dims) < 3:
+                raise refuse("QLinearGlobalAveragePool", attr, "pools an input of unknown or fewer than 3 dimensions")
+            count = 1
+            for d in dims[2:]:
+                count *= d
+            axes = list(range(2, len(dims)))
+            total = relax.op.sum(relax.op.astype(x, "int32"), axis=axes, keepdims=True)
+            zp = scalar_zp(bb, "QLinearGlobalAveragePool", attr, x_z, "input")
+            total = relax.op.subtract(total, relax.op.astype(relax.op.multiply(zp, relax.const(float(count), "float32")), "int32"))
+            scale = relax.op.divide(scalar_f32(bb, x_s), relax.op.multiply(scalar_f32(bb, y_s), relax.const(float(count), "float32")))
+            z = None if y_z is None else scalar_zp(bb, "QLinearGlobalAveragePool", attr, y_z, "output")
+            return saturate_round(relax.op.multiply(relax.op.astype(total, "float32"), scale), z, out)
+
+    class QGemm(fe.OnnxOpConverter):
+        """com.microsoft QGemm with a quantized output (y_scale given), alpha 1 and A not transposed:
+        QLinearMatMul's arithmetic with B optionally transposed and the int32 bias C added."""
+
+        @classmethod
+        def _impl_v1(cls, bb, inputs, attr, params):
+            a, a_s, a_z, b, b_s, b_z = (inputs[i] for i in range(6))
+            bias = inputs[6] if len(inputs) > 6 else None
+            y_s = inputs[7] if len(inputs) > 7 else None
+            y_z = inputs[8] if len(inputs) > 8 else None
+            if y_s is None:
+                raise refuse("QGemm", attr, "has a float output (no y_scale), which the workbench does not take")
+            if float(attr.get("alpha", 1.0)) != 1.0 or int(attr.get("transA", 0)):
+                raise refuse("QGemm", attr, "sets alpha or transA, which the workbench does not take")
+            out = out_type("QGemm", attr, y_z, a)
+            trans_b = bool(int(attr.get("transB", 0)))
+            # B's zero point runs along its output columns: axis 0 of a transposed B, else axis 1
+            b_int = less_zero_point(bb, "QGemm", attr, b, b_z, 0 if trans_b else 1)
+            if trans_b:
+                b_int = relax.op.permute_dims(bb.normalize(b_int), [1, 0])
+            acc = relax.op.matmul(less_zero_point(bb, "QGemm", attr, a, a_z, None), b_int, out_dtype="int32")
+            if bias is not None:
+                acc = relax.op.add(acc, relax.op.astype(bias, "int32"))
+            m = multiplier(bb, "QGemm", attr, a_s, b_s, y_s, lambda c: [c])
+            z = None if y_z is None else scalar_f32(bb, y_z)
+            return saturate_round(relax.op.multiply(relax.op.astype(acc, "float32"), m), z, out)
+
     return {"QuantizeLinear": QuantizeLinear, "DynamicQuantizeLinear": DynamicQuantizeLinear, "DequantizeLinear": DequantizeLinear, "QLinearConv": QLinearConv,
-            "ConvInteger": ConvInteger, "QLinearMatMul": QLinearMatMul}
+            "ConvInteger": ConvInteger, "QLinearMatMul": QLinearMatMul, "QLinearAdd": QLinearAdd,
+            "QLinearGlobalAveragePool": QLinearGlobalAveragePool, "QGemm": QGemm}
 
 
 QUANTIZED_CONVERTERS: dict[str, type] = _build()

@@ -289,7 +289,11 @@ def _match_qlinear(fn: _Function, binding):
     conv = _op(call) == "relax.nn.conv2d"
     if conv and (int(call.attrs.groups) != 1 or [int(d) for d in call.attrs.dilation] != [1, 1] or str(call.attrs.data_layout) != "NCHW"):
         return None
-    xo, wo = fn.integer_operand(call.args[0]), fn.integer_operand(call.args[1])
+    w_expr, transposed = call.args[1], False
+    perm = fn.call(w_expr, "relax.permute_dims") if not conv else None
+    if perm is not None and [int(v) for v in perm.attrs.axes] == [1, 0]:  # QGemm's transB
+        w_expr, transposed = perm.args[0], True
+    xo, wo = fn.integer_operand(call.args[0]), fn.integer_operand(w_expr)
     weight = fn.const(wo[0]) if wo is not None else None
     if xo is None or weight is None or weight.dtype != "int8" or np.any(np.asarray(wo[1]) != 0) or np.size(xo[1]) != 1:
         return None
@@ -297,7 +301,7 @@ def _match_qlinear(fn: _Function, binding):
     x_shape, x_dtype = _static_shape(x), str(getattr(getattr(x, "ty", None), "dtype", ""))
     if x_shape is None or x_dtype not in RANGES or weight.ndim != (4 if conv else 2) or len(x_shape) < 2 or (conv and len(x_shape) != 4):
         return None
-    if not conv:
+    if not conv and not transposed:
         weight = np.ascontiguousarray(weight.T)  # (k, n) -> output columns first
     channels = weight.shape[0]
     mult = np.broadcast_to(mult, (1, channels, 1, 1) if conv else (1, channels)).reshape(channels)

@@ -224,3 +224,52 @@ def test_dynamic_quantize_of_a_single_value_range_matches_onnxruntime(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     for x in (np.zeros((2, 5), np.float32), np.float32([[0.5, 1.5, 2.5, -0.5, -1.5], [3.5, 4.5, -2.5, 127.5, -127.5]])):
         _assert_exact(_compiled(model, tmp_path, {"x": x}), _ort_unoptimized(model, {"x": x}), ["y", "s", "z"], "onnxruntime")
+
+
+def _contrib_ops_model():
+    """onnxruntime's com.microsoft integer ops as its QOperator quantizer writes them: QLinearAdd (uint8
+    and int8), QLinearGlobalAveragePool, QGemm with and without transB and a bias."""
+    rng = np.random.default_rng(4)
+    f = lambda v: np.float32(v)  # noqa: E731
+    inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in (
+        ("as", f(0.037)), ("az", np.uint8(131)), ("bs", f(0.021)), ("bz", np.uint8(7)), ("cs", f(0.043)), ("cz", np.uint8(120)),
+        ("s8a", f(0.05)), ("z8a", np.int8(-3)), ("s8b", f(0.031)), ("z8b", np.int8(4)), ("s8c", f(0.06)), ("z8c", np.int8(1)),
+        ("ps", f(0.02)), ("pz", np.uint8(5)),
+        ("w", rng.integers(-127, 128, (24, 32)).astype(np.int8)), ("wt", rng.integers(-127, 128, (16, 24)).astype(np.int8)),
+        ("ws", rng.uniform(0.002, 0.01, 32).astype(np.float32)), ("wz", np.zeros(32, np.int8)),
+        ("wts", rng.uniform(0.002, 0.01, 16).astype(np.float32)), ("wtz", np.zeros(16, np.int8)),
+        ("gb", rng.integers(-3000, 3000, 16).astype(np.int32)), ("gs", f(0.4)), ("gz", np.uint8(128)))]
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("QLinearAdd", ["x", "as", "az", "y", "bs", "bz", "cs", "cz"], ["add_u8"], domain=ms),
+        helper.make_node("QLinearAdd", ["x8", "s8a", "z8a", "y8", "s8b", "z8b", "s8c", "z8c"], ["add_s8"], domain=ms),
+        helper.make_node("QLinearGlobalAveragePool", ["x", "as", "az", "ps", "pz"], ["pool"], domain=ms, channels_last=0),
+        helper.make_node("QGemm", ["a", "as", "az", "w", "ws", "wz", "", "gs", "gz"], ["gemm"], domain=ms),
+        helper.make_node("QGemm", ["a2", "gs", "gz", "wt", "wts", "wtz", "gb", "cs", "cz"], ["gemm_t"], domain=ms, transB=1),
+    ]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 6, 7, 7]), helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 6, 7, 7]),
+              helper.make_tensor_value_info("x8", TensorProto.INT8, [2, 40]), helper.make_tensor_value_info("y8", TensorProto.INT8, [2, 40]),
+              helper.make_tensor_value_info("a", TensorProto.UINT8, [5, 24]), helper.make_tensor_value_info("a2", TensorProto.UINT8, [5, 24])]
+    outputs = [helper.make_tensor_value_info("add_u8", TensorProto.UINT8, [1, 6, 7, 7]), helper.make_tensor_value_info("add_s8", TensorProto.INT8, [2, 40]),
+               helper.make_tensor_value_info("pool", TensorProto.UINT8, [1, 6, 1, 1]), helper.make_tensor_value_info("gemm", TensorProto.UINT8, [5, 32]),
+               helper.make_tensor_value_info("gemm_t", TensorProto.UINT8, [5, 16])]
+    graph = helper.make_graph(nodes, "contrib", inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ms, 1)], ir_version=8), [o.name for o in outputs]
+
+
+def test_onnxruntimes_contrib_integer_ops_match_it(tmp_path):
+    """What a QOperator model from onnxruntime's quantizer adds to ONNX's ops: the same integers as
+    onnxruntime (its optimized run; unoptimized the same)."""
+    import onnxruntime as ort
+
+    model, names = _contrib_ops_model()
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.integers(0, 256, (1, 6, 7, 7)).astype(np.uint8), "y": rng.integers(0, 256, (1, 6, 7, 7)).astype(np.uint8),
+             "x8": rng.integers(-128, 128, (2, 40)).astype(np.int8), "y8": rng.integers(-128, 128, (2, 40)).astype(np.int8),
+             "a": rng.integers(0, 256, (5, 24)).astype(np.uint8), "a2": rng.integers(0, 256, (5, 24)).astype(np.uint8)}
+    path = tmp_path / "contrib.onnx"
+    onnx.save(model, path)
+    ours = compile_model(str(path), "cpu", verify=False).run(feeds)
+    refs = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    _assert_exact(ours, refs, names, "onnxruntime")
+    assert len(np.unique(ours[names.index("add_u8")])) > 50 and len(np.unique(ours[names.index("gemm")])) > 20
