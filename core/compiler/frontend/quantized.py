@@ -338,8 +338,11 @@ def _build() -> dict[str, type]:
                 count *= d
             axes = list(range(2, len(dims)))
             total = relax.op.sum(relax.op.astype(x, "int32"), axis=axes, keepdims=True)
-            zp = scalar_zp(bb, "QLinearGlobalAveragePool", attr, x_z, "input")
-            total = relax.op.subtract(total, relax.op.astype(relax.op.multiply(zp, relax.const(float(count), "float32")), "int32"))
+            if x_z is not None:  # N * x_zp in int32 (in float32 it is inexact past 2^24)
+                if not is_scalar(x_z):
+                    raise refuse("QLinearGlobalAveragePool", attr, "has a non-scalar input zero point; onnxruntime defines a scalar one")
+                zp = relax.op.astype(reshape(bb, x_z, []) if shape(x_z) else x_z, "int32")
+                total = relax.op.subtract(total, relax.op.multiply(zp, relax.const(count, "int32")))
             scale = relax.op.divide(scalar_f32(bb, x_s), relax.op.multiply(scalar_f32(bb, y_s), relax.const(float(count), "float32")))
             z = None if y_z is None else scalar_zp(bb, "QLinearGlobalAveragePool", attr, y_z, "output")
             return saturate_round(relax.op.multiply(relax.op.astype(total, "float32"), scale), z, out)

@@ -41,6 +41,7 @@ __all__ = ["KERNEL_ATTR", "has_vnni", "integer_conv", "integer_conv_kernel", "in
            "pack_weight"]
 
 from .integer_kernels import DEPTH, LANES, RANGES, has_vnni, integer_conv_kernel, integer_dense_kernel, pack_weight, shift_for
+from .relax_rewrite import static_shape
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +171,6 @@ class _Function:
         return cast.args[0], zp
 
 
-def _static_shape(expr):
-    from .relax_rewrite import static_shape
-
-    return static_shape(expr)
-
-
 def _quantized_call(fn: _Function, binding, op: str):
     """(call, bias expression or None, QuantizeLinear's (y, scale, zero point, dtype)) where `binding`
     quantizes `op(...)` or `op(...) + bias`, else None."""
@@ -208,7 +203,7 @@ def _match(fn: _Function, binding):
     if dx is None or dw is None:
         return None
     x, x_scale, x_zp = dx
-    x_shape = _static_shape(x)
+    x_shape = static_shape(x)
     x_dtype = str(getattr(getattr(x, "ty", None), "dtype", ""))
     weight = fn.const(dw[0])
     if x_shape is None or len(x_shape) != 4 or x_dtype not in RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 4:
@@ -244,7 +239,7 @@ def _match_dense(fn: _Function, binding):
     if da is None or dw is None:
         return None
     a, a_scale, a_zp = da
-    a_shape, a_dtype = _static_shape(a), str(getattr(getattr(a, "ty", None), "dtype", ""))
+    a_shape, a_dtype = static_shape(a), str(getattr(getattr(a, "ty", None), "dtype", ""))
     weight = fn.const(dw[0])
     if a_shape is None or len(a_shape) < 2 or a_dtype not in RANGES or weight is None or weight.dtype != "int8" or weight.ndim != 2:
         return None
@@ -298,19 +293,20 @@ def _match_qlinear(fn: _Function, binding):
     if xo is None or weight is None or weight.dtype != "int8" or np.any(np.asarray(wo[1]) != 0) or np.size(xo[1]) != 1:
         return None
     x, x_zp = xo[0], int(np.asarray(xo[1]).reshape(()))
-    x_shape, x_dtype = _static_shape(x), str(getattr(getattr(x, "ty", None), "dtype", ""))
+    x_shape, x_dtype = static_shape(x), str(getattr(getattr(x, "ty", None), "dtype", ""))
     if x_shape is None or x_dtype not in RANGES or weight.ndim != (4 if conv else 2) or len(x_shape) < 2 or (conv and len(x_shape) != 4):
         return None
     if not conv and not transposed:
         weight = np.ascontiguousarray(weight.T)  # (k, n) -> output columns first
     channels = weight.shape[0]
     mult = np.broadcast_to(mult, (1, channels, 1, 1) if conv else (1, channels)).reshape(channels)
-    bias = np.zeros(channels, np.int64) if bias is None else np.broadcast_to(bias, (1, channels, 1, 1) if conv else (1, channels)).reshape(channels)
-    corr = bias.astype(np.int64) - (x_zp + shift_for(x_dtype)) * weight.reshape(channels, -1).astype(np.int64).sum(axis=1)
-    if 255 * 128 * (weight.size // channels) >= 2**31 or np.abs(corr).max(initial=0) >= 2**31:
+    if bias is not None:
+        bias = np.broadcast_to(bias, (1, channels, 1, 1) if conv else (1, channels))
+    corr = _correction(weight, x_zp, x_dtype, bias)
+    if corr is None:
         return None
     names = [v.name for v in (call.args[0], call.args[1], acc) if isinstance(v, relax.Var)]
-    m = dict(absorbed=names, weight=weight, y_zp=int(found[1]), y_dtype=found[2], corr=corr.astype(np.int32),
+    m = dict(absorbed=names, weight=weight, y_zp=int(found[1]), y_dtype=found[2], corr=corr,
              mult=np.ascontiguousarray(mult, np.float32))
     if conv:
         pads = [int(p) for p in call.attrs.padding]
@@ -329,15 +325,12 @@ def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype
     import numpy as np
 
     out_channels = weight.shape[0]
-    if 255 * 128 * (weight.size // out_channels) >= 2**31:
-        return None  # sums that could leave int32
     w_scale = np.broadcast_to(np.asarray(w_scale, np.float32), weight.shape).reshape(out_channels, -1)
     if np.any(np.asarray(w_zp) != 0) or np.size(x_scale) != 1 or np.size(x_zp) != 1 or np.any(w_scale != w_scale[:, :1]):
         return None
     # onnxruntime's order: (x_scale * w_scale) / y_scale, in float32
     acc_scale = np.float32(np.asarray(x_scale).reshape(())) * w_scale[:, 0]
-    # the kernel reads int8 activations as uint8 (+128), their zero point with them
-    corr = -(int(np.asarray(x_zp).reshape(())) + shift_for(x_dtype)) * weight.reshape(out_channels, -1).astype(np.int64).sum(axis=1)
+    ints = None
     if bias is not None:
         b = fn.const(bias)
         if b is None or b.size != out_channels:
@@ -346,10 +339,23 @@ def _requantization(fn: _Function, weight, w_scale, w_zp, x_scale, x_zp, x_dtype
         ints = np.rint(b.astype(np.float64) / acc_scale.astype(np.float64))
         if not np.array_equal((ints * acc_scale.astype(np.float64)).astype(np.float32), b) or np.abs(ints).max(initial=0) >= 2**31:
             return None  # a bias not in the accumulator's scale (not DequantizeLinear(int32, x_scale * w_scale))
-        corr = corr + ints.astype(np.int64)
-    if np.abs(corr).max(initial=0) >= 2**31:
+    corr = _correction(weight, int(np.asarray(x_zp).reshape(())), x_dtype, ints)
+    return None if corr is None else dict(corr=corr, mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
+
+
+def _correction(weight, x_zp: int, x_dtype: str, bias):
+    """The kernel's int32 `c` per output channel: bias - (x_zp + shift) * sum(w) (the kernel reads
+    int8 activations as uint8 + 128, their zero point with them); None where the sums or `c` could
+    leave int32."""
+    import numpy as np
+
+    channels = weight.shape[0]
+    if 255 * 128 * (weight.size // channels) >= 2**31:
         return None
-    return dict(corr=corr.astype(np.int32), mult=(acc_scale / np.float32(y_scale)).astype(np.float32))
+    corr = -(x_zp + shift_for(x_dtype)) * weight.reshape(channels, -1).astype(np.int64).sum(axis=1)
+    if bias is not None:
+        corr = corr + np.asarray(bias).reshape(channels).astype(np.int64)
+    return None if np.abs(corr).max(initial=0) >= 2**31 else corr.astype(np.int32)
 
 
 def _integer_max_pool(fn: _Function, b):
@@ -476,7 +482,7 @@ def integer_conv(mod, target):
     out = bb.get().clone()
     for gv, func in updates.items():
         out[gv] = relax.analysis.remove_all_unused(func)
-    logger.info("IntegerConv: %d quantized convs computed in int8 (VNNI)", count)
+    logger.info("IntegerConv: %d quantized convs, matmuls and max pools computed in integers", count)
     return out
 
 
