@@ -28,7 +28,7 @@ import inspect
 import logging
 import re
 
-__all__ = ["LEGALIZE_STATS", "cacheable_ops", "legalize_pass"]
+__all__ = ["LEGALIZE_STATS", "cacheable_ops", "legalize_pass", "legalize_round"]
 
 logger = logging.getLogger(__name__)
 
@@ -152,3 +152,15 @@ def legalize_pass(target=None, overrides: dict | None = None):
         return out
 
     return _pass
+
+
+def legalize_round(bb, call):
+    """LegalizeOps for relax.round on LLVM targets: `tirx.round` where TVM's topi.round writes
+    `tirx.nearbyint`. LLVM gets the same intrinsic from both (vrndscaleps $12 on x86, frinti on ARM:
+    ties to even), but TVM's VectorizeLoop leaves a nearbyint in a fused epilogue lane by lane:
+    a quantized conv's QuantizeLinear, fused after a Winograd output transform, ran 12 of its 16
+    unrolled output vectors as scalar loops (docs/performance.md, "Rounding in fused epilogues")."""
+    from tvm import te, tirx
+
+    return bb.call_te(lambda x: te.compute(x.shape, lambda *i: tirx.round(x(*i)), name="T_round"), call.args[0],
+                      primfunc_name_hint="tir_round")

@@ -309,10 +309,13 @@ def _seq(*names: str):
 
 def _legalize(target):
     from ..passes.layout.nchwc import legalize_conv2d
-    from ..passes.legalize_cache import legalize_pass
+    from ..passes.legalize_cache import legalize_pass, legalize_round
 
     # and the channel-blocked conv2d, which relax's own legalization refuses
-    return legalize_pass(target, overrides={"relax.nn.conv2d": legalize_conv2d})
+    overrides = {"relax.nn.conv2d": legalize_conv2d}
+    if target is not None and not _is_gpu(target):  # CUDA's round and nearbyint differ (roundf: ties away from zero)
+        overrides["relax.round"] = legalize_round
+    return legalize_pass(target, overrides=overrides)
 
 
 def _dispatch(target):

@@ -63,3 +63,55 @@ def test_the_pipeline_uses_it():
 
     p = PASSES["LegalizeOps"].factory(None)
     assert p.info.name == "LegalizeOps"
+
+
+def _round_model() -> onnx.ModelProto:
+    g = helper.make_graph([helper.make_node("Round", ["x"], ["y"])], "round", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _asm(executable) -> str:
+    return "\n".join(m.inspect_source("asm") for m in [executable.mod, *executable.mod.imports] if m.kind == "llvm")
+
+
+def test_round_on_a_cpu_is_tirx_round_and_still_ties_to_even():
+    """relax.round legalizes to tirx.round on CPU targets (legalize_round), TVM's nearbyint on CUDA;
+    on x86 and ARM both give the instruction nearbyint gives, rounding ties to even."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from core.compiler.target import make_target
+    from tests.helpers import relax_through
+
+    model = _round_model()
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, 4.5, 0.49999997, 2.5000002, -3.5, 7.0, 1e8 + 0.5, -0.0, 1.25, 126.5],
+                 np.float32)
+    host = make_target("cpu")
+    assert "T.round(" in relax_through(model, host, "LegalizeOps").script()
+    vm = relax.VirtualMachine(tvm.compile(relax_through(model, host, "VMFinalize"), host), tvm.cpu())
+    np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(x)).numpy(), np.round(x))  # numpy: ties to even
+    arm = make_target("cpu", triple="aarch64-linux-gnu", mcpu="cortex-a76")
+    arm_asm = _asm(tvm.compile(relax_through(model, arm, "VMFinalize"), arm))
+    assert "frinti" in arm_asm and "frinta" not in arm_asm  # the current rounding mode (to even), not ties away
+    cuda = relax_through(model, make_target("cuda"), "LegalizeOps").script()
+    assert "T.nearbyint(" in cuda and "T.round(" not in cuda
+
+
+def test_a_quantized_cnns_requantization_rounds_in_vectors():
+    """A QDQ CNN built for AVX2 (its quantized ops in float between their Q/DQ nodes): every rounding
+    of the fused epilogues is a vector instruction. With topi's nearbyint, TVM's vectorizer left
+    three of them as scalar loops in this model (ResNet-18: a conv's whole epilogue, 2.6x slower)."""
+    import re
+
+    import tvm
+
+    from core.compiler.target import make_target
+    from tests.core.compiler.qdq_models import fp32_wide_cnn, quantize_qdq
+    from tests.helpers import relax_through
+
+    target = make_target("cpu", mcpu="znver3")
+    asm = _asm(tvm.compile(relax_through(quantize_qdq(fp32_wide_cnn()), target, "VMFinalize"), target))
+    assert re.search(r"\tvround(ps|pd)", asm)
+    assert not re.findall(r"\tvround(ss|sd)", asm)
