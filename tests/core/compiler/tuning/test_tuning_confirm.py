@@ -264,7 +264,7 @@ def test_the_benchmark_tunes_the_kernels_it_compiles_and_applies_a_database_with
     monkeypatch.setattr(tuning_ab, "model_ab", lambda *args, **kwargs: None)
     monkeypatch.setattr(tuning, "local_builder", lambda *a, **k: _Builder())
     monkeypatch.setattr(tuning, "local_runner", lambda threads=1: _OneThread() if threads == 1 else _ModelThreads())
-    common = ["--models", "small_cnn", "--tune-db", str(tmp_path), "--runs", "5", "--seconds", "0.2", "--one-thread", "off"]
+    common = ["--models", "small_cnn", "--tune-db", str(tmp_path), "--runs", "5", "--seconds", "0.2", "--blocks", "2", "--one-thread", "off"]
     assert bench.main([*common, "--tune-minutes", "1"]) == 0
     tuned_run = capsys.readouterr().out
     row = next(line for line in tuned_run.splitlines() if line.startswith("small_cnn"))
