@@ -20,6 +20,9 @@ A result is reused only when that is exactly what a fresh legalization would giv
 * the key (op, attributes, argument and output types) matches structurally, checked with
   `tvm_ffi.structural_equal` on every hit, not just by hash.
 Anything else is legalized the usual way. `LEGALIZE_STATS` counts hits and misses of the last run.
+
+`legalize_round` is the pipeline's legalization of relax.round on CPU targets (an override, as for
+the blocked conv2d: core.compiler.pipeline.pass_list).
 """
 from __future__ import annotations
 
