@@ -50,6 +50,11 @@ logger = logging.getLogger(__name__)
 RTOL = 1e-3
 ATOL = 1e-4
 CLASSES = ("pass", "refusal", "wrong", "crash")
+# A worker's memory grows with the cases it compiles (about 13 MB a case over the node suite, on
+# average): past ~900 cases each, two workers filled a 23 GB host, the kernel's OOM killer took one
+# ("worker died (exit code -9)") and the other stalled into a hang. So a worker retires after this
+# many cases and a fresh one takes the next.
+WORKER_CASES = 200
 MODEL_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
 
 
@@ -265,6 +270,7 @@ class _Worker:
         child.close()
         self.task = None
         self.started = 0.0
+        self.done = 0  # cases answered
 
     def send(self, task) -> None:
         self.task = task
@@ -274,6 +280,16 @@ class _Worker:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.join(5)
+
+    def retire(self) -> None:
+        """Let the worker finish (it exits on None), killed if it does not."""
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.kill()
 
 
 def run_all(tasks: list[tuple[str, str]], suite: str, jobs: int, timeout: float, log_path: str | None, first_timeout: float = 120.0):
@@ -314,19 +330,17 @@ def run_all(tasks: list[tuple[str, str]], suite: str, jobs: int, timeout: float,
             yield task, tuple(result)
             fresh.discard(id(w))
             w.task = None
+            w.done += 1
             if not w.proc.is_alive() or result[1].startswith("no result"):
                 w.kill()
+                w = workers[i] = start()
+            elif w.done >= WORKER_CASES and pending:
+                w.retire()
                 w = workers[i] = start()
             if pending:
                 w.send(pending.popleft())
     for w in workers:
-        try:
-            w.conn.send(None)
-        except OSError:
-            pass
-        w.proc.join(5)
-        if w.proc.is_alive():
-            w.kill()
+        w.retire()
 
 
 # -- report ---------------------------------------------------------------------------------------
