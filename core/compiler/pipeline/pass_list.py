@@ -313,7 +313,7 @@ def _legalize(target):
 
     # and the channel-blocked conv2d, which relax's own legalization refuses
     overrides = {"relax.nn.conv2d": legalize_conv2d}
-    if target is not None and not _is_gpu(target):  # CUDA's round and nearbyint differ (roundf: ties away from zero)
+    if target is not None and not _is_gpu(target):  # GPU kernels keep TVM's own (no vectorized loops there)
         overrides["relax.round"] = legalize_round
     return legalize_pass(target, overrides=overrides)
 
