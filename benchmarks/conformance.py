@@ -50,10 +50,9 @@ logger = logging.getLogger(__name__)
 RTOL = 1e-3
 ATOL = 1e-4
 CLASSES = ("pass", "refusal", "wrong", "crash")
-# A worker's memory grows with the cases it compiles (about 13 MB a case over the node suite, on
-# average): past ~900 cases each, two workers filled a 23 GB host, the kernel's OOM killer took one
-# ("worker died (exit code -9)") and the other stalled into a hang. So a worker retires after this
-# many cases and a fresh one takes the next.
+# A worker's memory grows with every case it compiles; left to run the whole suite, workers ran the
+# host out of memory and were counted as crashes (docs/performance.md, ONNX node conformance). So
+# a worker retires after this many cases and a fresh one takes the next.
 WORKER_CASES = 200
 MODEL_SUITES = ("pytorch-converted", "pytorch-operator", "simple")
 

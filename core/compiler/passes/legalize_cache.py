@@ -160,9 +160,9 @@ def legalize_pass(target=None, overrides: dict | None = None):
 def legalize_round(bb, call):
     """LegalizeOps for relax.round on LLVM targets: `tirx.round` where TVM's topi.round writes
     `tirx.nearbyint`. LLVM gets the same intrinsic from both (vrndscaleps $12 on x86, frinti on ARM:
-    ties to even), but TVM's VectorizeLoop leaves a nearbyint in a fused epilogue lane by lane:
-    a quantized conv's QuantizeLinear, fused after a Winograd output transform, ran 12 of its 16
-    unrolled output vectors as scalar loops (docs/performance.md, "Rounding in fused epilogues")."""
+    ties to even), but TVM's VectorizeLoop can leave a nearbyint in a fused epilogue as a scalar loop
+    (a quantized conv's QuantizeLinear after a Winograd output transform: docs/performance.md,
+    "Rounding in fused epilogues")."""
     from tvm import te, tirx
 
     return bb.call_te(lambda x: te.compute(x.shape, lambda *i: tirx.round(x(*i)), name="T_round"), call.args[0],

@@ -102,7 +102,7 @@ def test_round_on_a_cpu_is_tirx_round_and_still_ties_to_even():
 def test_a_quantized_cnns_requantization_rounds_in_vectors():
     """A QDQ CNN built for AVX2 (its quantized ops in float between their Q/DQ nodes): every rounding
     of the fused epilogues is a vector instruction. With topi's nearbyint, TVM's vectorizer left
-    three of them as scalar loops in this model (ResNet-18: a conv's whole epilogue, 2.6x slower)."""
+    three of them as scalar loops in this model."""
     import re
 
     import tvm
